@@ -1,0 +1,107 @@
+//! The Envoy ext_proc adapter: a gRPC `ExternalProcessor` that drives one [`Session`] per
+//! HTTP exchange. All protocol decisions live in `session`; this file only moves messages.
+
+pub mod messages;
+pub mod session;
+
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    external_processor_server::ExternalProcessor, ProcessingRequest, ProcessingResponse,
+};
+use tokio::sync::mpsc;
+use tokio_stream::{wrappers::ReceiverStream, Stream};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::config::Config;
+use crate::translate::Options;
+pub use session::{Environment, Session, System};
+
+/// What the adapter needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub responses_path: String,
+    pub chat_path: String,
+    pub model_header: String,
+    pub max_body_bytes: usize,
+    pub options: Options,
+}
+
+impl Settings {
+    pub fn from_config(config: &Config) -> Self {
+        Settings {
+            responses_path: config.responses_path.clone(),
+            chat_path: config.chat_path.clone(),
+            model_header: config.model_header.to_ascii_lowercase(),
+            max_body_bytes: config.max_body_bytes,
+            options: config.translate_options(),
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::from_config(&Config::default())
+    }
+}
+
+/// The gRPC service Envoy's ext_proc filter talks to.
+#[derive(Debug, Clone)]
+pub struct Processor {
+    settings: Arc<Settings>,
+}
+
+impl Processor {
+    pub fn new(settings: Settings) -> Self {
+        Processor {
+            settings: Arc::new(settings),
+        }
+    }
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ExternalProcessor for Processor {
+    type ProcessStream = ResponseStream;
+
+    async fn process(
+        &self,
+        request: Request<Streaming<ProcessingRequest>>,
+    ) -> Result<Response<Self::ProcessStream>, Status> {
+        let mut inbound = request.into_inner();
+        // One answer per message, in order; a small buffer is enough since Envoy waits.
+        let (tx, rx) = mpsc::channel(4);
+        let mut session = Session::new(self.settings.clone(), System);
+        tokio::spawn(async move {
+            loop {
+                let req = match inbound.message().await {
+                    Ok(Some(req)) => req,
+                    // Envoy closes or resets the stream when the exchange is over: normal.
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(code = ?status.code(), "ext_proc stream ended by Envoy");
+                        break;
+                    }
+                };
+                // A bug in one exchange must not take the process down: end only its stream.
+                let answer = std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req)));
+                let item = match answer {
+                    Ok(Some(resp)) => Ok(resp),
+                    Ok(None) => continue,
+                    Err(_) => {
+                        tracing::error!("panic while processing an exchange; ending its stream");
+                        Err(Status::internal("responses-extproc internal error"))
+                    }
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

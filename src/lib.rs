@@ -1,0 +1,7 @@
+pub mod chat;
+pub mod config;
+pub mod demo;
+pub mod extproc;
+pub mod openresponses;
+pub mod sse;
+pub mod translate;

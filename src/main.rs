@@ -1,0 +1,127 @@
+//! `responses-extproc`: CLI, logging, the gRPC server and its graceful shutdown.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
+use responses_extproc::config::{Cli, Command, Config, LogFormat};
+use responses_extproc::extproc::{Processor, Settings};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.serve.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Some(Command::DemoUpstream { listen }) => {
+                let listener = TcpListener::bind(listen).await?;
+                tracing::info!(addr = %listener.local_addr()?, "demo upstream listening");
+                responses_extproc::demo::serve(listener).await?;
+                Ok(())
+            }
+            None => serve(cli.serve).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "exiting");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = TcpListener::bind(config.listen).await?;
+    let addr = listener.local_addr()?;
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<ExternalProcessorServer<Processor>>()
+        .await;
+    let processor = Processor::new(Settings::from_config(&config));
+    tracing::info!(
+        %addr,
+        version = env!("CARGO_PKG_VERSION"),
+        git = env!("RESPONSES_EXTPROC_GIT"),
+        responses_path = %config.responses_path,
+        chat_path = %config.chat_path,
+        strict = config.strict,
+        "responses-extproc listening"
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(ExternalProcessorServer::new(processor))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = stop_rx.await;
+        });
+    tokio::pin!(server);
+
+    tokio::select! {
+        result = &mut server => return result.map_err(Into::into),
+        () = shutdown_signal() => {}
+    }
+    // Drain: report NOT_SERVING so health-checking Envoys move away, stop accepting, and
+    // let in-flight exchanges finish within the drain period.
+    tracing::info!(
+        drain_seconds = config.drain_seconds.as_secs(),
+        "shutting down: draining"
+    );
+    reporter
+        .set_not_serving::<ExternalProcessorServer<Processor>>()
+        .await;
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(config.drain_seconds, server).await {
+        Ok(result) => result?,
+        Err(_) => tracing::warn!("drain period over; exiting with exchanges still open"),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

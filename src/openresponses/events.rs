@@ -1,0 +1,256 @@
+//! The Responses semantic streaming events and their SSE encoding.
+//!
+//! Events borrow everything they carry, and [`EventWriter`] serialises each one straight
+//! into the outgoing buffer: `event: <type>\ndata: <one-line JSON>\n\n`, LF only, with
+//! `sequence_number` counted here so it is consecutive by construction.
+
+use bytes::{BufMut, BytesMut};
+use serde::Serialize;
+
+use super::response::{LogProb, OutputItem, ResponseResource};
+
+/// A content part as announced by `content_part.added` / `.done`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part<'a> {
+    OutputText {
+        text: &'a str,
+        annotations: [(); 0],
+        logprobs: &'a [LogProb],
+    },
+    Refusal {
+        refusal: &'a str,
+    },
+    ReasoningText {
+        text: &'a str,
+    },
+}
+
+/// `error` event payload (`ErrorPayload` in the schema).
+#[derive(Debug, Serialize)]
+pub struct ErrorPayload<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub code: Option<&'a str>,
+    pub message: &'a str,
+    pub param: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type")]
+pub enum Event<'a> {
+    #[serde(rename = "response.created")]
+    Created { response: ResponseResource<'a> },
+    #[serde(rename = "response.in_progress")]
+    InProgress { response: ResponseResource<'a> },
+    #[serde(rename = "response.completed")]
+    Completed { response: ResponseResource<'a> },
+    #[serde(rename = "response.incomplete")]
+    Incomplete { response: ResponseResource<'a> },
+    #[serde(rename = "response.failed")]
+    Failed { response: ResponseResource<'a> },
+    #[serde(rename = "response.output_item.added")]
+    OutputItemAdded {
+        output_index: usize,
+        item: &'a OutputItem,
+    },
+    #[serde(rename = "response.output_item.done")]
+    OutputItemDone {
+        output_index: usize,
+        item: &'a OutputItem,
+    },
+    #[serde(rename = "response.content_part.added")]
+    ContentPartAdded {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        part: Part<'a>,
+    },
+    #[serde(rename = "response.content_part.done")]
+    ContentPartDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        part: Part<'a>,
+    },
+    #[serde(rename = "response.output_text.delta")]
+    OutputTextDelta {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        delta: &'a str,
+        logprobs: &'a [LogProb],
+    },
+    #[serde(rename = "response.output_text.done")]
+    OutputTextDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        text: &'a str,
+        logprobs: &'a [LogProb],
+    },
+    #[serde(rename = "response.refusal.delta")]
+    RefusalDelta {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.refusal.done")]
+    RefusalDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        refusal: &'a str,
+    },
+    /// The OpenResponses name for reasoning text deltas.
+    #[serde(rename = "response.reasoning.delta")]
+    ReasoningDelta {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.reasoning.done")]
+    ReasoningDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        text: &'a str,
+    },
+    /// OpenAI's name for the same event (opt-in, for clients built on OpenAI's SDK types).
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningTextDelta {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningTextDone {
+        item_id: &'a str,
+        output_index: usize,
+        content_index: usize,
+        text: &'a str,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    FunctionCallArgumentsDelta {
+        item_id: &'a str,
+        output_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    FunctionCallArgumentsDone {
+        item_id: &'a str,
+        output_index: usize,
+        arguments: &'a str,
+    },
+    #[serde(rename = "error")]
+    Error { error: ErrorPayload<'a> },
+}
+
+impl Event<'_> {
+    /// The `type` of the event, also used as the SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Created { .. } => "response.created",
+            Event::InProgress { .. } => "response.in_progress",
+            Event::Completed { .. } => "response.completed",
+            Event::Incomplete { .. } => "response.incomplete",
+            Event::Failed { .. } => "response.failed",
+            Event::OutputItemAdded { .. } => "response.output_item.added",
+            Event::OutputItemDone { .. } => "response.output_item.done",
+            Event::ContentPartAdded { .. } => "response.content_part.added",
+            Event::ContentPartDone { .. } => "response.content_part.done",
+            Event::OutputTextDelta { .. } => "response.output_text.delta",
+            Event::OutputTextDone { .. } => "response.output_text.done",
+            Event::RefusalDelta { .. } => "response.refusal.delta",
+            Event::RefusalDone { .. } => "response.refusal.done",
+            Event::ReasoningDelta { .. } => "response.reasoning.delta",
+            Event::ReasoningDone { .. } => "response.reasoning.done",
+            Event::ReasoningTextDelta { .. } => "response.reasoning_text.delta",
+            Event::ReasoningTextDone { .. } => "response.reasoning_text.done",
+            Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
+            Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::Error { .. } => "error",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Sequenced<'e, 'a> {
+    #[serde(flatten)]
+    event: &'e Event<'a>,
+    sequence_number: u64,
+}
+
+/// Encodes events as SSE frames, numbering them from 0.
+#[derive(Debug, Default)]
+pub struct EventWriter {
+    next_sequence: u64,
+}
+
+impl EventWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of events written so far.
+    pub fn count(&self) -> u64 {
+        self.next_sequence
+    }
+
+    pub fn write(&mut self, out: &mut BytesMut, event: &Event<'_>) {
+        out.put_slice(b"event: ");
+        out.put_slice(event.name().as_bytes());
+        out.put_slice(b"\ndata: ");
+        let framed = Sequenced {
+            event,
+            sequence_number: self.next_sequence,
+        };
+        // serde_json escapes control characters, so the data stays on one line. Writing
+        // borrowed strings and numbers into memory cannot fail.
+        let _ = serde_json::to_writer((&mut *out).writer(), &framed);
+        out.put_slice(b"\n\n");
+        self.next_sequence += 1;
+    }
+
+    /// The stream's closing sentinel, after the terminal event.
+    pub fn write_done(out: &mut BytesMut) {
+        out.put_slice(b"data: [DONE]\n\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_one_line_json_with_consecutive_numbers() {
+        let mut w = EventWriter::new();
+        let mut out = BytesMut::new();
+        let ev = Event::OutputTextDelta {
+            item_id: "msg_1",
+            output_index: 0,
+            content_index: 0,
+            delta: "a\nb\r\"c\"",
+            logprobs: &[],
+        };
+        w.write(&mut out, &ev);
+        w.write(&mut out, &ev);
+        let text = std::str::from_utf8(&out).unwrap();
+        let frames: Vec<&str> = text.split_terminator("\n\n").collect();
+        assert_eq!(frames.len(), 2);
+        for (i, f) in frames.iter().enumerate() {
+            let mut lines = f.split('\n');
+            assert_eq!(lines.next(), Some("event: response.output_text.delta"));
+            let data = lines.next().unwrap().strip_prefix("data: ").unwrap();
+            assert!(lines.next().is_none());
+            let v: serde_json::Value = serde_json::from_str(data).unwrap();
+            assert_eq!(v["type"], "response.output_text.delta");
+            assert_eq!(v["sequence_number"], i as u64);
+            assert_eq!(v["delta"], "a\nb\r\"c\"");
+            assert_eq!(v["logprobs"], serde_json::json!([]));
+        }
+    }
+}

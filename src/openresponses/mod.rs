@@ -1,0 +1,11 @@
+//! Wire types of the OpenResponses API: the response object, its items, the streaming
+//! events and the error envelope. Requests are validated from JSON by
+//! `translate::request`, which needs field paths for its errors more than it needs types.
+
+pub mod error;
+pub mod events;
+pub mod response;
+
+pub use error::{ApiError, ErrorKind};
+pub use events::{Event, EventWriter, Part};
+pub use response::*;

@@ -1,0 +1,216 @@
+//! `ResponseResource` and its output items, as the client receives them.
+//!
+//! The resource is serialised by reference: the request-constant part (`Echo`) is built
+//! once per request, and `output` borrows the items the translator accumulated, so the
+//! terminal stream event costs one serialisation and no copies.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Lifecycle of a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    InProgress,
+    Completed,
+    Incomplete,
+    Failed,
+}
+
+/// Lifecycle of one output item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    InProgress,
+    Completed,
+    Incomplete,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputItem {
+    Message(MessageItem),
+    FunctionCall(FunctionCallItem),
+    Reasoning(ReasoningItem),
+}
+
+impl OutputItem {
+    pub fn id(&self) -> &str {
+        match self {
+            OutputItem::Message(m) => &m.id,
+            OutputItem::FunctionCall(f) => &f.id,
+            OutputItem::Reasoning(r) => &r.id,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageItem {
+    pub id: String,
+    pub status: ItemStatus,
+    /// Always `assistant` on output.
+    pub role: String,
+    pub content: Vec<OutputContent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputContent {
+    OutputText {
+        text: String,
+        /// Chat upstreams have no citations; the schema still requires the list.
+        annotations: Vec<Value>,
+        logprobs: Vec<LogProb>,
+    },
+    Refusal {
+        refusal: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    pub status: ItemStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningItem {
+    pub id: String,
+    pub summary: Vec<SummaryText>,
+    pub content: Vec<ReasoningText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "summary_text")]
+pub struct SummaryText {
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "reasoning_text")]
+pub struct ReasoningText {
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogProb {
+    pub token: String,
+    pub logprob: f64,
+    pub bytes: Vec<u32>,
+    pub top_logprobs: Vec<TopLogProb>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogProb {
+    pub token: String,
+    pub logprob: f64,
+    pub bytes: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens_details: OutputTokensDetails,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputTokensDetails {
+    pub cached_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncompleteDetails {
+    pub reason: String,
+}
+
+/// `ResponseResource.error`: what made a response fail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseError {
+    pub code: String,
+    pub message: String,
+}
+
+/// The request parameters a response echoes, with the spec's defaults filled in.
+/// Built once per request by the request translator.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Echo {
+    pub instructions: Option<String>,
+    /// Function tools in Responses form (`type`, `name`, `description`, `parameters`, `strict`).
+    pub tools: Vec<Value>,
+    pub tool_choice: Value,
+    pub truncation: String,
+    pub parallel_tool_calls: bool,
+    pub text: Value,
+    pub top_p: f64,
+    pub presence_penalty: f64,
+    pub frequency_penalty: f64,
+    pub top_logprobs: u64,
+    pub temperature: f64,
+    pub reasoning: Option<Value>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub store: bool,
+    pub background: bool,
+    pub service_tier: String,
+    pub metadata: Value,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+}
+
+impl Default for Echo {
+    fn default() -> Self {
+        Echo {
+            instructions: None,
+            tools: Vec::new(),
+            tool_choice: Value::String("auto".into()),
+            truncation: "disabled".into(),
+            parallel_tool_calls: true,
+            text: serde_json::json!({"format": {"type": "text"}}),
+            top_p: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            top_logprobs: 0,
+            temperature: 1.0,
+            reasoning: None,
+            max_output_tokens: None,
+            max_tool_calls: None,
+            store: false,
+            background: false,
+            service_tier: "default".into(),
+            metadata: Value::Object(Default::default()),
+            safety_identifier: None,
+            prompt_cache_key: None,
+        }
+    }
+}
+
+/// The response object. Borrowing keeps the hot path free of copies.
+#[derive(Debug, Serialize)]
+pub struct ResponseResource<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub created_at: u64,
+    pub completed_at: Option<u64>,
+    pub status: Status,
+    pub incomplete_details: Option<&'a IncompleteDetails>,
+    pub model: &'a str,
+    pub previous_response_id: Option<&'a str>,
+    pub output: &'a [OutputItem],
+    pub error: Option<&'a ResponseError>,
+    pub usage: Option<&'a Usage>,
+    #[serde(flatten)]
+    pub echo: &'a Echo,
+}

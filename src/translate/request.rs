@@ -1,0 +1,852 @@
+//! `POST /v1/responses` body → Chat Completions request body.
+//!
+//! The parsed body is consumed field by field: every known field is removed as it is
+//! validated and mapped, so what is left at the end is exactly the set of unknown fields,
+//! forwarded verbatim (vLLM's `top_k`, `chat_template_kwargs`, ...) or rejected in strict
+//! mode. Strings move from the request into the Chat messages without copies.
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+
+use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
+use super::{Exchange, Meta, Options};
+use crate::openresponses::{ApiError, Echo};
+
+/// A translated request: the Chat body to send upstream and the state for the way back.
+#[derive(Debug)]
+pub struct Translated {
+    pub body: Bytes,
+    pub exchange: Exchange,
+}
+
+const INCLUDE_VALUES: &[&str] = &[
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+];
+const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
+
+/// Validates a Responses request and maps it to Chat Completions.
+pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid_body(format!(
+            "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
+        ))
+        .with_code("invalid_json")
+    })?;
+    let mut req = match value {
+        Value::Object(map) => Obj { map, path: "" },
+        other => {
+            return Err(ApiError::invalid_body(format!(
+                "The request body must be a JSON object, not {}.",
+                match other {
+                    Value::Array(_) => "an array",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    Value::Bool(_) => "a boolean",
+                    _ => "null",
+                }
+            ))
+            .with_code("invalid_json"))
+        }
+    };
+
+    reject_stateful(&mut req)?;
+
+    let model = req.required_string("model")?;
+    if model.is_empty() {
+        return Err(bad_value("model", "Invalid 'model': must not be empty."));
+    }
+    let stream = req.bool("stream")?.unwrap_or(false);
+    let store = req.bool("store")?.unwrap_or(false);
+    if store && options.strict {
+        return Err(bad_value(
+            "store",
+            "This server is stateless and does not store responses: set 'store' to false or omit it.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    if let Some(so) = req.object("stream_options")? {
+        let mut so = Obj {
+            map: so,
+            path: "stream_options",
+        };
+        so.bool("include_obfuscation")?;
+    }
+
+    let mut echo = Echo::default();
+    let mut chat = Map::new();
+    chat.insert("model".into(), Value::String(model.clone()));
+
+    // Messages: instructions first, then the input items in order.
+    let mut messages = Vec::new();
+    if let Some(instructions) = req.string("instructions")? {
+        messages.push(json!({"role": "system", "content": instructions.clone()}));
+        echo.instructions = Some(instructions);
+    }
+    let input = req.take("input").ok_or_else(|| missing("input"))?;
+    input_messages(input, &mut messages)?;
+    chat.insert("messages".into(), Value::Array(messages));
+
+    // Tools and how the model may use them.
+    let tools = match req.array("tools")? {
+        Some(list) => tools(list, &mut echo)?,
+        None => Vec::new(),
+    };
+    let tool_names: Vec<&str> = echo
+        .tools
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .collect();
+    let mut chat_tools = tools;
+    if let Some(choice) = req.take("tool_choice") {
+        let (chat_choice, allowed) = tool_choice(&choice, &tool_names)?;
+        if let Some(allowed) = allowed {
+            chat_tools.retain(|t| {
+                t.pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| allowed.iter().any(|a| a == n))
+            });
+        }
+        chat.insert("tool_choice".into(), chat_choice);
+        echo.tool_choice = choice;
+    }
+    if !chat_tools.is_empty() {
+        chat.insert("tools".into(), Value::Array(chat_tools));
+    }
+    if let Some(p) = req.bool("parallel_tool_calls")? {
+        chat.insert("parallel_tool_calls".into(), Value::Bool(p));
+        echo.parallel_tool_calls = p;
+    }
+    echo.max_tool_calls = req.integer("max_tool_calls", 1, u64::from(u32::MAX))?;
+
+    // Sampling.
+    if let Some(n) = req.integer("max_output_tokens", 1, u64::from(u32::MAX))? {
+        chat.insert("max_completion_tokens".into(), n.into());
+        echo.max_output_tokens = Some(n);
+    }
+    for (key, min, max, slot) in [
+        ("temperature", 0.0, 2.0, &mut echo.temperature),
+        ("top_p", 0.0, 1.0, &mut echo.top_p),
+        ("presence_penalty", -2.0, 2.0, &mut echo.presence_penalty),
+        ("frequency_penalty", -2.0, 2.0, &mut echo.frequency_penalty),
+    ] {
+        if let Some(x) = req.number(key, min, max)? {
+            chat.insert(key.into(), number(x));
+            *slot = x;
+        }
+    }
+
+    // Output shape.
+    let include = include(&mut req)?;
+    let top_logprobs = req.integer("top_logprobs", 0, 20)?;
+    let logprobs =
+        include.iter().any(|i| i == LOGPROBS_INCLUDE) || top_logprobs.is_some_and(|n| n > 0);
+    if logprobs {
+        chat.insert("logprobs".into(), Value::Bool(true));
+        if let Some(n) = top_logprobs {
+            chat.insert("top_logprobs".into(), n.into());
+        }
+    }
+    echo.top_logprobs = top_logprobs.unwrap_or(0);
+    if let Some(text) = req.object("text")? {
+        text_format(text, &mut chat, &mut echo)?;
+    }
+    if let Some(reasoning) = req.object("reasoning")? {
+        let mut r = Obj {
+            map: reasoning,
+            path: "reasoning",
+        };
+        let effort = r.enumeration(
+            "effort",
+            &["none", "minimal", "low", "medium", "high", "xhigh"],
+        )?;
+        let summary = r.enumeration("summary", &["auto", "concise", "detailed"])?;
+        r.string("generate_summary")?;
+        r.deny_unknown()?;
+        if let Some(e) = effort {
+            chat.insert("reasoning_effort".into(), e.into());
+        }
+        echo.reasoning = Some(json!({"effort": effort, "summary": summary}));
+    }
+
+    // Echoed, not sent upstream.
+    if let Some(t) = req.enumeration("truncation", &["auto", "disabled"])? {
+        echo.truncation = t.into();
+    }
+    if let Some(t) = req.enumeration(
+        "service_tier",
+        &["auto", "default", "flex", "priority", "scale"],
+    )? {
+        echo.service_tier = t.into();
+    }
+    if let Some(m) = req.take("metadata") {
+        echo.metadata = metadata(m)?;
+    }
+    if let Some(key) = req.string("prompt_cache_key")? {
+        echo.prompt_cache_key = Some(key);
+    }
+    if let Some(id) = req.string("safety_identifier")? {
+        if id.chars().count() > 64 {
+            return Err(bad_value(
+                "safety_identifier",
+                "Invalid 'safety_identifier': at most 64 characters.",
+            ));
+        }
+        chat.insert("user".into(), Value::String(id.clone()));
+        echo.safety_identifier = Some(id);
+    }
+
+    if stream {
+        chat.insert("stream".into(), Value::Bool(true));
+        // Usage arrives in a trailing chunk only when asked for.
+        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+
+    // Whatever is left is not part of the Responses API.
+    if options.strict {
+        if let Some(key) = req.map.keys().next() {
+            return Err(ApiError::invalid(key.as_str(), format!(
+                "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
+            ))
+            .with_code("unknown_parameter"));
+        }
+    }
+    for (k, v) in std::mem::take(&mut req.map) {
+        chat.entry(k).or_insert(v);
+    }
+
+    echo.store = false;
+    let mut exchange = Exchange::new(&model, stream, meta, options.clone());
+    exchange.echo = echo;
+    exchange.logprobs = logprobs;
+    let body = serde_json::to_vec(&Value::Object(chat)).map_err(|e| {
+        ApiError::server(
+            500,
+            "internal_error",
+            format!("could not encode the upstream request: {e}"),
+        )
+    })?;
+    Ok(Translated {
+        body: Bytes::from(body),
+        exchange,
+    })
+}
+
+/// The stateless tier serves only requests that carry their whole context.
+fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
+    if let Some(id) = req.string("previous_response_id")? {
+        return Err(ApiError::invalid(
+            "previous_response_id",
+            format!(
+                "Previous response with id '{id}' not found. This server is stateless (store: false): \
+                 send the whole conversation in 'input' instead of 'previous_response_id'."
+            ),
+        )
+        .with_code("previous_response_not_found"));
+    }
+    if req.bool("background")? == Some(true) {
+        return Err(bad_value(
+            "background",
+            "Background responses need stored state, which this stateless server does not keep: omit 'background' or set it to false.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    if req.has("conversation") {
+        return Err(bad_value(
+            "conversation",
+            "Conversations need stored state, which this stateless server does not keep: send the whole conversation in 'input'.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    if req.has("prompt") {
+        return Err(bad_value(
+            "prompt",
+            "Stored prompt templates are not available on this stateless server: send 'instructions' and 'input' instead.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    Ok(())
+}
+
+fn number(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
+
+fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
+    let Some(list) = req.array("include")? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, v) in list.into_iter().enumerate() {
+        let path = index("include", i);
+        match v {
+            Value::String(s) if INCLUDE_VALUES.contains(&s.as_str()) => out.push(s),
+            Value::String(s) => {
+                return Err(bad_value(
+                    &path,
+                    format!(
+                        "Invalid value for '{path}': '{s}'. Supported values are: {}.",
+                        INCLUDE_VALUES.join(", ")
+                    ),
+                ))
+            }
+            other => return Err(wrong_type(&path, "a string", &other)),
+        }
+    }
+    Ok(out)
+}
+
+fn metadata(value: Value) -> Result<Value, ApiError> {
+    let map = match value {
+        Value::Object(m) => m,
+        other => return Err(wrong_type("metadata", "an object", &other)),
+    };
+    if map.len() > 16 {
+        return Err(bad_value(
+            "metadata",
+            "Invalid 'metadata': at most 16 key-value pairs are allowed.",
+        ));
+    }
+    for (k, v) in &map {
+        let path = join("metadata", k);
+        if k.chars().count() > 64 {
+            return Err(bad_value(
+                &path,
+                "Invalid 'metadata': keys are at most 64 characters.",
+            ));
+        }
+        match v {
+            Value::String(s) if s.chars().count() <= 512 => {}
+            Value::String(_) => {
+                return Err(bad_value(
+                    &path,
+                    "Invalid 'metadata': values are at most 512 characters.",
+                ))
+            }
+            other => return Err(wrong_type(&path, "a string", other)),
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+/// `text.format` → `response_format`; the Responses form is echoed as given.
+fn text_format(
+    text: Map<String, Value>,
+    chat: &mut Map<String, Value>,
+    echo: &mut Echo,
+) -> Result<(), ApiError> {
+    let mut text = Obj {
+        map: text,
+        path: "text",
+    };
+    let verbosity = text.enumeration("verbosity", &["low", "medium", "high"])?;
+    let mut echoed = Map::new();
+    if let Some(format) = text.object("format")? {
+        let mut f = Obj {
+            map: format,
+            path: "text.format",
+        };
+        let kind = f
+            .enumeration("type", &["text", "json_object", "json_schema"])?
+            .ok_or_else(|| missing("text.format.type"))?;
+        match kind {
+            "text" => {
+                echoed.insert("format".into(), json!({"type": "text"}));
+            }
+            "json_object" => {
+                chat.insert("response_format".into(), json!({"type": "json_object"}));
+                echoed.insert("format".into(), json!({"type": "json_object"}));
+            }
+            _ => {
+                let name = f.required_string("name")?;
+                let schema = f
+                    .object("schema")?
+                    .ok_or_else(|| missing("text.format.schema"))?;
+                let description = f.string("description")?;
+                let strict = f.bool("strict")?;
+                let mut js = Map::new();
+                js.insert("name".into(), name.clone().into());
+                if let Some(d) = &description {
+                    js.insert("description".into(), d.clone().into());
+                }
+                js.insert("schema".into(), Value::Object(schema.clone()));
+                if let Some(s) = strict {
+                    js.insert("strict".into(), s.into());
+                }
+                chat.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": Value::Object(js)}),
+                );
+                echoed.insert(
+                    "format".into(),
+                    json!({"type": "json_schema", "name": name, "description": description,
+                           "schema": Value::Object(schema), "strict": strict.unwrap_or(false)}),
+                );
+            }
+        }
+        f.deny_unknown()?;
+    } else {
+        echoed.insert("format".into(), json!({"type": "text"}));
+    }
+    if let Some(v) = verbosity {
+        echoed.insert("verbosity".into(), v.into());
+        chat.insert("verbosity".into(), v.into());
+    }
+    text.deny_unknown()?;
+    echo.text = Value::Object(echoed);
+    Ok(())
+}
+
+/// Function tools → Chat's nested form. Returns the Chat tools; fills `echo.tools`.
+fn tools(list: Vec<Value>, echo: &mut Echo) -> Result<Vec<Value>, ApiError> {
+    let mut chat_tools = Vec::with_capacity(list.len());
+    for (i, tool) in list.into_iter().enumerate() {
+        let path = index("tools", i);
+        let mut t = Obj::new(tool, &path)?;
+        let kind = t.required_string("type")?;
+        if kind != "function" {
+            return Err(bad_value(
+                &t.field_path("type"),
+                format!(
+                    "Unsupported tool type '{kind}' in '{path}': a Chat Completions upstream can only call function tools."
+                ),
+            )
+            .with_code("unsupported_tool"));
+        }
+        let name = t.required_string("name")?;
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(bad_value(
+                &t.field_path("name"),
+                format!("Invalid '{path}.name': '{name}'. Use 1 to 64 characters from a-z, A-Z, 0-9, '_' and '-'."),
+            ));
+        }
+        if echo.tools.iter().any(|e| e["name"] == name.as_str()) {
+            return Err(bad_value(
+                &t.field_path("name"),
+                format!("Duplicate tool name '{name}' in 'tools'."),
+            ));
+        }
+        let description = t.string("description")?;
+        let parameters = t.object("parameters")?;
+        let strict = t.bool("strict")?;
+        t.deny_unknown()?;
+
+        let mut function = Map::new();
+        function.insert("name".into(), name.clone().into());
+        if let Some(d) = &description {
+            function.insert("description".into(), d.clone().into());
+        }
+        if let Some(p) = &parameters {
+            function.insert("parameters".into(), Value::Object(p.clone()));
+        }
+        if let Some(s) = strict {
+            function.insert("strict".into(), s.into());
+        }
+        chat_tools.push(json!({"type": "function", "function": Value::Object(function)}));
+        echo.tools.push(json!({
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": parameters.map(Value::Object),
+            "strict": strict,
+        }));
+    }
+    Ok(chat_tools)
+}
+
+/// `tool_choice` → Chat's form; for `allowed_tools`, also the names the tool list shrinks to.
+fn tool_choice(
+    choice: &Value,
+    tool_names: &[&str],
+) -> Result<(Value, Option<Vec<String>>), ApiError> {
+    let named = |name: &str, path: &str| -> Result<(), ApiError> {
+        if tool_names.contains(&name) {
+            Ok(())
+        } else {
+            Err(bad_value(
+                path,
+                format!("Invalid '{path}': no function named '{name}' is defined in 'tools'."),
+            ))
+        }
+    };
+    match choice {
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok((choice.clone(), None)),
+        Value::String(s) => Err(bad_value(
+            "tool_choice",
+            format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object."),
+        )),
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("function") => {
+                let name = match o.get("name") {
+                    Some(Value::String(n)) => n,
+                    Some(other) => return Err(wrong_type("tool_choice.name", "a string", other)),
+                    None => return Err(missing("tool_choice.name")),
+                };
+                named(name, "tool_choice.name")?;
+                Ok((json!({"type": "function", "function": {"name": name}}), None))
+            }
+            Some("allowed_tools") => {
+                let mode = match o.get("mode").and_then(Value::as_str) {
+                    Some(m @ ("auto" | "required" | "none")) => m,
+                    None if o.get("mode").is_none() => "auto",
+                    _ => {
+                        return Err(bad_value(
+                            "tool_choice.mode",
+                            "Invalid 'tool_choice.mode': expected 'auto', 'required' or 'none'.",
+                        ))
+                    }
+                };
+                let list = match o.get("tools") {
+                    Some(Value::Array(a)) => a,
+                    Some(other) => return Err(wrong_type("tool_choice.tools", "an array", other)),
+                    None => return Err(missing("tool_choice.tools")),
+                };
+                let mut allowed = Vec::with_capacity(list.len());
+                for (i, t) in list.iter().enumerate() {
+                    let path = format!("tool_choice.tools[{i}].name");
+                    let name = t
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| missing(&path))?;
+                    named(name, &path)?;
+                    allowed.push(name.to_owned());
+                }
+                Ok((Value::String(mode.into()), Some(allowed)))
+            }
+            Some(other) => Err(bad_value(
+                "tool_choice.type",
+                format!("Unsupported 'tool_choice.type': '{other}'. Supported: 'function', 'allowed_tools'."),
+            )),
+            None => Err(missing("tool_choice.type")),
+        },
+        other => Err(wrong_type("tool_choice", "a string or an object", other)),
+    }
+}
+
+/// Builds the Chat messages from `input`, appending to `messages`.
+fn input_messages(input: Value, messages: &mut Vec<Value>) -> Result<(), ApiError> {
+    let items = match input {
+        Value::String(s) if s.is_empty() => {
+            return Err(bad_value("input", "Invalid 'input': must not be empty."))
+        }
+        Value::String(s) => {
+            messages.push(json!({"role": "user", "content": s}));
+            return Ok(());
+        }
+        Value::Array(a) if a.is_empty() => {
+            return Err(bad_value(
+                "input",
+                "Invalid 'input': must contain at least one item.",
+            ))
+        }
+        Value::Array(a) => a,
+        other => return Err(wrong_type("input", "a string or an array of items", &other)),
+    };
+    // Reasoning text waiting for the assistant message that follows it.
+    let mut pending_reasoning: Option<String> = None;
+    for (i, item) in items.into_iter().enumerate() {
+        let path = index("input", i);
+        let mut item = Obj::new(item, &path)?;
+        let kind = match item.take("type") {
+            None if item.has("role") => "message".to_owned(),
+            None if item.has("id") => "item_reference".to_owned(),
+            None => return Err(missing(&item.field_path("type"))),
+            Some(Value::String(s)) => s,
+            Some(other) => return Err(wrong_type(&item.field_path("type"), "a string", &other)),
+        };
+        item.string("id")?;
+        match kind.as_str() {
+            "message" => {
+                let mut msg = message(item)?;
+                if msg["role"] == "assistant" {
+                    if let Some(r) = pending_reasoning.take() {
+                        msg["reasoning_content"] = Value::String(r);
+                    }
+                }
+                messages.push(msg);
+            }
+            "function_call" => {
+                let call_id = item.required_string("call_id")?;
+                let name = item.required_string("name")?;
+                let arguments = item.required_string("arguments")?;
+                item.string("status")?;
+                item.deny_unknown()?;
+                let call = json!({"id": call_id, "type": "function",
+                                  "function": {"name": name, "arguments": arguments}});
+                // Consecutive calls (and the assistant text just before them) were one turn.
+                match messages.last_mut() {
+                    Some(last) if last["role"] == "assistant" && pending_reasoning.is_none() => {
+                        match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                            Some(calls) => calls.push(call),
+                            None => last["tool_calls"] = Value::Array(vec![call]),
+                        }
+                    }
+                    _ => {
+                        let mut msg = json!({"role": "assistant", "content": null, "tool_calls": [call]});
+                        if let Some(r) = pending_reasoning.take() {
+                            msg["reasoning_content"] = Value::String(r);
+                        }
+                        messages.push(msg);
+                    }
+                }
+            }
+            "function_call_output" => {
+                let call_id = item.required_string("call_id")?;
+                let output_path = item.field_path("output");
+                let output = match item.take("output") {
+                    Some(Value::String(s)) => s,
+                    Some(Value::Array(parts)) => text_of_parts(parts, &output_path)?,
+                    Some(other) => return Err(wrong_type(&output_path, "a string or an array", &other)),
+                    None => return Err(missing(&output_path)),
+                };
+                item.string("status")?;
+                item.deny_unknown()?;
+                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+            }
+            "reasoning" => {
+                let text = reasoning_text(&mut item)?;
+                item.deny_unknown()?;
+                if let Some(t) = text {
+                    match &mut pending_reasoning {
+                        Some(p) => {
+                            p.push('\n');
+                            p.push_str(&t);
+                        }
+                        None => pending_reasoning = Some(t),
+                    }
+                }
+            }
+            "item_reference" => {
+                return Err(bad_value(
+                    &path,
+                    format!(
+                        "Invalid '{path}': item references need stored items, which this stateless server does not keep. Send the item itself."
+                    ),
+                )
+                .with_code("unsupported_parameter"))
+            }
+            other => {
+                return Err(bad_value(
+                    &item.field_path("type"),
+                    format!(
+                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'reasoning'."
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The plain text of a reasoning item: its `content` if any, else its summary.
+fn reasoning_text(item: &mut Obj<'_>) -> Result<Option<String>, ApiError> {
+    let summary_path = item.field_path("summary");
+    let summary = item.array("summary")?.unwrap_or_default();
+    let content_path = item.field_path("content");
+    let content = item.array("content")?.unwrap_or_default();
+    // Sealed reasoning is opened by the reasoning-encryption feature; without it the blob is
+    // opaque to us and to the upstream, so it is dropped.
+    item.string("encrypted_content")?;
+    item.string("status")?;
+    let mut text = String::new();
+    let (parts, path, want) = if content.is_empty() {
+        (summary, summary_path, "summary_text")
+    } else {
+        (content, content_path, "reasoning_text")
+    };
+    for (i, part) in parts.into_iter().enumerate() {
+        let ppath = index(&path, i);
+        let mut p = Obj::new(part, &ppath)?;
+        let kind = p.required_string("type")?;
+        if kind != want && kind != "text" {
+            return Err(bad_value(
+                &p.field_path("type"),
+                format!("Invalid '{ppath}.type': expected '{want}', got '{kind}'."),
+            ));
+        }
+        let t = p.required_string("text")?;
+        p.deny_unknown()?;
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&t);
+    }
+    Ok((!text.is_empty()).then_some(text))
+}
+
+/// Joins the text of `input_text`/`output_text` parts (tool outputs and system messages,
+/// whose Chat form is text only).
+fn text_of_parts(parts: Vec<Value>, path: &str) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for (i, part) in parts.into_iter().enumerate() {
+        let ppath = index(path, i);
+        let mut p = Obj::new(part, &ppath)?;
+        let kind = p.required_string("type")?;
+        match kind.as_str() {
+            "input_text" | "output_text" | "text" => {
+                let t = p.required_string("text")?;
+                p.take("annotations");
+                p.take("logprobs");
+                p.deny_unknown()?;
+                text.push_str(&t);
+            }
+            other => {
+                return Err(bad_value(
+                    &p.field_path("type"),
+                    format!(
+                    "Invalid '{ppath}.type': '{other}' is not supported here; only text parts are."
+                ),
+                ))
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// One message item → one Chat message.
+fn message(mut item: Obj<'_>) -> Result<Value, ApiError> {
+    let role_path = item.field_path("role");
+    let role = item
+        .enumeration("role", &["user", "assistant", "system", "developer"])?
+        .ok_or_else(|| missing(&role_path))?;
+    item.string("status")?;
+    let content_path = item.field_path("content");
+    let content = item.take("content").ok_or_else(|| missing(&content_path))?;
+    item.deny_unknown()?;
+    // Chat has no `developer` role on most open-weight servers; it means the same as system.
+    let chat_role = if role == "developer" { "system" } else { role };
+    let content = match content {
+        Value::String(s) => Value::String(s),
+        Value::Array(parts) => match role {
+            "system" | "developer" => Value::String(text_of_parts(parts, &content_path)?),
+            "assistant" => assistant_content(parts, &content_path)?,
+            _ => user_content(parts, &content_path)?,
+        },
+        other => {
+            return Err(wrong_type(
+                &content_path,
+                "a string or an array of content parts",
+                &other,
+            ))
+        }
+    };
+    if role == "assistant" {
+        if let Value::Object(mut m) = content {
+            // assistant_content returns {content, refusal}
+            let mut msg = json!({"role": "assistant"});
+            msg["content"] = m.remove("content").unwrap_or(Value::Null);
+            if let Some(r) = m.remove("refusal") {
+                msg["refusal"] = r;
+            }
+            return Ok(msg);
+        }
+    }
+    Ok(json!({"role": chat_role, "content": content}))
+}
+
+/// Assistant history: `output_text` parts join into `content`, `refusal` parts into `refusal`.
+fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
+    let mut text: Option<String> = None;
+    let mut refusal: Option<String> = None;
+    for (i, part) in parts.into_iter().enumerate() {
+        let ppath = index(path, i);
+        let mut p = Obj::new(part, &ppath)?;
+        let kind = p.required_string("type")?;
+        let (slot, key) = match kind.as_str() {
+            "output_text" | "input_text" | "text" => (&mut text, "text"),
+            "refusal" => (&mut refusal, "refusal"),
+            other => {
+                return Err(bad_value(
+                    &p.field_path("type"),
+                    format!("Invalid '{ppath}.type': '{other}' is not an assistant content type. Supported: 'output_text', 'refusal'."),
+                ))
+            }
+        };
+        let t = p.required_string(key)?;
+        p.take("annotations");
+        p.take("logprobs");
+        p.deny_unknown()?;
+        slot.get_or_insert_with(String::new).push_str(&t);
+    }
+    let mut out = Map::new();
+    out.insert("content".into(), text.map_or(Value::Null, Value::String));
+    if let Some(r) = refusal {
+        out.insert("refusal".into(), Value::String(r));
+    }
+    Ok(Value::Object(out))
+}
+
+/// User content parts → Chat content parts.
+fn user_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, part) in parts.into_iter().enumerate() {
+        let ppath = index(path, i);
+        let mut p = Obj::new(part, &ppath)?;
+        let kind = p.required_string("type")?;
+        let chat_part = match kind.as_str() {
+            "input_text" | "text" => json!({"type": "text", "text": p.required_string("text")?}),
+            "input_image" => {
+                let detail = p.enumeration("detail", &["auto", "low", "high"])?;
+                if p.has("file_id") {
+                    return Err(stored_file(&p.field_path("file_id")));
+                }
+                let url = p.required_string("image_url")?;
+                let mut image = json!({"url": url});
+                if let Some(d) = detail {
+                    image["detail"] = d.into();
+                }
+                json!({"type": "image_url", "image_url": image})
+            }
+            "input_file" => {
+                if p.has("file_id") {
+                    return Err(stored_file(&p.field_path("file_id")));
+                }
+                let filename = p.string("filename")?;
+                let file_data = p.string("file_data")?;
+                let file_url = p.string("file_url")?;
+                let mut file = Map::new();
+                match (file_data, file_url) {
+                    (Some(data), None) => {
+                        file.insert("file_data".into(), data.into());
+                    }
+                    (None, Some(url)) => {
+                        file.insert("file_url".into(), url.into());
+                    }
+                    (Some(_), Some(_)) => {
+                        return Err(bad_value(&ppath, format!("Invalid '{ppath}': give either 'file_data' or 'file_url', not both.")))
+                    }
+                    (None, None) => return Err(missing(&p.field_path("file_data"))),
+                }
+                if let Some(f) = filename {
+                    file.insert("filename".into(), f.into());
+                }
+                json!({"type": "file", "file": Value::Object(file)})
+            }
+            "input_video" => {
+                json!({"type": "video_url", "video_url": {"url": p.required_string("video_url")?}})
+            }
+            other => {
+                return Err(bad_value(
+                    &p.field_path("type"),
+                    format!("Invalid '{ppath}.type': unsupported content type '{other}'. Supported: 'input_text', 'input_image', 'input_file', 'input_video'."),
+                ))
+            }
+        };
+        p.deny_unknown()?;
+        out.push(chat_part);
+    }
+    Ok(Value::Array(out))
+}
+
+fn stored_file(path: &str) -> ApiError {
+    bad_value(
+        path,
+        format!("Invalid '{path}': stored files are not available on this stateless server. Send the content inline (data URL or 'file_data')."),
+    )
+    .with_code("unsupported_parameter")
+}

@@ -1,0 +1,302 @@
+//! Upstream answers that are not streams: a `chat.completion` → `ResponseResource`, and
+//! anything that is not a success → the OpenResponses error envelope.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{finish_status, logprobs, usage, Exchange, Outcome};
+use crate::chat;
+use crate::openresponses::{
+    ApiError, FunctionCallItem, ItemStatus, MessageItem, OutputContent, OutputItem, ReasoningItem,
+    ReasoningText, Status,
+};
+
+/// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
+pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, ApiError> {
+    let completion: chat::Completion =
+        serde_json::from_slice(body).map_err(|_| not_a_completion())?;
+    let choice = completion
+        .choices
+        .into_iter()
+        .find(|c| c.index == 0)
+        .ok_or_else(not_a_completion)?;
+    let (status, incomplete) = finish_status(choice.finish_reason.as_deref());
+    let item_status = if status == Status::Incomplete {
+        ItemStatus::Incomplete
+    } else {
+        ItemStatus::Completed
+    };
+
+    let mut output = Vec::new();
+    let message = choice.message;
+    if let Some(reasoning) = message.reasoning_text() {
+        output.push(OutputItem::Reasoning(ReasoningItem {
+            id: exchange.item_id("rs", output.len()),
+            summary: Vec::new(),
+            content: vec![ReasoningText {
+                text: reasoning.to_owned(),
+            }],
+            encrypted_content: None,
+        }));
+    }
+    let mut content = Vec::new();
+    let text = message.content.filter(|t| !t.is_empty());
+    let refusal = message.refusal.filter(|r| !r.is_empty());
+    // An answer with nothing else still gets its (empty) text, so `output` is never empty.
+    if text.is_some() || (refusal.is_none() && message.tool_calls.is_empty()) {
+        let logprobs = if exchange.logprobs {
+            logprobs(choice.logprobs.as_ref())
+        } else {
+            Vec::new()
+        };
+        content.push(OutputContent::OutputText {
+            text: text.unwrap_or_default(),
+            annotations: Vec::new(),
+            logprobs,
+        });
+    }
+    if let Some(refusal) = refusal {
+        content.push(OutputContent::Refusal { refusal });
+    }
+    if !content.is_empty() {
+        output.push(OutputItem::Message(MessageItem {
+            id: exchange.item_id("msg", output.len()),
+            status: item_status,
+            role: "assistant".into(),
+            content,
+        }));
+    }
+    for call in message.tool_calls {
+        let n = output.len();
+        output.push(OutputItem::FunctionCall(FunctionCallItem {
+            id: exchange.item_id("fc", n),
+            call_id: call
+                .id
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| exchange.item_id("call", n)),
+            name: call.function.name.unwrap_or_default(),
+            arguments: call.function.arguments.unwrap_or_default(),
+            status: item_status,
+        }));
+    }
+
+    let outcome = Outcome {
+        status,
+        completed_at: Some(now),
+        incomplete,
+        error: None,
+        usage: completion.usage.as_ref().map(usage),
+    };
+    let resource = exchange.resource(&outcome, &output);
+    serde_json::to_vec(&resource).map(Bytes::from).map_err(|e| {
+        ApiError::server(
+            500,
+            "internal_error",
+            format!("could not encode the response: {e}"),
+        )
+    })
+}
+
+fn not_a_completion() -> ApiError {
+    ApiError::server(
+        502,
+        "upstream_invalid_response",
+        "The upstream answered with a body that is not a Chat Completion.",
+    )
+}
+
+/// Maps a non-success upstream answer (or a local reply of Envoy's) to an error envelope,
+/// keeping the status class: 4xx stay 4xx (429 stays 429), 5xx stay 5xx, anything else
+/// becomes 502. The upstream's own message is kept when its body says one.
+pub fn upstream_error(status: u16, body: &[u8]) -> ApiError {
+    let status = match status {
+        400..=599 => status,
+        _ => 502,
+    };
+    let (message, code, param) = match serde_json::from_slice::<Value>(body) {
+        Ok(v) => error_fields(&v),
+        Err(_) => (None, None, None),
+    };
+    let message = message.unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(body);
+        let text = text.trim();
+        if text.is_empty() || text.len() > 512 {
+            format!("The upstream answered with HTTP status {status}.")
+        } else {
+            format!("The upstream answered with HTTP status {status}: {text}")
+        }
+    });
+    let default_code = match status {
+        413 => "request_too_large",
+        429 => "rate_limit_exceeded",
+        502 => "bad_gateway",
+        503 => "upstream_unavailable",
+        504 => "upstream_timeout",
+        500..=599 => "upstream_error",
+        _ => "upstream_rejected_request",
+    };
+    let mut err = ApiError::server(status, default_code, message);
+    if let Some(c) = code {
+        err.code = Some(c);
+    }
+    err.param = param;
+    err
+}
+
+/// The message, code and param of an error body in any of the shapes upstreams use:
+/// OpenAI's `{"error":{...}}`, vLLM's `{"object":"error","message":...}`, `{"error":"text"}`,
+/// FastAPI's `{"detail":...}`.
+pub(crate) fn error_fields(v: &Value) -> (Option<String>, Option<String>, Option<String>) {
+    let obj = match v.get("error") {
+        Some(Value::String(s)) => return (Some(s.clone()), None, None),
+        Some(e @ Value::Object(_)) => e,
+        _ => v,
+    };
+    let text = |key: &str| match obj.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let message = text("message").or_else(|| match v.get("detail") {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(d @ (Value::Array(_) | Value::Object(_))) => Some(d.to_string()),
+        _ => None,
+    });
+    (message, text("code"), text("param"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::{Meta, Options};
+
+    fn exchange() -> Exchange {
+        Exchange::new(
+            "m",
+            false,
+            Meta {
+                now: 100,
+                id_seed: 7,
+            },
+            Options::default(),
+        )
+    }
+
+    fn translate(body: Value) -> Value {
+        let out = completion(&exchange(), body.to_string().as_bytes(), 123).unwrap();
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn text_answer_becomes_one_message_with_usage() {
+        let r = translate(serde_json::json!({
+            "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
+              "message": {"role": "assistant", "content": "Hi there"}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+                      "prompt_tokens_details": {"cached_tokens": 3}}}));
+        assert_eq!(r["status"], "completed");
+        assert_eq!(r["completed_at"], 123);
+        assert_eq!(r["created_at"], 100);
+        assert_eq!(r["object"], "response");
+        assert_eq!(r["store"], false);
+        assert!(r["id"].as_str().unwrap().starts_with("resp_"));
+        let out = r["output"].as_array().unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0]["type"], "message");
+        assert!(out[0]["id"].as_str().unwrap().starts_with("msg_"));
+        assert_eq!(out[0]["content"][0]["text"], "Hi there");
+        assert_eq!(out[0]["content"][0]["annotations"], serde_json::json!([]));
+        assert_eq!(r["usage"]["input_tokens"], 5);
+        assert_eq!(r["usage"]["input_tokens_details"]["cached_tokens"], 3);
+        assert_eq!(r["usage"]["output_tokens_details"]["reasoning_tokens"], 0);
+    }
+
+    #[test]
+    fn reasoning_under_either_name_and_tool_calls() {
+        for key in ["reasoning", "reasoning_content"] {
+            let r = translate(
+                serde_json::json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+                "message": {key: "think", "content": null, "tool_calls": [
+                  {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
+                  {"id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{}"}}]}}]}),
+            );
+            let out = r["output"].as_array().unwrap();
+            let types: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap()).collect();
+            assert_eq!(types, ["reasoning", "function_call", "function_call"]);
+            assert_eq!(
+                out[0]["content"][0],
+                serde_json::json!({"type": "reasoning_text", "text": "think"})
+            );
+            assert_eq!(out[1]["call_id"], "call_a");
+            assert_eq!(out[2]["name"], "g");
+            assert!(out[1]["id"].as_str().unwrap().starts_with("fc_"));
+            assert_ne!(out[1]["id"], out[2]["id"]);
+            assert_eq!(r["usage"], Value::Null);
+        }
+    }
+
+    #[test]
+    fn length_and_content_filter_are_incomplete() {
+        for (finish, reason) in [
+            ("length", "max_output_tokens"),
+            ("content_filter", "content_filter"),
+        ] {
+            let r = translate(
+                serde_json::json!({"choices": [{"index": 0, "finish_reason": finish,
+                "message": {"content": "abc"}}]}),
+            );
+            assert_eq!(r["status"], "incomplete");
+            assert_eq!(r["incomplete_details"]["reason"], reason);
+            assert_eq!(r["output"][0]["status"], "incomplete");
+        }
+    }
+
+    #[test]
+    fn refusal_is_a_refusal_part() {
+        let r = translate(
+            serde_json::json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": null, "refusal": "no"}}]}),
+        );
+        assert_eq!(
+            r["output"][0]["content"],
+            serde_json::json!([{"type": "refusal", "refusal": "no"}])
+        );
+    }
+
+    #[test]
+    fn non_completion_bodies_are_502() {
+        for body in [&b"not json"[..], b"{}", b"{\"choices\": []}", b"[1]"] {
+            let e = completion(&exchange(), body, 1).unwrap_err();
+            assert_eq!(e.status, 502);
+            assert_eq!(e.code.as_deref(), Some("upstream_invalid_response"));
+        }
+    }
+
+    #[test]
+    fn upstream_errors_keep_class_and_message() {
+        let e = upstream_error(
+            429,
+            br#"{"error":{"message":"slow down","type":"rate_limit","code":"rate"}}"#,
+        );
+        assert_eq!(
+            (e.status, e.message.as_str(), e.code.as_deref()),
+            (429, "slow down", Some("rate"))
+        );
+        let e = upstream_error(
+            400,
+            br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#,
+        );
+        assert_eq!(
+            (e.status, e.message.as_str(), e.code.as_deref()),
+            (400, "bad", Some("400"))
+        );
+        let e = upstream_error(503, b"no healthy upstream");
+        assert_eq!(e.status, 503);
+        assert_eq!(e.code.as_deref(), Some("upstream_unavailable"));
+        assert!(e.message.contains("no healthy upstream"));
+        let e = upstream_error(200, b"");
+        assert_eq!(e.status, 502);
+        let e = upstream_error(422, br#"{"detail":[{"loc":["body"],"msg":"x"}]}"#);
+        assert!(e.message.contains("msg"));
+    }
+}

@@ -1,0 +1,711 @@
+//! Chat Completions SSE → Responses semantic events, as a sans-IO state machine.
+//!
+//! Feed it the upstream body in chunks of any size with [`StreamTranslator::push`]; each
+//! call returns the bytes to send to the client now (possibly none). Call
+//! [`StreamTranslator::finish`] at the end of the upstream body. Every event is written as
+//! soon as the upstream frame that causes it is complete; only an incomplete frame is held.
+//!
+//! Event order per output item: `output_item.added` → (`content_part.added` → deltas →
+//! `*.done` → `content_part.done`)… → `output_item.done`. Reasoning is closed before text
+//! or tool calls start; text is closed before tool calls start; each tool call (by its
+//! upstream `index`) is its own `function_call` item, and calls may be open together since
+//! upstreams may interleave their argument deltas. The stream ends with exactly one of
+//! `response.completed` / `response.incomplete` / `response.failed`, then `data: [DONE]`.
+//!
+//! How streams end:
+//! - `finish_reason` closes the items; the terminal event waits for `[DONE]` (or the end
+//!   of the body) so that the trailing usage chunk is included.
+//! - `[DONE]` without a `finish_reason` is a complete answer: the upstream said it is done.
+//! - The body ending with neither (connection cut, upstream crash) → `response.failed`
+//!   with code `upstream_stream_truncated`: the answer may be missing its end.
+//! - A `data: {"error": …}` frame → an `error` event, then `response.failed` carrying the
+//!   upstream's code and message.
+//! - A frame that is not JSON, or one larger than the frame cap, or output beyond the
+//!   output cap → `error` + `response.failed`. Open items are closed as `incomplete`
+//!   before the terminal event so that its `output` equals the `output_item.done` items.
+
+use bytes::{Bytes, BytesMut};
+
+use super::response::error_fields;
+use super::{finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
+use crate::chat;
+use crate::openresponses::events::ErrorPayload;
+use crate::openresponses::{
+    Event, EventWriter, FunctionCallItem, ItemStatus, LogProb, MessageItem, OutputContent,
+    OutputItem, Part, ReasoningItem, ReasoningText, ResponseError, Status,
+};
+use crate::sse::{SseDecoder, SseEvent};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Nothing sent yet: `response.created` goes out with the first bytes.
+    New,
+    Open,
+    /// The terminal event and `[DONE]` were sent; further input is ignored.
+    Done,
+}
+
+/// The text-like item currently open (at most one at a time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Current {
+    None,
+    Reasoning { item: usize },
+    Message { item: usize, part: Option<PartKind> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PartKind {
+    Text,
+    Refusal,
+}
+
+/// One upstream tool call (by its `index`), pending until its name is known.
+#[derive(Debug)]
+struct Call {
+    upstream_index: u32,
+    /// Position in `output` once announced.
+    item: Option<usize>,
+    id: Option<String>,
+    name: String,
+    /// Arguments received before the call could be announced.
+    pending: String,
+    closed: bool,
+}
+
+/// Translates one upstream SSE body. See the module docs for the rules.
+#[derive(Debug)]
+pub struct StreamTranslator {
+    exchange: Exchange,
+    sse: SseDecoder,
+    frames: Vec<SseEvent>,
+    events: EventWriter,
+    out: BytesMut,
+    phase: Phase,
+    output: Vec<OutputItem>,
+    outcome: Outcome,
+    current: Current,
+    calls: Vec<Call>,
+    finish_reason: Option<String>,
+    /// Bytes of text and arguments accumulated, bounded by `max_output_bytes`.
+    output_bytes: usize,
+}
+
+impl StreamTranslator {
+    pub fn new(exchange: Exchange) -> Self {
+        let sse = SseDecoder::new(exchange.options.max_sse_frame_bytes);
+        StreamTranslator {
+            exchange,
+            sse,
+            frames: Vec::new(),
+            events: EventWriter::new(),
+            out: BytesMut::new(),
+            phase: Phase::New,
+            output: Vec::new(),
+            outcome: Outcome::in_progress(),
+            current: Current::None,
+            calls: Vec::new(),
+            finish_reason: None,
+            output_bytes: 0,
+        }
+    }
+
+    /// True once the terminal event has been produced.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Number of events produced so far.
+    pub fn event_count(&self) -> u64 {
+        self.events.count()
+    }
+
+    /// Feeds a chunk of the upstream body; returns what to send to the client now.
+    pub fn push(&mut self, chunk: &[u8], now: u64) -> Bytes {
+        self.start();
+        if self.phase == Phase::Open {
+            let mut frames = std::mem::take(&mut self.frames);
+            let decoded = self.sse.push(chunk, &mut frames);
+            self.handle_frames(&mut frames, now);
+            self.frames = frames;
+            if let Err(e) = decoded {
+                self.fail("upstream_event_too_large", &e.to_string(), now);
+            }
+        }
+        self.out.split().freeze()
+    }
+
+    /// The upstream body ended; returns the last bytes to send (ending with `[DONE]`).
+    pub fn finish(&mut self, now: u64) -> Bytes {
+        self.start();
+        if self.phase == Phase::Open {
+            let mut frames = std::mem::take(&mut self.frames);
+            let decoded = self.sse.finish(&mut frames);
+            self.handle_frames(&mut frames, now);
+            self.frames = frames;
+            if let Err(e) = decoded {
+                self.fail("upstream_event_too_large", &e.to_string(), now);
+            }
+        }
+        if self.phase == Phase::Open {
+            if self.finish_reason.is_some() {
+                self.complete(now);
+            } else {
+                self.fail(
+                    "upstream_stream_truncated",
+                    "The upstream stream ended before the answer was finished (no finish_reason and no [DONE]).",
+                    now,
+                );
+            }
+        }
+        self.out.split().freeze()
+    }
+
+    /// Ends the stream as failed for a reason outside the upstream body (a timeout, a
+    /// reset): returns the events to send, or nothing if the stream had already ended.
+    pub fn abort(&mut self, code: &str, message: &str, now: u64) -> Bytes {
+        self.start();
+        if self.phase == Phase::Open {
+            self.fail(code, message, now);
+        }
+        self.out.split().freeze()
+    }
+
+    fn start(&mut self) {
+        if self.phase != Phase::New {
+            return;
+        }
+        self.phase = Phase::Open;
+        let r = self.exchange.resource(&self.outcome, &[]);
+        self.events
+            .write(&mut self.out, &Event::Created { response: r });
+        let r = self.exchange.resource(&self.outcome, &[]);
+        self.events
+            .write(&mut self.out, &Event::InProgress { response: r });
+    }
+
+    fn handle_frames(&mut self, frames: &mut Vec<SseEvent>, now: u64) {
+        for frame in frames.drain(..) {
+            if self.phase != Phase::Open {
+                break;
+            }
+            self.handle_frame(&frame.data, now);
+        }
+        frames.clear();
+    }
+
+    fn handle_frame(&mut self, data: &[u8], now: u64) {
+        let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            self.complete(now);
+            return;
+        }
+        if data.is_empty() {
+            return;
+        }
+        let chunk: chat::Chunk = match serde_json::from_slice(data) {
+            Ok(c) => c,
+            Err(_) => {
+                self.fail(
+                    "upstream_invalid_chunk",
+                    "The upstream sent a stream event that is not a valid chat.completion.chunk.",
+                    now,
+                );
+                return;
+            }
+        };
+        if let Some(err) = &chunk.error {
+            let (message, code, _) = error_fields(&serde_json::json!({ "error": err }));
+            self.fail(
+                code.as_deref().unwrap_or("upstream_error"),
+                message
+                    .as_deref()
+                    .unwrap_or("The upstream reported an error mid-stream."),
+                now,
+            );
+            return;
+        }
+        if let Some(u) = &chunk.usage {
+            self.outcome.usage = Some(usage(u));
+        }
+        for choice in chunk.choices {
+            // Responses has one answer per response; other choices (n > 1) are dropped.
+            if choice.index != 0 || self.finish_reason.is_some() {
+                continue;
+            }
+            let delta = choice.delta;
+            if let Some(r) = delta.reasoning_text() {
+                self.reasoning_delta(r);
+            }
+            if let Some(text) = delta.content.as_deref().filter(|t| !t.is_empty()) {
+                let lp = if self.exchange.logprobs {
+                    logprobs(choice.logprobs.as_ref())
+                } else {
+                    Vec::new()
+                };
+                self.message_delta(PartKind::Text, text, lp);
+            }
+            if let Some(refusal) = delta.refusal.as_deref().filter(|t| !t.is_empty()) {
+                self.message_delta(PartKind::Refusal, refusal, Vec::new());
+            }
+            for tc in delta.tool_calls {
+                self.tool_call_delta(tc);
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.finish_reason = Some(reason);
+                let status = self.item_status();
+                self.close_current(status);
+                self.close_calls(status);
+            }
+            if self.output_bytes > self.exchange.options.max_output_bytes {
+                self.fail(
+                    "response_too_large",
+                    "The answer exceeded this server's output size limit.",
+                    now,
+                );
+                return;
+            }
+        }
+    }
+
+    fn item_status(&self) -> ItemStatus {
+        match finish_status(self.finish_reason.as_deref()).0 {
+            Status::Incomplete => ItemStatus::Incomplete,
+            _ => ItemStatus::Completed,
+        }
+    }
+
+    fn reasoning_delta(&mut self, delta: &str) {
+        let item = match self.current {
+            Current::Reasoning { item } => item,
+            _ => {
+                self.close_current(ItemStatus::Completed);
+                let item = self.output.len();
+                self.output.push(OutputItem::Reasoning(ReasoningItem {
+                    id: self.exchange.item_id("rs", item),
+                    summary: Vec::new(),
+                    content: Vec::new(),
+                    encrypted_content: None,
+                }));
+                self.events.write(
+                    &mut self.out,
+                    &Event::OutputItemAdded {
+                        output_index: item,
+                        item: &self.output[item],
+                    },
+                );
+                if let OutputItem::Reasoning(r) = &mut self.output[item] {
+                    r.content.push(ReasoningText {
+                        text: String::new(),
+                    });
+                }
+                self.events.write(
+                    &mut self.out,
+                    &Event::ContentPartAdded {
+                        item_id: self.output[item].id(),
+                        output_index: item,
+                        content_index: 0,
+                        part: Part::ReasoningText { text: "" },
+                    },
+                );
+                self.current = Current::Reasoning { item };
+                item
+            }
+        };
+        self.output_bytes += delta.len();
+        let OutputItem::Reasoning(r) = &mut self.output[item] else {
+            return;
+        };
+        if let Some(t) = r.content.last_mut() {
+            t.text.push_str(delta);
+        }
+        let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
+        let ev = match self.exchange.options.reasoning_events {
+            ReasoningEvents::Spec => Event::ReasoningDelta {
+                item_id,
+                output_index,
+                content_index,
+                delta,
+            },
+            ReasoningEvents::OpenAi => Event::ReasoningTextDelta {
+                item_id,
+                output_index,
+                content_index,
+                delta,
+            },
+        };
+        self.events.write(&mut self.out, &ev);
+    }
+
+    fn message_delta(&mut self, kind: PartKind, delta: &str, lp: Vec<LogProb>) {
+        let item = match self.current {
+            Current::Message { item, part } => {
+                if part != Some(kind) {
+                    self.close_part(item);
+                    self.open_part(item, kind);
+                }
+                item
+            }
+            _ => {
+                self.close_current(ItemStatus::Completed);
+                let item = self.output.len();
+                self.output.push(OutputItem::Message(MessageItem {
+                    id: self.exchange.item_id("msg", item),
+                    status: ItemStatus::InProgress,
+                    role: "assistant".into(),
+                    content: Vec::new(),
+                }));
+                self.events.write(
+                    &mut self.out,
+                    &Event::OutputItemAdded {
+                        output_index: item,
+                        item: &self.output[item],
+                    },
+                );
+                self.open_part(item, kind);
+                item
+            }
+        };
+        self.output_bytes += delta.len();
+        let OutputItem::Message(m) = &mut self.output[item] else {
+            return;
+        };
+        let content_index = m.content.len().saturating_sub(1);
+        let ev = match m.content.last_mut() {
+            Some(OutputContent::OutputText { text, logprobs, .. }) => {
+                text.push_str(delta);
+                let from = logprobs.len();
+                logprobs.extend(lp);
+                Event::OutputTextDelta {
+                    item_id: &m.id,
+                    output_index: item,
+                    content_index,
+                    delta,
+                    logprobs: &logprobs[from..],
+                }
+            }
+            Some(OutputContent::Refusal { refusal }) => {
+                refusal.push_str(delta);
+                Event::RefusalDelta {
+                    item_id: &m.id,
+                    output_index: item,
+                    content_index,
+                    delta,
+                }
+            }
+            None => return,
+        };
+        self.events.write(&mut self.out, &ev);
+    }
+
+    fn open_part(&mut self, item: usize, kind: PartKind) {
+        let OutputItem::Message(m) = &mut self.output[item] else {
+            return;
+        };
+        m.content.push(match kind {
+            PartKind::Text => OutputContent::OutputText {
+                text: String::new(),
+                annotations: Vec::new(),
+                logprobs: Vec::new(),
+            },
+            PartKind::Refusal => OutputContent::Refusal {
+                refusal: String::new(),
+            },
+        });
+        let part = match kind {
+            PartKind::Text => Part::OutputText {
+                text: "",
+                annotations: [],
+                logprobs: &[],
+            },
+            PartKind::Refusal => Part::Refusal { refusal: "" },
+        };
+        self.events.write(
+            &mut self.out,
+            &Event::ContentPartAdded {
+                item_id: &m.id,
+                output_index: item,
+                content_index: m.content.len() - 1,
+                part,
+            },
+        );
+        self.current = Current::Message {
+            item,
+            part: Some(kind),
+        };
+    }
+
+    /// Closes the open content part of message `item`, if any.
+    fn close_part(&mut self, item: usize) {
+        let Current::Message { part: Some(_), .. } = self.current else {
+            return;
+        };
+        self.current = Current::Message { item, part: None };
+        let OutputItem::Message(m) = &self.output[item] else {
+            return;
+        };
+        let Some(content) = m.content.last() else {
+            return;
+        };
+        let (item_id, output_index, content_index) = (m.id.as_str(), item, m.content.len() - 1);
+        let (done, part) = match content {
+            OutputContent::OutputText { text, logprobs, .. } => (
+                Event::OutputTextDone {
+                    item_id,
+                    output_index,
+                    content_index,
+                    text,
+                    logprobs,
+                },
+                Part::OutputText {
+                    text,
+                    annotations: [],
+                    logprobs,
+                },
+            ),
+            OutputContent::Refusal { refusal } => (
+                Event::RefusalDone {
+                    item_id,
+                    output_index,
+                    content_index,
+                    refusal,
+                },
+                Part::Refusal { refusal },
+            ),
+        };
+        self.events.write(&mut self.out, &done);
+        self.events.write(
+            &mut self.out,
+            &Event::ContentPartDone {
+                item_id,
+                output_index,
+                content_index,
+                part,
+            },
+        );
+    }
+
+    /// Closes the open reasoning or message item with its final events.
+    fn close_current(&mut self, status: ItemStatus) {
+        match self.current {
+            Current::None => {}
+            Current::Reasoning { item } => {
+                self.current = Current::None;
+                if let OutputItem::Reasoning(r) = &self.output[item] {
+                    let text = r.content.first().map_or("", |t| t.text.as_str());
+                    let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
+                    let done = match self.exchange.options.reasoning_events {
+                        ReasoningEvents::Spec => Event::ReasoningDone {
+                            item_id,
+                            output_index,
+                            content_index,
+                            text,
+                        },
+                        ReasoningEvents::OpenAi => Event::ReasoningTextDone {
+                            item_id,
+                            output_index,
+                            content_index,
+                            text,
+                        },
+                    };
+                    self.events.write(&mut self.out, &done);
+                    self.events.write(
+                        &mut self.out,
+                        &Event::ContentPartDone {
+                            item_id,
+                            output_index,
+                            content_index,
+                            part: Part::ReasoningText { text },
+                        },
+                    );
+                }
+                self.item_done(item);
+            }
+            Current::Message { item, .. } => {
+                self.close_part(item);
+                self.current = Current::None;
+                if let OutputItem::Message(m) = &mut self.output[item] {
+                    m.status = status;
+                }
+                self.item_done(item);
+            }
+        }
+    }
+
+    fn item_done(&mut self, item: usize) {
+        self.events.write(
+            &mut self.out,
+            &Event::OutputItemDone {
+                output_index: item,
+                item: &self.output[item],
+            },
+        );
+    }
+
+    fn tool_call_delta(&mut self, tc: chat::ToolCallDelta) {
+        // Text before a tool call is a finished thought: close it first.
+        self.close_current(ItemStatus::Completed);
+        let slot = match self.calls.iter().position(|c| c.upstream_index == tc.index) {
+            Some(s) => s,
+            None => {
+                self.calls.push(Call {
+                    upstream_index: tc.index,
+                    item: None,
+                    id: None,
+                    name: String::new(),
+                    pending: String::new(),
+                    closed: false,
+                });
+                self.calls.len() - 1
+            }
+        };
+        let call = &mut self.calls[slot];
+        if call.closed {
+            return;
+        }
+        if let Some(id) = tc.id.filter(|id| !id.is_empty()) {
+            call.id.get_or_insert(id);
+        }
+        if call.item.is_none() {
+            if let Some(name) = tc.function.name.filter(|n| !n.is_empty()) {
+                call.name = name;
+            }
+        }
+        let args = tc.function.arguments.unwrap_or_default();
+        self.output_bytes += args.len();
+        match call.item {
+            Some(item) => self.arguments_delta(item, &args),
+            None => {
+                call.pending.push_str(&args);
+                if !call.name.is_empty() {
+                    self.announce_call(slot);
+                }
+            }
+        }
+    }
+
+    /// Emits `output_item.added` for a call whose name is known, then its pending arguments.
+    fn announce_call(&mut self, slot: usize) {
+        let item = self.output.len();
+        let call = &mut self.calls[slot];
+        call.item = Some(item);
+        let pending = std::mem::take(&mut call.pending);
+        let call_id = call
+            .id
+            .clone()
+            .unwrap_or_else(|| self.exchange.item_id("call", item));
+        self.output.push(OutputItem::FunctionCall(FunctionCallItem {
+            id: self.exchange.item_id("fc", item),
+            call_id,
+            name: std::mem::take(&mut call.name),
+            arguments: String::new(),
+            status: ItemStatus::InProgress,
+        }));
+        self.events.write(
+            &mut self.out,
+            &Event::OutputItemAdded {
+                output_index: item,
+                item: &self.output[item],
+            },
+        );
+        if !pending.is_empty() {
+            self.arguments_delta(item, &pending);
+        }
+    }
+
+    fn arguments_delta(&mut self, item: usize, delta: &str) {
+        if delta.is_empty() {
+            return;
+        }
+        if let OutputItem::FunctionCall(f) = &mut self.output[item] {
+            f.arguments.push_str(delta);
+            self.events.write(
+                &mut self.out,
+                &Event::FunctionCallArgumentsDelta {
+                    item_id: &f.id,
+                    output_index: item,
+                    delta,
+                },
+            );
+        }
+    }
+
+    /// Announces calls still waiting for a name, then closes every open call.
+    fn close_calls(&mut self, status: ItemStatus) {
+        for slot in 0..self.calls.len() {
+            if self.calls[slot].closed {
+                continue;
+            }
+            if self.calls[slot].item.is_none() {
+                self.announce_call(slot);
+            }
+            self.calls[slot].closed = true;
+            let Some(item) = self.calls[slot].item else {
+                continue;
+            };
+            if let OutputItem::FunctionCall(f) = &mut self.output[item] {
+                f.status = status;
+                self.events.write(
+                    &mut self.out,
+                    &Event::FunctionCallArgumentsDone {
+                        item_id: &f.id,
+                        output_index: item,
+                        arguments: &f.arguments,
+                    },
+                );
+            }
+            self.item_done(item);
+        }
+    }
+
+    /// The answer is complete: close what is open and send the terminal event.
+    fn complete(&mut self, now: u64) {
+        let (status, incomplete) = finish_status(self.finish_reason.as_deref());
+        let item_status = self.item_status();
+        self.close_current(item_status);
+        self.close_calls(item_status);
+        self.outcome.status = status;
+        self.outcome.incomplete = incomplete;
+        self.outcome.completed_at = Some(now);
+        let response = self.exchange.resource(&self.outcome, &self.output);
+        let ev = if status == Status::Incomplete {
+            Event::Incomplete { response }
+        } else {
+            Event::Completed { response }
+        };
+        self.events.write(&mut self.out, &ev);
+        self.end();
+    }
+
+    /// The answer failed: close what is open as incomplete, then `error` and `response.failed`.
+    fn fail(&mut self, code: &str, message: &str, _now: u64) {
+        self.close_current(ItemStatus::Incomplete);
+        self.close_calls(ItemStatus::Incomplete);
+        self.events.write(
+            &mut self.out,
+            &Event::Error {
+                error: ErrorPayload {
+                    kind: "server_error",
+                    code: Some(code),
+                    message,
+                    param: None,
+                },
+            },
+        );
+        self.outcome.status = Status::Failed;
+        self.outcome.error = Some(ResponseError {
+            code: code.to_owned(),
+            message: message.to_owned(),
+        });
+        let response = self.exchange.resource(&self.outcome, &self.output);
+        self.events
+            .write(&mut self.out, &Event::Failed { response });
+        self.end();
+    }
+
+    fn end(&mut self) {
+        EventWriter::write_done(&mut self.out);
+        self.phase = Phase::Done;
+        // The rest of the upstream body is ignored; drop what the decoder holds.
+        self.sse = SseDecoder::new(0);
+    }
+}
