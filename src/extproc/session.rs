@@ -295,7 +295,7 @@ impl<E: Environment> Session<E> {
                     self.state = State::Json { exchange, body };
                     msg::response_body(clear_body())
                 }
-                Err(reply) => reply,
+                Err(reply) => *reply,
             },
             State::Error {
                 status,
@@ -310,7 +310,7 @@ impl<E: Environment> Session<E> {
                     };
                     msg::response_body(clear_body())
                 }
-                Err(reply) => reply,
+                Err(reply) => *reply,
             },
             State::Json { exchange, mut body } => {
                 body.extend_from_slice(&b.body);
@@ -346,7 +346,11 @@ impl<E: Environment> Session<E> {
     }
 
     /// Adds a chunk of a buffered upstream answer, within the body cap.
-    fn gather(&self, mut body: BytesMut, chunk: &[u8]) -> Result<BytesMut, ProcessingResponse> {
+    fn gather(
+        &self,
+        mut body: BytesMut,
+        chunk: &[u8],
+    ) -> Result<BytesMut, Box<ProcessingResponse>> {
         if body.len() + chunk.len() > self.settings.max_body_bytes {
             let err = ApiError::server(
                 502,
@@ -354,7 +358,10 @@ impl<E: Environment> Session<E> {
                 "The upstream answer exceeded this server's size limit.",
             );
             log_upstream_error(&self.request_id, &err);
-            return Err(msg::error_reply(&err, "responses_extproc_upstream_error"));
+            return Err(Box::new(msg::error_reply(
+                &err,
+                "responses_extproc_upstream_error",
+            )));
         }
         body.extend_from_slice(chunk);
         Ok(body)
