@@ -417,3 +417,381 @@ fn replace_body(
     c.status = ResponseStatus::ContinueAndReplace as i32;
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+    use envoy_types::pb::envoy::service::ext_proc::v3::{
+        processing_response::Response as R, CommonResponse, HeaderMutation, ImmediateResponse,
+    };
+    use serde_json::{json, Value};
+
+    struct Fixed;
+    impl Environment for Fixed {
+        fn now(&self) -> u64 {
+            1_700_000_000
+        }
+        fn id_seed(&self) -> u128 {
+            42
+        }
+    }
+
+    fn session() -> Session<Fixed> {
+        Session::new(Arc::new(Settings::default()), Fixed)
+    }
+
+    fn headers(pairs: &[(&str, &str)], end_of_stream: bool) -> HttpHeaders {
+        HttpHeaders {
+            headers: Some(HeaderMap {
+                headers: pairs
+                    .iter()
+                    .map(|(k, v)| HeaderValue {
+                        key: (*k).to_owned(),
+                        raw_value: v.as_bytes().to_vec(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            }),
+            end_of_stream,
+            ..Default::default()
+        }
+    }
+
+    fn send(s: &mut Session<Fixed>, r: Request) -> ProcessingResponse {
+        s.on_message(ProcessingRequest {
+            request: Some(r),
+            ..Default::default()
+        })
+        .expect("every message gets an answer")
+    }
+
+    fn post(s: &mut Session<Fixed>, body: Value) -> ProcessingResponse {
+        send(
+            s,
+            Request::RequestHeaders(headers(
+                &[(":method", "POST"), (":path", "/v1/responses")],
+                false,
+            )),
+        );
+        send(
+            s,
+            Request::RequestBody(body_msg(body.to_string().as_bytes(), true)),
+        )
+    }
+
+    fn body_msg(b: &[u8], end_of_stream: bool) -> HttpBody {
+        HttpBody {
+            body: b.to_vec(),
+            end_of_stream,
+            ..Default::default()
+        }
+    }
+
+    fn common(r: &ProcessingResponse) -> &CommonResponse {
+        match r.response.as_ref() {
+            Some(R::RequestHeaders(h) | R::ResponseHeaders(h)) => h.response.as_ref(),
+            Some(R::RequestBody(b) | R::ResponseBody(b)) => b.response.as_ref(),
+            _ => None,
+        }
+        .expect("a common response")
+    }
+
+    fn immediate(r: &ProcessingResponse) -> (i32, Value) {
+        match r.response.as_ref() {
+            Some(R::ImmediateResponse(ImmediateResponse { status, body, .. })) => (
+                status.as_ref().map_or(0, |s| s.code),
+                serde_json::from_slice(body).expect("JSON error body"),
+            ),
+            other => panic!("expected an immediate response, got {other:?}"),
+        }
+    }
+
+    fn set_header<'a>(m: &'a Option<HeaderMutation>, key: &str) -> Option<&'a str> {
+        m.as_ref()?
+            .set_headers
+            .iter()
+            .filter_map(|h| h.header.as_ref())
+            .find(|h| h.key == key)
+            .map(|h| std::str::from_utf8(&h.raw_value).unwrap_or_default())
+    }
+
+    fn body_of(c: &CommonResponse) -> &[u8] {
+        match c.body_mutation.as_ref().and_then(|b| b.mutation.as_ref()) {
+            Some(Mutation::Body(b)) => b,
+            _ => &[],
+        }
+    }
+
+    fn body_mode(r: &ProcessingResponse) -> Option<i32> {
+        r.mode_override.as_ref().map(|m| m.response_body_mode)
+    }
+
+    #[test]
+    fn other_traffic_passes_through_without_body_buffering() {
+        for (method, path) in [
+            ("GET", "/v1/models"),
+            ("POST", "/v1/chat/completions"),
+            ("GET", "/v1/responses"),
+        ] {
+            let mut s = session();
+            let r = send(
+                &mut s,
+                Request::RequestHeaders(headers(&[(":method", method), (":path", path)], false)),
+            );
+            let mode = r.mode_override.expect("mode override");
+            assert_eq!(mode.request_body_mode, BodySendMode::None as i32);
+            assert_eq!(mode.response_body_mode, BodySendMode::None as i32);
+            assert_eq!(mode.response_header_mode, 2, "response headers skipped");
+            assert!(common(&r).header_mutation.is_none());
+            assert!(!s.is_translating());
+        }
+    }
+
+    #[test]
+    fn translated_request_rewrites_path_length_model_and_route() {
+        let mut s = session();
+        let r = post(&mut s, json!({"model": "llama", "input": "hi"}));
+        let c = common(&r);
+        assert!(c.clear_route_cache);
+        assert_eq!(
+            set_header(&c.header_mutation, ":path"),
+            Some("/v1/chat/completions")
+        );
+        assert_eq!(
+            set_header(&c.header_mutation, "x-responses-model"),
+            Some("llama")
+        );
+        let body = body_of(c);
+        assert_eq!(
+            set_header(&c.header_mutation, "content-length"),
+            Some(body.len().to_string().as_str())
+        );
+        let chat: Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(
+            chat,
+            json!({"model": "llama", "messages": [{"role": "user", "content": "hi"}]})
+        );
+    }
+
+    #[test]
+    fn query_string_does_not_hide_the_responses_path() {
+        let mut s = session();
+        let r = send(
+            &mut s,
+            Request::RequestHeaders(headers(
+                &[(":method", "POST"), (":path", "/v1/responses?x=1")],
+                false,
+            )),
+        );
+        assert!(r.mode_override.is_none());
+        assert!(s.is_translating());
+    }
+
+    #[test]
+    fn bodiless_and_invalid_requests_get_400_without_upstream() {
+        let mut s = session();
+        let r = send(
+            &mut s,
+            Request::RequestHeaders(headers(
+                &[(":method", "POST"), (":path", "/v1/responses")],
+                true,
+            )),
+        );
+        assert_eq!(immediate(&r).0, 400);
+
+        let mut s = session();
+        let (status, body) = immediate(&post(&mut s, json!({"model": "m"})));
+        assert_eq!(status, 400);
+        assert_eq!(body["error"]["param"], "input");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+    }
+
+    #[test]
+    fn json_answer_is_buffered_and_translated() {
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi"}));
+        let r = send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[
+                    (":status", "200"),
+                    ("content-type", "application/json"),
+                    ("content-length", "99"),
+                ],
+                false,
+            )),
+        );
+        assert_eq!(body_mode(&r), Some(BodySendMode::Buffered as i32));
+        assert_eq!(
+            common(&r)
+                .header_mutation
+                .as_ref()
+                .map(|m| m.remove_headers.clone()),
+            Some(vec!["content-length".to_owned()])
+        );
+        let chat = json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "yo"}}]});
+        let r = send(
+            &mut s,
+            Request::ResponseBody(body_msg(chat.to_string().as_bytes(), true)),
+        );
+        let c = common(&r);
+        let out: Value = serde_json::from_slice(body_of(c)).unwrap();
+        assert_eq!(out["object"], "response");
+        assert_eq!(out["output"][0]["content"][0]["text"], "yo");
+        assert_eq!(out["created_at"], 1_700_000_000);
+        assert_eq!(
+            set_header(&c.header_mutation, "content-length"),
+            Some(body_of(c).len().to_string().as_str())
+        );
+    }
+
+    #[test]
+    fn event_stream_is_translated_chunk_by_chunk() {
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
+        let r = send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "200"), ("content-type", "text/event-stream")],
+                false,
+            )),
+        );
+        assert_eq!(body_mode(&r), Some(BodySendMode::Streamed as i32));
+        let c = common(&r);
+        assert_eq!(
+            set_header(&c.header_mutation, "content-type"),
+            Some("text/event-stream")
+        );
+        assert!(c
+            .header_mutation
+            .as_ref()
+            .unwrap()
+            .remove_headers
+            .contains(&"content-length".to_owned()));
+
+        let first = send(
+            &mut s,
+            Request::ResponseBody(body_msg(
+                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"He",
+                false,
+            )),
+        );
+        let text = String::from_utf8(body_of(common(&first)).to_vec()).unwrap();
+        assert!(text.starts_with("event: response.created\n"));
+        assert!(
+            !text.contains("output_text.delta"),
+            "an incomplete frame is held"
+        );
+        let second = send(
+            &mut s,
+            Request::ResponseBody(body_msg(b"llo\"}}]}\n\n", false)),
+        );
+        let text = String::from_utf8(body_of(common(&second)).to_vec()).unwrap();
+        assert!(text.contains("\"delta\":\"Hello\""));
+        let end = send(&mut s, Request::ResponseBody(body_msg(b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n", true)));
+        let text = String::from_utf8(body_of(common(&end)).to_vec()).unwrap();
+        assert!(text.contains("event: response.completed\n"));
+        assert!(text.ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn upstream_errors_become_envelopes_with_their_status() {
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi"}));
+        let r = send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "429"), ("content-type", "application/json")],
+                false,
+            )),
+        );
+        assert_eq!(body_mode(&r), Some(BodySendMode::Buffered as i32));
+        let r = send(
+            &mut s,
+            Request::ResponseBody(body_msg(
+                br#"{"error":{"message":"busy","code":"rate"}}"#,
+                true,
+            )),
+        );
+        let (status, body) = immediate(&r);
+        assert_eq!(status, 429);
+        assert_eq!(body["error"]["message"], "busy");
+        assert_eq!(body["error"]["type"], "rate_limit_error");
+    }
+
+    #[test]
+    fn stream_requested_but_json_answered_is_502() {
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
+        send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "200"), ("content-type", "application/json")],
+                false,
+            )),
+        );
+        let r = send(
+            &mut s,
+            Request::ResponseBody(body_msg(b"{\"choices\":[]}", true)),
+        );
+        let (status, body) = immediate(&r);
+        assert_eq!(status, 502);
+        assert_eq!(body["error"]["code"], "upstream_invalid_response");
+    }
+
+    #[test]
+    fn envoy_local_replies_are_not_translated() {
+        // 413 before the body reached us: the upstream was never called.
+        let mut s = session();
+        send(
+            &mut s,
+            Request::RequestHeaders(headers(
+                &[(":method", "POST"), (":path", "/v1/responses")],
+                false,
+            )),
+        );
+        send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "413"), ("content-type", "text/plain")],
+                false,
+            )),
+        );
+        let (status, body) = immediate(&send(
+            &mut s,
+            Request::ResponseBody(body_msg(b"Payload Too Large", true)),
+        ));
+        assert_eq!(status, 413);
+        assert_eq!(body["error"]["code"], "request_too_large");
+
+        // 503 with no body at all, after forwarding.
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
+        let r = send(
+            &mut s,
+            Request::ResponseHeaders(headers(&[(":status", "503")], true)),
+        );
+        let (status, body) = immediate(&r);
+        assert_eq!(status, 503);
+        assert_eq!(body["error"]["type"], "server_error");
+    }
+
+    #[test]
+    fn empty_event_stream_ends_with_a_failed_response() {
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
+        let r = send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "200"), ("content-type", "text/event-stream")],
+                true,
+            )),
+        );
+        let c = common(&r);
+        assert_eq!(c.status, ResponseStatus::ContinueAndReplace as i32);
+        let text = String::from_utf8(body_of(c).to_vec()).unwrap();
+        assert!(text.contains("event: response.failed\n"));
+        assert!(text.ends_with("data: [DONE]\n\n"));
+    }
+}
