@@ -1,6 +1,9 @@
 //! Every knob of the processor, with its default and its environment variable.
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -48,13 +51,31 @@ pub enum ReasoningEventNames {
 /// Options of the ext_proc server.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
-    /// Address of the gRPC listener (ext_proc + grpc.health.v1).
+    /// Address of the gRPC listener (ext_proc + grpc.health.v1): `HOST:PORT`, or
+    /// `unix:/path/to.sock` for a Unix domain socket.
     #[arg(
         long,
         default_value = "127.0.0.1:50051",
         env = "RESPONSES_EXTPROC_LISTEN"
     )]
-    pub listen: SocketAddr,
+    pub listen: Listen,
+
+    /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
+    #[arg(long, requires = "tls_key", env = "RESPONSES_EXTPROC_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert", env = "RESPONSES_EXTPROC_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA bundle: require and verify client certificates (mTLS). Needs --tls-cert.
+    #[arg(long, requires = "tls_cert", env = "RESPONSES_EXTPROC_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Debug aid: log request bodies and translated answers at debug level. They contain
+    /// prompts and completions; never enable it on production traffic.
+    #[arg(long, env = "RESPONSES_EXTPROC_LOG_CONTENT")]
+    pub log_content: bool,
 
     /// Request path that is translated; everything else passes through untouched.
     #[arg(
@@ -121,6 +142,37 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+/// Where the gRPC server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl FromStr for Listen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.strip_prefix("unix:") {
+            Some("") => Err("unix: needs a socket path".into()),
+            Some(path) => Ok(Listen::Unix(PathBuf::from(path))),
+            None => s
+                .parse()
+                .map(Listen::Tcp)
+                .map_err(|e| format!("expected HOST:PORT or unix:/path ({e})")),
+        }
+    }
+}
+
+impl fmt::Display for Listen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Listen::Tcp(a) => write!(f, "{a}"),
+            Listen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
 fn parse_secs(s: &str) -> Result<Duration, String> {
     s.parse::<u64>()
         .map(Duration::from_secs)
@@ -145,5 +197,50 @@ impl Config {
 impl Default for Config {
     fn default() -> Self {
         Cli::parse_from(["responses-extproc"]).serve
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            "127.0.0.1:1".parse(),
+            Ok(Listen::Tcp("127.0.0.1:1".parse().unwrap()))
+        );
+        assert_eq!(
+            "unix:/tmp/x.sock".parse(),
+            Ok(Listen::Unix("/tmp/x.sock".into()))
+        );
+        assert!("unix:".parse::<Listen>().is_err());
+        assert!("localhost".parse::<Listen>().is_err());
+    }
+
+    #[test]
+    fn defaults_and_tls_flags() {
+        let c = Config::default();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(c.responses_path, "/v1/responses");
+        assert!(!c.strict && !c.log_content);
+        assert!(
+            Cli::try_parse_from(["x", "--tls-cert", "c.pem"]).is_err(),
+            "a cert needs its key"
+        );
+        assert!(
+            Cli::try_parse_from(["x", "--tls-client-ca", "ca.pem"]).is_err(),
+            "mTLS needs TLS"
+        );
+        assert!(Cli::try_parse_from([
+            "x",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-client-ca",
+            "a"
+        ])
+        .is_ok());
     }
 }

@@ -4,10 +4,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
-use responses_extproc::config::{Cli, Command, Config, LogFormat};
+use std::future::Future;
+
+use responses_extproc::config::{Cli, Command, Config, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -57,15 +60,57 @@ fn init_logs(format: LogFormat) {
 }
 
 async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let listener = TcpListener::bind(config.listen).await?;
-    let addr = listener.local_addr()?;
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_serving::<ExternalProcessorServer<Processor>>()
         .await;
     let processor = Processor::new(Settings::from_config(&config));
+
+    let mut builder = tonic::transport::Server::builder();
+    if let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) {
+        let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+            std::fs::read(cert).map_err(|e| format!("--tls-cert {}: {e}", cert.display()))?,
+            std::fs::read(key).map_err(|e| format!("--tls-key {}: {e}", key.display()))?,
+        ));
+        if let Some(ca) = &config.tls_client_ca {
+            // mTLS: only clients (Envoy) presenting a certificate signed by this CA get in.
+            tls = tls.client_ca_root(Certificate::from_pem(
+                std::fs::read(ca).map_err(|e| format!("--tls-client-ca {}: {e}", ca.display()))?,
+            ));
+        }
+        builder = builder.tls_config(tls)?;
+    }
+    let router = builder
+        .add_service(health)
+        .add_service(ExternalProcessorServer::new(processor));
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async {
+        let _ = stop_rx.await;
+    };
+    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>>>> =
+        match &config.listen {
+            Listen::Tcp(addr) => {
+                let listener = TcpListener::bind(addr).await?;
+                Box::pin(
+                    router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
+                )
+            }
+            Listen::Unix(path) => {
+                // A socket file left by a previous run would make bind fail.
+                if path.exists() {
+                    std::fs::remove_file(path)?;
+                }
+                let listener = UnixListener::bind(path)?;
+                Box::pin(
+                    router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop),
+                )
+            }
+        };
     tracing::info!(
-        %addr,
+        listen = %config.listen,
+        tls = config.tls_cert.is_some(),
+        mtls = config.tls_client_ca.is_some(),
         version = env!("CARGO_PKG_VERSION"),
         git = env!("RESPONSES_EXTPROC_GIT"),
         responses_path = %config.responses_path,
@@ -73,15 +118,10 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         strict = config.strict,
         "responses-extproc listening"
     );
-
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(ExternalProcessorServer::new(processor))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-            let _ = stop_rx.await;
-        });
-    tokio::pin!(server);
+    if config.log_content {
+        tracing::warn!("--log-content is on: prompts and completions are logged at debug level");
+    }
+    let mut server = server;
 
     tokio::select! {
         result = &mut server => return result.map_err(Into::into),
@@ -100,6 +140,9 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     match tokio::time::timeout(config.drain_seconds, server).await {
         Ok(result) => result?,
         Err(_) => tracing::warn!("drain period over; exiting with exchanges still open"),
+    }
+    if let Listen::Unix(path) = &config.listen {
+        let _ = std::fs::remove_file(path);
     }
     tracing::info!("stopped");
     Ok(())

@@ -26,6 +26,8 @@ pub struct Settings {
     pub chat_path: String,
     pub model_header: String,
     pub max_body_bytes: usize,
+    /// Log bodies (prompts, completions) at debug level: a debugging aid, off by default.
+    pub log_content: bool,
     pub options: Options,
 }
 
@@ -36,6 +38,7 @@ impl Settings {
             chat_path: config.chat_path.clone(),
             model_header: config.model_header.to_ascii_lowercase(),
             max_body_bytes: config.max_body_bytes,
+            log_content: config.log_content,
             options: config.translate_options(),
         }
     }

@@ -159,8 +159,10 @@ impl<E: Environment> Session<E> {
             now: self.env.now(),
             id_seed: self.env.id_seed(),
         };
+        self.log_content("client request", &full);
         match translate::translate_request(&full, &self.settings.options, meta) {
             Ok(t) => {
+                self.log_content("upstream request", &t.body);
                 tracing::info!(
                     request_id = %self.request_id,
                     response_id = %t.exchange.id(),
@@ -277,6 +279,7 @@ impl<E: Environment> Session<E> {
         let eos = b.end_of_stream;
         match std::mem::replace(&mut self.state, State::Done) {
             State::Stream(mut translator) => {
+                self.log_content("upstream chunk", &b.body);
                 let mut out = BytesMut::from(translator.push(&b.body, now));
                 if eos {
                     out.extend_from_slice(&translator.finish(now));
@@ -314,6 +317,7 @@ impl<E: Environment> Session<E> {
             },
             State::Json { exchange, mut body } => {
                 body.extend_from_slice(&b.body);
+                self.log_content("upstream answer", &body);
                 match response::completion(&exchange, &body, now) {
                     Ok(out) => {
                         tracing::info!(request_id = %self.request_id, response_id = %exchange.id(), "response translated");
@@ -342,6 +346,13 @@ impl<E: Environment> Session<E> {
                 self.state = other;
                 msg::response_body(msg::common(Headers::default(), None, false))
             }
+        }
+    }
+
+    /// Logs a body only when the operator asked for content logging (`--log-content`).
+    fn log_content(&self, what: &str, body: &[u8]) {
+        if self.settings.log_content {
+            tracing::debug!(request_id = %self.request_id, content = %String::from_utf8_lossy(body), "{what}");
         }
     }
 
