@@ -8,7 +8,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::translate::{Options, ReasoningEvents};
+use std::sync::Arc;
+
+use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
+
+use crate::translate::seal::Keyring;
+use crate::translate::{DeveloperRole, HostedTools, Options, ReasoningEvents};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,6 +43,18 @@ pub enum Command {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeveloperRoleName {
+    System,
+    Developer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostedToolsPolicy {
+    Drop,
+    Reject,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,6 +141,52 @@ pub struct Config {
     #[arg(long, default_value_t = 16 << 20, env = "RESPONSES_EXTPROC_MAX_OUTPUT_BYTES")]
     pub max_output_bytes: usize,
 
+    /// What `developer` messages become upstream: `system` (most chat templates) or
+    /// `developer` (for upstreams that know the role).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "system",
+        env = "RESPONSES_EXTPROC_DEVELOPER_ROLE"
+    )]
+    pub developer_role: DeveloperRoleName,
+
+    /// Hosted tools (`web_search`, `file_search`, ...) cannot run on a Chat upstream: drop
+    /// them from the request, or reject the request with 400.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "drop",
+        env = "RESPONSES_EXTPROC_HOSTED_TOOLS"
+    )]
+    pub hosted_tools: HostedToolsPolicy,
+
+    /// Largest accepted `/v1/responses` body (bytes); larger → 413. Envoy's own buffer limit
+    /// (envoy.yaml) applies first.
+    #[arg(long, default_value_t = 16 << 20, env = "RESPONSES_EXTPROC_MAX_REQUEST_BYTES")]
+    pub max_request_bytes: usize,
+
+    /// Most items accepted in `input`; more → 400.
+    #[arg(
+        long,
+        default_value_t = 4096,
+        env = "RESPONSES_EXTPROC_MAX_INPUT_ITEMS"
+    )]
+    pub max_input_items: usize,
+
+    /// Largest single content part (text, image/file data, tool output) in bytes; larger → 400.
+    #[arg(long, default_value_t = 10 << 20, env = "RESPONSES_EXTPROC_MAX_PART_BYTES")]
+    pub max_part_bytes: usize,
+
+    /// File of keys sealing reasoning for `include: ["reasoning.encrypted_content"]`: one
+    /// `KEY_ID:BASE64_32_BYTES` per line, the first one active (seals), all accepted (open).
+    #[arg(long, env = "RESPONSES_EXTPROC_REASONING_KEYS_FILE")]
+    pub reasoning_keys_file: Option<PathBuf>,
+
+    /// The same keys as text (environment only, so they stay out of process listings).
+    #[arg(skip = std::env::var("RESPONSES_EXTPROC_REASONING_KEYS").ok())]
+    pub reasoning_keys: Option<String>,
+
     /// Largest upstream JSON body buffered for translation (bytes).
     #[arg(long, default_value_t = 16 << 20, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
@@ -180,18 +243,64 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 }
 
 impl Config {
-    /// The translation core's view of the configuration.
-    pub fn translate_options(&self) -> Options {
+    /// The translation core's view of the configuration; `keyring` from [`Config::keyring`].
+    pub fn translate_options(&self, keyring: Option<Arc<Keyring>>) -> Options {
         Options {
             strict: self.strict,
             reasoning_events: match self.reasoning_events {
                 ReasoningEventNames::Spec => ReasoningEvents::Spec,
                 ReasoningEventNames::Openai => ReasoningEvents::OpenAi,
             },
+            developer_role: match self.developer_role {
+                DeveloperRoleName::System => DeveloperRole::System,
+                DeveloperRoleName::Developer => DeveloperRole::Developer,
+            },
+            hosted_tools: match self.hosted_tools {
+                HostedToolsPolicy::Drop => HostedTools::Drop,
+                HostedToolsPolicy::Reject => HostedTools::Reject,
+            },
+            max_request_bytes: self.max_request_bytes,
+            max_input_items: self.max_input_items,
+            max_part_bytes: self.max_part_bytes,
+            keyring,
             max_sse_frame_bytes: self.max_sse_frame_bytes,
             max_output_bytes: self.max_output_bytes,
         }
     }
+
+    /// The keys that seal reasoning (`encrypted_content`): from `--reasoning-keys-file`, else
+    /// `RESPONSES_EXTPROC_REASONING_KEYS`, else a random key made now. A random key works
+    /// for one process only: replicas behind one Envoy need a shared key file.
+    pub fn keyring(&self) -> Result<(Arc<Keyring>, KeySource), String> {
+        if let Some(path) = &self.reasoning_keys_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--reasoning-keys-file {}: {e}", path.display()))?;
+            let ring = Keyring::parse(&text)
+                .map_err(|e| format!("--reasoning-keys-file {}: {e}", path.display()))?;
+            return Ok((Arc::new(ring), KeySource::File));
+        }
+        if let Some(text) = self
+            .reasoning_keys
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+        {
+            let ring = Keyring::parse(text)
+                .map_err(|e| format!("RESPONSES_EXTPROC_REASONING_KEYS: {e}"))?;
+            return Ok((Arc::new(ring), KeySource::Env));
+        }
+        let mut key = [0u8; 32];
+        OsRng.fill_bytes(&mut key);
+        let ring = Keyring::single("ephemeral", key).map_err(|e| e.to_string())?;
+        Ok((Arc::new(ring), KeySource::Ephemeral))
+    }
+}
+
+/// Where the reasoning keys came from (logged at startup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    File,
+    Env,
+    Ephemeral,
 }
 
 impl Default for Config {

@@ -6,7 +6,7 @@ use clap::Parser;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use std::future::Future;
 
-use responses_extproc::config::{Cli, Command, Config, Listen, LogFormat};
+use responses_extproc::config::{Cli, Command, Config, KeySource, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
@@ -64,7 +64,19 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     reporter
         .set_serving::<ExternalProcessorServer<Processor>>()
         .await;
-    let processor = Processor::new(Settings::from_config(&config));
+    let (keyring, key_source) = config.keyring()?;
+    match key_source {
+        KeySource::Ephemeral => tracing::warn!(
+            "no reasoning keys configured: encrypted_content is sealed with a random key of this \
+             process only (set --reasoning-keys-file for several replicas or restarts)"
+        ),
+        source => tracing::info!(
+            ?source,
+            active_key = keyring.active_id(),
+            "reasoning keys loaded"
+        ),
+    }
+    let processor = Processor::new(Settings::from_config(&config, Some(keyring)));
 
     let mut builder = tonic::transport::Server::builder();
     if let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) {

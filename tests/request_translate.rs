@@ -8,8 +8,10 @@ use common::schema::assert_valid;
 use responses_extproc::openresponses::{ApiError, ErrorKind};
 use responses_extproc::translate::request::Translated;
 use responses_extproc::translate::response::completion;
+use responses_extproc::translate::seal::Keyring;
 use responses_extproc::translate::{translate_request, Meta, Options};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 const NOW: u64 = 1_700_000_000;
 
@@ -40,9 +42,17 @@ fn chat_with(req: Value, options: &Options) -> Value {
     }
 }
 
+/// Options with reasoning keys, as the binary always has.
+fn keyed() -> Options {
+    Options {
+        keyring: Some(Arc::new(Keyring::single("k1", [7; 32]).unwrap())),
+        ..Options::default()
+    }
+}
+
 #[track_caller]
 fn chat(req: Value) -> Value {
-    chat_with(req, &Options::default())
+    chat_with(req, &keyed())
 }
 
 /// The `messages` of the Chat body for `input`.
@@ -557,8 +567,7 @@ fn reasoning_content_wins_over_summary() {
         messages(json!([
             {"type": "reasoning",
              "summary": [{"type": "summary_text", "text": "short"}],
-             "content": [{"type": "reasoning_text", "text": "long thoughts"}],
-             "encrypted_content": "opaque"},
+             "content": [{"type": "reasoning_text", "text": "long thoughts"}]},
             {"type": "message", "role": "assistant", "content": "answer"}
         ])),
         json!([{"role": "assistant", "content": "answer", "reasoning_content": "long thoughts"}])
@@ -908,11 +917,6 @@ fn invalid_tools_are_rejected() {
             "tools[0].function",
             "unknown_parameter",
         ),
-        (
-            json!({"type": "web_search"}),
-            "tools[0].type",
-            "unsupported_tool",
-        ),
         (json!("get_time"), "tools[0]", "invalid_type"),
     ] {
         field_error(json!({"tools": [tool]}), param, code);
@@ -1126,7 +1130,12 @@ fn invalid_text_format_is_rejected() {
 
 #[test]
 fn reasoning_effort_maps_to_reasoning_effort() {
-    for effort in ["none", "minimal", "low", "medium", "high", "xhigh"] {
+    field_error(
+        json!({"reasoning": {"effort": "minimal"}}),
+        "reasoning.effort",
+        "invalid_value",
+    );
+    for effort in ["none", "low", "medium", "high", "xhigh"] {
         let c = chat(with(
             json!({"reasoning": {"effort": effort, "summary": "auto"}}),
         ));
@@ -1751,4 +1760,260 @@ fn translation_is_deterministic() {
     let b = run(&req, &Options::default()).unwrap();
     assert_eq!(a.body, b.body);
     assert_eq!(a.exchange.id(), b.exchange.id());
+}
+
+// ---- The long tail: namespaces, hosted tools, roles, extensions, limits, sealed reasoning ----
+
+use responses_extproc::translate::{DeveloperRole, HostedTools};
+
+fn response_of(t: &Translated, chat_answer: Value) -> Value {
+    let out = completion(&t.exchange, chat_answer.to_string().as_bytes(), NOW).unwrap();
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn namespace_tools_are_flattened_and_restored_on_calls() {
+    let req = json!({"model": "m", "input": "hi", "tools": [
+        {"type": "namespace", "name": "mcp_git", "description": "git tools", "tools": [
+            {"type": "function", "name": "status", "parameters": {"type": "object"}}]},
+        weather_tool()]});
+    let t = run(&req, &keyed()).unwrap();
+    let c: Value = serde_json::from_slice(&t.body).unwrap();
+    let names: Vec<&str> = c["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["mcp_git__status", "get_weather"]);
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "mcp_git__status", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}}]}),
+    );
+    assert_eq!(r["output"][0]["name"], "status");
+    assert_eq!(r["output"][0]["namespace"], "mcp_git");
+    assert_eq!(r["output"][1]["name"], "get_weather");
+    assert!(r["output"][1].get("namespace").is_none());
+    // The call comes back in history with its namespace: flat again for the upstream.
+    assert_eq!(
+        messages(
+            json!([{"type": "function_call", "call_id": "c1", "name": "status",
+                         "namespace": "mcp_git", "arguments": "{}"}])
+        )[0]["tool_calls"][0]["function"]["name"],
+        "mcp_git__status"
+    );
+}
+
+#[test]
+fn hosted_tools_are_dropped_by_default_or_rejected() {
+    let req = with(
+        json!({"tools": [{"type": "web_search"}, weather_tool(), {"type": "file_search", "vector_store_ids": []}]}),
+    );
+    let c = chat(req.clone());
+    assert_eq!(c["tools"], json!([chat_weather_tool()]));
+    let reject = Options {
+        hosted_tools: HostedTools::Reject,
+        ..Options::default()
+    };
+    let e = error_raw(req.to_string().as_bytes(), &reject);
+    assert_400(&e, Some("tools[0].type"), "unsupported_tool");
+}
+
+#[test]
+fn developer_role_is_configurable() {
+    let req = json!({"model": "m", "instructions": "be brief", "input": [
+        {"type": "message", "role": "developer", "content": "use metric units"},
+        {"type": "message", "role": "user", "content": "hi"}]});
+    let dev = Options {
+        developer_role: DeveloperRole::Developer,
+        ..Options::default()
+    };
+    assert_eq!(
+        chat_with(req.clone(), &dev)["messages"],
+        json!([{"role": "developer", "content": "be brief"},
+               {"role": "developer", "content": "use metric units"},
+               {"role": "user", "content": "hi"}])
+    );
+    assert_eq!(chat(req)["messages"][1]["role"], "system");
+}
+
+#[test]
+fn provider_extensions_are_dropped() {
+    let c = chat(
+        json!({"model": "m", "acme:priority": "high", "top_k": 5, "input": [
+        {"type": "acme:trace", "data": 1},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "hi"}, {"type": "acme:hint", "x": 1}]}]}),
+    );
+    assert_eq!(
+        c,
+        json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+               "top_k": 5})
+    );
+    // Other unknown item types stay errors.
+    assert_400(
+        &error(json!({"model": "m", "input": [{"type": "web_search_call"}]})),
+        Some("input[0].type"),
+        "invalid_value",
+    );
+}
+
+#[test]
+fn configured_limits_are_typed_errors() {
+    let small = Options {
+        max_input_items: 2,
+        max_part_bytes: 8,
+        max_request_bytes: 200,
+        ..Options::default()
+    };
+    let three = json!({"model": "m", "input": [
+        {"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "user", "content": "c"}]});
+    assert_400(
+        &error_raw(three.to_string().as_bytes(), &small),
+        Some("input"),
+        "too_many_input_items",
+    );
+    let big_part = json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "123456789"}]}]});
+    assert_400(
+        &error_raw(big_part.to_string().as_bytes(), &small),
+        Some("input[0].content[0].text"),
+        "content_too_large",
+    );
+    let huge = json!({"model": "m", "input": "x".repeat(300)});
+    let e = error_raw(huge.to_string().as_bytes(), &small);
+    assert_eq!(
+        (e.status, e.code.as_deref()),
+        (413, Some("request_too_large"))
+    );
+}
+
+#[test]
+fn sealed_reasoning_round_trips_and_tampering_is_rejected() {
+    let req = json!({"model": "m", "input": "2+2?", "include": ["reasoning.encrypted_content"]});
+    let t = run(&req, &keyed()).unwrap();
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"reasoning": "two plus two is four", "content": "4"}}]}),
+    );
+    assert_valid("ResponseResource", &r);
+    let sealed = r["output"][0]["encrypted_content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!sealed.contains("four"));
+
+    // The next turn carries the reasoning item back: the upstream sees the text again.
+    let mut reasoning = r["output"][0].clone();
+    reasoning["content"] = json!([]);
+    let history = json!([{"role": "user", "content": "2+2?"}, reasoning, r["output"][1].clone(),
+                         {"role": "user", "content": "and 3+3?"}]);
+    let m = messages(history.clone());
+    assert_eq!(m[1]["reasoning_content"], "two plus two is four");
+    assert_eq!(m[1]["content"], "4");
+
+    // Without the include, no blob.
+    let plain = run(&json!({"model": "m", "input": "x"}), &keyed()).unwrap();
+    let r2 = response_of(
+        &plain,
+        json!({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"reasoning": "t", "content": "4"}}]}),
+    );
+    assert!(r2["output"][0].get("encrypted_content").is_none());
+
+    // Tampered, foreign, or sealed under a key we do not have: 400, no plaintext anywhere.
+    let mut bytes = sealed.into_bytes();
+    let last = bytes.len() - 1;
+    bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+    for blob in [String::from_utf8(bytes).unwrap(), "opaque".to_owned()] {
+        let mut item = reasoning.clone();
+        item["encrypted_content"] = json!(blob);
+        let e = error_raw(
+            json!({"model": "m", "input": [item, {"role": "user", "content": "q"}]})
+                .to_string()
+                .as_bytes(),
+            &keyed(),
+        );
+        assert_400(
+            &e,
+            Some("input[0].encrypted_content"),
+            "invalid_encrypted_content",
+        );
+        assert!(!e.message.contains("four"));
+    }
+    let other_key = Options {
+        keyring: Some(Arc::new(Keyring::single("k2", [9; 32]).unwrap())),
+        ..Options::default()
+    };
+    let e = error_raw(
+        json!({"model": "m", "input": history})
+            .to_string()
+            .as_bytes(),
+        &other_key,
+    );
+    assert_400(
+        &e,
+        Some("input[1].encrypted_content"),
+        "invalid_encrypted_content",
+    );
+    // No keys at all: asking for sealed reasoning is a clear 400.
+    assert_400(&error(req), Some("include"), "unsupported_parameter");
+}
+
+#[test]
+fn max_tool_calls_caps_the_output() {
+    let req = with(json!({"tools": [weather_tool(), time_tool()], "max_tool_calls": 1}));
+    let t = run(&req, &keyed()).unwrap();
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}}]}),
+    );
+    let out = r["output"].as_array().unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0]["call_id"], "c1");
+    assert_eq!(r["max_tool_calls"], 1);
+}
+
+#[test]
+fn streams_seal_reasoning_and_cap_tool_calls_too() {
+    use responses_extproc::translate::stream::StreamTranslator;
+    let req = with(
+        json!({"stream": true, "include": ["reasoning.encrypted_content"],
+                          "tools": [weather_tool(), time_tool()], "max_tool_calls": 1}),
+    );
+    let t = run(&req, &keyed()).unwrap();
+    let mut s = StreamTranslator::new(t.exchange);
+    let body = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hmm\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[",
+        "{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{}\"}},",
+        "{\"index\":1,\"id\":\"c2\",\"function\":{\"name\":\"get_time\",\"arguments\":\"{}\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let mut out = s.push(body.as_bytes(), NOW).to_vec();
+    out.extend_from_slice(&s.finish(NOW));
+    let text = String::from_utf8(out).unwrap();
+    let completed: Value = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("event: response.completed\ndata: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .next()
+        .expect("a completed event");
+    let output = completed["response"]["output"].as_array().unwrap();
+    assert_eq!(output.len(), 2, "reasoning + one call: {output:?}");
+    assert!(output[0]["encrypted_content"]
+        .as_str()
+        .is_some_and(|b| !b.contains("hmm")));
+    assert_eq!(output[1]["call_id"], "c1");
+    assert!(
+        !text.contains(r#""call_id":"c2""#),
+        "the dropped call never reaches the client"
+    );
 }

@@ -16,7 +16,7 @@ use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::Config;
-use crate::translate::Options;
+use crate::translate::{seal::Keyring, Options};
 pub use session::{Environment, Session, System};
 
 /// What the adapter needs from the configuration.
@@ -32,21 +32,22 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_config(config: &Config) -> Self {
+    /// `keyring`: from [`Config::keyring`], `None` to turn `encrypted_content` off.
+    pub fn from_config(config: &Config, keyring: Option<Arc<Keyring>>) -> Self {
         Settings {
             responses_path: config.responses_path.clone(),
             chat_path: config.chat_path.clone(),
             model_header: config.model_header.to_ascii_lowercase(),
             max_body_bytes: config.max_body_bytes,
             log_content: config.log_content,
-            options: config.translate_options(),
+            options: config.translate_options(keyring),
         }
     }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings::from_config(&Config::default())
+        Settings::from_config(&Config::default(), None)
     }
 }
 

@@ -72,6 +72,9 @@ pub struct FunctionCallItem {
     pub id: String,
     pub call_id: String,
     pub name: String,
+    /// The `namespace` tool this function belongs to, as the client declared it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     pub arguments: String,
     pub status: ItemStatus,
 }

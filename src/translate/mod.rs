@@ -15,7 +15,8 @@ pub mod seal;
 pub mod stream;
 
 use crate::openresponses::{
-    Echo, IncompleteDetails, OutputItem, ResponseError, ResponseResource, Status, Usage,
+    Echo, FunctionCallItem, IncompleteDetails, ItemStatus, OutputItem, ResponseError,
+    ResponseResource, Status, Usage,
 };
 
 pub use request::translate as translate_request;
@@ -30,12 +31,43 @@ pub enum ReasoningEvents {
     OpenAi,
 }
 
+/// What `developer` messages (and `instructions`) become upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeveloperRole {
+    /// `system`: what open-weight chat templates understand.
+    #[default]
+    System,
+    /// `developer`, for upstreams whose templates know the role.
+    Developer,
+}
+
+/// What happens to hosted tools (`web_search`, `file_search`, ...) a Chat upstream cannot run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostedTools {
+    /// Left out of the upstream request and of the echoed `tools`.
+    #[default]
+    Drop,
+    /// 400 `unsupported_tool`.
+    Reject,
+}
+
 /// Operator choices that shape translation. Defaults are the documented behaviour.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Reject `store: true` and unknown top-level fields instead of serving/forwarding them.
     pub strict: bool,
     pub reasoning_events: ReasoningEvents,
+    pub developer_role: DeveloperRole,
+    pub hosted_tools: HostedTools,
+    /// Largest accepted request body (bytes): 413 beyond.
+    pub max_request_bytes: usize,
+    /// Most items accepted in `input`.
+    pub max_input_items: usize,
+    /// Largest single content part (text, image or file data, tool output), in bytes.
+    pub max_part_bytes: usize,
+    /// Keys that seal reasoning into `encrypted_content` and open it again. `None`: the
+    /// feature is off and such requests get a 400.
+    pub keyring: Option<std::sync::Arc<seal::Keyring>>,
     /// Largest SSE event the stream translator holds while waiting for its end.
     pub max_sse_frame_bytes: usize,
     /// Largest total of text and arguments accumulated for one response's output.
@@ -47,6 +79,12 @@ impl Default for Options {
         Options {
             strict: false,
             reasoning_events: ReasoningEvents::Spec,
+            developer_role: DeveloperRole::System,
+            hosted_tools: HostedTools::Drop,
+            max_request_bytes: 16 << 20,
+            max_input_items: 4096,
+            max_part_bytes: 10 << 20,
+            keyring: None,
             max_sse_frame_bytes: 1 << 20,
             max_output_bytes: 16 << 20,
         }
@@ -73,7 +111,24 @@ pub struct Exchange {
     pub(crate) echo: Echo,
     /// The client asked for `message.output_text.logprobs`.
     pub(crate) logprobs: bool,
+    /// The client asked for `reasoning.encrypted_content` (and a keyring is configured).
+    pub(crate) seal_reasoning: bool,
+    /// Tools of a `namespace`, flattened for the upstream: restored on the way back.
+    pub(crate) namespaced: Vec<NamespacedTool>,
     pub(crate) options: Options,
+}
+
+/// A function of a `namespace` tool, as the upstream knows it (`flat`) and as the client does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NamespacedTool {
+    pub flat: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The upstream name of function `name` in `namespace`.
+pub(crate) fn flat_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}__{name}")
 }
 
 impl Exchange {
@@ -87,6 +142,8 @@ impl Exchange {
             id_seed: meta.id_seed,
             echo: Echo::default(),
             logprobs: false,
+            seal_reasoning: false,
+            namespaced: Vec::new(),
             options,
         }
     }
@@ -107,6 +164,56 @@ impl Exchange {
     /// The id of the `n`th output item, with the prefix of its type (`msg`, `fc`, `rs`).
     pub(crate) fn item_id(&self, prefix: &str, n: usize) -> String {
         format!("{prefix}_{:032x}{n:04x}", self.id_seed)
+    }
+
+    /// The client's `(namespace, name)` of an upstream function name, if it was flattened.
+    pub(crate) fn restore_name(&self, upstream: &str) -> Option<(&str, &str)> {
+        self.namespaced
+            .iter()
+            .find(|t| t.flat == upstream)
+            .map(|t| (t.namespace.as_str(), t.name.as_str()))
+    }
+
+    /// A function call item for an upstream tool call, with its namespace restored.
+    pub(crate) fn function_call(
+        &self,
+        n: usize,
+        call_id: Option<String>,
+        upstream_name: String,
+        arguments: String,
+        status: ItemStatus,
+    ) -> FunctionCallItem {
+        let (namespace, name) = match self.restore_name(&upstream_name) {
+            Some((ns, name)) => (Some(ns.to_owned()), name.to_owned()),
+            None => (None, upstream_name),
+        };
+        FunctionCallItem {
+            id: self.item_id("fc", n),
+            call_id: call_id
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| self.item_id("call", n)),
+            name,
+            namespace,
+            arguments,
+            status,
+        }
+    }
+
+    /// Seals reasoning text for `encrypted_content`, when the client asked for it.
+    pub(crate) fn seal(&self, n: usize, text: &str) -> Option<String> {
+        let keyring = self
+            .options
+            .keyring
+            .as_ref()
+            .filter(|_| self.seal_reasoning)?;
+        Some(keyring.seal(text, seal::nonce(self.id_seed, n as u64)))
+    }
+
+    /// Whether the `n`th function call (0-based) is over `max_tool_calls` and must be dropped.
+    pub(crate) fn over_tool_call_limit(&self, calls_so_far: usize) -> bool {
+        self.echo
+            .max_tool_calls
+            .is_some_and(|max| calls_so_far as u64 >= max)
     }
 
     pub(crate) fn resource<'a>(

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
-use super::{Exchange, Meta, Options};
+use super::{flat_name, DeveloperRole, Exchange, HostedTools, Meta, NamespacedTool, Options};
 use crate::openresponses::{ApiError, Echo};
 
 /// A translated request: the Chat body to send upstream and the state for the way back.
@@ -24,9 +24,19 @@ const INCLUDE_VALUES: &[&str] = &[
     "message.output_text.logprobs",
 ];
 const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
+const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
 
 /// Validates a Responses request and maps it to Chat Completions.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
+    if body.len() > options.max_request_bytes {
+        return Err(ApiError::invalid_body(format!(
+            "The request body has {} bytes; this server accepts at most {}.",
+            body.len(),
+            options.max_request_bytes
+        ))
+        .with_status(413)
+        .with_code("request_too_large"));
+    }
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid_body(format!(
             "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
@@ -80,26 +90,31 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     // Messages: instructions first, then the input items in order.
     let mut messages = Vec::new();
     if let Some(instructions) = req.string("instructions")? {
-        messages.push(json!({"role": "system", "content": instructions.clone()}));
+        check_part_size("instructions", instructions.len(), options)?;
+        messages.push(json!({"role": system_role(options), "content": instructions.clone()}));
         echo.instructions = Some(instructions);
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
-    input_messages(input, &mut messages)?;
+    input_messages(input, &mut messages, options)?;
     chat.insert("messages".into(), Value::Array(messages));
 
     // Tools and how the model may use them.
+    let mut namespaced = Vec::new();
     let tools = match req.array("tools")? {
-        Some(list) => tools(list, &mut echo)?,
+        Some(list) => tools(list, &mut echo, &mut namespaced, options)?,
         None => Vec::new(),
     };
-    let tool_names: Vec<&str> = echo
-        .tools
+    let tool_names: Vec<&str> = tools
         .iter()
-        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
         .collect();
+    let choice = req.take("tool_choice");
+    let choice = match choice {
+        Some(c) => Some(tool_choice(&c, &tool_names)?),
+        None => None,
+    };
     let mut chat_tools = tools;
-    if let Some(choice) = req.take("tool_choice") {
-        let (chat_choice, allowed, echoed) = tool_choice(&choice, &tool_names)?;
+    if let Some((chat_choice, allowed, echoed)) = choice {
         if let Some(allowed) = allowed {
             chat_tools.retain(|t| {
                 t.pointer("/function/name")
@@ -162,6 +177,14 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         }
     }
     echo.top_logprobs = top_logprobs.unwrap_or(0);
+    let seal_reasoning = include.iter().any(|i| i == ENCRYPTED_INCLUDE);
+    if seal_reasoning && options.keyring.is_none() {
+        return Err(bad_value(
+            "include",
+            "'reasoning.encrypted_content' is not available: this server has no reasoning keys configured.",
+        )
+        .with_code("unsupported_parameter"));
+    }
     if let Some(text) = req.object("text")? {
         text_format(text, &mut chat, &mut echo)?;
     }
@@ -170,10 +193,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
             map: reasoning,
             path: "reasoning",
         };
-        let effort = r.enumeration(
-            "effort",
-            &["none", "minimal", "low", "medium", "high", "xhigh"],
-        )?;
+        let effort = r.enumeration("effort", &["none", "low", "medium", "high", "xhigh"])?;
         let summary = r.enumeration("summary", &["auto", "concise", "detailed"])?;
         r.string("generate_summary")?;
         r.deny_unknown()?;
@@ -187,16 +207,19 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     if let Some(t) = req.enumeration("truncation", &["auto", "disabled"])? {
         echo.truncation = t.into();
     }
-    if let Some(t) = req.enumeration(
-        "service_tier",
-        &["auto", "default", "flex", "priority", "scale"],
-    )? {
+    if let Some(t) = req.enumeration("service_tier", &["auto", "default", "flex", "priority"])? {
         echo.service_tier = t.into();
     }
     if let Some(m) = req.take("metadata") {
         echo.metadata = metadata(m)?;
     }
     if let Some(key) = req.string("prompt_cache_key")? {
+        if key.chars().count() > 64 {
+            return Err(bad_value(
+                "prompt_cache_key",
+                "Invalid 'prompt_cache_key': at most 64 characters.",
+            ));
+        }
         echo.prompt_cache_key = Some(key);
     }
     if let Some(id) = req.string("safety_identifier")? {
@@ -216,6 +239,8 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         chat.insert("stream_options".into(), json!({"include_usage": true}));
     }
 
+    // Provider extensions (`slug:field`) belong to another provider's API: never forwarded.
+    req.map.retain(|k, _| !is_extension(k));
     // Whatever is left is not part of the Responses API.
     if options.strict {
         if let Some(key) = req.map.keys().next() {
@@ -233,6 +258,8 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     let mut exchange = Exchange::new(&model, stream, meta, options.clone());
     exchange.echo = echo;
     exchange.logprobs = logprobs;
+    exchange.seal_reasoning = seal_reasoning;
+    exchange.namespaced = namespaced;
     let body = serde_json::to_vec(&Value::Object(chat)).map_err(|e| {
         ApiError::server(
             500,
@@ -411,66 +438,153 @@ fn text_format(
     Ok(())
 }
 
-/// Function tools → Chat's nested form. Returns the Chat tools; fills `echo.tools`.
-fn tools(list: Vec<Value>, echo: &mut Echo) -> Result<Vec<Value>, ApiError> {
+/// Tools → Chat's nested function tools; fills `echo.tools` and, for `namespace` tools, the
+/// names to restore on the way back. Hosted tools are dropped or rejected (`options`).
+fn tools(
+    list: Vec<Value>,
+    echo: &mut Echo,
+    namespaced: &mut Vec<NamespacedTool>,
+    options: &Options,
+) -> Result<Vec<Value>, ApiError> {
     let mut chat_tools = Vec::with_capacity(list.len());
     for (i, tool) in list.into_iter().enumerate() {
         let path = index("tools", i);
         let mut t = Obj::new(tool, &path)?;
         let kind = t.required_string("type")?;
-        if kind != "function" {
-            return Err(bad_value(
-                &t.field_path("type"),
-                format!(
-                    "Unsupported tool type '{kind}' in '{path}': a Chat Completions upstream can only call function tools."
-                ),
-            )
-            .with_code("unsupported_tool"));
+        match kind.as_str() {
+            "function" => {
+                let f = function_tool(t, &path)?;
+                push_function(f, None, &path, &mut chat_tools, echo, namespaced)?;
+            }
+            // A group of functions under one name (Codex's MCP tools): flattened for the
+            // upstream as `<namespace>__<name>`, restored on the function calls it makes.
+            "namespace" => {
+                let ns = t.required_string("name")?;
+                check_tool_name(&ns, &t.field_path("name"))?;
+                t.string("description")?;
+                let tools_path = t.field_path("tools");
+                let inner = t.array("tools")?.ok_or_else(|| missing(&tools_path))?;
+                t.deny_unknown()?;
+                for (j, f) in inner.into_iter().enumerate() {
+                    let fpath = index(&tools_path, j);
+                    let mut ft = Obj::new(f, &fpath)?;
+                    let fkind = ft.required_string("type")?;
+                    if fkind != "function" {
+                        return Err(bad_value(
+                            &ft.field_path("type"),
+                            format!("Invalid '{fpath}.type': a namespace holds function tools only, not '{fkind}'."),
+                        ));
+                    }
+                    let f = function_tool(ft, &fpath)?;
+                    push_function(f, Some(&ns), &fpath, &mut chat_tools, echo, namespaced)?;
+                }
+            }
+            _ if options.hosted_tools == HostedTools::Drop => {
+                // Hosted tools (web_search, file_search, ...) run on OpenAI's side; a Chat
+                // upstream cannot run them. Dropped, as configured.
+            }
+            _ => {
+                return Err(bad_value(
+                    &t.field_path("type"),
+                    format!(
+                        "Unsupported tool type '{kind}' in '{path}': a Chat Completions upstream can only call function tools."
+                    ),
+                )
+                .with_code("unsupported_tool"))
+            }
         }
-        let name = t.required_string("name")?;
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return Err(bad_value(
-                &t.field_path("name"),
-                format!("Invalid '{path}.name': '{name}'. Use 1 to 64 characters from a-z, A-Z, 0-9, '_' and '-'."),
-            ));
-        }
-        if echo.tools.iter().any(|e| e["name"] == name.as_str()) {
-            return Err(bad_value(
-                &t.field_path("name"),
-                format!("Duplicate tool name '{name}' in 'tools'."),
-            ));
-        }
-        let description = t.string("description")?;
-        let parameters = t.object("parameters")?;
-        let strict = t.bool("strict")?;
-        t.deny_unknown()?;
-
-        let mut function = Map::new();
-        function.insert("name".into(), name.clone().into());
-        if let Some(d) = &description {
-            function.insert("description".into(), d.clone().into());
-        }
-        if let Some(p) = &parameters {
-            function.insert("parameters".into(), Value::Object(p.clone()));
-        }
-        if let Some(s) = strict {
-            function.insert("strict".into(), s.into());
-        }
-        chat_tools.push(json!({"type": "function", "function": Value::Object(function)}));
-        echo.tools.push(json!({
-            "type": "function",
-            "name": name,
-            "description": description,
-            "parameters": parameters.map(Value::Object),
-            "strict": strict,
-        }));
     }
     Ok(chat_tools)
+}
+
+/// A validated function tool.
+struct FunctionTool {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Map<String, Value>>,
+    strict: Option<bool>,
+}
+
+fn function_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
+    let name = t.required_string("name")?;
+    check_tool_name(&name, &join(path, "name"))?;
+    let description = t.string("description")?;
+    let parameters = t.object("parameters")?;
+    let strict = t.bool("strict")?;
+    t.deny_unknown()?;
+    Ok(FunctionTool {
+        name,
+        description,
+        parameters,
+        strict,
+    })
+}
+
+fn check_tool_name(name: &str, path: &str) -> Result<(), ApiError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(bad_value(
+            path,
+            format!("Invalid '{path}': '{name}'. Use 1 to 64 characters from a-z, A-Z, 0-9, '_' and '-'."),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds one function to the Chat tools and to the echo (flat functions only: the schema's
+/// echoed `tools` has no namespace form).
+fn push_function(
+    f: FunctionTool,
+    namespace: Option<&str>,
+    path: &str,
+    chat_tools: &mut Vec<Value>,
+    echo: &mut Echo,
+    namespaced: &mut Vec<NamespacedTool>,
+) -> Result<(), ApiError> {
+    let upstream_name = match namespace {
+        Some(ns) => flat_name(ns, &f.name),
+        None => f.name.clone(),
+    };
+    let taken = chat_tools
+        .iter()
+        .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(&upstream_name));
+    if taken {
+        return Err(bad_value(
+            &join(path, "name"),
+            format!("Duplicate tool name '{upstream_name}' in 'tools'."),
+        ));
+    }
+    let mut function = Map::new();
+    function.insert("name".into(), upstream_name.clone().into());
+    if let Some(d) = &f.description {
+        function.insert("description".into(), d.clone().into());
+    }
+    if let Some(p) = &f.parameters {
+        function.insert("parameters".into(), Value::Object(p.clone()));
+    }
+    if let Some(s) = f.strict {
+        function.insert("strict".into(), s.into());
+    }
+    chat_tools.push(json!({"type": "function", "function": Value::Object(function)}));
+    match namespace {
+        Some(ns) => namespaced.push(NamespacedTool {
+            flat: upstream_name,
+            namespace: ns.to_owned(),
+            name: f.name,
+        }),
+        None => echo.tools.push(json!({
+            "type": "function",
+            "name": f.name,
+            "description": f.description,
+            "parameters": f.parameters.map(Value::Object),
+            "strict": f.strict,
+        })),
+    }
+    Ok(())
 }
 
 /// `tool_choice` → Chat's form; for `allowed_tools`, also the names the tool list shrinks to;
@@ -562,12 +676,17 @@ fn tool_choice(
 }
 
 /// Builds the Chat messages from `input`, appending to `messages`.
-fn input_messages(input: Value, messages: &mut Vec<Value>) -> Result<(), ApiError> {
+fn input_messages(
+    input: Value,
+    messages: &mut Vec<Value>,
+    options: &Options,
+) -> Result<(), ApiError> {
     let items = match input {
         Value::String(s) if s.is_empty() => {
             return Err(bad_value("input", "Invalid 'input': must not be empty."))
         }
         Value::String(s) => {
+            check_part_size("input", s.len(), options)?;
             messages.push(json!({"role": "user", "content": s}));
             return Ok(());
         }
@@ -576,6 +695,17 @@ fn input_messages(input: Value, messages: &mut Vec<Value>) -> Result<(), ApiErro
                 "input",
                 "Invalid 'input': must contain at least one item.",
             ))
+        }
+        Value::Array(a) if a.len() > options.max_input_items => {
+            return Err(bad_value(
+                "input",
+                format!(
+                    "Invalid 'input': {} items; this server accepts at most {}.",
+                    a.len(),
+                    options.max_input_items
+                ),
+            )
+            .with_code("too_many_input_items"))
         }
         Value::Array(a) => a,
         other => return Err(wrong_type("input", "a string or an array of items", &other)),
@@ -594,8 +724,10 @@ fn input_messages(input: Value, messages: &mut Vec<Value>) -> Result<(), ApiErro
         };
         item.string("id")?;
         match kind.as_str() {
+            // Provider extensions (`slug:type`) mean nothing to a Chat upstream: dropped.
+            kind if is_extension(kind) => {}
             "message" => {
-                let mut msg = message(item)?;
+                let mut msg = message(item, options)?;
                 if msg["role"] == "assistant" {
                     if let Some(r) = pending_reasoning.take() {
                         msg["reasoning_content"] = Value::String(r);
@@ -607,6 +739,12 @@ fn input_messages(input: Value, messages: &mut Vec<Value>) -> Result<(), ApiErro
                 let call_id = item.required_string("call_id")?;
                 let name = item.required_string("name")?;
                 let arguments = item.required_string("arguments")?;
+                check_part_size(&item.field_path("arguments"), arguments.len(), options)?;
+                // A call of a `namespace` function: the upstream knows it by its flat name.
+                let name = match item.string("namespace")? {
+                    Some(ns) => flat_name(&ns, &name),
+                    None => name,
+                };
                 item.string("status")?;
                 item.deny_unknown()?;
                 let call = json!({"id": call_id, "type": "function",
@@ -633,16 +771,17 @@ fn input_messages(input: Value, messages: &mut Vec<Value>) -> Result<(), ApiErro
                 let output_path = item.field_path("output");
                 let output = match item.take("output") {
                     Some(Value::String(s)) => s,
-                    Some(Value::Array(parts)) => text_of_parts(parts, &output_path)?,
+                    Some(Value::Array(parts)) => text_of_parts(parts, &output_path, options)?,
                     Some(other) => return Err(wrong_type(&output_path, "a string or an array", &other)),
                     None => return Err(missing(&output_path)),
                 };
+                check_part_size(&output_path, output.len(), options)?;
                 item.string("status")?;
                 item.deny_unknown()?;
                 messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
             }
             "reasoning" => {
-                let text = reasoning_text(&mut item)?;
+                let text = reasoning_text(&mut item, options)?;
                 item.deny_unknown()?;
                 if let Some(t) = text {
                     match &mut pending_reasoning {
@@ -677,15 +816,32 @@ fn input_messages(input: Value, messages: &mut Vec<Value>) -> Result<(), ApiErro
 }
 
 /// The plain text of a reasoning item: its `content` if any, else its summary.
-fn reasoning_text(item: &mut Obj<'_>) -> Result<Option<String>, ApiError> {
+fn reasoning_text(item: &mut Obj<'_>, options: &Options) -> Result<Option<String>, ApiError> {
     let summary_path = item.field_path("summary");
     let summary = item.array("summary")?.unwrap_or_default();
     let content_path = item.field_path("content");
     let content = item.array("content")?.unwrap_or_default();
-    // Sealed reasoning is opened by the reasoning-encryption feature; without it the blob is
-    // opaque to us and to the upstream, so it is dropped.
-    item.string("encrypted_content")?;
+    let sealed_path = item.field_path("encrypted_content");
+    let sealed = item.string("encrypted_content")?;
     item.string("status")?;
+    // Reasoning we sealed in an earlier response: the full text, better than any summary.
+    if let Some(blob) = sealed {
+        let keyring = options.keyring.as_ref().ok_or_else(|| {
+            bad_value(
+                &sealed_path,
+                format!("Invalid '{sealed_path}': this server has no reasoning keys to open it."),
+            )
+            .with_code("invalid_encrypted_content")
+        })?;
+        return match keyring.open(&blob) {
+            Ok(text) => Ok((!text.is_empty()).then_some(text)),
+            Err(e) => Err(bad_value(
+                &sealed_path,
+                format!("Invalid '{sealed_path}': it cannot be opened ({e}). Send reasoning items back unchanged, to the server that produced them."),
+            )
+            .with_code("invalid_encrypted_content")),
+        };
+    }
     let mut text = String::new();
     let (parts, path, want) = if content.is_empty() {
         (summary, summary_path, "summary_text")
@@ -714,7 +870,7 @@ fn reasoning_text(item: &mut Obj<'_>) -> Result<Option<String>, ApiError> {
 
 /// Joins the text of `input_text`/`output_text` parts (tool outputs and system messages,
 /// whose Chat form is text only).
-fn text_of_parts(parts: Vec<Value>, path: &str) -> Result<String, ApiError> {
+fn text_of_parts(parts: Vec<Value>, path: &str, options: &Options) -> Result<String, ApiError> {
     let mut text = String::new();
     for (i, part) in parts.into_iter().enumerate() {
         let ppath = index(path, i);
@@ -723,11 +879,13 @@ fn text_of_parts(parts: Vec<Value>, path: &str) -> Result<String, ApiError> {
         match kind.as_str() {
             "input_text" | "output_text" | "text" => {
                 let t = p.required_string("text")?;
+                check_part_size(&p.field_path("text"), t.len(), options)?;
                 p.take("annotations");
                 p.take("logprobs");
                 p.deny_unknown()?;
                 text.push_str(&t);
             }
+            kind if is_extension(kind) => {}
             other => {
                 return Err(bad_value(
                     &p.field_path("type"),
@@ -742,7 +900,7 @@ fn text_of_parts(parts: Vec<Value>, path: &str) -> Result<String, ApiError> {
 }
 
 /// One message item → one Chat message.
-fn message(mut item: Obj<'_>) -> Result<Value, ApiError> {
+fn message(mut item: Obj<'_>, options: &Options) -> Result<Value, ApiError> {
     let role_path = item.field_path("role");
     let role = item
         .enumeration("role", &["user", "assistant", "system", "developer"])?
@@ -751,14 +909,20 @@ fn message(mut item: Obj<'_>) -> Result<Value, ApiError> {
     let content_path = item.field_path("content");
     let content = item.take("content").ok_or_else(|| missing(&content_path))?;
     item.deny_unknown()?;
-    // Chat has no `developer` role on most open-weight servers; it means the same as system.
-    let chat_role = if role == "developer" { "system" } else { role };
+    let chat_role = if role == "developer" {
+        system_role(options)
+    } else {
+        role
+    };
     let content = match content {
-        Value::String(s) => Value::String(s),
+        Value::String(s) => {
+            check_part_size(&content_path, s.len(), options)?;
+            Value::String(s)
+        }
         Value::Array(parts) => match role {
-            "system" | "developer" => Value::String(text_of_parts(parts, &content_path)?),
+            "system" | "developer" => Value::String(text_of_parts(parts, &content_path, options)?),
             "assistant" => assistant_content(parts, &content_path)?,
-            _ => user_content(parts, &content_path)?,
+            _ => user_content(parts, &content_path, options)?,
         },
         other => {
             return Err(wrong_type(
@@ -815,20 +979,25 @@ fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
 }
 
 /// User content parts → Chat content parts.
-fn user_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
+fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Value, ApiError> {
     let mut out = Vec::with_capacity(parts.len());
     for (i, part) in parts.into_iter().enumerate() {
         let ppath = index(path, i);
         let mut p = Obj::new(part, &ppath)?;
         let kind = p.required_string("type")?;
         let chat_part = match kind.as_str() {
-            "input_text" | "text" => json!({"type": "text", "text": p.required_string("text")?}),
+            "input_text" | "text" => {
+                let text = p.required_string("text")?;
+                check_part_size(&p.field_path("text"), text.len(), options)?;
+                json!({"type": "text", "text": text})
+            }
             "input_image" => {
                 let detail = p.enumeration("detail", &["auto", "low", "high"])?;
                 if p.has("file_id") {
                     return Err(stored_file(&p.field_path("file_id")));
                 }
                 let url = p.required_string("image_url")?;
+                check_part_size(&p.field_path("image_url"), url.len(), options)?;
                 let mut image = json!({"url": url});
                 if let Some(d) = detail {
                     image["detail"] = d.into();
@@ -845,6 +1014,7 @@ fn user_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
                 let mut file = Map::new();
                 match (file_data, file_url) {
                     (Some(data), None) => {
+                        check_part_size(&p.field_path("file_data"), data.len(), options)?;
                         file.insert("file_data".into(), data.into());
                     }
                     (None, Some(url)) => {
@@ -861,8 +1031,12 @@ fn user_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
                 json!({"type": "file", "file": Value::Object(file)})
             }
             "input_video" => {
-                json!({"type": "video_url", "video_url": {"url": p.required_string("video_url")?}})
+                let url = p.required_string("video_url")?;
+                check_part_size(&p.field_path("video_url"), url.len(), options)?;
+                json!({"type": "video_url", "video_url": {"url": url}})
             }
+            // Provider extensions (`slug:type`) mean nothing to a Chat upstream: dropped.
+            kind if is_extension(kind) => continue,
             other => {
                 return Err(bad_value(
                     &p.field_path("type"),
@@ -882,4 +1056,34 @@ fn stored_file(path: &str) -> ApiError {
         format!("Invalid '{path}': stored files are not available on this stateless server. Send the content inline (data URL or 'file_data')."),
     )
     .with_code("unsupported_parameter")
+}
+
+/// The role `instructions` and `developer` messages take upstream. Most open-weight chat
+/// templates know only `system`; some upstreams understand `developer` (configurable).
+fn system_role(options: &Options) -> &'static str {
+    match options.developer_role {
+        DeveloperRole::System => "system",
+        DeveloperRole::Developer => "developer",
+    }
+}
+
+/// Provider extensions are named `slug:type` (items, parts) or `slug:field` (fields).
+fn is_extension(name: &str) -> bool {
+    name.split_once(':')
+        .is_some_and(|(slug, rest)| !slug.is_empty() && !rest.is_empty())
+}
+
+/// One content part (text, image or file data, tool output) within the configured size.
+fn check_part_size(path: &str, len: usize, options: &Options) -> Result<(), ApiError> {
+    if len > options.max_part_bytes {
+        return Err(bad_value(
+            path,
+            format!(
+                "Invalid '{path}': {len} bytes; this server accepts at most {} bytes per content part.",
+                options.max_part_bytes
+            ),
+        )
+        .with_code("content_too_large"));
+    }
+    Ok(())
 }

@@ -7,8 +7,8 @@ use serde_json::Value;
 use super::{finish_status, logprobs, usage, Exchange, Outcome};
 use crate::chat;
 use crate::openresponses::{
-    ApiError, FunctionCallItem, ItemStatus, MessageItem, OutputContent, OutputItem, ReasoningItem,
-    ReasoningText, Status,
+    ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, ReasoningItem, ReasoningText,
+    Status,
 };
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
@@ -30,13 +30,14 @@ pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, A
     let mut output = Vec::new();
     let message = choice.message;
     if let Some(reasoning) = message.reasoning_text() {
+        let n = output.len();
         output.push(OutputItem::Reasoning(ReasoningItem {
-            id: exchange.item_id("rs", output.len()),
+            id: exchange.item_id("rs", n),
             summary: Vec::new(),
             content: vec![ReasoningText {
                 text: reasoning.to_owned(),
             }],
-            encrypted_content: None,
+            encrypted_content: exchange.seal(n, reasoning),
         }));
     }
     let mut content = Vec::new();
@@ -66,18 +67,19 @@ pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, A
             content,
         }));
     }
-    for call in message.tool_calls {
+    for (calls, call) in message.tool_calls.into_iter().enumerate() {
+        // `max_tool_calls`: calls beyond the limit are dropped (a Chat upstream cannot be told).
+        if exchange.over_tool_call_limit(calls) {
+            break;
+        }
         let n = output.len();
-        output.push(OutputItem::FunctionCall(FunctionCallItem {
-            id: exchange.item_id("fc", n),
-            call_id: call
-                .id
-                .filter(|id| !id.is_empty())
-                .unwrap_or_else(|| exchange.item_id("call", n)),
-            name: call.function.name.unwrap_or_default(),
-            arguments: call.function.arguments.unwrap_or_default(),
-            status: item_status,
-        }));
+        output.push(OutputItem::FunctionCall(exchange.function_call(
+            n,
+            call.id,
+            call.function.name.unwrap_or_default(),
+            call.function.arguments.unwrap_or_default(),
+            item_status,
+        )));
     }
 
     let outcome = Outcome {

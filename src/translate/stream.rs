@@ -33,8 +33,8 @@ use super::{finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    Event, EventWriter, FunctionCallItem, ItemStatus, LogProb, MessageItem, OutputContent,
-    OutputItem, Part, ReasoningItem, ReasoningText, ResponseError, Status,
+    Event, EventWriter, ItemStatus, LogProb, MessageItem, OutputContent, OutputItem, Part,
+    ReasoningItem, ReasoningText, ResponseError, Status,
 };
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -72,6 +72,8 @@ struct Call {
     /// Arguments received before the call could be announced.
     pending: String,
     closed: bool,
+    /// Over `max_tool_calls`: never announced.
+    dropped: bool,
 }
 
 /// Translates one upstream SSE body. See the module docs for the rules.
@@ -534,6 +536,10 @@ impl StreamTranslator {
                             part: Part::ReasoningText { text },
                         },
                     );
+                    let sealed = self.exchange.seal(item, text);
+                    if let OutputItem::Reasoning(r) = &mut self.output[item] {
+                        r.encrypted_content = sealed;
+                    }
                 }
                 self.item_done(item);
             }
@@ -564,6 +570,8 @@ impl StreamTranslator {
         let slot = match self.calls.iter().position(|c| c.upstream_index == tc.index) {
             Some(s) => s,
             None => {
+                // `max_tool_calls`: calls beyond the limit are dropped, deltas and all.
+                let kept = self.calls.iter().filter(|c| !c.dropped).count();
                 self.calls.push(Call {
                     upstream_index: tc.index,
                     item: None,
@@ -571,12 +579,13 @@ impl StreamTranslator {
                     name: String::new(),
                     pending: String::new(),
                     closed: false,
+                    dropped: self.exchange.over_tool_call_limit(kept),
                 });
                 self.calls.len() - 1
             }
         };
         let call = &mut self.calls[slot];
-        if call.closed {
+        if call.closed || call.dropped {
             return;
         }
         if let Some(id) = tc.id.filter(|id| !id.is_empty()) {
@@ -609,13 +618,15 @@ impl StreamTranslator {
             .id
             .clone()
             .unwrap_or_else(|| self.exchange.item_id("call", item));
-        self.output.push(OutputItem::FunctionCall(FunctionCallItem {
-            id: self.exchange.item_id("fc", item),
-            call_id,
-            name: std::mem::take(&mut call.name),
-            arguments: String::new(),
-            status: ItemStatus::InProgress,
-        }));
+        let name = std::mem::take(&mut call.name);
+        self.output
+            .push(OutputItem::FunctionCall(self.exchange.function_call(
+                item,
+                Some(call_id),
+                name,
+                String::new(),
+                ItemStatus::InProgress,
+            )));
         self.events.write(
             &mut self.out,
             &Event::OutputItemAdded {
@@ -648,7 +659,7 @@ impl StreamTranslator {
     /// Announces calls still waiting for a name, then closes every open call.
     fn close_calls(&mut self, status: ItemStatus) {
         for slot in 0..self.calls.len() {
-            if self.calls[slot].closed {
+            if self.calls[slot].closed || self.calls[slot].dropped {
                 continue;
             }
             if self.calls[slot].item.is_none() {
