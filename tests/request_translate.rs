@@ -2017,3 +2017,37 @@ fn streams_seal_reasoning_and_cap_tool_calls_too() {
         "the dropped call never reaches the client"
     );
 }
+
+#[test]
+fn streamed_logprobs_count_toward_the_output_cap() {
+    use responses_extproc::translate::stream::StreamTranslator;
+    let tight = Options {
+        max_output_bytes: 2_000,
+        ..keyed()
+    };
+    let t = run(
+        &with(
+            json!({"stream": true, "include": ["message.output_text.logprobs"], "top_logprobs": 5}),
+        ),
+        &tight,
+    )
+    .unwrap();
+    let mut s = StreamTranslator::new(t.exchange);
+    let top: Vec<Value> = (0..5)
+        .map(|i| json!({"token": format!("tok{i}"), "logprob": -1.0}))
+        .collect();
+    let frame = json!({"choices": [{"index": 0, "delta": {"content": "a"},
+        "logprobs": {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": top}]}}]});
+    let mut out = Vec::new();
+    for _ in 0..200 {
+        out.extend_from_slice(&s.push(format!("data: {frame}\n\n").as_bytes(), NOW));
+    }
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("event: response.failed"),
+        "tiny text, large logprobs: capped"
+    );
+    assert!(text.contains("response_too_large"));
+    // The first deltas did carry their logprobs.
+    assert!(text.contains(r#""logprobs":[{"token":"a""#));
+}

@@ -252,7 +252,8 @@ impl StreamTranslator {
                     .tool_calls
                     .iter()
                     .map(|tc| tc.function.arguments.as_deref().map_or(0, str::len))
-                    .sum::<usize>();
+                    .sum::<usize>()
+                + logprobs_size(choice.logprobs.as_ref(), self.exchange.logprobs);
             self.output_bytes = self.output_bytes.saturating_add(size);
             if self.output_bytes > self.exchange.options.max_output_bytes {
                 self.fail(
@@ -735,4 +736,25 @@ impl StreamTranslator {
         // The rest of the upstream body is ignored; drop what the decoder holds.
         self.sse = SseDecoder::new(0);
     }
+}
+
+/// What the kept logprobs of a chunk cost in memory, roughly: they accumulate on the text
+/// part like the text itself, so they count toward the same output cap.
+fn logprobs_size(lp: Option<&chat::Logprobs>, kept: bool) -> usize {
+    if !kept {
+        return 0;
+    }
+    let token = |t: &str| t.len() * 5 + 16; // token, bytes as integers, logprob
+    lp.and_then(|l| l.content.as_ref()).map_or(0, |tokens| {
+        tokens
+            .iter()
+            .map(|t| {
+                token(&t.token)
+                    + t.top_logprobs
+                        .iter()
+                        .map(|top| token(&top.token))
+                        .sum::<usize>()
+            })
+            .sum()
+    })
 }
