@@ -160,8 +160,8 @@ fn instructions_become_the_leading_system_message() {
             {"type": "message", "role": "system", "content": "Later system."},
             {"type": "message", "role": "user", "content": "Hi"}]}))["messages"],
         json!([
-            {"role": "system", "content": "Be terse."},
-            {"role": "system", "content": "Later system."},
+            // Leading system messages become one: most chat templates accept only one.
+            {"role": "system", "content": "Be terse.\n\nLater system."},
             {"role": "user", "content": "Hi"}
         ])
     );
@@ -172,14 +172,14 @@ fn message_items_of_every_role_with_string_content() {
     assert_eq!(
         messages(json!([
             {"type": "message", "role": "system", "content": "sys"},
-            {"type": "message", "role": "developer", "content": "dev"},
             {"type": "message", "role": "user", "content": "question"},
+            {"type": "message", "role": "developer", "content": "dev"},
             {"type": "message", "role": "assistant", "content": "answer"}
         ])),
         json!([
             {"role": "system", "content": "sys"},
-            {"role": "system", "content": "dev"},
             {"role": "user", "content": "question"},
+            {"role": "system", "content": "dev"},
             {"role": "assistant", "content": "answer"}
         ])
     );
@@ -207,14 +207,14 @@ fn system_and_developer_parts_are_joined_to_a_string() {
             {"type": "message", "role": "system", "content": [
                 {"type": "input_text", "text": "Be brief. "},
                 {"type": "input_text", "text": "Use French."}]},
+            {"type": "message", "role": "user", "content": "Bonjour"},
             {"type": "message", "role": "developer", "content": [
-                {"type": "input_text", "text": "Dev rule."}]},
-            {"type": "message", "role": "user", "content": "Bonjour"}
+                {"type": "input_text", "text": "Dev rule."}]}
         ])),
         json!([
             {"role": "system", "content": "Be brief. Use French."},
-            {"role": "system", "content": "Dev rule."},
-            {"role": "user", "content": "Bonjour"}
+            {"role": "user", "content": "Bonjour"},
+            {"role": "system", "content": "Dev rule."}
         ])
     );
 }
@@ -642,8 +642,7 @@ fn a_whole_agent_loop_in_order() {
         json!({
             "model": "m",
             "messages": [
-                {"role": "system", "content": "You are a travel agent."},
-                {"role": "system", "content": "Prefer metric units."},
+                {"role": "system", "content": "You are a travel agent.\n\nPrefer metric units."},
                 {"role": "user", "content": [
                     {"type": "text", "text": "Where is this, and what's the weather?"},
                     {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "low"}}]},
@@ -1833,11 +1832,18 @@ fn developer_role_is_configurable() {
     };
     assert_eq!(
         chat_with(req.clone(), &dev)["messages"],
-        json!([{"role": "developer", "content": "be brief"},
-               {"role": "developer", "content": "use metric units"},
+        json!([{"role": "developer", "content": "be brief\n\nuse metric units"},
                {"role": "user", "content": "hi"}])
     );
-    assert_eq!(chat(req)["messages"][1]["role"], "system");
+    assert_eq!(chat(req)["messages"][0]["role"], "system");
+    // A developer message later in the conversation stays where it is.
+    let late = json!({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "message", "role": "developer", "content": "now be formal"}]});
+    assert_eq!(
+        chat_with(late, &dev)["messages"][1],
+        json!({"role": "developer", "content": "now be formal"})
+    );
 }
 
 #[test]
@@ -2050,4 +2056,17 @@ fn streamed_logprobs_count_toward_the_output_cap() {
     assert!(text.contains("response_too_large"));
     // The first deltas did carry their logprobs.
     assert!(text.contains(r#""logprobs":[{"token":"a""#));
+}
+
+#[test]
+fn codex_client_metadata_is_not_forwarded() {
+    let req = with(json!({"client_metadata": {"installation_id": "i-1", "session_id": "s-1"}}));
+    let c = chat(req.clone());
+    assert!(c.get("client_metadata").is_none(), "{c}");
+    assert!(run(&req, &strict()).is_ok(), "strict mode accepts it too");
+    field_error(
+        json!({"client_metadata": "x"}),
+        "client_metadata",
+        "invalid_type",
+    );
 }

@@ -127,6 +127,9 @@ pub struct Usage {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputTokensDetails {
     pub cached_tokens: u64,
+    /// Not in the OpenResponses schema, but OpenAI's SDKs type it as required; Chat
+    /// upstreams do not report cache writes, so it is 0.
+    pub cache_write_tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

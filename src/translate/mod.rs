@@ -290,6 +290,7 @@ pub(crate) fn usage(u: &crate::chat::Usage) -> Usage {
                 .prompt_tokens_details
                 .and_then(|d| d.cached_tokens)
                 .unwrap_or(0),
+            cache_write_tokens: 0,
         },
         output_tokens_details: crate::openresponses::OutputTokensDetails {
             reasoning_tokens: u

@@ -61,6 +61,8 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     };
 
     reject_stateful(&mut req)?;
+    // Codex sends its installation/session ids here: client bookkeeping, not for the model.
+    req.object("client_metadata")?;
 
     let model = req.required_string("model")?;
     if model.is_empty() {
@@ -96,7 +98,10 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
     input_messages(input, &mut messages, options)?;
-    chat.insert("messages".into(), Value::Array(messages));
+    chat.insert(
+        "messages".into(),
+        Value::Array(merge_leading_system(messages)),
+    );
 
     // Tools and how the model may use them.
     let mut namespaced = Vec::new();
@@ -1086,4 +1091,31 @@ fn check_part_size(path: &str, len: usize, options: &Options) -> Result<(), ApiE
         .with_code("content_too_large"));
     }
     Ok(())
+}
+
+/// Joins the system messages at the head of the conversation (instructions, then developer
+/// and system items, as Codex sends them) into one: most chat templates accept a single
+/// leading system message and fail on a second.
+fn merge_leading_system(messages: Vec<Value>) -> Vec<Value> {
+    let head = messages
+        .iter()
+        .take_while(|m| {
+            matches!(m["role"].as_str(), Some("system" | "developer")) && m["content"].is_string()
+        })
+        .count();
+    let same_role = messages[..head]
+        .windows(2)
+        .all(|w| w[0]["role"] == w[1]["role"]);
+    if head < 2 || !same_role {
+        return messages;
+    }
+    let mut rest = messages.into_iter();
+    let mut first = rest.next().unwrap_or(Value::Null);
+    let mut text = first["content"].as_str().unwrap_or_default().to_owned();
+    for m in rest.by_ref().take(head - 1) {
+        text.push_str("\n\n");
+        text.push_str(m["content"].as_str().unwrap_or_default());
+    }
+    first["content"] = Value::String(text);
+    std::iter::once(first).chain(rest).collect()
 }
