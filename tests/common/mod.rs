@@ -109,24 +109,6 @@ pub fn log_tail(path: &std::path::Path, max: usize) -> String {
     String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
-/// Runs a future to completion on a private current-thread runtime on a new thread: lets sync
-/// code (and Drop impls) do async work whatever runtime the caller is in.
-pub fn block_on_thread<F>(fut: F) -> F::Output
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime")
-            .block_on(fut)
-    })
-    .join()
-    .expect("helper thread panicked")
-}
-
 /// An async server running on its own thread and runtime; stopped (and joined) on Drop.
 pub struct ServerThread {
     stop: Option<tokio::sync::oneshot::Sender<()>>,

