@@ -105,6 +105,17 @@ impl ExternalProcessor for Processor {
                     break;
                 }
             }
+            // Envoy ends the stream mid-exchange when the client disconnects, the upstream
+            // resets or a timeout fires; the client then got a cut answer (no terminal event).
+            // Logged at info, with the request id: at debug (above) operators could not tell
+            // these from normal ends.
+            if session.is_unfinished() {
+                tracing::info!(
+                    request_id = %session.request_id(),
+                    "exchange ended by Envoy before its answer was complete \
+                     (client disconnected, upstream reset or timeout)"
+                );
+            }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

@@ -61,6 +61,9 @@ enum State {
     Error {
         status: u16,
         expected_stream: bool,
+        /// Envoy answered before forwarding the request (413 over its buffer limit...): the
+        /// upstream never saw it.
+        local: bool,
         body: BytesMut,
     },
     /// An SSE answer being translated chunk by chunk.
@@ -92,6 +95,17 @@ impl<E: Environment> Session<E> {
     /// Whether this exchange is being translated (for metrics and tests).
     pub fn is_translating(&self) -> bool {
         !matches!(self.state, State::Start | State::PassThrough)
+    }
+
+    /// Whether a translated exchange still owes the client (part of) its answer. If Envoy
+    /// ends the gRPC stream now, the client did not get a complete answer.
+    pub fn is_unfinished(&self) -> bool {
+        !matches!(self.state, State::Start | State::PassThrough | State::Done)
+    }
+
+    /// `x-request-id` of the exchange (empty before the request headers), for logs.
+    pub fn request_id(&self) -> &str {
+        &self.request_id
     }
 
     /// Answers one message from Envoy. `None` for messages that need no answer.
@@ -206,7 +220,7 @@ impl<E: Environment> Session<E> {
             // Envoy answered before the request reached the upstream (413, 503...): never
             // translate what the upstream did not send.
             State::RequestBody { .. } => {
-                return self.error_headers(status, false, h.end_of_stream);
+                return self.error_headers(status, false, true, h.end_of_stream);
             }
             other => {
                 self.state = other;
@@ -217,7 +231,7 @@ impl<E: Environment> Session<E> {
         let is_sse = content_type.starts_with("text/event-stream");
         tracing::debug!(request_id = %self.request_id, status, content_type = %content_type, "upstream answered");
         if !success || exchange.is_stream() != is_sse {
-            return self.error_headers(status, exchange.is_stream(), h.end_of_stream);
+            return self.error_headers(status, exchange.is_stream(), false, h.end_of_stream);
         }
         if exchange.is_stream() {
             let mut translator = Box::new(StreamTranslator::new(*exchange));
@@ -237,7 +251,7 @@ impl<E: Environment> Session<E> {
             );
         }
         if h.end_of_stream {
-            return self.error_headers(502, false, true);
+            return self.error_headers(502, false, false, true);
         }
         self.state = State::Json {
             exchange,
@@ -255,17 +269,19 @@ impl<E: Environment> Session<E> {
         &mut self,
         status: u16,
         expected_stream: bool,
+        local: bool,
         end_of_stream: bool,
     ) -> ProcessingResponse {
         if end_of_stream {
             self.state = State::Done;
-            let err = error_for(status, expected_stream, b"");
+            let err = error_for(status, expected_stream, local, b"");
             log_upstream_error(&self.request_id, &err);
             return msg::error_reply(&err, "responses_extproc_upstream_error");
         }
         self.state = State::Error {
             status,
             expected_stream,
+            local,
             body: BytesMut::new(),
         };
         msg::response_headers(
@@ -303,20 +319,28 @@ impl<E: Environment> Session<E> {
             State::Error {
                 status,
                 expected_stream,
+                local,
                 body,
             } if !eos => match self.gather(body, &b.body) {
                 Ok(body) => {
                     self.state = State::Error {
                         status,
                         expected_stream,
+                        local,
                         body,
                     };
                     msg::response_body(clear_body())
                 }
                 Err(reply) => *reply,
             },
-            State::Json { exchange, mut body } => {
-                body.extend_from_slice(&b.body);
+            State::Json { exchange, body } => {
+                // The cap holds for the last message too: with the BUFFERED mode we ask for,
+                // Envoy hands over the whole answer in this one message (`end_of_stream`), so
+                // checking only the earlier chunks would never apply --max-body-bytes.
+                let body = match self.gather(body, &b.body) {
+                    Ok(body) => body,
+                    Err(reply) => return *reply,
+                };
                 self.log_content("upstream answer", &body);
                 match response::completion(&exchange, &body, now) {
                     Ok(out) => {
@@ -335,10 +359,11 @@ impl<E: Environment> Session<E> {
             State::Error {
                 status,
                 expected_stream,
+                local,
                 mut body,
             } => {
                 body.extend_from_slice(&b.body);
-                let err = error_for(status, expected_stream, &body);
+                let err = error_for(status, expected_stream, local, &body);
                 log_upstream_error(&self.request_id, &err);
                 msg::error_reply(&err, "responses_extproc_upstream_error")
             }
@@ -379,8 +404,12 @@ impl<E: Environment> Session<E> {
     }
 }
 
-/// The error envelope for an answer we cannot translate.
-fn error_for(status: u16, expected_stream: bool, body: &[u8]) -> ApiError {
+/// The error envelope for an answer we cannot translate. `local`: Envoy answered before the
+/// request was forwarded.
+fn error_for(status: u16, expected_stream: bool, local: bool, body: &[u8]) -> ApiError {
+    if local {
+        return local_reply_error(status, body);
+    }
     if (200..300).contains(&status) {
         let what = if expected_stream {
             "a stream was requested but the upstream did not answer with text/event-stream"
@@ -394,6 +423,25 @@ fn error_for(status: u16, expected_stream: bool, body: &[u8]) -> ApiError {
         );
     }
     response::upstream_error(status, body)
+}
+
+/// Envoy's own reply to a request it never forwarded (413 when the body is over its buffer
+/// limit, ...). Why not `response::upstream_error`: its message says "The upstream answered
+/// with HTTP status 413", which sends the client (and the operator reading the envelope) to
+/// look at the model server, which never saw the request. The status and code are kept.
+fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
+    if status == 413 {
+        return too_large();
+    }
+    let mut err = response::upstream_error(status, body);
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    err.message = if text.is_empty() || text.len() > 512 {
+        format!("Envoy answered with HTTP status {status} before the request was forwarded.")
+    } else {
+        format!("Envoy answered with HTTP status {status} before the request was forwarded: {text}")
+    };
+    err
 }
 
 fn log_upstream_error(request_id: &str, err: &ApiError) {
@@ -658,6 +706,31 @@ mod tests {
     }
 
     #[test]
+    fn json_answer_over_the_body_cap_is_502_also_in_one_message() {
+        let settings = Settings {
+            max_body_bytes: 64,
+            ..Settings::default()
+        };
+        let mut s = Session::new(Arc::new(settings), Fixed);
+        post(&mut s, json!({"model": "m", "input": "hi"}));
+        send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "200"), ("content-type", "application/json")],
+                false,
+            )),
+        );
+        let chat = json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": "x".repeat(100)}}]});
+        let (status, body) = immediate(&send(
+            &mut s,
+            Request::ResponseBody(body_msg(chat.to_string().as_bytes(), true)),
+        ));
+        assert_eq!(status, 502);
+        assert_eq!(body["error"]["code"], "upstream_response_too_large");
+    }
+
+    #[test]
     fn event_stream_is_translated_chunk_by_chunk() {
         let mut s = session();
         post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
@@ -775,6 +848,14 @@ mod tests {
         ));
         assert_eq!(status, 413);
         assert_eq!(body["error"]["code"], "request_too_large");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert!(
+            !body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("upstream"),
+            "the upstream never saw this request: {body}"
+        );
 
         // 503 with no body at all, after forwarding.
         let mut s = session();
