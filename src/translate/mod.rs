@@ -9,6 +9,7 @@
 //! and to [`stream::StreamTranslator`] for SSE answers.
 
 mod fields;
+pub mod json;
 pub mod request;
 pub mod response;
 pub mod seal;

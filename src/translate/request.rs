@@ -9,6 +9,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
+use super::json::ParseError;
 use super::{flat_name, DeveloperRole, Exchange, HostedTools, Meta, NamespacedTool, Options};
 use crate::openresponses::{ApiError, Echo};
 
@@ -37,11 +38,16 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         .with_status(413)
         .with_code("request_too_large"));
     }
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid_body(format!(
+    let value = super::json::parse(body).map_err(|e| match e {
+        ParseError::Syntax(e) => ApiError::invalid_body(format!(
             "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
         ))
-        .with_code("invalid_json")
+        .with_code("invalid_json"),
+        ParseError::Duplicate(path) => ApiError::invalid(
+            path.as_str(),
+            format!("Invalid request: '{path}' is given twice. Each field may appear once."),
+        )
+        .with_code("duplicate_key"),
     })?;
     let mut req = match value {
         Value::Object(map) => Obj { map, path: "" },
