@@ -45,6 +45,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// The body mode asked of Envoy for SSE answers (see envoy/envoy.yaml for the measurement).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StreamBodyMode {
+    /// STREAMED: Envoy sends each chunk and waits for its answer.
+    Streamed,
+    /// FULL_DUPLEX_STREAMED: chunks and answers flow independently (trailers sent too).
+    FullDuplexStreamed,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DeveloperRoleName {
     System,
@@ -131,6 +140,16 @@ pub struct Config {
         env = "RESPONSES_EXTPROC_REASONING_EVENTS"
     )]
     pub reasoning_events: ReasoningEventNames,
+
+    /// Body mode for SSE answers: `streamed` or `full-duplex-streamed` (equal on token-paced
+    /// streams, measured in envoy/envoy.yaml; full duplex helps only with unpaced upstreams).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "streamed",
+        env = "RESPONSES_EXTPROC_STREAM_BODY_MODE"
+    )]
+    pub stream_body_mode: StreamBodyMode,
 
     /// Largest single upstream SSE event held while waiting for its end (bytes).
     #[arg(long, default_value_t = 1 << 20, env = "RESPONSES_EXTPROC_MAX_SSE_FRAME_BYTES")]

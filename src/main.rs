@@ -10,6 +10,7 @@ use responses_extproc::config::{Cli, Command, Config, KeySource, Listen, LogForm
 use responses_extproc::extproc::{Processor, Settings};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tracing_subscriber::EnvFilter;
 
@@ -104,9 +105,16 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         match &config.listen {
             Listen::Tcp(addr) => {
                 let listener = TcpListener::bind(addr).await?;
-                Box::pin(
-                    router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
-                )
+                // Every ext_proc answer is a small write Envoy waits for: without TCP_NODELAY,
+                // Nagle's algorithm meets Envoy's delayed ACKs and adds ~40 ms per exchange.
+                let incoming = TcpListenerStream::new(listener).map(|conn| {
+                    conn.inspect(|stream| {
+                        if let Err(e) = stream.set_nodelay(true) {
+                            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                    })
+                });
+                Box::pin(router.serve_with_incoming_shutdown(incoming, stop))
             }
             Listen::Unix(path) => {
                 // A socket file left by a previous run would make bind fail.

@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     body_mutation::Mutation, common_response::ResponseStatus, processing_response::Response,
     BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpHeaders,
-    ImmediateResponse, ProcessingResponse, TrailersResponse,
+    ImmediateResponse, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
 };
 
 use crate::openresponses::ApiError;
@@ -172,14 +172,33 @@ pub fn pass_through_mode() -> ProcessingMode {
     }
 }
 
-/// The response body mode chosen on the response headers.
+/// The response body mode chosen on the response headers. FULL_DUPLEX_STREAMED needs the
+/// response trailers too: they may be what ends the body.
 pub fn response_body_mode(mode: BodySendMode) -> ProcessingMode {
+    let trailers = if mode == BodySendMode::FullDuplexStreamed {
+        HeaderSendMode::Send
+    } else {
+        HeaderSendMode::Skip
+    };
     ProcessingMode {
         request_header_mode: HeaderSendMode::Default as i32,
         response_header_mode: HeaderSendMode::Default as i32,
         request_body_mode: BodySendMode::None as i32,
         response_body_mode: mode as i32,
         request_trailer_mode: HeaderSendMode::Skip as i32,
-        response_trailer_mode: HeaderSendMode::Skip as i32,
+        response_trailer_mode: trailers as i32,
     }
+}
+
+/// A response body piece in FULL_DUPLEX_STREAMED mode (`streamed_response` replaces `body`).
+pub fn streamed_body(body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
+    let mut c = common(Headers::default(), None, false);
+    c.body_mutation = Some(BodyMutation {
+        mutation: Some(Mutation::StreamedResponse(StreamedBodyResponse {
+            body,
+            end_of_stream,
+            ..Default::default()
+        })),
+    });
+    response_body(c)
 }

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::config::Config;
+use crate::config::{Config, StreamBodyMode};
 use crate::translate::{seal::Keyring, Options};
 pub use session::{Environment, Session, System};
 
@@ -28,6 +28,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// Log bodies (prompts, completions) at debug level: a debugging aid, off by default.
     pub log_content: bool,
+    /// How Envoy hands us SSE answers: STREAMED or FULL_DUPLEX_STREAMED.
+    pub stream_body_mode: StreamBodyMode,
     pub options: Options,
 }
 
@@ -40,6 +42,7 @@ impl Settings {
             model_header: config.model_header.to_ascii_lowercase(),
             max_body_bytes: config.max_body_bytes,
             log_content: config.log_content,
+            stream_body_mode: config.stream_body_mode,
             options: config.translate_options(keyring),
         }
     }
@@ -91,17 +94,26 @@ impl ExternalProcessor for Processor {
                     }
                 };
                 // A bug in one exchange must not take the process down: end only its stream.
-                let answer = std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req)));
-                let item = match answer {
-                    Ok(Some(resp)) => Ok(resp),
-                    Ok(None) => continue,
+                let answers =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req)));
+                let answers = match answers {
+                    Ok(answers) => answers,
                     Err(_) => {
                         tracing::error!("panic while processing an exchange; ending its stream");
-                        Err(Status::internal("responses-extproc internal error"))
+                        let _ = tx
+                            .send(Err(Status::internal("responses-extproc internal error")))
+                            .await;
+                        break;
                     }
                 };
-                let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed {
+                let mut sent = true;
+                for answer in answers {
+                    sent = tx.send(Ok(answer)).await.is_ok();
+                    if !sent {
+                        break;
+                    }
+                }
+                if !sent {
                     break;
                 }
             }

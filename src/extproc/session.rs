@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
+use crate::config::StreamBodyMode;
 use crate::openresponses::ApiError;
 use crate::translate::{self, response, stream::StreamTranslator, Exchange, Meta};
 
@@ -108,15 +109,34 @@ impl<E: Environment> Session<E> {
         &self.request_id
     }
 
-    /// Answers one message from Envoy. `None` for messages that need no answer.
-    pub fn on_message(&mut self, req: ProcessingRequest) -> Option<ProcessingResponse> {
-        match req.request? {
-            Request::RequestHeaders(h) => Some(self.on_request_headers(&h)),
-            Request::RequestBody(b) => Some(self.on_request_body(b)),
-            Request::ResponseHeaders(h) => Some(self.on_response_headers(&h)),
-            Request::ResponseBody(b) => Some(self.on_response_body(b)),
-            Request::RequestTrailers(_) => Some(msg::request_trailers()),
-            Request::ResponseTrailers(_) => Some(msg::response_trailers()),
+    /// Answers one message from Envoy: one answer per message, except that trailers ending
+    /// a FULL_DUPLEX_STREAMED body also get the stream's last events; none for an empty message.
+    pub fn on_message(&mut self, req: ProcessingRequest) -> Vec<ProcessingResponse> {
+        let Some(req) = req.request else {
+            return Vec::new();
+        };
+        match req {
+            Request::RequestHeaders(h) => vec![self.on_request_headers(&h)],
+            Request::RequestBody(b) => vec![self.on_request_body(b)],
+            Request::ResponseHeaders(h) => vec![self.on_response_headers(&h)],
+            Request::ResponseBody(b) => vec![self.on_response_body(b)],
+            Request::RequestTrailers(_) => vec![msg::request_trailers()],
+            Request::ResponseTrailers(_) => self.on_response_trailers(),
+        }
+    }
+
+    /// In FULL_DUPLEX_STREAMED mode trailers may be what ends the upstream body: finish the
+    /// stream (its last events, end_of_stream), then let the trailers pass.
+    fn on_response_trailers(&mut self) -> Vec<ProcessingResponse> {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Stream(mut translator) => {
+                let out = translator.finish(self.env.now()).to_vec();
+                vec![msg::streamed_body(out, true), msg::response_trailers()]
+            }
+            other => {
+                self.state = other;
+                vec![msg::response_trailers()]
+            }
         }
     }
 
@@ -245,9 +265,13 @@ impl<E: Environment> Session<E> {
                 return msg::response_headers(replace_body(headers, body), None);
             }
             self.state = State::Stream(translator);
+            let mode = match self.settings.stream_body_mode {
+                StreamBodyMode::Streamed => BodySendMode::Streamed,
+                StreamBodyMode::FullDuplexStreamed => BodySendMode::FullDuplexStreamed,
+            };
             return msg::response_headers(
                 msg::common(headers, None, false),
-                Some(msg::response_body_mode(BodySendMode::Streamed)),
+                Some(msg::response_body_mode(mode)),
             );
         }
         if h.end_of_stream {
@@ -307,7 +331,14 @@ impl<E: Environment> Session<E> {
                 } else {
                     self.state = State::Stream(translator);
                 }
-                msg::response_body(msg::common(Headers::default(), Some(out.to_vec()), false))
+                match self.settings.stream_body_mode {
+                    StreamBodyMode::Streamed => msg::response_body(msg::common(
+                        Headers::default(),
+                        Some(out.to_vec()),
+                        false,
+                    )),
+                    StreamBodyMode::FullDuplexStreamed => msg::streamed_body(out.to_vec(), eos),
+                }
             }
             State::Json { exchange, body } if !eos => match self.gather(body, &b.body) {
                 Ok(body) => {
@@ -518,11 +549,12 @@ mod tests {
     }
 
     fn send(s: &mut Session<Fixed>, r: Request) -> ProcessingResponse {
-        s.on_message(ProcessingRequest {
+        let mut answers = s.on_message(ProcessingRequest {
             request: Some(r),
             ..Default::default()
-        })
-        .expect("every message gets an answer")
+        });
+        assert_eq!(answers.len(), 1, "one answer per message");
+        answers.remove(0)
     }
 
     fn post(s: &mut Session<Fixed>, body: Value) -> ProcessingResponse {
@@ -867,6 +899,58 @@ mod tests {
         let (status, body) = immediate(&r);
         assert_eq!(status, 503);
         assert_eq!(body["error"]["type"], "server_error");
+    }
+
+    #[test]
+    fn full_duplex_mode_answers_with_streamed_responses_and_ends_on_trailers() {
+        use envoy_types::pb::envoy::service::ext_proc::v3::StreamedBodyResponse;
+        let settings = Settings {
+            stream_body_mode: StreamBodyMode::FullDuplexStreamed,
+            ..Settings::default()
+        };
+        let mut s = Session::new(Arc::new(settings), Fixed);
+        post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
+        let r = send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "200"), ("content-type", "text/event-stream")],
+                false,
+            )),
+        );
+        let mode = r.mode_override.expect("mode override");
+        assert_eq!(
+            mode.response_body_mode,
+            BodySendMode::FullDuplexStreamed as i32
+        );
+        assert_eq!(
+            mode.response_trailer_mode, 1,
+            "trailers are sent in full duplex"
+        );
+        let streamed = |r: &ProcessingResponse| match common(r)
+            .body_mutation
+            .as_ref()
+            .and_then(|b| b.mutation.as_ref())
+        {
+            Some(Mutation::StreamedResponse(StreamedBodyResponse {
+                body,
+                end_of_stream,
+                ..
+            })) => (String::from_utf8(body.clone()).unwrap(), *end_of_stream),
+            other => panic!("expected a streamed response, got {other:?}"),
+        };
+        let r = send(&mut s, Request::ResponseBody(body_msg(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n", false)));
+        let (text, eos) = streamed(&r);
+        assert!(text.contains("\"delta\":\"Hi\"") && !eos);
+        let answers = s.on_message(ProcessingRequest {
+            request: Some(Request::ResponseTrailers(Default::default())),
+            ..Default::default()
+        });
+        assert_eq!(answers.len(), 2, "the last events, then the trailers");
+        let (text, eos) = streamed(&answers[0]);
+        assert!(
+            eos && text.contains("event: response.completed") && text.ends_with("data: [DONE]\n\n")
+        );
+        assert!(matches!(answers[1].response, Some(R::ResponseTrailers(_))));
     }
 
     #[test]
