@@ -513,7 +513,7 @@ fn usage(input: u64, output: u64, total: u64, cached: u64, reasoning: u64) -> Va
         "input_tokens": input,
         "output_tokens": output,
         "total_tokens": total,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens_details": {"reasoning_tokens": reasoning},
     })
 }
