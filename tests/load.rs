@@ -107,25 +107,10 @@ fn envoy_config(settings: &Settings, upstream_port: u16, extproc_port: u16) -> S
     let Some(path) = &settings.envoy_config else {
         return common::envoy::test_config(upstream_port, extproc_port);
     };
-    let mut config = std::fs::read_to_string(path)
+    let config = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("LOAD_ENVOY_CONFIG={}: {e}", path.display()));
-    for (from, to) in [
-        ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
-        ("port_value: 10000", "port_value: 0".to_string()),
-        ("port_value: 9901", "port_value: 0".to_string()),
-        ("port_value: 50051", format!("port_value: {extproc_port}")),
-        ("port_value: 18080", format!("port_value: {upstream_port}")),
-    ] {
-        let count = config.matches(from).count();
-        assert_eq!(
-            count,
-            1,
-            "LOAD_ENVOY_CONFIG={} must contain `{from}` exactly once (found {count})",
-            path.display()
-        );
-        config = config.replace(from, &to);
-    }
-    config
+    let source = format!("LOAD_ENVOY_CONFIG={}", path.display());
+    common::envoy::substitute(&config, &source, upstream_port, extproc_port)
 }
 
 // ---- the processes ----

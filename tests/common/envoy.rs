@@ -54,7 +54,13 @@ pub fn envoy_binary() -> PathBuf {
 pub fn test_config(upstream_port: u16, extproc_port: u16) -> String {
     let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
         .expect("read envoy/envoy.yaml");
-    let mut config = config;
+    substitute(&config, "envoy/envoy.yaml", upstream_port, extproc_port)
+}
+
+/// Rewrites a bootstrap shaped like `envoy/envoy.yaml` (`source` names it in failures) for a
+/// test: listener on 127.0.0.1 port 0, admin on port 0, the given ext_proc and upstream ports.
+pub fn substitute(config: &str, source: &str, upstream_port: u16, extproc_port: u16) -> String {
+    let mut config = config.to_owned();
     for (from, to) in [
         ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
         ("port_value: 10000", "port_value: 0".to_string()),
@@ -65,7 +71,7 @@ pub fn test_config(upstream_port: u16, extproc_port: u16) -> String {
         let count = config.matches(from).count();
         assert_eq!(
             count, 1,
-            "envoy/envoy.yaml must contain `{from}` exactly once (found {count})"
+            "{source} must contain `{from}` exactly once (found {count})"
         );
         config = config.replace(from, &to);
     }
