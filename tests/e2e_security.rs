@@ -18,17 +18,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::schema::{assert_valid, assert_valid_sse};
 use common::{
-    client, free_port, log_tail, port_accepts, repo_root, wait_until, DemoUpstream, Envoy,
-    ScriptedUpstream, TempDir,
+    client, repo_root, DemoUpstream, Envoy, Listen, Processor, ScriptedUpstream, Spawn, TempDir,
 };
 use serde_json::{json, Value};
 
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where the example bootstraps expect the PEM files Envoy reads.
 const EXAMPLE_TLS_DIR: &str = "/etc/envoy/responses-extproc-tls/";
@@ -204,102 +202,16 @@ impl Pki {
 
 // ---- the processor binary ----
 
-/// Where the processor listens.
-enum Listen {
-    /// 127.0.0.1, a free port.
-    Tcp,
-    Unix(PathBuf),
-}
-
-/// The `responses-extproc` binary with its stdout and stderr in a log file; killed on Drop.
-struct Extproc {
-    child: Child,
-    port: Option<u16>,
-    log: PathBuf,
-    _dir: TempDir,
-}
-
-impl Extproc {
-    /// Starts the processor on `listen` with `args` and `env`, and waits until it accepts
-    /// connections (TCP: the port accepts; Unix: the socket accepts).
-    fn start(listen: Listen, args: &[&str], env: &[(&str, &str)]) -> Extproc {
-        let dir = TempDir::new("extproc");
-        let log = dir.path().join("processor.log");
-        // A free TCP port may be taken between picking and binding: retry with another.
-        for _attempt in 0..3 {
-            let (listen_arg, port) = match &listen {
-                Listen::Tcp => {
-                    let port = free_port();
-                    (format!("127.0.0.1:{port}"), Some(port))
-                }
-                Listen::Unix(path) => (format!("unix:{}", path.display()), None),
-            };
-            let log_file = std::fs::File::create(&log).expect("create processor log");
-            let mut child = Command::new(env!("CARGO_BIN_EXE_responses-extproc"))
-                .arg("--listen")
-                .arg(&listen_arg)
-                .args(args)
-                .env_remove("RUST_LOG")
-                .envs(env.iter().copied())
-                .stdin(Stdio::null())
-                .stdout(log_file.try_clone().expect("clone log handle"))
-                .stderr(log_file)
-                .spawn()
-                .expect("spawn responses-extproc");
-            let ready = wait_until("responses-extproc to listen", STARTUP_TIMEOUT, || {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Some(Err(status));
-                }
-                let up = match (&listen, port) {
-                    (_, Some(port)) => port_accepts(port),
-                    (Listen::Unix(path), None) => std::os::unix::net::UnixStream::connect(path)
-                        .map(drop)
-                        .is_ok(),
-                    (Listen::Tcp, None) => unreachable!(),
-                };
-                up.then_some(Ok(()))
-            });
-            match ready {
-                Ok(()) if matches!(child.try_wait(), Ok(None)) => {
-                    return Extproc {
-                        child,
-                        port,
-                        log,
-                        _dir: dir,
-                    };
-                }
-                _ if port.is_some() && log_tail(&log, 4000).contains("in use") => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
-                _ => {
-                    let _ = child.kill();
-                    let status = child.wait();
-                    panic!(
-                        "responses-extproc {listen_arg} {args:?} exited during startup \
-                         ({status:?}):\n{}",
-                        log_tail(&log, 4000)
-                    );
-                }
-            }
-        }
-        panic!("responses-extproc could not bind a free port in 3 attempts");
-    }
-
-    fn port(&self) -> u16 {
-        self.port.expect("a TCP processor")
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Extproc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The processor binary on `listen`, without an inherited `RUST_LOG` (these tests read its
+/// logs, so the level must be the one they set).
+fn extproc(listen: Listen, args: &[&str], env: &[(&str, &str)]) -> Processor {
+    Processor::spawn(Spawn {
+        listen,
+        args,
+        env,
+        clean_rust_log: true,
+        ..Spawn::default()
+    })
 }
 
 // ---- the example Envoy bootstraps ----
@@ -534,7 +446,7 @@ fn examples_differ_from_envoy_yaml_only_in_the_extproc_cluster() {
 async fn tls_translates_and_logs_the_request_id_but_no_prompt() {
     let pki = Pki::new();
     let demo = DemoUpstream::start();
-    let processor = Extproc::start(
+    let processor = extproc(
         Listen::Tcp,
         &[
             "--tls-cert",
@@ -585,7 +497,7 @@ async fn envoy_refuses_a_processor_certificate_of_another_ca_or_for_another_name
     let upstream = ScriptedUpstream::start();
 
     // The processor's certificate is fine, but Envoy trusts another CA.
-    let processor = Extproc::start(
+    let processor = extproc(
         Listen::Tcp,
         &[
             "--tls-cert",
@@ -611,7 +523,7 @@ async fn envoy_refuses_a_processor_certificate_of_another_ca_or_for_another_name
     drop(envoy);
 
     // Signed by the trusted CA, but for another host name: match_typed_subject_alt_names.
-    let processor = Extproc::start(
+    let processor = extproc(
         Listen::Tcp,
         &[
             "--tls-cert",
@@ -638,8 +550,8 @@ async fn envoy_refuses_a_processor_certificate_of_another_ca_or_for_another_name
 
 // ---- mTLS ----
 
-fn mtls_processor(pki: &Pki) -> Extproc {
-    Extproc::start(
+fn mtls_processor(pki: &Pki) -> Processor {
+    extproc(
         Listen::Tcp,
         &[
             "--tls-cert",
@@ -729,7 +641,7 @@ async fn uds_translates_and_debug_logs_hold_no_prompt_without_log_content() {
     let sockets = TempDir::new("uds");
     let socket = sockets.path().join("extproc.sock");
     let demo = DemoUpstream::start();
-    let processor = Extproc::start(Listen::Unix(socket.clone()), &[], &[("RUST_LOG", "debug")]);
+    let processor = extproc(Listen::Unix(socket.clone()), &[], &[("RUST_LOG", "debug")]);
     let envoy = Envoy::start_with_config(&example_config(
         "extproc-uds.yaml",
         demo.port(),
@@ -757,7 +669,7 @@ async fn log_content_at_debug_shows_the_prompt() {
     let sockets = TempDir::new("uds-content");
     let socket = sockets.path().join("extproc.sock");
     let demo = DemoUpstream::start();
-    let processor = Extproc::start(
+    let processor = extproc(
         Listen::Unix(socket.clone()),
         &["--log-content"],
         &[("RUST_LOG", "debug")],
@@ -785,7 +697,7 @@ async fn log_content_at_debug_shows_the_prompt() {
     );
 
     // --log-content alone does not lower the level: at info the prompt stays out.
-    let processor = Extproc::start(
+    let processor = extproc(
         Listen::Unix(sockets.path().join("info.sock")),
         &["--log-content"],
         &[("RUST_LOG", "info")],

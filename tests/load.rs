@@ -30,18 +30,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::schema::{assert_valid, assert_valid_sse};
 use common::sse::parse_sse;
-use common::{free_port, log_tail, port_accepts, wait_until, Envoy, TempDir};
+use common::{log_tail, Envoy, Processor, Spawn};
 use serde_json::{json, Value};
 
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest one request may take before it counts as an error.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// How many error descriptions the report quotes.
@@ -114,74 +112,6 @@ fn envoy_config(settings: &Settings, upstream_port: u16, extproc_port: u16) -> S
 }
 
 // ---- the processes ----
-
-/// A child process (the repository's binary) with its output in a log file; killed on Drop.
-struct Proc {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Proc {
-    /// Runs `responses-extproc <args> --listen 127.0.0.1:<free port>` and waits until the
-    /// port accepts connections (retrying with another port if it was taken meanwhile).
-    fn start(what: &str, args: &[&str], rust_log: &str, dir: &Path) -> Proc {
-        let log = dir.join(format!("{what}.log"));
-        for _attempt in 0..3 {
-            let port = free_port();
-            let log_file = std::fs::File::create(&log).expect("create log");
-            let mut child = Command::new(env!("CARGO_BIN_EXE_responses-extproc"))
-                .args(args)
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .env("RUST_LOG", rust_log)
-                .stdin(Stdio::null())
-                .stdout(log_file.try_clone().expect("clone log handle"))
-                .stderr(log_file)
-                .spawn()
-                .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-            let ready = wait_until(what, STARTUP_TIMEOUT, || {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Some(Err(status));
-                }
-                port_accepts(port).then_some(Ok(()))
-            });
-            match ready {
-                Ok(()) if matches!(child.try_wait(), Ok(None)) => {
-                    return Proc { child, port, log };
-                }
-                _ if log_tail(&log, 4000).contains("in use") => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
-                _ => {
-                    let _ = child.kill();
-                    let status = child.wait();
-                    panic!(
-                        "{what} exited during startup ({status:?}):\n{}",
-                        log_tail(&log, 4000)
-                    );
-                }
-            }
-        }
-        panic!("{what} could not bind a free port in 3 attempts");
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `VmRSS` of a process, in KiB.
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -713,10 +643,17 @@ async fn envoy_stats(client: &reqwest::Client, envoy: &Envoy) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load() {
     let settings = Settings::from_env();
-    let dir = TempDir::new("load");
-    let demo = Proc::start("demo-upstream", &["demo-upstream"], "warn", dir.path());
-    let mut processor = Proc::start("responses-extproc", &[], &settings.rust_log, dir.path());
-    let config = envoy_config(&settings, demo.port, processor.port);
+    let demo = Processor::spawn(Spawn {
+        what: "demo-upstream",
+        leading: &["demo-upstream"],
+        env: &[("RUST_LOG", "warn")],
+        ..Spawn::default()
+    });
+    let mut processor = Processor::spawn(Spawn {
+        env: &[("RUST_LOG", &settings.rust_log)],
+        ..Spawn::default()
+    });
+    let config = envoy_config(&settings, demo.port(), processor.port());
     let envoy = tokio::task::block_in_place(|| Envoy::start_with_config(&config));
     let pid = processor.pid();
     let envoy_pid = envoy_pid(&envoy);
@@ -943,15 +880,15 @@ async fn load() {
     assert!(
         running,
         "the processor exited during the run:\n{}",
-        log_tail(&processor.log, 4000)
+        log_tail(processor.log_path(), 4000)
     );
     assert_eq!(
         outcome.error_count(),
         0,
         "errors under load (see the report above); processor log tail:\n{}\ndemo log tail:\n{}\n\
          envoy log tail:\n{}",
-        log_tail(&processor.log, 2000),
-        log_tail(&demo.log, 1000),
+        log_tail(processor.log_path(), 2000),
+        log_tail(demo.log_path(), 1000),
         tail(&envoy.logs(), 2000)
     );
     for kind in [Kind::Json, Kind::Stream] {

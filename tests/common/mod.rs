@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub use envoy::Envoy;
-pub use processor::{PassthroughProcessor, Processor};
+pub use processor::{Listen, PassthroughProcessor, Processor, Spawn};
 pub use upstream::{DemoUpstream, Gate, RecordedRequest, Reply, ScriptedUpstream};
 
 /// The repository root.

@@ -1,6 +1,6 @@
 //! The ext_proc side: the real `responses-extproc` binary, or an in-process passthrough.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -20,10 +20,44 @@ use super::{free_port, log_tail, port_accepts, wait_until, ServerThread, TempDir
 
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The `responses-extproc` binary serving ext_proc on 127.0.0.1; killed on Drop.
+/// Where a spawned binary listens.
+pub enum Listen {
+    /// 127.0.0.1, a free port.
+    Tcp,
+    Unix(PathBuf),
+}
+
+/// How to run the `responses-extproc` binary: `responses-extproc <leading> --listen <addr>
+/// <args>` with `env` (and, if `clean_rust_log`, without an inherited `RUST_LOG`).
+pub struct Spawn<'a> {
+    /// Names the process in failures.
+    pub what: &'a str,
+    /// Before `--listen`: a subcommand such as `demo-upstream`.
+    pub leading: &'a [&'a str],
+    pub listen: Listen,
+    pub args: &'a [&'a str],
+    pub env: &'a [(&'a str, &'a str)],
+    pub clean_rust_log: bool,
+}
+
+impl Default for Spawn<'_> {
+    fn default() -> Self {
+        Spawn {
+            what: "responses-extproc",
+            leading: &[],
+            listen: Listen::Tcp,
+            args: &[],
+            env: &[],
+            clean_rust_log: false,
+        }
+    }
+}
+
+/// A `responses-extproc` process (the ext_proc server or the demo upstream), its stdout and
+/// stderr in a log file; killed on Drop.
 pub struct Processor {
     child: Child,
-    port: u16,
+    port: Option<u16>,
     log: PathBuf,
     _dir: TempDir,
 }
@@ -37,31 +71,61 @@ impl Processor {
 
     /// Like [`Processor::start`], with extra environment variables (e.g. `RUST_LOG`).
     pub fn start_with_env(extra_args: &[&str], env: &[(&str, &str)]) -> Processor {
+        Processor::spawn(Spawn {
+            args: extra_args,
+            env,
+            ..Spawn::default()
+        })
+    }
+
+    /// Runs the binary as `spec` says and waits until it accepts connections (TCP: the port;
+    /// Unix: the socket).
+    pub fn spawn(spec: Spawn<'_>) -> Processor {
+        let what = spec.what;
         let dir = TempDir::new("processor");
         let log = dir.path().join("processor.log");
-        // The port is picked before the child binds it: if another process takes it in
+        // A free port is picked before the child binds it: if another process takes it in
         // between, the child exits and we try again with another port.
         for _attempt in 0..3 {
-            let port = free_port();
+            let (listen_arg, port) = match &spec.listen {
+                Listen::Tcp => {
+                    let port = free_port();
+                    (format!("127.0.0.1:{port}"), Some(port))
+                }
+                Listen::Unix(path) => (format!("unix:{}", path.display()), None),
+            };
             let log_file = std::fs::File::create(&log).expect("create processor log");
-            let mut child = Command::new(env!("CARGO_BIN_EXE_responses-extproc"))
+            let mut command = Command::new(env!("CARGO_BIN_EXE_responses-extproc"));
+            command
+                .args(spec.leading)
                 .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .args(extra_args)
-                .envs(env.iter().copied())
+                .arg(&listen_arg)
+                .args(spec.args);
+            if spec.clean_rust_log {
+                command.env_remove("RUST_LOG");
+            }
+            let mut child = command
+                .envs(spec.env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(log_file.try_clone().expect("clone log handle"))
                 .stderr(log_file)
                 .spawn()
-                .expect("spawn responses-extproc");
-            let ready = wait_until("responses-extproc to listen", STARTUP_TIMEOUT, || {
+                .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+            let ready = wait_until(what, STARTUP_TIMEOUT, || {
                 if let Ok(Some(status)) = child.try_wait() {
                     return Some(Err(status));
                 }
-                port_accepts(port).then_some(Ok(()))
+                let up = match (&spec.listen, port) {
+                    (_, Some(port)) => port_accepts(port),
+                    (Listen::Unix(path), None) => std::os::unix::net::UnixStream::connect(path)
+                        .map(drop)
+                        .is_ok(),
+                    (Listen::Tcp, None) => false,
+                };
+                up.then_some(Ok(()))
             });
             match ready {
-                // Still alive after accepting: the port is ours.
+                // Still alive after accepting: the address is ours.
                 Ok(()) if matches!(child.try_wait(), Ok(None)) => {
                     return Processor {
                         child,
@@ -70,7 +134,7 @@ impl Processor {
                         _dir: dir,
                     };
                 }
-                _ if log_tail(&log, 4000).contains("in use") => {
+                _ if port.is_some() && log_tail(&log, 4000).contains("in use") => {
                     let _ = child.kill();
                     let _ = child.wait();
                 }
@@ -78,22 +142,32 @@ impl Processor {
                     let _ = child.kill();
                     let status = child.wait();
                     panic!(
-                        "responses-extproc exited during startup ({status:?}):\n{}",
+                        "{what} {listen_arg} {:?} exited during startup ({status:?}):\n{}",
+                        spec.args,
                         log_tail(&log, 4000)
                     );
                 }
             }
         }
-        panic!("responses-extproc could not bind a free port in 3 attempts");
+        panic!("{what} could not bind a free port in 3 attempts");
     }
 
+    /// The TCP port (panics for a Unix socket listener).
     pub fn port(&self) -> u16 {
-        self.port
+        self.port.expect("a TCP listener")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The processor's log so far (stdout and stderr).
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// Whether the process is still running.
