@@ -13,7 +13,7 @@ use std::sync::Arc;
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
 
 use crate::translate::seal::Keyring;
-use crate::translate::{DeveloperRole, HostedTools, Options, ReasoningEvents};
+use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -152,12 +152,12 @@ pub struct Config {
     pub stream_body_mode: StreamBodyMode,
 
     /// Largest single upstream SSE event held while waiting for its end (bytes).
-    #[arg(long, default_value_t = 1 << 20, env = "RESPONSES_EXTPROC_MAX_SSE_FRAME_BYTES")]
+    #[arg(long, default_value_t = limits::MAX_SSE_FRAME_BYTES, env = "RESPONSES_EXTPROC_MAX_SSE_FRAME_BYTES")]
     pub max_sse_frame_bytes: usize,
 
     /// Largest text + arguments accumulated for one response (bytes); beyond it the
     /// response fails cleanly.
-    #[arg(long, default_value_t = 16 << 20, env = "RESPONSES_EXTPROC_MAX_OUTPUT_BYTES")]
+    #[arg(long, default_value_t = limits::MAX_OUTPUT_BYTES, env = "RESPONSES_EXTPROC_MAX_OUTPUT_BYTES")]
     pub max_output_bytes: usize,
 
     /// What `developer` messages become upstream: `system` (most chat templates) or
@@ -182,19 +182,19 @@ pub struct Config {
 
     /// Largest accepted `/v1/responses` body (bytes); larger → 413. Envoy's own buffer limit
     /// (envoy.yaml) applies first.
-    #[arg(long, default_value_t = 16 << 20, env = "RESPONSES_EXTPROC_MAX_REQUEST_BYTES")]
+    #[arg(long, default_value_t = limits::MAX_REQUEST_BYTES, env = "RESPONSES_EXTPROC_MAX_REQUEST_BYTES")]
     pub max_request_bytes: usize,
 
     /// Most items accepted in `input`; more → 400.
     #[arg(
         long,
-        default_value_t = 4096,
+        default_value_t = limits::MAX_INPUT_ITEMS,
         env = "RESPONSES_EXTPROC_MAX_INPUT_ITEMS"
     )]
     pub max_input_items: usize,
 
     /// Largest single content part (text, image/file data, tool output) in bytes; larger → 400.
-    #[arg(long, default_value_t = 10 << 20, env = "RESPONSES_EXTPROC_MAX_PART_BYTES")]
+    #[arg(long, default_value_t = limits::MAX_PART_BYTES, env = "RESPONSES_EXTPROC_MAX_PART_BYTES")]
     pub max_part_bytes: usize,
 
     /// File of keys sealing reasoning for `include: ["reasoning.encrypted_content"]`: one
@@ -207,7 +207,7 @@ pub struct Config {
     pub reasoning_keys: Option<String>,
 
     /// Largest upstream JSON body buffered for translation (bytes).
-    #[arg(long, default_value_t = 16 << 20, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
+    #[arg(long, default_value_t = crate::exchange::DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
 
     /// How long in-flight requests may run after SIGTERM/SIGINT before the process exits.
@@ -285,6 +285,29 @@ impl Config {
             max_sse_frame_bytes: self.max_sse_frame_bytes,
             max_output_bytes: self.max_output_bytes,
         }
+    }
+
+    /// The exchange rules' settings (shared by every adapter); `keyring` from [`Config::keyring`].
+    pub fn exchange_settings(&self, keyring: Option<Arc<Keyring>>) -> crate::exchange::Settings {
+        crate::exchange::Settings {
+            responses_path: self.responses_path.clone(),
+            chat_path: self.chat_path.clone(),
+            model_header: self.model_header.to_ascii_lowercase(),
+            max_body_bytes: self.max_body_bytes,
+            options: self.translate_options(keyring),
+        }
+    }
+
+    /// The largest ext_proc message we read. Derived from the caps, so that a body within
+    /// them always arrives: Envoy hands over a buffered body whole (up to its buffer limit,
+    /// which the shipped config sets to the caps), and a streamed chunk may hold what piled
+    /// up while it waited for us (up to that limit, plus one read). Beyond it the exchange
+    /// fails with an envelope (413 / 502 / `response.failed`), never passes untranslated.
+    pub fn grpc_max_message_bytes(&self) -> usize {
+        self.max_request_bytes
+            .max(self.max_body_bytes)
+            .saturating_mul(2)
+            .saturating_add(1 << 20)
     }
 
     /// The keys that seal reasoning (`encrypted_content`): from `--reasoning-keys-file`, else

@@ -93,9 +93,10 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
         builder = builder.tls_config(tls)?;
     }
-    let router = builder
-        .add_service(health)
-        .add_service(ExternalProcessorServer::new(processor));
+    let router = builder.add_service(health).add_service(
+        ExternalProcessorServer::new(processor)
+            .max_decoding_message_size(config.grpc_max_message_bytes()),
+    );
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let stop = async {

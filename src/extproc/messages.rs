@@ -14,8 +14,6 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     ImmediateResponse, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
 };
 
-use crate::openresponses::ApiError;
-
 /// Reads a header (Envoy sends values in `raw_value`; older versions in `value`).
 pub fn header<'a>(headers: &'a HttpHeaders, name: &str) -> Option<&'a str> {
     headers
@@ -139,14 +137,19 @@ pub fn response_trailers() -> ProcessingResponse {
 }
 
 /// Replaces the HTTP exchange with a JSON reply of ours (an error envelope).
-pub fn immediate(status: u16, body: Vec<u8>, details: &str) -> ProcessingResponse {
+pub fn immediate(
+    status: u16,
+    content_type: &str,
+    body: Vec<u8>,
+    details: &str,
+) -> ProcessingResponse {
     ProcessingResponse {
         response: Some(Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus {
                 code: i32::from(status),
             }),
             headers: Headers::default()
-                .set("content-type", "application/json")
+                .set("content-type", content_type)
                 .into_mutation(),
             body,
             grpc_status: None,
@@ -154,10 +157,6 @@ pub fn immediate(status: u16, body: Vec<u8>, details: &str) -> ProcessingRespons
         })),
         ..Default::default()
     }
-}
-
-pub fn error_reply(err: &ApiError, details: &str) -> ProcessingResponse {
-    immediate(err.status, err.to_body().to_vec(), details)
 }
 
 /// Envoy stops calling us for this exchange: request body, response headers and body pass.

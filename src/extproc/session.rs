@@ -1,24 +1,32 @@
-//! One HTTP exchange as Envoy reports it: a synchronous state machine from ext_proc
-//! messages to ext_proc answers, around the translation core.
+//! One HTTP exchange as Envoy reports it: ext_proc messages in, ext_proc answers out. A thin,
+//! synchronous driver of [`exchange::Exchange`], which makes every decision; this file only
+//! maps those decisions to protobuf (body modes, mutations, immediate responses).
 //!
 //! Envoy sends, per request: request headers → request body (BUFFERED) → response headers →
-//! response body (mode chosen by us on the response headers). Each message gets exactly one
-//! answer. The session never blocks and never waits for more input than Envoy sends.
+//! response body (the mode we pick on the response headers). Each message gets exactly one
+//! answer. Gathered answers use BUFFERED_PARTIAL: Envoy holds the head and hands us the whole
+//! body, or, when its buffer is full, what it has so far (`end_of_stream: false`), which we
+//! answer with an error envelope instead of letting Envoy fail the request itself.
+//!
+//! Fail closed: once a request is ours, no answer to a body message leaves the original bytes
+//! in place, and no answer to a response head lets its body pass unread
+//! (`tests::prop_nothing_untranslated_passes` checks both over random message sequences).
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     body_mutation::Mutation, common_response::ResponseStatus, processing_request::Request,
-    BodyMutation, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+    BodyMutation, CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
-use crate::openresponses::ApiError;
-use crate::translate::{self, response, stream::StreamTranslator, Exchange, Meta};
+use crate::exchange::{
+    self, AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
+};
+use crate::translate::Meta;
 
 /// What the caller provides for each request: the clock and fresh randomness.
 pub trait Environment {
@@ -42,35 +50,19 @@ impl Environment for System {
     }
 }
 
+/// Envoy's `details` of our immediate responses: they name us in its access logs and let its
+/// `local_reply_config` tell our envelopes from Envoy's own replies.
+const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
+const DETAILS_ANSWER: &str = "responses_extproc_upstream_error";
+
 #[derive(Debug)]
-enum State {
-    /// Waiting for the request headers.
+enum Phase {
+    /// Waiting for the first message.
     Start,
     /// Not ours: Envoy was told to stop sending us this exchange.
     PassThrough,
-    /// A `POST /v1/responses` whose body is on its way.
-    RequestBody { body: BytesMut },
-    /// Translated and sent upstream; waiting for the answer's headers.
-    Forwarded(Box<Exchange>),
-    /// A 2xx JSON answer to translate, buffered.
-    Json {
-        exchange: Box<Exchange>,
-        body: BytesMut,
-    },
-    /// Not a usable answer (error status, Envoy local reply, wrong content type): its body is
-    /// read for a message, then replaced by an error envelope.
-    Error {
-        status: u16,
-        expected_stream: bool,
-        /// Envoy answered before forwarding the request (413 over its buffer limit...): the
-        /// upstream never saw it.
-        local: bool,
-        body: BytesMut,
-    },
-    /// An SSE answer being translated chunk by chunk.
-    Stream(Box<StreamTranslator>),
-    /// Our answer is complete; anything else Envoy sends is acknowledged unchanged.
-    Done,
+    /// Ours, from the request headers on.
+    Ours(Box<Exchange>),
 }
 
 /// One HTTP request/response exchange.
@@ -78,7 +70,7 @@ enum State {
 pub struct Session<E = System> {
     settings: Arc<Settings>,
     env: E,
-    state: State,
+    phase: Phase,
     /// `x-request-id`, for logs.
     request_id: String,
 }
@@ -88,20 +80,28 @@ impl<E: Environment> Session<E> {
         Session {
             settings,
             env,
-            state: State::Start,
+            phase: Phase::Start,
             request_id: String::new(),
         }
     }
 
     /// Whether this exchange is being translated (for metrics and tests).
     pub fn is_translating(&self) -> bool {
-        !matches!(self.state, State::Start | State::PassThrough)
+        matches!(self.phase, Phase::Ours(_))
     }
 
     /// Whether a translated exchange still owes the client (part of) its answer. If Envoy
     /// ends the gRPC stream now, the client did not get a complete answer.
     pub fn is_unfinished(&self) -> bool {
-        !matches!(self.state, State::Start | State::PassThrough | State::Done)
+        matches!(&self.phase, Phase::Ours(ex) if !ex.is_finished())
+    }
+
+    /// The exchange, once it is ours (for logs and metrics).
+    pub fn exchange(&self) -> Option<&Exchange> {
+        match &self.phase {
+            Phase::Ours(ex) => Some(ex),
+            _ => None,
+        }
     }
 
     /// `x-request-id` of the exchange (empty before the request headers), for logs.
@@ -125,18 +125,29 @@ impl<E: Environment> Session<E> {
         }
     }
 
-    /// In FULL_DUPLEX_STREAMED mode trailers may be what ends the upstream body: finish the
-    /// stream (its last events, end_of_stream), then let the trailers pass.
-    fn on_response_trailers(&mut self) -> Vec<ProcessingResponse> {
-        match std::mem::replace(&mut self.state, State::Done) {
-            State::Stream(mut translator) => {
-                let out = translator.finish(self.env.now()).to_vec();
-                vec![msg::streamed_body(out, true), msg::response_trailers()]
-            }
-            other => {
-                self.state = other;
-                vec![msg::response_trailers()]
-            }
+    /// Envoy sent a message we could not read (over the gRPC message limit) or handling one
+    /// failed (a panic): end the exchange with an OpenResponses error while Envoy still waits
+    /// for an answer. The caller then ends the gRPC stream with an error status, so that
+    /// Envoy fails the request rather than carrying on without us.
+    pub fn on_failure(&mut self, unreadable: bool) -> Vec<ProcessingResponse> {
+        let now = self.env.now();
+        let Phase::Ours(ex) = &mut self.phase else {
+            return Vec::new();
+        };
+        let step = if unreadable {
+            ex.overflow(now)
+        } else {
+            ex.abort(
+                "internal_error",
+                "responses-extproc failed while translating this exchange.",
+                now,
+            )
+        };
+        match step {
+            AbortStep::Reply(r) => vec![self.reply(&r)],
+            // Envoy waits for the answer to the chunk it sent: replace it with the ending.
+            AbortStep::Send(bytes) => vec![self.stream_bytes(bytes, true)],
+            AbortStep::Nothing => Vec::new(),
         }
     }
 
@@ -144,25 +155,20 @@ impl<E: Environment> Session<E> {
         self.request_id = header(h, "x-request-id").unwrap_or_default().to_owned();
         let method = header(h, ":method").unwrap_or_default();
         let path = header(h, ":path").unwrap_or_default();
-        let path = path.split('?').next().unwrap_or_default();
-        if method != "POST" || path != self.settings.responses_path {
-            self.state = State::PassThrough;
+        let Some(op) = exchange::route(&self.settings.exchange, method, path) else {
+            self.phase = Phase::PassThrough;
             return msg::request_headers(
                 msg::common(Headers::default(), None, false),
                 Some(msg::pass_through_mode()),
             );
-        }
-        if h.end_of_stream {
-            self.state = State::Done;
-            let err = ApiError::invalid_body(
-                "The request has no body. Send a JSON object with 'model' and 'input'.",
-            )
-            .with_code("missing_body");
-            return msg::error_reply(&err, "responses_extproc_invalid_request");
-        }
-        self.state = State::RequestBody {
-            body: BytesMut::new(),
         };
+        let mut ex = Box::new(Exchange::new(self.settings.exchange.clone(), op));
+        if h.end_of_stream {
+            let step = ex.request_body(&[], true, self.meta());
+            self.phase = Phase::Ours(ex);
+            return self.request_step(step);
+        }
+        self.phase = Phase::Ours(ex);
         // The upstream must answer in plain bytes we can parse.
         msg::request_headers(
             msg::common(Headers::default().remove("accept-encoding"), None, false),
@@ -170,341 +176,233 @@ impl<E: Environment> Session<E> {
         )
     }
 
+    /// A first message other than the request headers: they were skipped (a per-route
+    /// processing mode), and only the Responses route sends us anything, so the exchange is
+    /// ours. Fail closed: an answer to a request we never saw is never let through.
+    fn claim_unannounced(&mut self) {
+        if matches!(self.phase, Phase::Start) {
+            self.phase = Phase::Ours(Box::new(Exchange::new(
+                self.settings.exchange.clone(),
+                Operation::Create,
+            )));
+        }
+    }
+
     fn on_request_body(&mut self, b: HttpBody) -> ProcessingResponse {
-        let State::RequestBody { body } = &mut self.state else {
+        self.claim_unannounced();
+        let meta = self.meta();
+        let Phase::Ours(ex) = &mut self.phase else {
             return msg::request_body(msg::common(Headers::default(), None, false));
         };
-        if !b.end_of_stream {
-            // Only with a STREAMED request mode (we configure BUFFERED): gather and hold back.
-            if body.len() + b.body.len() > self.settings.max_body_bytes {
-                self.state = State::Done;
-                return msg::error_reply(&too_large(), "responses_extproc_invalid_request");
-            }
-            body.extend_from_slice(&b.body);
-            return msg::request_body(clear_body());
+        if self.settings.log_content && b.end_of_stream {
+            log_content(&self.request_id, "client request (last piece)", &b.body);
         }
-        let full = if body.is_empty() {
-            b.body
-        } else {
-            body.extend_from_slice(&b.body);
-            std::mem::take(body).to_vec()
-        };
-        let meta = Meta {
-            now: self.env.now(),
-            id_seed: self.env.id_seed(),
-        };
-        self.log_content("client request", &full);
-        match translate::translate_request(&full, &self.settings.options, meta) {
-            Ok(t) => {
-                self.log_content("upstream request", &t.body);
+        let step = ex.request_body(&b.body, b.end_of_stream, meta);
+        self.request_step(step)
+    }
+
+    fn request_step(&mut self, step: RequestStep) -> ProcessingResponse {
+        match step {
+            RequestStep::Hold => msg::request_body(clear_body()),
+            RequestStep::Forward(up) => {
+                let settings = &self.settings.exchange;
                 tracing::info!(
                     request_id = %self.request_id,
-                    response_id = %t.exchange.id(),
-                    model = %t.exchange.model(),
-                    stream = t.exchange.is_stream(),
-                    body_bytes = t.body.len(),
+                    response_id = self.exchange().and_then(|e| e.summary().response_id.as_deref()).unwrap_or(""),
+                    model = %up.model,
+                    stream = up.stream,
+                    body_bytes = up.body.len(),
                     "translated request"
                 );
+                if self.settings.log_content {
+                    log_content(&self.request_id, "upstream request", &up.body);
+                }
                 let headers = Headers::default()
-                    .set(":path", self.settings.chat_path.clone())
-                    .set("content-type", "application/json")
-                    .set("content-length", t.body.len().to_string())
-                    .set(&self.settings.model_header, t.exchange.model().to_owned());
-                self.state = State::Forwarded(Box::new(t.exchange));
-                msg::request_body(msg::common(headers, Some(t.body.to_vec()), true))
+                    .set(":path", settings.chat_path.clone())
+                    .set("content-type", exchange::JSON)
+                    .set("content-length", up.body.len().to_string())
+                    .set(&settings.model_header, up.model);
+                msg::request_body(msg::common(headers, Some(up.body.to_vec()), true))
             }
-            Err(err) => {
+            RequestStep::Reply(r) => {
+                let s = self.exchange().map(|e| e.summary().clone());
                 tracing::info!(
                     request_id = %self.request_id,
-                    status = err.status,
-                    param = err.param.as_deref().unwrap_or(""),
-                    code = err.code.as_deref().unwrap_or(""),
+                    status = r.status,
+                    code = s.as_ref().and_then(|s| s.error_code.as_deref()).unwrap_or(""),
                     "rejected request"
                 );
-                self.state = State::Done;
-                msg::error_reply(&err, "responses_extproc_invalid_request")
+                immediate(&r, DETAILS_REQUEST)
             }
         }
     }
 
     fn on_response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
+        self.claim_unannounced();
+        let now = self.env.now();
+        let Phase::Ours(ex) = &mut self.phase else {
+            return msg::response_headers(msg::common(Headers::default(), None, false), None);
+        };
         let status: u16 = header(h, ":status")
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        let content_type = header(h, "content-type")
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        let state = std::mem::replace(&mut self.state, State::Done);
-        let exchange = match state {
-            State::Forwarded(ex) => ex,
-            // Envoy answered before the request reached the upstream (413, 503...): never
-            // translate what the upstream did not send.
-            State::RequestBody { .. } => {
-                return self.error_headers(status, false, true, h.end_of_stream);
-            }
-            other => {
-                self.state = other;
-                return msg::response_headers(msg::common(Headers::default(), None, false), None);
-            }
-        };
-        let success = (200..300).contains(&status);
-        let is_sse = content_type.starts_with("text/event-stream");
-        tracing::debug!(request_id = %self.request_id, status, content_type = %content_type, "upstream answered");
-        if !success || exchange.is_stream() != is_sse {
-            return self.error_headers(status, exchange.is_stream(), false, h.end_of_stream);
-        }
-        if exchange.is_stream() {
-            let mut translator = Box::new(StreamTranslator::new(*exchange));
-            let headers = Headers::default()
-                .set("content-type", "text/event-stream")
-                .set("cache-control", "no-cache")
-                .remove("content-length");
-            if h.end_of_stream {
-                // A stream with no body at all: answer the whole (failed) event stream now.
-                let body = translator.finish(self.env.now()).to_vec();
-                return msg::response_headers(replace_body(headers, body), None);
-            }
-            self.state = State::Stream(translator);
-            let mode = match self.settings.stream_body_mode {
-                StreamBodyMode::Streamed => BodySendMode::Streamed,
-                StreamBodyMode::FullDuplexStreamed => BodySendMode::FullDuplexStreamed,
-            };
-            return msg::response_headers(
-                msg::common(headers, None, false),
-                Some(msg::response_body_mode(mode)),
-            );
-        }
-        if h.end_of_stream {
-            return self.error_headers(502, false, false, true);
-        }
-        self.state = State::Json {
-            exchange,
-            body: BytesMut::new(),
-        };
-        msg::response_headers(
-            msg::common(Headers::default().remove("content-length"), None, false),
-            Some(msg::response_body_mode(BodySendMode::Buffered)),
-        )
-    }
-
-    /// The answer is not translatable: read its body (if any) for a message, then reply
-    /// with an error envelope.
-    fn error_headers(
-        &mut self,
-        status: u16,
-        expected_stream: bool,
-        local: bool,
-        end_of_stream: bool,
-    ) -> ProcessingResponse {
-        if end_of_stream {
-            self.state = State::Done;
-            let err = error_for(status, expected_stream, local, b"");
-            log_upstream_error(&self.request_id, &err);
-            return msg::error_reply(&err, "responses_extproc_upstream_error");
-        }
-        self.state = State::Error {
+        let content_type = header(h, "content-type").unwrap_or_default();
+        tracing::debug!(request_id = %self.request_id, status, content_type, "answer head");
+        let head = ResponseHead {
             status,
-            expected_stream,
-            local,
-            body: BytesMut::new(),
+            content_type,
+            end_of_stream: h.end_of_stream,
         };
-        msg::response_headers(
-            msg::common(Headers::default(), None, false),
-            Some(msg::response_body_mode(BodySendMode::Buffered)),
-        )
+        match ex.response_head(head, now) {
+            HeadStep::Stream => {
+                let headers = Headers::default()
+                    .set("content-type", exchange::EVENT_STREAM)
+                    .set("cache-control", "no-cache")
+                    .remove("content-length");
+                let mode = match self.settings.stream_body_mode {
+                    StreamBodyMode::Streamed => BodySendMode::Streamed,
+                    StreamBodyMode::FullDuplexStreamed => BodySendMode::FullDuplexStreamed,
+                };
+                msg::response_headers(
+                    msg::common(headers, None, false),
+                    Some(msg::response_body_mode(mode)),
+                )
+            }
+            HeadStep::Gather => msg::response_headers(
+                msg::common(Headers::default().remove("content-length"), None, false),
+                Some(msg::response_body_mode(BodySendMode::BufferedPartial)),
+            ),
+            HeadStep::Reply(r) if r.translated => {
+                // A stream without a body: its whole (failed) event stream replaces it.
+                let headers = Headers::default()
+                    .set("content-type", r.content_type)
+                    .set("cache-control", "no-cache")
+                    .remove("content-length");
+                let mut c = msg::common(headers, Some(r.body.to_vec()), false);
+                c.status = ResponseStatus::ContinueAndReplace as i32;
+                msg::response_headers(c, None)
+            }
+            HeadStep::Reply(r) => self.reply(&r),
+        }
     }
 
     fn on_response_body(&mut self, b: HttpBody) -> ProcessingResponse {
+        self.claim_unannounced();
         let now = self.env.now();
-        let eos = b.end_of_stream;
-        match std::mem::replace(&mut self.state, State::Done) {
-            State::Stream(mut translator) => {
-                self.log_content("upstream chunk", &b.body);
-                let mut out = BytesMut::from(translator.push(&b.body, now));
-                if eos {
-                    out.extend_from_slice(&translator.finish(now));
-                    tracing::info!(
-                        request_id = %self.request_id,
-                        events = translator.event_count(),
-                        "stream translated"
-                    );
-                } else {
-                    self.state = State::Stream(translator);
-                }
-                match self.settings.stream_body_mode {
-                    StreamBodyMode::Streamed => msg::response_body(msg::common(
-                        Headers::default(),
-                        Some(out.to_vec()),
-                        false,
-                    )),
-                    StreamBodyMode::FullDuplexStreamed => msg::streamed_body(out.to_vec(), eos),
-                }
-            }
-            State::Json { exchange, body } if !eos => match self.gather(body, &b.body) {
-                Ok(body) => {
-                    self.state = State::Json { exchange, body };
-                    msg::response_body(clear_body())
-                }
-                Err(reply) => *reply,
-            },
-            State::Error {
-                status,
-                expected_stream,
-                local,
-                body,
-            } if !eos => match self.gather(body, &b.body) {
-                Ok(body) => {
-                    self.state = State::Error {
-                        status,
-                        expected_stream,
-                        local,
-                        body,
-                    };
-                    msg::response_body(clear_body())
-                }
-                Err(reply) => *reply,
-            },
-            State::Json { exchange, body } => {
-                // The cap holds for the last message too: with the BUFFERED mode we ask for,
-                // Envoy hands over the whole answer in this one message (`end_of_stream`), so
-                // checking only the earlier chunks would never apply --max-body-bytes.
-                let body = match self.gather(body, &b.body) {
-                    Ok(body) => body,
-                    Err(reply) => return *reply,
-                };
-                self.log_content("upstream answer", &body);
-                match response::completion(&exchange, &body, now) {
-                    Ok(out) => {
-                        tracing::info!(request_id = %self.request_id, response_id = %exchange.id(), "response translated");
-                        let headers = Headers::default()
-                            .set("content-type", "application/json")
-                            .set("content-length", out.len().to_string());
-                        msg::response_body(msg::common(headers, Some(out.to_vec()), false))
-                    }
-                    Err(err) => {
-                        log_upstream_error(&self.request_id, &err);
-                        msg::error_reply(&err, "responses_extproc_upstream_error")
-                    }
-                }
-            }
-            State::Error {
-                status,
-                expected_stream,
-                local,
-                mut body,
-            } => {
-                body.extend_from_slice(&b.body);
-                let err = error_for(status, expected_stream, local, &body);
-                log_upstream_error(&self.request_id, &err);
-                msg::error_reply(&err, "responses_extproc_upstream_error")
-            }
-            other => {
-                self.state = other;
-                msg::response_body(msg::common(Headers::default(), None, false))
-            }
-        }
-    }
-
-    /// Logs a body only when the operator asked for content logging (`--log-content`).
-    fn log_content(&self, what: &str, body: &[u8]) {
-        if self.settings.log_content {
-            tracing::debug!(request_id = %self.request_id, content = %String::from_utf8_lossy(body), "{what}");
-        }
-    }
-
-    /// Adds a chunk of a buffered upstream answer, within the body cap.
-    fn gather(
-        &self,
-        mut body: BytesMut,
-        chunk: &[u8],
-    ) -> Result<BytesMut, Box<ProcessingResponse>> {
-        if body.len() + chunk.len() > self.settings.max_body_bytes {
-            let err = ApiError::server(
-                502,
-                "upstream_response_too_large",
-                "The upstream answer exceeded this server's size limit.",
-            );
-            log_upstream_error(&self.request_id, &err);
-            return Err(Box::new(msg::error_reply(
-                &err,
-                "responses_extproc_upstream_error",
-            )));
-        }
-        body.extend_from_slice(chunk);
-        Ok(body)
-    }
-}
-
-/// The error envelope for an answer we cannot translate. `local`: Envoy answered before the
-/// request was forwarded.
-fn error_for(status: u16, expected_stream: bool, local: bool, body: &[u8]) -> ApiError {
-    if local {
-        return local_reply_error(status, body);
-    }
-    if (200..300).contains(&status) {
-        let what = if expected_stream {
-            "a stream was requested but the upstream did not answer with text/event-stream"
-        } else {
-            "a JSON answer was expected but the upstream answered with an event stream"
+        let Phase::Ours(ex) = &mut self.phase else {
+            return msg::response_body(msg::common(Headers::default(), None, false));
         };
-        return ApiError::server(
-            502,
-            "upstream_invalid_response",
-            format!("The upstream answer cannot be translated: {what}."),
+        if self.settings.log_content {
+            log_content(&self.request_id, "upstream body", &b.body);
+        }
+        let streaming = ex.is_streaming();
+        let step = ex.response_body(&b.body, b.end_of_stream, now);
+        match step {
+            BodyStep::Send(bytes) => {
+                if streaming && ex.is_finished() {
+                    self.log_end();
+                }
+                self.stream_bytes(bytes, b.end_of_stream)
+            }
+            // BUFFERED_PARTIAL hands over a body before its end only when Envoy's buffer is
+            // full: it cannot hold the head any longer, so the answer ends here.
+            BodyStep::Hold => {
+                let r = ex.response_overflow();
+                self.reply(&r)
+            }
+            BodyStep::Reply(r) if streaming => {
+                // Cannot happen: a streaming exchange answers with bytes. Fail closed.
+                self.reply(&r)
+            }
+            BodyStep::Reply(r) if r.translated => {
+                self.log_end();
+                let headers = Headers::default()
+                    .set("content-type", r.content_type)
+                    .set("content-length", r.body.len().to_string());
+                msg::response_body(msg::common(headers, Some(r.body.to_vec()), false))
+            }
+            BodyStep::Reply(r) => self.reply(&r),
+        }
+    }
+
+    /// In FULL_DUPLEX_STREAMED mode trailers may be what ends the upstream body: finish the
+    /// stream (its last events, end_of_stream), then let the trailers pass.
+    fn on_response_trailers(&mut self) -> Vec<ProcessingResponse> {
+        let now = self.env.now();
+        let Phase::Ours(ex) = &mut self.phase else {
+            return vec![msg::response_trailers()];
+        };
+        if !ex.is_streaming() {
+            return vec![msg::response_trailers()];
+        }
+        let last = match ex.response_body(&[], true, now) {
+            BodyStep::Send(bytes) => bytes,
+            _ => bytes::Bytes::new(),
+        };
+        self.log_end();
+        vec![
+            msg::streamed_body(last.to_vec(), true),
+            msg::response_trailers(),
+        ]
+    }
+
+    /// Translated stream bytes, in the answer form of the configured body mode.
+    fn stream_bytes(&self, bytes: bytes::Bytes, end_of_stream: bool) -> ProcessingResponse {
+        match self.settings.stream_body_mode {
+            StreamBodyMode::Streamed => {
+                msg::response_body(msg::common(Headers::default(), Some(bytes.to_vec()), false))
+            }
+            StreamBodyMode::FullDuplexStreamed => msg::streamed_body(bytes.to_vec(), end_of_stream),
+        }
+    }
+
+    /// An error envelope (or other reply) instead of the upstream's answer.
+    fn reply(&self, r: &Reply) -> ProcessingResponse {
+        let s = self.exchange().map(|e| e.summary().clone());
+        tracing::warn!(
+            request_id = %self.request_id,
+            status = r.status,
+            code = s.as_ref().and_then(|s| s.error_code.as_deref()).unwrap_or(""),
+            "answered with an error envelope"
         );
+        immediate(r, DETAILS_ANSWER)
     }
-    response::upstream_error(status, body)
-}
 
-/// Envoy's own reply to a request it never forwarded (413 when the body is over its buffer
-/// limit, ...). Why not `response::upstream_error`: its message says "The upstream answered
-/// with HTTP status 413", which sends the client (and the operator reading the envelope) to
-/// look at the model server, which never saw the request. The status and code are kept.
-fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
-    if status == 413 {
-        return too_large();
+    fn log_end(&self) {
+        if let Some(s) = self.exchange().map(Exchange::summary) {
+            tracing::info!(
+                request_id = %self.request_id,
+                response_id = s.response_id.as_deref().unwrap_or(""),
+                stream = s.stream,
+                outcome = ?s.outcome,
+                code = s.error_code.as_deref().unwrap_or(""),
+                "answer translated"
+            );
+        }
     }
-    let mut err = response::upstream_error(status, body);
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    err.message = if text.is_empty() || text.len() > 512 {
-        format!("Envoy answered with HTTP status {status} before the request was forwarded.")
-    } else {
-        format!("Envoy answered with HTTP status {status} before the request was forwarded: {text}")
-    };
-    err
+
+    fn meta(&self) -> Meta {
+        Meta {
+            now: self.env.now(),
+            id_seed: self.env.id_seed(),
+        }
+    }
 }
 
-fn log_upstream_error(request_id: &str, err: &ApiError) {
-    tracing::warn!(
-        request_id = %request_id,
-        status = err.status,
-        code = err.code.as_deref().unwrap_or(""),
-        "answered with an error envelope"
-    );
+fn immediate(r: &Reply, details: &str) -> ProcessingResponse {
+    msg::immediate(r.status, r.content_type, r.body.to_vec(), details)
 }
 
-fn too_large() -> ApiError {
-    ApiError::invalid_body("The request body is larger than this server accepts.")
-        .with_status(413)
-        .with_code("request_too_large")
+/// Logs a body only when the operator asked for content logging (`--log-content`).
+fn log_content(request_id: &str, what: &str, body: &[u8]) {
+    tracing::debug!(request_id = %request_id, content = %String::from_utf8_lossy(body), "{what}");
 }
 
-fn clear_body() -> envoy_types::pb::envoy::service::ext_proc::v3::CommonResponse {
+fn clear_body() -> CommonResponse {
     let mut c = msg::common(Headers::default(), None, false);
     c.body_mutation = Some(BodyMutation {
         mutation: Some(Mutation::ClearBody(true)),
     });
-    c
-}
-
-/// A headers answer that also sets the whole body (for answers that have none).
-fn replace_body(
-    headers: Headers,
-    body: Vec<u8>,
-) -> envoy_types::pb::envoy::service::ext_proc::v3::CommonResponse {
-    let mut c = msg::common(headers, Some(body), false);
-    c.status = ResponseStatus::ContinueAndReplace as i32;
     c
 }
 
@@ -713,7 +611,7 @@ mod tests {
                 false,
             )),
         );
-        assert_eq!(body_mode(&r), Some(BodySendMode::Buffered as i32));
+        assert_eq!(body_mode(&r), Some(BodySendMode::BufferedPartial as i32));
         assert_eq!(
             common(&r)
                 .header_mutation
@@ -739,8 +637,12 @@ mod tests {
 
     #[test]
     fn json_answer_over_the_body_cap_is_502_also_in_one_message() {
-        let settings = Settings {
+        let exchange = crate::exchange::Settings {
             max_body_bytes: 64,
+            ..Default::default()
+        };
+        let settings = Settings {
+            exchange: Arc::new(exchange),
             ..Settings::default()
         };
         let mut s = Session::new(Arc::new(settings), Fixed);
@@ -822,7 +724,7 @@ mod tests {
                 false,
             )),
         );
-        assert_eq!(body_mode(&r), Some(BodySendMode::Buffered as i32));
+        assert_eq!(body_mode(&r), Some(BodySendMode::BufferedPartial as i32));
         let r = send(
             &mut s,
             Request::ResponseBody(body_msg(
@@ -969,5 +871,175 @@ mod tests {
         let text = String::from_utf8(body_of(c).to_vec()).unwrap();
         assert!(text.contains("event: response.failed\n"));
         assert!(text.ends_with("data: [DONE]\n\n"));
+    }
+
+    mod fail_closed {
+        //! For any sequence of Envoy messages and sizes, once a request is ours no answer
+        //! lets untranslated bytes pass.
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One message Envoy could send, with small sizes around small caps.
+        #[derive(Debug, Clone)]
+        enum Msg {
+            RequestBody {
+                body: Vec<u8>,
+                eos: bool,
+            },
+            ResponseHeaders {
+                status: u16,
+                content_type: &'static str,
+                eos: bool,
+            },
+            ResponseBody {
+                body: Vec<u8>,
+                eos: bool,
+            },
+            ResponseTrailers,
+        }
+
+        fn body() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(br#"{"model":"m","input":"hi"}"#.to_vec()),
+                Just(br#"{"model":"m","input":"hi","stream":true}"#.to_vec()),
+                Just(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n".to_vec()),
+                Just(b"data: [DONE]\n\n".to_vec()),
+                Just(br#"{"choices":[{"index":0,"finish_reason":"stop","message":{"content":"yo"}}]}"#.to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..600),
+            ]
+        }
+
+        fn msg() -> impl Strategy<Value = Msg> {
+            prop_oneof![
+                (body(), any::<bool>()).prop_map(|(body, eos)| Msg::RequestBody { body, eos }),
+                (
+                    prop_oneof![Just(200u16), Just(413), Just(429), Just(500), Just(503)],
+                    prop_oneof![
+                        Just("application/json"),
+                        Just("text/event-stream"),
+                        Just("text/plain"),
+                        Just("")
+                    ],
+                    any::<bool>()
+                )
+                    .prop_map(|(status, content_type, eos)| Msg::ResponseHeaders {
+                        status,
+                        content_type,
+                        eos
+                    }),
+                (body(), any::<bool>()).prop_map(|(body, eos)| Msg::ResponseBody { body, eos }),
+                Just(Msg::ResponseTrailers),
+            ]
+        }
+
+        fn small_caps(full_duplex: bool) -> Settings {
+            let exchange = crate::exchange::Settings {
+                max_body_bytes: 256,
+                options: crate::translate::Options {
+                    max_request_bytes: 256,
+                    max_output_bytes: 256,
+                    max_sse_frame_bytes: 128,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            Settings {
+                exchange: Arc::new(exchange),
+                log_content: false,
+                stream_body_mode: if full_duplex {
+                    StreamBodyMode::FullDuplexStreamed
+                } else {
+                    StreamBodyMode::Streamed
+                },
+            }
+        }
+
+        /// An answer to a body message that leaves the original bytes in place.
+        fn passes_body(r: &ProcessingResponse) -> bool {
+            match r.response.as_ref() {
+                Some(R::ImmediateResponse(_)) | Some(R::ResponseTrailers(_)) => false,
+                Some(R::RequestBody(b) | R::ResponseBody(b)) => {
+                    b.response.as_ref().is_none_or(|c| {
+                        c.body_mutation
+                            .as_ref()
+                            .and_then(|m| m.mutation.as_ref())
+                            .is_none()
+                    })
+                }
+                _ => true,
+            }
+        }
+
+        /// An answer to a response head that lets its body pass unread.
+        fn passes_head(r: &ProcessingResponse) -> bool {
+            match r.response.as_ref() {
+                Some(R::ImmediateResponse(_)) => false,
+                Some(R::ResponseHeaders(h)) => {
+                    let replaced = h
+                        .response
+                        .as_ref()
+                        .is_some_and(|c| c.status == ResponseStatus::ContinueAndReplace as i32);
+                    let read = r.mode_override.as_ref().is_some_and(|m| {
+                        m.response_body_mode != BodySendMode::None as i32
+                            && m.response_body_mode != BodySendMode::Buffered as i32
+                    });
+                    !replaced && !read
+                }
+                _ => true,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+            #[test]
+            fn prop_nothing_untranslated_passes(
+                skip_headers in any::<bool>(),
+                full_duplex in any::<bool>(),
+                msgs in proptest::collection::vec(msg(), 0..12),
+            ) {
+                let mut s = Session::new(Arc::new(small_caps(full_duplex)), Fixed);
+                if !skip_headers {
+                    let r = send(&mut s, Request::RequestHeaders(headers(
+                        &[(":method", "POST"), (":path", "/v1/responses?x=1")], false)));
+                    // The request body must still come to us.
+                    prop_assert!(r.mode_override.as_ref().is_none_or(|m| m.request_body_mode != BodySendMode::None as i32));
+                }
+                let mut ended = false;
+                for m in msgs {
+                    if ended {
+                        break;
+                    }
+                    let (request, is_head) = match m.clone() {
+                        Msg::RequestBody { body, eos } => (Request::RequestBody(body_msg(&body, eos)), false),
+                        Msg::ResponseHeaders { status, content_type, eos } => {
+                            let status = status.to_string();
+                            let mut h = vec![(":status", status.as_str())];
+                            if !content_type.is_empty() {
+                                h.push(("content-type", content_type));
+                            }
+                            (Request::ResponseHeaders(headers(&h, eos)), true)
+                        }
+                        Msg::ResponseBody { body, eos } => (Request::ResponseBody(body_msg(&body, eos)), false),
+                        Msg::ResponseTrailers => (Request::ResponseTrailers(Default::default()), false),
+                    };
+                    let answers = s.on_message(ProcessingRequest { request: Some(request), ..Default::default() });
+                    prop_assert!(!answers.is_empty(), "every message is answered: {m:?}");
+                    for a in &answers {
+                        if matches!(a.response, Some(R::ImmediateResponse(_))) {
+                            ended = true;
+                        }
+                    }
+                    if is_head {
+                        prop_assert!(!passes_head(&answers[0]), "{m:?} -> {:?}", answers[0]);
+                    } else if !matches!(m, Msg::ResponseTrailers) {
+                        prop_assert!(!passes_body(&answers[0]), "{m:?} -> {:?}", answers[0]);
+                    }
+                }
+                // And a transport failure at any point still ends in an envelope or nothing.
+                for a in s.on_failure(true) {
+                    prop_assert!(!passes_body(&a) || matches!(a.response, Some(R::ImmediateResponse(_))));
+                }
+            }
+        }
     }
 }

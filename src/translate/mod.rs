@@ -52,6 +52,21 @@ pub enum HostedTools {
     Reject,
 }
 
+/// Default caps: the one source of the CLI defaults (`config`) and of [`Options::default`].
+pub mod limits {
+    /// Largest `/v1/responses` body: 16 MiB (a few photos as data URLs).
+    pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+    /// Most `input` items.
+    pub const MAX_INPUT_ITEMS: usize = 4096;
+    /// Largest content part: as large as a whole request may be, so that one image
+    /// filling the request is accepted (the part cap is there to be lowered).
+    pub const MAX_PART_BYTES: usize = MAX_REQUEST_BYTES;
+    /// Largest upstream SSE event held while incomplete.
+    pub const MAX_SSE_FRAME_BYTES: usize = 1 << 20;
+    /// Largest text + arguments accumulated for one response.
+    pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
+}
+
 /// Operator choices that shape translation. Defaults are the documented behaviour.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -82,12 +97,12 @@ impl Default for Options {
             reasoning_events: ReasoningEvents::Spec,
             developer_role: DeveloperRole::System,
             hosted_tools: HostedTools::Drop,
-            max_request_bytes: 16 << 20,
-            max_input_items: 4096,
-            max_part_bytes: 10 << 20,
+            max_request_bytes: limits::MAX_REQUEST_BYTES,
+            max_input_items: limits::MAX_INPUT_ITEMS,
+            max_part_bytes: limits::MAX_PART_BYTES,
             keyring: None,
-            max_sse_frame_bytes: 1 << 20,
-            max_output_bytes: 16 << 20,
+            max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
+            max_output_bytes: limits::MAX_OUTPUT_BYTES,
         }
     }
 }

@@ -76,6 +76,15 @@ struct Call {
     dropped: bool,
 }
 
+/// A stream's final response folded into one object ([`StreamTranslator::final_response`]).
+#[derive(Debug, Clone)]
+pub struct FinalResponse {
+    /// Why the response failed, if it did.
+    pub error: Option<ResponseError>,
+    /// The `ResponseResource` JSON.
+    pub body: Bytes,
+}
+
 /// Translates one upstream SSE body. See the module docs for the rules.
 #[derive(Debug)]
 pub struct StreamTranslator {
@@ -165,6 +174,21 @@ impl StreamTranslator {
             }
         }
         self.out.split().freeze()
+    }
+
+    /// The finished response as its terminal event carries it, for a client that asked for
+    /// one JSON object but got a stream (some servers always stream): `None` until the
+    /// stream has ended.
+    pub fn final_response(&self) -> Option<FinalResponse> {
+        if self.phase != Phase::Done {
+            return None;
+        }
+        let resource = self.exchange.resource(&self.outcome, &self.output);
+        Some(FinalResponse {
+            error: self.outcome.error.clone(),
+            // Serialising our own typed values cannot fail.
+            body: Bytes::from(serde_json::to_vec(&resource).unwrap_or_default()),
+        })
     }
 
     /// Ends the stream as failed for a reason outside the upstream body (a timeout, a

@@ -1,0 +1,600 @@
+//! The rules of one exchange, sans-IO: a client's Responses request in, the Chat request for
+//! the upstream out; the upstream's head in, a decision out; its body in, the client's bytes
+//! out; and every way it can end.
+//!
+//! Transport adapters (Envoy's ext_proc, the WebSocket listener) drive one [`Exchange`] per
+//! request and only move bytes: which answers are translated, streamed, gathered or replaced
+//! by an error envelope is decided here, once. Nothing here knows gRPC, Envoy or an async
+//! runtime; the caller supplies the clock ([`Meta`], `now`).
+//!
+//! Fail closed: once an exchange exists, every step yields either translated bytes or an
+//! OpenResponses error ([`Reply`]); no step says "let the original bytes through". A call that
+//! does not fit the exchange's state (a body before its head, a second head) ends it with an
+//! error rather than guessing.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::openresponses::ApiError;
+use crate::translate::stream::StreamTranslator;
+use crate::translate::{self, response, Meta, Options};
+
+/// What a request asks of us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `POST /v1/responses`: create a response.
+    Create,
+}
+
+/// Default of `Settings::max_body_bytes` (and of `--max-body-bytes`): 16 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
+
+/// The settings of the exchange rules (one source of truth: built from `config::Config`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The path of `POST` requests that are ours (`/v1/responses`); query strings ignored.
+    pub responses_path: String,
+    /// The upstream path of translated requests (`/v1/chat/completions`).
+    pub chat_path: String,
+    /// Request header set to the model name, so that routes can match on it (lowercase).
+    pub model_header: String,
+    /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
+    pub max_body_bytes: usize,
+    /// Translation options, the request caps included.
+    pub options: Options,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            responses_path: "/v1/responses".into(),
+            chat_path: "/v1/chat/completions".into(),
+            model_header: "x-responses-model".into(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            options: Options::default(),
+        }
+    }
+}
+
+/// Which operation a request is, if it is ours at all (other traffic passes untouched).
+pub fn route(settings: &Settings, method: &str, path: &str) -> Option<Operation> {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    (method == "POST" && path == settings.responses_path).then_some(Operation::Create)
+}
+
+/// A complete answer for the client, replacing whatever the upstream sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Bytes,
+    /// Whether this is a translated answer (rather than an error envelope).
+    pub translated: bool,
+}
+
+pub const JSON: &str = "application/json";
+pub const EVENT_STREAM: &str = "text/event-stream";
+
+impl Reply {
+    fn error(err: &ApiError) -> Self {
+        Reply {
+            status: err.status,
+            content_type: JSON,
+            body: err.to_body(),
+            translated: false,
+        }
+    }
+}
+
+/// The Chat request to send upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamRequest {
+    pub body: Bytes,
+    pub model: String,
+    pub stream: bool,
+}
+
+#[derive(Debug)]
+pub enum RequestStep {
+    /// Keep the bytes; more are expected.
+    Hold,
+    /// Send this instead of the client's body (to `Settings::chat_path`).
+    Forward(UpstreamRequest),
+    /// Answer the client with this; the upstream is never called.
+    Reply(Reply),
+}
+
+/// The head of the answer to a forwarded request (or of Envoy's own reply in its place).
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseHead<'a> {
+    pub status: u16,
+    pub content_type: &'a str,
+    /// The answer has no body.
+    pub end_of_stream: bool,
+}
+
+#[derive(Debug)]
+pub enum HeadStep {
+    /// Send `200 text/event-stream` now and the bytes of each body step as they come.
+    Stream,
+    /// Hold the head: the body is gathered (bounded) and answered whole by a [`Reply`].
+    Gather,
+    /// Answer now with this; none of the upstream's body passes.
+    Reply(Reply),
+}
+
+#[derive(Debug)]
+pub enum BodyStep {
+    /// Streaming: send these bytes now (possibly none).
+    Send(Bytes),
+    /// Gathering: nothing to send yet.
+    Hold,
+    /// The answer, complete: send this instead of the upstream's.
+    Reply(Reply),
+}
+
+#[derive(Debug)]
+pub enum AbortStep {
+    /// Nothing was sent to the client yet: answer with this.
+    Reply(Reply),
+    /// A stream is open: its last events (`error`, `response.failed`, `[DONE]`).
+    Send(Bytes),
+    /// The exchange had already ended.
+    Nothing,
+}
+
+/// How an exchange ended, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Still running.
+    Open,
+    /// A translated answer was delivered (JSON, or a stream to its terminal event).
+    Translated,
+    /// Answered with an error envelope, or a stream that ended in `response.failed`.
+    Failed,
+}
+
+/// What is known about an exchange, for logs and metrics.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub operation: Operation,
+    pub response_id: Option<String>,
+    pub model: Option<String>,
+    pub stream: bool,
+    pub outcome: Outcome,
+    /// The HTTP status answered, once known.
+    pub status: Option<u16>,
+    /// The error code of a failed exchange.
+    pub error_code: Option<String>,
+}
+
+/// Why a gathered answer is read whole.
+#[derive(Debug)]
+enum Gather {
+    /// A JSON chat completion to translate.
+    Json(Box<translate::Exchange>),
+    /// A stream answering a client that asked for one JSON object: folded into one.
+    Fold(Box<translate::Exchange>),
+    /// Not a usable answer: read for a message, then replaced by an error envelope.
+    Error {
+        status: u16,
+        expected_stream: bool,
+        /// Envoy answered before the request was forwarded (413 over its buffer limit...):
+        /// the upstream never saw it.
+        local: bool,
+    },
+}
+
+#[derive(Debug)]
+enum State {
+    /// The client's body is arriving.
+    Request {
+        body: BytesMut,
+    },
+    /// Translated and sent; waiting for the answer's head.
+    Forwarded(Box<translate::Exchange>),
+    Gathering {
+        why: Gather,
+        body: BytesMut,
+    },
+    Streaming(Box<StreamTranslator>),
+    /// The stream's terminal event was sent: the rest of the upstream body is dropped.
+    StreamEnded,
+    Done,
+}
+
+/// One client request and its answer. See the module docs.
+#[derive(Debug)]
+pub struct Exchange {
+    settings: Arc<Settings>,
+    state: State,
+    summary: Summary,
+}
+
+impl Exchange {
+    pub fn new(settings: Arc<Settings>, operation: Operation) -> Self {
+        Exchange {
+            settings,
+            state: State::Request {
+                body: BytesMut::new(),
+            },
+            summary: Summary {
+                operation,
+                response_id: None,
+                model: None,
+                stream: false,
+                outcome: Outcome::Open,
+                status: None,
+                error_code: None,
+            },
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
+    /// The exchange has given its last bytes.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.state, State::Done | State::StreamEnded)
+    }
+
+    /// The answer's head has been sent to the client (a stream is open): from now on only
+    /// bytes can be added to it.
+    pub fn is_streaming(&self) -> bool {
+        matches!(self.state, State::Streaming(_))
+    }
+
+    /// A piece of the client's body; `end` on the last one.
+    pub fn request_body(&mut self, chunk: &[u8], end: bool, meta: Meta) -> RequestStep {
+        let State::Request { body } = &mut self.state else {
+            return RequestStep::Reply(self.fail(&internal("a request body after the request")));
+        };
+        if body.len() + chunk.len() > self.settings.options.max_request_bytes {
+            let limit = self.settings.options.max_request_bytes;
+            return RequestStep::Reply(self.fail(&request_too_large(limit)));
+        }
+        if !end {
+            body.extend_from_slice(chunk);
+            return RequestStep::Hold;
+        }
+        // The usual case is one piece: translate it in place, without a copy.
+        let whole;
+        let full: &[u8] = if body.is_empty() {
+            chunk
+        } else {
+            body.extend_from_slice(chunk);
+            whole = std::mem::take(body);
+            &whole
+        };
+        if full.is_empty() {
+            let err = ApiError::invalid_body(
+                "The request has no body. Send a JSON object with 'model' and 'input'.",
+            )
+            .with_code("missing_body");
+            return RequestStep::Reply(self.fail(&err));
+        }
+        match translate::translate_request(full, &self.settings.options, meta) {
+            Ok(t) => {
+                self.summary.response_id = Some(t.exchange.id().to_owned());
+                self.summary.model = Some(t.exchange.model().to_owned());
+                self.summary.stream = t.exchange.is_stream();
+                let up = UpstreamRequest {
+                    body: t.body,
+                    model: t.exchange.model().to_owned(),
+                    stream: t.exchange.is_stream(),
+                };
+                self.state = State::Forwarded(Box::new(t.exchange));
+                RequestStep::Forward(up)
+            }
+            Err(err) => RequestStep::Reply(self.fail(&err)),
+        }
+    }
+
+    /// The head of the answer: decides what happens to its body.
+    pub fn response_head(&mut self, head: ResponseHead<'_>, now: u64) -> HeadStep {
+        let success = (200..300).contains(&head.status);
+        let content_type = head.content_type.trim_start();
+        let is_sse = starts_with_ignore_case(content_type, EVENT_STREAM);
+        let is_json = starts_with_ignore_case(content_type, JSON);
+        let why = match std::mem::replace(&mut self.state, State::Done) {
+            State::Forwarded(ex) if success && ex.is_stream() && is_sse => {
+                let mut translator = Box::new(StreamTranslator::new(*ex));
+                if head.end_of_stream {
+                    // A stream with no body at all: the whole (failed) event stream now.
+                    let body = translator.finish(now);
+                    return HeadStep::Reply(self.finish_stream(&translator, body));
+                }
+                self.state = State::Streaming(translator);
+                return HeadStep::Stream;
+            }
+            State::Forwarded(ex) if success && !ex.is_stream() && is_sse => Gather::Fold(ex),
+            // JSON is what Chat servers send; some omit the content type.
+            State::Forwarded(ex)
+                if success && !ex.is_stream() && (is_json || content_type.is_empty()) =>
+            {
+                Gather::Json(ex)
+            }
+            State::Forwarded(ex) => Gather::Error {
+                status: head.status,
+                expected_stream: ex.is_stream(),
+                local: false,
+            },
+            // Envoy answered before the request was forwarded: never translate what the
+            // upstream did not send.
+            State::Request { .. } => Gather::Error {
+                status: head.status,
+                expected_stream: false,
+                local: true,
+            },
+            // A second head while gathering: Envoy replaced the upstream's answer with its
+            // own reply (a timeout, a reset).
+            State::Gathering { why, .. } => Gather::Error {
+                status: head.status,
+                expected_stream: matches!(
+                    why,
+                    Gather::Error {
+                        expected_stream: true,
+                        ..
+                    }
+                ),
+                local: matches!(why, Gather::Error { local: true, .. }),
+            },
+            // The client already has a head: fail (a transport resets the stream).
+            State::Streaming(_) => {
+                return HeadStep::Reply(self.fail(&internal("a second answer head")));
+            }
+            State::Done | State::StreamEnded => {
+                return HeadStep::Reply(self.fail(&internal("an answer after the end")))
+            }
+        };
+        if head.end_of_stream {
+            return HeadStep::Reply(self.gathered(why, &[], now));
+        }
+        self.state = State::Gathering {
+            why,
+            body: BytesMut::new(),
+        };
+        HeadStep::Gather
+    }
+
+    /// A piece of the answer's body; `end` on the last one.
+    pub fn response_body(&mut self, chunk: &[u8], end: bool, now: u64) -> BodyStep {
+        match &mut self.state {
+            State::Streaming(translator) => {
+                let mut out = translator.push(chunk, now);
+                if end {
+                    let last = translator.finish(now);
+                    out = concat(out, last);
+                }
+                if translator.is_done() {
+                    let State::Streaming(translator) =
+                        std::mem::replace(&mut self.state, State::StreamEnded)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    self.note_stream_end(&translator);
+                }
+                BodyStep::Send(out)
+            }
+            State::Gathering { body, .. } => {
+                if body.len() + chunk.len() > self.settings.max_body_bytes {
+                    return BodyStep::Reply(self.response_overflow());
+                }
+                body.extend_from_slice(chunk);
+                if !end {
+                    return BodyStep::Hold;
+                }
+                let State::Gathering { why, body } =
+                    std::mem::replace(&mut self.state, State::Done)
+                else {
+                    unreachable!("matched above")
+                };
+                BodyStep::Reply(self.gathered(why, &body, now))
+            }
+            // The upstream goes on after its terminal event (or after a cap ended the
+            // stream): dropped, the client's stream is complete.
+            State::StreamEnded => BodyStep::Send(Bytes::new()),
+            _ => BodyStep::Reply(self.fail(&internal("an answer body without its head"))),
+        }
+    }
+
+    /// The transport cannot hold more of a gathered answer (or it is over our cap).
+    pub fn response_overflow(&mut self) -> Reply {
+        let err = ApiError::server(
+            502,
+            "upstream_response_too_large",
+            format!(
+                "The upstream answer is larger than this server translates (--max-body-bytes, {} bytes).",
+                self.settings.max_body_bytes
+            ),
+        );
+        self.fail(&err)
+    }
+
+    /// The transport could not take in a message of this exchange (over its size limit):
+    /// the request body while it is arriving, else the answer. What can still be sent.
+    pub fn overflow(&mut self, now: u64) -> AbortStep {
+        match &self.state {
+            State::Request { .. } => {
+                let limit = self.settings.options.max_request_bytes;
+                AbortStep::Reply(self.fail(&request_too_large(limit)))
+            }
+            State::Forwarded(_) | State::Gathering { .. } => {
+                AbortStep::Reply(self.response_overflow())
+            }
+            State::Streaming(_) => self.abort(
+                "response_too_large",
+                "The upstream sent more at once than this server reads.",
+                now,
+            ),
+            State::Done | State::StreamEnded => AbortStep::Nothing,
+        }
+    }
+
+    /// The transport failed (an internal error, a message it could not read): what can still
+    /// be sent so that the client gets an OpenResponses ending.
+    pub fn abort(&mut self, code: &str, message: &str, now: u64) -> AbortStep {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Done | State::StreamEnded => AbortStep::Nothing,
+            State::Streaming(mut translator) => {
+                let out = translator.abort(code, message, now);
+                self.note_stream_end(&translator);
+                AbortStep::Send(out)
+            }
+            _ => AbortStep::Reply(self.fail(&ApiError::server(500, code, message))),
+        }
+    }
+
+    /// Ends the exchange with an error envelope.
+    fn fail(&mut self, err: &ApiError) -> Reply {
+        self.state = State::Done;
+        self.summary.outcome = Outcome::Failed;
+        self.summary.status = Some(err.status);
+        self.summary.error_code = err.code.clone();
+        Reply::error(err)
+    }
+
+    /// The whole answer is here: translate it, or make its error envelope.
+    fn gathered(&mut self, why: Gather, body: &[u8], now: u64) -> Reply {
+        self.state = State::Done;
+        match why {
+            Gather::Json(ex) => match response::completion(&ex, body, now) {
+                Ok(out) => self.translated(200, JSON, out),
+                Err(err) => self.fail(&err),
+            },
+            Gather::Fold(ex) => {
+                let mut translator = StreamTranslator::new(*ex);
+                translator.push(body, now);
+                translator.finish(now);
+                match translator.final_response() {
+                    Some(folded) => match folded.error {
+                        None => self.translated(200, JSON, folded.body),
+                        Some(e) => self.fail(&ApiError::server(502, &e.code, e.message)),
+                    },
+                    None => self.fail(&internal("a folded stream did not end")),
+                }
+            }
+            Gather::Error {
+                status,
+                expected_stream,
+                local,
+            } => self.fail(&error_for(status, expected_stream, local, body)),
+        }
+    }
+
+    fn translated(&mut self, status: u16, content_type: &'static str, body: Bytes) -> Reply {
+        self.summary.outcome = Outcome::Translated;
+        self.summary.status = Some(status);
+        Reply {
+            status,
+            content_type,
+            body,
+            translated: true,
+        }
+    }
+
+    /// A stream that ends at once (no body): its events as one reply.
+    fn finish_stream(&mut self, translator: &StreamTranslator, body: Bytes) -> Reply {
+        self.note_stream_end(translator);
+        Reply {
+            status: 200,
+            content_type: EVENT_STREAM,
+            body,
+            translated: true,
+        }
+    }
+
+    fn note_stream_end(&mut self, translator: &StreamTranslator) {
+        self.summary.status = Some(200);
+        match translator.final_response().and_then(|f| f.error) {
+            Some(e) => {
+                self.summary.outcome = Outcome::Failed;
+                self.summary.error_code = Some(e.code);
+            }
+            None => self.summary.outcome = Outcome::Translated,
+        }
+    }
+}
+
+fn concat(a: Bytes, b: Bytes) -> Bytes {
+    if a.is_empty() {
+        return b;
+    }
+    if b.is_empty() {
+        return a;
+    }
+    let mut out = BytesMut::with_capacity(a.len() + b.len());
+    out.extend_from_slice(&a);
+    out.extend_from_slice(&b);
+    out.freeze()
+}
+
+fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
+    s.len() >= prefix.len() && s.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+fn request_too_large(limit: usize) -> ApiError {
+    ApiError::invalid_body(format!(
+        "The request body is larger than this server accepts (--max-request-bytes, {limit} bytes)."
+    ))
+    .with_status(413)
+    .with_code("request_too_large")
+}
+
+fn internal(what: &str) -> ApiError {
+    ApiError::server(
+        500,
+        "internal_error",
+        format!("The exchange could not be completed: {what}."),
+    )
+}
+
+/// The error envelope for an answer we cannot translate. `local`: Envoy answered before the
+/// request was forwarded.
+fn error_for(status: u16, expected_stream: bool, local: bool, body: &[u8]) -> ApiError {
+    if local {
+        return local_reply_error(status, body);
+    }
+    if (200..300).contains(&status) {
+        let what = if expected_stream {
+            "a stream was requested but the upstream did not answer with text/event-stream"
+        } else {
+            "a JSON answer was expected but the upstream answered with another content type"
+        };
+        return ApiError::server(
+            502,
+            "upstream_invalid_response",
+            format!("The upstream answer cannot be translated: {what}."),
+        );
+    }
+    response::upstream_error(status, body)
+}
+
+/// Envoy's own reply to a request it never forwarded (413 when the body is over its buffer
+/// limit, ...). Why not `response::upstream_error` alone: its message says "The upstream
+/// answered", which sends the client (and the operator) to look at a model server that never
+/// saw the request. The status and code are kept.
+fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
+    if status == 413 {
+        return ApiError::invalid_body(
+            "The request body is larger than the proxy buffers (Envoy's per_connection_buffer_limit_bytes).",
+        )
+        .with_status(413)
+        .with_code("request_too_large");
+    }
+    let mut err = response::upstream_error(status, body);
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    err.message = if text.is_empty() || text.len() > 512 {
+        format!("Envoy answered with HTTP status {status} before the request was forwarded.")
+    } else {
+        format!("Envoy answered with HTTP status {status} before the request was forwarded: {text}")
+    };
+    err
+}
