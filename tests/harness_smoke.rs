@@ -364,14 +364,14 @@ async fn a_dead_processor_fails_the_request() {
 }
 
 #[tokio::test]
-async fn request_bodies_over_8_mib_get_413() {
+async fn request_bodies_over_envoys_16_mib_buffer_get_413() {
     let upstream = ScriptedUpstream::start();
     let extproc = PassthroughProcessor::start();
     let envoy = Envoy::start(upstream.port(), extproc.port());
     let response = client()
         .post(envoy.url("/v1/responses"))
         .header("content-type", "application/json")
-        .body(vec![b' '; 9 * 1024 * 1024])
+        .body(vec![b' '; 17 * 1024 * 1024])
         .send()
         .await
         .unwrap();
