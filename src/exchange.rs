@@ -598,3 +598,297 @@ fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
     };
     err
 }
+
+#[cfg(test)]
+mod tests {
+    //! The rules with plain bytes: no Envoy, no gRPC.
+    use super::*;
+    use serde_json::{json, Value};
+
+    const META: Meta = Meta {
+        now: 1_700_000_000,
+        id_seed: 7,
+    };
+
+    fn settings(max_request: usize, max_body: usize) -> Arc<Settings> {
+        Arc::new(Settings {
+            max_body_bytes: max_body,
+            options: Options {
+                max_request_bytes: max_request,
+                ..Options::default()
+            },
+            ..Settings::default()
+        })
+    }
+
+    fn forwarded(body: Value) -> Exchange {
+        let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+        match ex.request_body(body.to_string().as_bytes(), true, META) {
+            RequestStep::Forward(_) => ex,
+            other => panic!("not forwarded: {other:?}"),
+        }
+    }
+
+    fn head(status: u16, content_type: &str) -> ResponseHead<'_> {
+        ResponseHead {
+            status,
+            content_type,
+            end_of_stream: false,
+        }
+    }
+
+    fn envelope(r: &Reply) -> Value {
+        assert_eq!(r.content_type, JSON);
+        assert!(!r.translated);
+        serde_json::from_slice::<Value>(&r.body).unwrap()["error"].clone()
+    }
+
+    const CHUNK: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    const END: &str =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+    #[test]
+    fn routes_only_posts_to_the_responses_path() {
+        let s = Settings::default();
+        assert_eq!(route(&s, "POST", "/v1/responses"), Some(Operation::Create));
+        assert_eq!(
+            route(&s, "POST", "/v1/responses?x=1"),
+            Some(Operation::Create)
+        );
+        assert_eq!(route(&s, "GET", "/v1/responses"), None);
+        assert_eq!(route(&s, "POST", "/v1/responses/x"), None);
+        assert_eq!(route(&s, "POST", "/v1/chat/completions"), None);
+    }
+
+    #[test]
+    fn request_in_pieces_is_translated_once_whole() {
+        let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+        let body = json!({"model": "m", "input": "hi"}).to_string();
+        let (a, b) = body.as_bytes().split_at(5);
+        assert!(matches!(ex.request_body(a, false, META), RequestStep::Hold));
+        let RequestStep::Forward(up) = ex.request_body(b, true, META) else {
+            panic!("not forwarded");
+        };
+        let chat: Value = serde_json::from_slice(&up.body).unwrap();
+        assert_eq!(chat["messages"][0]["content"], "hi");
+        assert_eq!((up.model.as_str(), up.stream), ("m", false));
+        assert_eq!(
+            ex.summary().response_id.as_deref(),
+            Some("resp_00000000000000000000000000000007")
+        );
+    }
+
+    #[test]
+    fn request_caps_hold_on_both_sides() {
+        let body = json!({"model": "m", "input": "x".repeat(100)}).to_string();
+        let fits = Exchange::new(settings(body.len(), 1), Operation::Create).request_body(
+            body.as_bytes(),
+            true,
+            META,
+        );
+        assert!(matches!(fits, RequestStep::Forward(_)));
+        let mut ex = Exchange::new(settings(body.len() - 1, 1), Operation::Create);
+        let RequestStep::Reply(r) = ex.request_body(body.as_bytes(), true, META) else {
+            panic!("over the cap");
+        };
+        assert_eq!(r.status, 413);
+        assert_eq!(envelope(&r)["code"], "request_too_large");
+        assert!(ex.is_finished());
+        // Also when it arrives in pieces: refused as soon as the pieces exceed the cap.
+        let mut ex = Exchange::new(settings(10, 1), Operation::Create);
+        assert!(matches!(
+            ex.request_body(b"{\"model\":", false, META),
+            RequestStep::Hold
+        ));
+        assert!(matches!(
+            ex.request_body(b"\"m\"", false, META),
+            RequestStep::Reply(_)
+        ));
+        // No body at all.
+        let mut ex = Exchange::new(settings(10, 1), Operation::Create);
+        let RequestStep::Reply(r) = ex.request_body(b"", true, META) else {
+            panic!("no body");
+        };
+        assert_eq!(envelope(&r)["code"], "missing_body");
+    }
+
+    #[test]
+    fn json_answer_is_gathered_then_translated() {
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        assert!(matches!(
+            ex.response_head(head(200, "application/json; charset=utf-8"), 1),
+            HeadStep::Gather
+        ));
+        let body = json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "yo"}}]})
+            .to_string();
+        let (a, b) = body.as_bytes().split_at(10);
+        assert!(matches!(ex.response_body(a, false, 1), BodyStep::Hold));
+        let BodyStep::Reply(r) = ex.response_body(b, true, 1) else {
+            panic!("no reply");
+        };
+        assert!(r.translated);
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["output"][0]["content"][0]["text"], "yo");
+        assert_eq!(ex.summary().outcome, Outcome::Translated);
+    }
+
+    #[test]
+    fn gathered_answers_over_the_cap_are_502() {
+        let mut ex = Exchange::new(settings(1 << 20, 16), Operation::Create);
+        ex.request_body(br#"{"model":"m","input":"hi"}"#, true, META);
+        ex.response_head(head(200, "application/json"), 1);
+        assert!(matches!(
+            ex.response_body(&[b' '; 16], false, 1),
+            BodyStep::Hold
+        ));
+        let BodyStep::Reply(r) = ex.response_body(b" ", true, 1) else {
+            panic!("over the cap");
+        };
+        assert_eq!(r.status, 502);
+        assert_eq!(envelope(&r)["code"], "upstream_response_too_large");
+        // The transport's own limit says the same.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        ex.response_head(head(200, "application/json"), 1);
+        assert_eq!(ex.response_overflow().status, 502);
+    }
+
+    #[test]
+    fn stream_answer_is_translated_as_it_comes_and_the_rest_dropped() {
+        let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
+        assert!(matches!(
+            ex.response_head(head(200, "text/event-stream"), 1),
+            HeadStep::Stream
+        ));
+        assert!(ex.is_streaming());
+        let BodyStep::Send(out) = ex.response_body(CHUNK.as_bytes(), false, 1) else {
+            panic!("not sent");
+        };
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        assert!(out.starts_with("event: response.created\n") && out.contains("\"delta\":\"Hi\""));
+        let BodyStep::Send(out) = ex.response_body(END.as_bytes(), false, 1) else {
+            panic!("not sent");
+        };
+        assert!(String::from_utf8(out.to_vec())
+            .unwrap()
+            .ends_with("data: [DONE]\n\n"));
+        assert!(ex.is_finished());
+        // The upstream goes on after [DONE]: nothing more reaches the client.
+        let BodyStep::Send(out) = ex.response_body(CHUNK.as_bytes(), true, 1) else {
+            panic!("not answered");
+        };
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn stream_answering_a_json_request_is_folded() {
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        assert!(matches!(
+            ex.response_head(head(200, "text/event-stream"), 1),
+            HeadStep::Gather
+        ));
+        ex.response_body(CHUNK.as_bytes(), false, 1);
+        let BodyStep::Reply(r) = ex.response_body(END.as_bytes(), true, 1) else {
+            panic!("no reply");
+        };
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            (v["object"].as_str(), v["status"].as_str()),
+            (Some("response"), Some("completed"))
+        );
+        assert_eq!(v["output"][0]["content"][0]["text"], "Hi");
+        // Cut short: an envelope with the stream's code, not half an answer.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        let BodyStep::Reply(r) = ex.response_body(CHUNK.as_bytes(), true, 1) else {
+            panic!("no reply");
+        };
+        assert_eq!(
+            (r.status, envelope(&r)["code"].as_str()),
+            (502, Some("upstream_stream_truncated"))
+        );
+    }
+
+    #[test]
+    fn unusable_answers_become_envelopes() {
+        for (stream, status, content_type, code) in [
+            (true, 200, "application/json", "upstream_invalid_response"),
+            (false, 200, "text/html", "upstream_invalid_response"),
+            (false, 429, "application/json", "rate_limit_exceeded"),
+            (true, 503, "text/plain", "upstream_unavailable"),
+        ] {
+            let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": stream}));
+            assert!(matches!(
+                ex.response_head(head(status, content_type), 1),
+                HeadStep::Gather
+            ));
+            let BodyStep::Reply(r) = ex.response_body(b"nope", true, 1) else {
+                panic!("no reply");
+            };
+            assert_eq!(envelope(&r)["code"], code, "{status} {content_type}");
+            assert_eq!(ex.summary().outcome, Outcome::Failed);
+        }
+    }
+
+    #[test]
+    fn envoys_reply_before_forwarding_is_never_translated() {
+        let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+        ex.request_body(b"{", false, META);
+        assert!(matches!(
+            ex.response_head(head(413, "text/plain"), 1),
+            HeadStep::Gather
+        ));
+        let BodyStep::Reply(r) = ex.response_body(b"Payload Too Large", true, 1) else {
+            panic!("no reply");
+        };
+        let e = envelope(&r);
+        assert_eq!(
+            (r.status, e["code"].as_str()),
+            (413, Some("request_too_large"))
+        );
+        assert!(!e["message"].as_str().unwrap().contains("upstream"), "{e}");
+    }
+
+    #[test]
+    fn out_of_order_calls_fail_closed() {
+        // A body before any head.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        assert!(matches!(ex.response_body(b"raw", true, 1), BodyStep::Reply(r) if r.status == 500));
+        // A second head once a stream is open.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        assert!(matches!(
+            ex.response_head(head(200, "text/event-stream"), 1),
+            HeadStep::Reply(_)
+        ));
+        // A request body after forwarding.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        assert!(matches!(
+            ex.request_body(b"{}", true, META),
+            RequestStep::Reply(_)
+        ));
+    }
+
+    #[test]
+    fn transport_failures_end_with_what_can_still_be_sent() {
+        // Before any answer: an envelope.
+        let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+        assert!(matches!(ex.overflow(1), AbortStep::Reply(r) if r.status == 413));
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        assert!(matches!(ex.overflow(1), AbortStep::Reply(r) if r.status == 502));
+        // Mid-stream: the stream's failed ending.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        ex.response_body(CHUNK.as_bytes(), false, 1);
+        let AbortStep::Send(out) = ex.abort("internal_error", "boom", 1) else {
+            panic!("no ending");
+        };
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        assert!(out.contains("event: response.failed\n") && out.ends_with("data: [DONE]\n\n"));
+        assert_eq!(ex.summary().error_code.as_deref(), Some("internal_error"));
+        // After the end: nothing.
+        assert!(matches!(
+            ex.abort("internal_error", "again", 1),
+            AbortStep::Nothing
+        ));
+    }
+}
