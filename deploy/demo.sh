@@ -123,7 +123,7 @@ if [ -n "$UPSTREAM_HOST" ]; then
 fi
 
 if [ -z "$UPSTREAM_HOST" ]; then
-  start upstream "$BIN" demo-upstream --listen 127.0.0.1:18080
+  start upstream "$ROOT/target/release/demo-upstream" --listen 127.0.0.1:18080
   wait_for "the demo upstream on :18080" listening 18080
 fi
 start processor "$BIN" --listen 127.0.0.1:50051

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 
 use std::sync::Arc;
 
@@ -20,23 +20,11 @@ use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEve
     name = "responses-extproc",
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("RESPONSES_EXTPROC_GIT"), ")"),
     about = "Envoy ext_proc service that serves the OpenResponses API (POST /v1/responses) \
-             from any Chat Completions upstream",
-    args_conflicts_with_subcommands = true
+             from any Chat Completions upstream"
 )]
 pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
     #[command(flatten)]
     pub serve: Config,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the built-in deterministic Chat Completions server used by the demo and tests.
-    DemoUpstream {
-        #[arg(long, default_value = "127.0.0.1:18080", env = "DEMO_UPSTREAM_LISTEN")]
-        listen: SocketAddr,
-    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

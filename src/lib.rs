@@ -1,6 +1,5 @@
 pub mod chat;
 pub mod config;
-pub mod demo;
 pub mod exchange;
 pub mod extproc;
 pub mod openresponses;

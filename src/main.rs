@@ -6,7 +6,7 @@ use clap::Parser;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use std::future::Future;
 
-use responses_extproc::config::{Cli, Command, Config, KeySource, Listen, LogFormat};
+use responses_extproc::config::{Cli, Config, KeySource, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
@@ -27,17 +27,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Some(Command::DemoUpstream { listen }) => {
-                let listener = TcpListener::bind(listen).await?;
-                tracing::info!(addr = %listener.local_addr()?, "demo upstream listening");
-                responses_extproc::demo::serve(listener).await?;
-                Ok(())
-            }
-            None => serve(cli.serve).await,
-        }
-    });
+    let result = runtime.block_on(serve(cli.serve));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

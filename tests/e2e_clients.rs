@@ -792,8 +792,8 @@ async fn codex_0_169_request_shape_completes_a_tool_loop_with_the_demo() {
     assert_eq!(call["type"], "function_call");
     assert_eq!(call["name"], "exec_command");
     assert!(call.get("namespace").is_none(), "{call}");
-    assert_eq!(call["call_id"], responses_extproc::demo::TOOL_CALL_ID);
-    let arguments = json!({"cmd": responses_extproc::demo::FIXED_STRING_ARG}).to_string();
+    assert_eq!(call["call_id"], common::upstream::demo::TOOL_CALL_ID);
+    let arguments = json!({"cmd": common::upstream::demo::FIXED_STRING_ARG}).to_string();
     assert_eq!(call["arguments"], arguments.as_str());
 
     // Turn 2, as Codex sends it: the call as received, and its output with Codex's own id.

@@ -1,6 +1,6 @@
 //! Load and soak test: N concurrent clients send a mix of streamed and non-streamed
 //! `POST /v1/responses` through a real Envoy (`envoy/envoy.yaml`) → the `responses-extproc`
-//! binary → the demo upstream (the binary's `demo-upstream` subcommand, a separate process, so
+//! binary → the demo upstream (the `demo-upstream` binary, a separate process, so
 //! the processor's memory is its own) for a set time, then print a report: requests done,
 //! errors, latency p50/p99 (time to the full answer; for streams also time to the first
 //! `response.output_text.delta`), and the processor's RSS over the run.
@@ -645,7 +645,7 @@ async fn load() {
     let settings = Settings::from_env();
     let demo = Processor::spawn(Spawn {
         what: "demo-upstream",
-        leading: &["demo-upstream"],
+        program: env!("CARGO_BIN_EXE_demo-upstream"),
         env: &[("RUST_LOG", "warn")],
         ..Spawn::default()
     });

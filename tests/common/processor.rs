@@ -27,13 +27,13 @@ pub enum Listen {
     Unix(PathBuf),
 }
 
-/// How to run the `responses-extproc` binary: `responses-extproc <leading> --listen <addr>
-/// <args>` with `env` (and, if `clean_rust_log`, without an inherited `RUST_LOG`).
+/// How to run one of the package's binaries: `<program> --listen <addr> <args>` with `env`
+/// (and, if `clean_rust_log`, without an inherited `RUST_LOG`).
 pub struct Spawn<'a> {
     /// Names the process in failures.
     pub what: &'a str,
-    /// Before `--listen`: a subcommand such as `demo-upstream`.
-    pub leading: &'a [&'a str],
+    /// The binary: `responses-extproc` (the default) or `demo-upstream`.
+    pub program: &'a str,
     pub listen: Listen,
     pub args: &'a [&'a str],
     pub env: &'a [(&'a str, &'a str)],
@@ -44,7 +44,7 @@ impl Default for Spawn<'_> {
     fn default() -> Self {
         Spawn {
             what: "responses-extproc",
-            leading: &[],
+            program: env!("CARGO_BIN_EXE_responses-extproc"),
             listen: Listen::Tcp,
             args: &[],
             env: &[],
@@ -95,12 +95,8 @@ impl Processor {
                 Listen::Unix(path) => (format!("unix:{}", path.display()), None),
             };
             let log_file = std::fs::File::create(&log).expect("create processor log");
-            let mut command = Command::new(env!("CARGO_BIN_EXE_responses-extproc"));
-            command
-                .args(spec.leading)
-                .arg("--listen")
-                .arg(&listen_arg)
-                .args(spec.args);
+            let mut command = Command::new(spec.program);
+            command.arg("--listen").arg(&listen_arg).args(spec.args);
             if spec.clean_rust_log {
                 command.env_remove("RUST_LOG");
             }

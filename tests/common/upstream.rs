@@ -13,6 +13,11 @@ use serde_json::Value;
 
 use super::ServerThread;
 
+/// The demo upstream's server, compiled into the tests from its binary's source, to run it
+/// in-process.
+#[path = "../../src/bin/demo-upstream/demo.rs"]
+pub mod demo;
+
 /// One request the upstream received.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
@@ -394,7 +399,7 @@ async fn handle(State(script): State<Arc<Script>>, request: Request) -> Response
         .into_response()
 }
 
-/// The built-in demo upstream (`responses_extproc::demo`), in-process on 127.0.0.1.
+/// The demo upstream (the `demo-upstream` binary's server), in-process on 127.0.0.1.
 pub struct DemoUpstream {
     port: u16,
     _server: ServerThread,
@@ -403,7 +408,7 @@ pub struct DemoUpstream {
 impl DemoUpstream {
     pub fn start() -> DemoUpstream {
         let (server, port) = ServerThread::spawn("demo-upstream", |listener| async move {
-            let _ = responses_extproc::demo::serve(listener).await;
+            let _ = demo::serve(listener).await;
         });
         DemoUpstream {
             port,
