@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::openresponses::ApiError;
+use crate::openresponses::{ApiError, Usage};
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, response, Meta, Options};
 
@@ -167,6 +167,10 @@ pub struct Summary {
     pub status: Option<u16>,
     /// The error code of a failed exchange.
     pub error_code: Option<String>,
+    /// Token usage, when the upstream reported it.
+    pub usage: Option<Usage>,
+    /// The model the upstream says answered.
+    pub upstream_model: Option<String>,
 }
 
 /// Why a gathered answer is read whole.
@@ -227,6 +231,8 @@ impl Exchange {
                 outcome: Outcome::Open,
                 status: None,
                 error_code: None,
+                usage: None,
+                upstream_model: None,
             },
         }
     }
@@ -464,20 +470,26 @@ impl Exchange {
     fn gathered(&mut self, why: Gather, body: &[u8], now: u64) -> Reply {
         self.state = State::Done;
         match why {
-            Gather::Json(ex) => match response::completion(&ex, body, now) {
-                Ok(out) => self.translated(200, JSON, out),
+            Gather::Json(ex) => match response::translate_completion(&ex, body, now) {
+                Ok(out) => {
+                    self.summary.usage = out.usage;
+                    self.summary.upstream_model = out.upstream_model;
+                    self.translated(200, JSON, out.body)
+                }
                 Err(err) => self.fail(&err),
             },
             Gather::Fold(ex) => {
                 let mut translator = StreamTranslator::new(*ex);
                 translator.push(body, now);
                 translator.finish(now);
-                match translator.final_response() {
-                    Some(folded) => match folded.error {
-                        None => self.translated(200, JSON, folded.body),
-                        Some(e) => self.fail(&ApiError::server(502, &e.code, e.message)),
-                    },
-                    None => self.fail(&internal("a folded stream did not end")),
+                let Some(folded) = translator.final_response() else {
+                    return self.fail(&internal("a folded stream did not end"));
+                };
+                self.summary.usage = folded.report.usage;
+                self.summary.upstream_model = folded.report.upstream_model;
+                match folded.report.error {
+                    None => self.translated(200, JSON, folded.body),
+                    Some(e) => self.fail(&ApiError::server(502, &e.code, e.message)),
                 }
             }
             Gather::Error {
@@ -511,8 +523,11 @@ impl Exchange {
     }
 
     fn note_stream_end(&mut self, translator: &StreamTranslator) {
+        let report = translator.report();
         self.summary.status = Some(200);
-        match translator.final_response().and_then(|f| f.error) {
+        self.summary.usage = report.usage;
+        self.summary.upstream_model = report.upstream_model;
+        match report.error {
             Some(e) => {
                 self.summary.outcome = Outcome::Failed;
                 self.summary.error_code = Some(e.code);

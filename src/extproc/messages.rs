@@ -13,6 +13,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpHeaders,
     ImmediateResponse, ProcessingResponse, StreamedBodyResponse, TrailersResponse,
 };
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
 /// Reads a header (Envoy sends values in `raw_value`; older versions in `value`).
 pub fn header<'a>(headers: &'a HttpHeaders, name: &str) -> Option<&'a str> {
@@ -200,4 +201,36 @@ pub fn streamed_body(body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
         })),
     });
     response_body(c)
+}
+
+/// A value of Envoy's dynamic metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetadataValue {
+    Str(String),
+    Num(f64),
+    Bool(bool),
+}
+
+/// Dynamic metadata under one namespace: Envoy's access logs, rate limits and later filters
+/// read it (when the namespace is in the filter's `metadata_options.receiving_namespaces`).
+pub fn dynamic_metadata(namespace: &str, fields: Vec<(&'static str, MetadataValue)>) -> Struct {
+    let value = |kind| Value { kind: Some(kind) };
+    let inner = Struct {
+        fields: fields
+            .into_iter()
+            .map(|(k, v)| {
+                let kind = match v {
+                    MetadataValue::Str(s) => Kind::StringValue(s),
+                    MetadataValue::Num(n) => Kind::NumberValue(n),
+                    MetadataValue::Bool(b) => Kind::BoolValue(b),
+                };
+                (k.to_owned(), value(kind))
+            })
+            .collect(),
+    };
+    Struct {
+        fields: [(namespace.to_owned(), value(Kind::StructValue(inner)))]
+            .into_iter()
+            .collect(),
+    }
 }

@@ -50,6 +50,51 @@ impl Environment for System {
     }
 }
 
+/// The namespace of our dynamic metadata in Envoy (README "Envoy metadata").
+pub const METADATA_NAMESPACE: &str = "responses_extproc";
+
+/// An exchange's summary as Envoy dynamic metadata: model, ids, outcome and token counts.
+fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct {
+    use msg::MetadataValue::{Bool, Num, Str};
+    let mut fields = vec![
+        ("stream", Bool(s.stream)),
+        (
+            "outcome",
+            Str(match s.outcome {
+                exchange::Outcome::Open => "open",
+                exchange::Outcome::Translated => "translated",
+                exchange::Outcome::Failed => "failed",
+            }
+            .to_owned()),
+        ),
+    ];
+    let text = |v: &Option<String>| v.clone().map(Str);
+    for (key, value) in [
+        ("response_id", text(&s.response_id)),
+        ("model", text(&s.model)),
+        ("upstream_model", text(&s.upstream_model)),
+        ("error_code", text(&s.error_code)),
+        ("status", s.status.map(|n| Num(f64::from(n)))),
+    ] {
+        if let Some(v) = value {
+            fields.push((key, v));
+        }
+    }
+    if let Some(u) = &s.usage {
+        // u64 token counts as JSON numbers (f64): exact up to 2^53.
+        for (key, n) in [
+            ("input_tokens", u.input_tokens),
+            ("output_tokens", u.output_tokens),
+            ("total_tokens", u.total_tokens),
+            ("cached_tokens", u.input_tokens_details.cached_tokens),
+            ("reasoning_tokens", u.output_tokens_details.reasoning_tokens),
+        ] {
+            fields.push((key, Num(n as f64)));
+        }
+    }
+    msg::dynamic_metadata(METADATA_NAMESPACE, fields)
+}
+
 /// Envoy's `details` of our immediate responses: they name us in its access logs and let its
 /// `local_reply_config` tell our envelopes from Envoy's own replies.
 const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
@@ -115,6 +160,20 @@ impl<E: Environment> Session<E> {
         let Some(req) = req.request else {
             return Vec::new();
         };
+        let was_open = !self.exchange().is_some_and(Exchange::is_finished);
+        let mut answers = self.answer(req);
+        // The answer that ends a translated exchange carries its summary as Envoy metadata.
+        if let (true, Some(ex)) = (was_open, self.exchange()) {
+            if ex.is_finished() {
+                if let Some(last) = answers.last_mut() {
+                    last.dynamic_metadata = Some(metadata(ex.summary()));
+                }
+            }
+        }
+        answers
+    }
+
+    fn answer(&mut self, req: Request) -> Vec<ProcessingResponse> {
         match req {
             Request::RequestHeaders(h) => vec![self.on_request_headers(&h)],
             Request::RequestBody(b) => vec![self.on_request_body(b)],
@@ -871,6 +930,61 @@ mod tests {
         let text = String::from_utf8(body_of(c).to_vec()).unwrap();
         assert!(text.contains("event: response.failed\n"));
         assert!(text.ends_with("data: [DONE]\n\n"));
+    }
+
+    #[test]
+    fn the_last_answer_carries_the_summary_as_envoy_metadata() {
+        use envoy_types::pb::google::protobuf::value::Kind;
+        let mut s = session();
+        let r = post(&mut s, json!({"model": "m", "input": "hi"}));
+        assert!(r.dynamic_metadata.is_none(), "not before the end");
+        send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[(":status", "200"), ("content-type", "application/json")],
+                false,
+            )),
+        );
+        let chat = json!({"model": "llama-3", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": "yo"}}], "usage": {"prompt_tokens": 11, "completion_tokens": 7,
+            "total_tokens": 18, "prompt_tokens_details": {"cached_tokens": 3}}});
+        let r = send(
+            &mut s,
+            Request::ResponseBody(body_msg(chat.to_string().as_bytes(), true)),
+        );
+        let md = r.dynamic_metadata.expect("metadata at the end");
+        let Some(Kind::StructValue(ns)) = md.fields[METADATA_NAMESPACE].kind.clone() else {
+            panic!("a struct under {METADATA_NAMESPACE}");
+        };
+        let get = |k: &str| ns.fields.get(k).and_then(|v| v.kind.clone());
+        assert_eq!(get("input_tokens"), Some(Kind::NumberValue(11.0)));
+        assert_eq!(get("output_tokens"), Some(Kind::NumberValue(7.0)));
+        assert_eq!(get("total_tokens"), Some(Kind::NumberValue(18.0)));
+        assert_eq!(get("cached_tokens"), Some(Kind::NumberValue(3.0)));
+        assert_eq!(get("reasoning_tokens"), Some(Kind::NumberValue(0.0)));
+        assert_eq!(get("model"), Some(Kind::StringValue("m".into())));
+        assert_eq!(
+            get("upstream_model"),
+            Some(Kind::StringValue("llama-3".into()))
+        );
+        assert_eq!(get("outcome"), Some(Kind::StringValue("translated".into())));
+        assert_eq!(get("status"), Some(Kind::NumberValue(200.0)));
+        assert!(
+            matches!(get("response_id"), Some(Kind::StringValue(id)) if id.starts_with("resp_"))
+        );
+
+        // A rejected request too, with its error code.
+        let mut s = session();
+        let r = post(&mut s, json!({"model": "m"}));
+        let md = r.dynamic_metadata.expect("metadata on the rejection");
+        let Some(Kind::StructValue(ns)) = md.fields[METADATA_NAMESPACE].kind.clone() else {
+            panic!("a struct");
+        };
+        assert_eq!(
+            ns.fields["outcome"].kind,
+            Some(Kind::StringValue("failed".into()))
+        );
+        assert_eq!(ns.fields["status"].kind, Some(Kind::NumberValue(400.0)));
     }
 
     mod fail_closed {

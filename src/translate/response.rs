@@ -8,11 +8,29 @@ use super::{finish_status, logprobs, usage, Exchange, Outcome};
 use crate::chat;
 use crate::openresponses::{
     ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, ReasoningItem, ReasoningText,
-    Status,
+    Status, Usage,
 };
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
 pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, ApiError> {
+    translate_completion(exchange, body, now).map(|c| c.body)
+}
+
+/// A translated JSON answer and what it reports, for logs, metrics and Envoy's metadata.
+#[derive(Debug, Clone)]
+pub struct Completed {
+    pub body: Bytes,
+    pub usage: Option<Usage>,
+    /// The model the upstream says answered.
+    pub upstream_model: Option<String>,
+}
+
+/// [`completion`], with the usage and the upstream's model.
+pub fn translate_completion(
+    exchange: &Exchange,
+    body: &[u8],
+    now: u64,
+) -> Result<Completed, ApiError> {
     let completion: chat::Completion =
         serde_json::from_slice(body).map_err(|_| not_a_completion())?;
     let choice = completion
@@ -90,12 +108,19 @@ pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, A
         usage: completion.usage.as_ref().map(usage),
     };
     let resource = exchange.resource(&outcome, &output);
-    serde_json::to_vec(&resource).map(Bytes::from).map_err(|e| {
-        ApiError::server(
-            500,
-            "internal_error",
-            format!("could not encode the response: {e}"),
-        )
+    let body = serde_json::to_vec(&resource)
+        .map(Bytes::from)
+        .map_err(|e| {
+            ApiError::server(
+                500,
+                "internal_error",
+                format!("could not encode the response: {e}"),
+            )
+        })?;
+    Ok(Completed {
+        body,
+        usage: outcome.usage,
+        upstream_model: completion.model,
     })
 }
 

@@ -34,7 +34,7 @@ use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
     Event, EventWriter, ItemStatus, LogProb, MessageItem, OutputContent, OutputItem, Part,
-    ReasoningItem, ReasoningText, ResponseError, Status,
+    ReasoningItem, ReasoningText, ResponseError, Status, Usage,
 };
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -76,11 +76,21 @@ struct Call {
     dropped: bool,
 }
 
+/// What a stream reported, for logs, metrics and Envoy's metadata ([`StreamTranslator::report`]).
+#[derive(Debug, Clone, Default)]
+pub struct StreamReport {
+    /// Why the response failed, if it did.
+    pub error: Option<ResponseError>,
+    /// The upstream's trailing usage, if it sent one.
+    pub usage: Option<Usage>,
+    /// The model the upstream says answered.
+    pub upstream_model: Option<String>,
+}
+
 /// A stream's final response folded into one object ([`StreamTranslator::final_response`]).
 #[derive(Debug, Clone)]
 pub struct FinalResponse {
-    /// Why the response failed, if it did.
-    pub error: Option<ResponseError>,
+    pub report: StreamReport,
     /// The `ResponseResource` JSON.
     pub body: Bytes,
 }
@@ -102,6 +112,8 @@ pub struct StreamTranslator {
     /// Bytes of text and arguments accumulated (counted in `handle_frame`), bounded by
     /// `max_output_bytes`.
     output_bytes: usize,
+    /// The `model` of the upstream's chunks.
+    upstream_model: Option<String>,
 }
 
 impl StreamTranslator {
@@ -120,6 +132,7 @@ impl StreamTranslator {
             calls: Vec::new(),
             finish_reason: None,
             output_bytes: 0,
+            upstream_model: None,
         }
     }
 
@@ -185,10 +198,19 @@ impl StreamTranslator {
         }
         let resource = self.exchange.resource(&self.outcome, &self.output);
         Some(FinalResponse {
-            error: self.outcome.error.clone(),
+            report: self.report(),
             // Serialising our own typed values cannot fail.
             body: Bytes::from(serde_json::to_vec(&resource).unwrap_or_default()),
         })
+    }
+
+    /// What the stream reported so far (cheap: no serialisation).
+    pub fn report(&self) -> StreamReport {
+        StreamReport {
+            error: self.outcome.error.clone(),
+            usage: self.outcome.usage,
+            upstream_model: self.upstream_model.clone(),
+        }
     }
 
     /// Ends the stream as failed for a reason outside the upstream body (a timeout, a
@@ -261,6 +283,9 @@ impl StreamTranslator {
         }
         if let Some(u) = &chunk.usage {
             self.outcome.usage = Some(usage(u));
+        }
+        if self.upstream_model.is_none() {
+            self.upstream_model = chunk.model;
         }
         for choice in chunk.choices {
             // Responses has one answer per response; other choices (n > 1) are dropped.
