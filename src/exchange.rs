@@ -392,6 +392,15 @@ impl Exchange {
                 if body.len() + chunk.len() > self.settings.max_body_bytes {
                     return BodyStep::Reply(self.response_overflow());
                 }
+                if end && body.is_empty() {
+                    // The usual case: the whole answer in one piece; no copy.
+                    let State::Gathering { why, .. } =
+                        std::mem::replace(&mut self.state, State::Done)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    return BodyStep::Reply(self.gathered(why, chunk, now));
+                }
                 body.extend_from_slice(chunk);
                 if !end {
                     return BodyStep::Hold;

@@ -281,7 +281,7 @@ impl<E: Environment> Session<E> {
                     .set("content-type", exchange::JSON)
                     .set("content-length", up.body.len().to_string())
                     .set(&settings.model_header, up.model);
-                msg::request_body(msg::common(headers, Some(up.body.to_vec()), true))
+                msg::request_body(msg::common(headers, Some(Vec::from(up.body)), true))
             }
             RequestStep::Reply(r) => {
                 let s = self.exchange().map(|e| e.summary().clone());
@@ -337,7 +337,7 @@ impl<E: Environment> Session<E> {
                     .set("content-type", r.content_type)
                     .set("cache-control", "no-cache")
                     .remove("content-length");
-                let mut c = msg::common(headers, Some(r.body.to_vec()), false);
+                let mut c = msg::common(headers, Some(Vec::from(r.body)), false);
                 c.status = ResponseStatus::ContinueAndReplace as i32;
                 msg::response_headers(c, None)
             }
@@ -378,7 +378,7 @@ impl<E: Environment> Session<E> {
                 let headers = Headers::default()
                     .set("content-type", r.content_type)
                     .set("content-length", r.body.len().to_string());
-                msg::response_body(msg::common(headers, Some(r.body.to_vec()), false))
+                msg::response_body(msg::common(headers, Some(Vec::from(r.body)), false))
             }
             BodyStep::Reply(r) => self.reply(&r),
         }
@@ -400,7 +400,7 @@ impl<E: Environment> Session<E> {
         };
         self.log_end();
         vec![
-            msg::streamed_body(last.to_vec(), true),
+            msg::streamed_body(Vec::from(last), true),
             msg::response_trailers(),
         ]
     }
@@ -409,9 +409,9 @@ impl<E: Environment> Session<E> {
     fn stream_bytes(&self, bytes: bytes::Bytes, end_of_stream: bool) -> ProcessingResponse {
         match self.settings.stream_body_mode {
             StreamBodyMode::Streamed => {
-                msg::response_body(msg::common(Headers::default(), Some(bytes.to_vec()), false))
+                msg::response_body(msg::common(Headers::default(), Some(Vec::from(bytes)), false))
             }
-            StreamBodyMode::FullDuplexStreamed => msg::streamed_body(bytes.to_vec(), end_of_stream),
+            StreamBodyMode::FullDuplexStreamed => msg::streamed_body(Vec::from(bytes), end_of_stream),
         }
     }
 
