@@ -408,10 +408,14 @@ impl<E: Environment> Session<E> {
     /// Translated stream bytes, in the answer form of the configured body mode.
     fn stream_bytes(&self, bytes: bytes::Bytes, end_of_stream: bool) -> ProcessingResponse {
         match self.settings.stream_body_mode {
-            StreamBodyMode::Streamed => {
-                msg::response_body(msg::common(Headers::default(), Some(Vec::from(bytes)), false))
+            StreamBodyMode::Streamed => msg::response_body(msg::common(
+                Headers::default(),
+                Some(Vec::from(bytes)),
+                false,
+            )),
+            StreamBodyMode::FullDuplexStreamed => {
+                msg::streamed_body(Vec::from(bytes), end_of_stream)
             }
-            StreamBodyMode::FullDuplexStreamed => msg::streamed_body(Vec::from(bytes), end_of_stream),
         }
     }
 
