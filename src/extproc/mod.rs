@@ -11,8 +11,9 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     external_processor_server::ExternalProcessor, ProcessingRequest, ProcessingResponse,
 };
-use tokio::sync::mpsc;
-use tokio_stream::{wrappers::ReceiverStream, Stream};
+use std::collections::VecDeque;
+
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::{Config, StreamBodyMode};
@@ -72,115 +73,113 @@ impl ExternalProcessor for Processor {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
-        let mut inbound = request.into_inner();
-        // One answer per message, in order; a small buffer is enough since Envoy waits.
-        let (tx, rx) = mpsc::channel(4);
-        let mut session = Session::new(self.settings.clone(), System);
-        tokio::spawn(async move {
-            let failure = drive(&mut session, &mut inbound, &tx).await;
-            let unfinished = session.is_unfinished();
-            let ended_by_envoy = match &failure {
-                None => true,
-                Some(f) => f.kind == FailureKind::Reset,
-            };
-            if let Some(Failure { kind, status }) = failure {
-                // Never a clean end after a failure: it would let Envoy carry on without us
-                // and pass untranslated bytes. First the exchange's OpenResponses ending,
-                // while Envoy still waits for an answer, then an error status, on which Envoy
-                // fails the request (failure_mode_allow: false). After a reset by Envoy
-                // nothing arrives, harmlessly.
-                let unreadable = kind == FailureKind::Unreadable;
-                let last =
-                    std::panic::catch_unwind(AssertUnwindSafe(|| session.on_failure(unreadable)))
-                        .unwrap_or_default();
-                send_all(&tx, last).await;
-                let _ = tx.send(Err(status)).await;
-            }
-            if unfinished && ended_by_envoy {
-                // The client got a cut answer (or none).
-                tracing::info!(
-                    request_id = %session.request_id(),
-                    "exchange ended by Envoy before its answer was complete \
-                     (client disconnected, upstream reset or timeout)"
-                );
+        let driver = Driver {
+            inbound: request.into_inner(),
+            session: Session::new(self.settings.clone(), System),
+            pending: VecDeque::new(),
+            ended: false,
+        };
+        // The answers are produced as tonic asks for them: no task and no channel per
+        // exchange (measured: the spawn + channel hop cost ~15% of the processor's CPU per
+        // JSON exchange). Envoy waits for each answer, so reading on demand loses nothing.
+        let answers = futures_util::stream::unfold(driver, |mut d| async move {
+            loop {
+                if let Some(answer) = d.pending.pop_front() {
+                    return Some((answer, d));
+                }
+                if d.ended {
+                    return None;
+                }
+                d.step().await;
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(answers)))
     }
 }
 
-/// Sends answers in order; false once Envoy is gone.
-async fn send_all(
-    tx: &mpsc::Sender<Result<ProcessingResponse, Status>>,
-    answers: Vec<ProcessingResponse>,
-) -> bool {
-    for answer in answers {
-        if tx.send(Ok(answer)).await.is_err() {
-            return false;
-        }
-    }
-    true
+/// One exchange's gRPC stream: Envoy's messages in, the session's answers out.
+struct Driver {
+    inbound: Streaming<ProcessingRequest>,
+    session: Session,
+    /// Answers not yet handed to tonic.
+    pending: VecDeque<Result<ProcessingResponse, Status>>,
+    /// No more messages will be read.
+    ended: bool,
 }
 
-/// Why an exchange's gRPC stream must end with an error status.
-struct Failure {
-    kind: FailureKind,
-    status: Status,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FailureKind {
-    /// Envoy sent a message over the gRPC message limit.
-    Unreadable,
-    /// Handling a message panicked.
-    Panic,
-    /// Envoy reset the stream (client gone, upstream reset, a timeout).
-    Reset,
-}
-
-/// Answers Envoy's messages until the stream ends: `None` when Envoy closed it.
-async fn drive(
-    session: &mut Session,
-    inbound: &mut Streaming<ProcessingRequest>,
-    tx: &mpsc::Sender<Result<ProcessingResponse, Status>>,
-) -> Option<Failure> {
-    loop {
-        let req = match inbound.message().await {
+impl Driver {
+    /// Reads one message and queues its answers, or ends the stream.
+    async fn step(&mut self) {
+        let req = match self.inbound.message().await {
             Ok(Some(req)) => req,
-            Ok(None) => return None,
+            Ok(None) => return self.end_by_envoy(),
+            // A message over the gRPC message limit: Envoy still waits for an answer.
             Err(status) if status.code() == tonic::Code::OutOfRange => {
                 tracing::warn!(
-                    request_id = %session.request_id(),
+                    request_id = %self.session.request_id(),
                     error = %status.message(),
                     "Envoy sent a message over the gRPC message limit; failing the exchange"
                 );
-                return Some(Failure {
-                    kind: FailureKind::Unreadable,
-                    status,
-                });
+                return self.fail(true, status);
             }
+            // Envoy reset the stream (client gone, upstream reset, a timeout): what we send
+            // now is dropped, harmlessly; the error status keeps the end unclean.
             Err(status) => {
                 tracing::debug!(code = ?status.code(), "ext_proc stream ended by Envoy");
-                return Some(Failure {
-                    kind: FailureKind::Reset,
-                    status,
-                });
+                self.end_by_envoy();
+                self.pending.push_back(Err(status));
+                return;
             }
         };
         // A bug in one exchange must not take the process down: fail only it.
-        let Ok(answers) = std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req)))
-        else {
-            tracing::error!(
-                request_id = %session.request_id(),
-                "panic while processing an exchange; failing it"
+        let session = &mut self.session;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req))) {
+            Ok(answers) => self.pending.extend(answers.into_iter().map(Ok)),
+            Err(_) => {
+                tracing::error!(
+                    request_id = %self.session.request_id(),
+                    "panic while processing an exchange; failing it"
+                );
+                self.fail(false, Status::internal("responses-extproc internal error"));
+            }
+        }
+    }
+
+    /// Never a clean end after a failure: it would let Envoy carry on without us and pass
+    /// untranslated bytes. First the exchange's OpenResponses ending, while Envoy still waits
+    /// for an answer, then an error status, on which Envoy fails the request
+    /// (failure_mode_allow: false).
+    fn fail(&mut self, unreadable: bool, status: Status) {
+        self.ended = true;
+        let session = &mut self.session;
+        let last = std::panic::catch_unwind(AssertUnwindSafe(|| session.on_failure(unreadable)))
+            .unwrap_or_default();
+        self.pending.extend(last.into_iter().map(Ok));
+        self.pending.push_back(Err(status));
+    }
+
+    fn end_by_envoy(&mut self) {
+        self.ended = true;
+        self.log_if_cut();
+    }
+
+    fn log_if_cut(&self) {
+        if self.session.is_unfinished() {
+            // The client got a cut answer (or none).
+            tracing::info!(
+                request_id = %self.session.request_id(),
+                "exchange ended by Envoy before its answer was complete \
+                 (client disconnected, upstream reset or timeout)"
             );
-            return Some(Failure {
-                kind: FailureKind::Panic,
-                status: Status::internal("responses-extproc internal error"),
-            });
-        };
-        if !send_all(tx, answers).await {
-            return None;
+        }
+    }
+}
+
+impl Drop for Driver {
+    /// tonic drops the stream without polling it again when Envoy resets it.
+    fn drop(&mut self) {
+        if !self.ended {
+            self.log_if_cut();
         }
     }
 }
