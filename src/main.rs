@@ -18,6 +18,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.serve.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(cli.serve.worker_threads))
         .enable_all()
         .build()
     {
