@@ -499,3 +499,99 @@ async fn stream_answering_a_json_request_is_folded() {
     let answer = post(&envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
     answer.envelope(502, "upstream_response_too_large");
 }
+
+/// One upstream SSE event around `--max-sse-frame-bytes` (1 MiB): held and translated up to
+/// it, a clean `response.failed` (`upstream_event_too_large`) beyond it.
+#[tokio::test]
+async fn sse_event_sizes_around_the_frame_limit() {
+    let upstream = ScriptedUpstream::start();
+    let processor = Processor::start(&[]);
+    let envoy = Envoy::start(upstream.port(), processor.port());
+    let frame_overhead = chunk("").len();
+    for (event, within) in [
+        (MIB / 2, true),
+        (MIB - 1024, true),
+        (MIB + 1024, false),
+        (2 * MIB, false),
+    ] {
+        let text = "q".repeat(event - frame_overhead);
+        // The event is written in small pieces: the processor must hold it until its end.
+        let body = format!("{}{}", chunk(&text), stream_end());
+        upstream.push(flood(&body, 64 * 1024));
+        let answer = post(
+            &envoy,
+            br#"{"model":"m","input":"hi","stream":true}"#.to_vec(),
+        )
+        .await;
+        match stream_outcome(&answer) {
+            Ok(n) => {
+                assert!(within, "a {event}-byte event was translated");
+                assert_eq!(n, text.len());
+            }
+            Err(code) => {
+                assert!(!within, "a {event}-byte event failed: {code}");
+                assert_eq!(code, "upstream_event_too_large");
+            }
+        }
+    }
+}
+
+/// Input items and content parts around their caps (set low here): 400 naming the field
+/// beyond them, and the upstream is not called.
+#[tokio::test]
+async fn item_and_part_caps_through_envoy() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("ok")));
+    let processor = Processor::start(&["--max-input-items", "64", "--max-part-bytes", "65536"]);
+    let envoy = Envoy::start(upstream.port(), processor.port());
+
+    for (items, within) in [(32, true), (64, true), (65, false), (128, false)] {
+        let input: Vec<Value> = (0..items)
+            .map(|i| json!({"role": "user", "content": format!("message {i}")}))
+            .collect();
+        let before = upstream.requests().len();
+        let answer = post(
+            &envoy,
+            json!({"model": "m", "input": input})
+                .to_string()
+                .into_bytes(),
+        )
+        .await;
+        if within {
+            answer.response();
+            let chat = upstream.requests().last().unwrap().json();
+            assert_eq!(chat["messages"].as_array().map(Vec::len), Some(items));
+        } else {
+            assert_eq!(
+                answer.envelope(400, "too_many_input_items")["param"],
+                "input"
+            );
+            assert_eq!(upstream.requests().len(), before);
+        }
+    }
+    for (part, within) in [
+        (32 * 1024, true),
+        (65536, true),
+        (65537, false),
+        (131_072, false),
+    ] {
+        let body = json!({"model": "m", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "x".repeat(part)}]}]});
+        let before = upstream.requests().len();
+        let answer = post(&envoy, body.to_string().into_bytes()).await;
+        if within {
+            answer.response();
+            assert_eq!(upstream.requests().len(), before + 1);
+        } else {
+            let error = answer.envelope(400, "content_too_large");
+            assert!(
+                error["param"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("input[0].content[0]"),
+                "{error}"
+            );
+            assert_eq!(upstream.requests().len(), before);
+        }
+    }
+}
