@@ -9,7 +9,8 @@
 # It installs Envoy into .venv (deploy/install-envoy.sh), builds the release binary, starts
 # the demo upstream (unless UPSTREAM_URL is set), the processor and Envoy, sends one plain and
 # one streaming request, and then keeps everything running until Ctrl-C.
-# Logs: target/demo/{upstream,processor,envoy}.log. Ports: 10000 (Envoy), 9901 (Envoy admin),
+# Logs: target/demo/{upstream,processor,envoy}.log; Envoy's access log: target/demo/access.log.
+# Ports: 10000 (Envoy), 9901 (Envoy admin),
 # 50051 (processor), 18080 (demo upstream); they must be free.
 # UPSTREAM_URL must be http://host[:port] (https is not supported here: the upstream cluster
 # in envoy/envoy.yaml has no TLS transport socket).
@@ -111,6 +112,33 @@ cargo build --release >&2
 
 CONFIG="$LOG_DIR/envoy.yaml"
 cp "$ROOT/envoy/envoy.yaml" "$CONFIG"
+# An access log of every request, with what the processor reports for translated ones (its
+# dynamic metadata, README "Envoy metadata"): one JSON line each.
+ACCESS_LOG="$LOG_DIR/access.log"
+: >"$ACCESS_LOG"
+python3 - "$CONFIG" "$ACCESS_LOG" <<'PY'
+import sys
+path, log = sys.argv[1], sys.argv[2]
+config = open(path).read()
+anchor = "          stat_prefix: responses\n"
+assert config.count(anchor) == 1, "envoy.yaml: stat_prefix line not found once"
+md = lambda k: f'"%DYNAMIC_METADATA(responses_extproc:{k})%"'
+fields = {"time": '"%START_TIME%"', "method": '"%REQ(:METHOD)%"',
+          "upstream_path": '"%REQ(:PATH)%"', "status": '"%RESPONSE_CODE%"',
+          "duration_ms": '"%DURATION%"'}
+for k in ["response_id", "model", "outcome", "error_code", "input_tokens", "output_tokens",
+          "total_tokens", "cached_tokens", "reasoning_tokens"]:
+    fields[k] = md(k)
+block = anchor + f"""          access_log:
+          - name: envoy.access_loggers.file
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+              path: {log}
+              log_format:
+                json_format:
+""" + "".join(f"                  {k}: {v}\n" for k, v in fields.items())
+open(path, "w").write(config.replace(anchor, block))
+PY
 if [ -n "$UPSTREAM_HOST" ]; then
   # The upstream cluster is the last one in envoy.yaml: rewrite its address and port only.
   sed -i -e "/^  - name: upstream\$/,\$ s/address: 127\\.0\\.0\\.1\$/address: $UPSTREAM_HOST/" \
@@ -143,6 +171,15 @@ say "\$ curl -sN localhost:10000/v1/responses -H 'content-type: application/json
 curl -sN --max-time 60 "$BASE/v1/responses" -H 'content-type: application/json' \
   -d '{"model":"m","input":"hi","stream":true}'
 echo
+
+# Envoy writes access log lines in batches (about once a second).
+for _ in $(seq 1 40); do
+  [ "$(grep -c '"response_id":"resp_' "$ACCESS_LOG")" -ge 2 ] && break
+  sleep 0.25
+done
+say ""
+say "demo: Envoy's access log ($ACCESS_LOG), with the processor's usage metadata:"
+grep '"response_id":"resp_' "$ACCESS_LOG" >&2 || cat "$ACCESS_LOG" >&2
 
 if [ -n "${DEMO_ONESHOT:-}" ]; then
   exit 0
