@@ -1,6 +1,7 @@
 //! The properties the fuzz targets check, shared with `tests/fuzz_corpus.rs`, which replays
 //! the committed corpus through them in every `cargo test` (the CI smoke run).
 
+use responses_extproc::exchange;
 use responses_extproc::translate::{
     stream::StreamTranslator, translate_request, Exchange, Meta, Options,
 };
@@ -65,4 +66,125 @@ pub fn stream(body: &[u8], cuts: &[usize], small_limits: bool) {
         .map(|t| text.matches(&format!("\nevent: response.{t}\n")).count())
         .sum::<usize>();
     assert_eq!(terminals, 1, "exactly one terminal event");
+}
+
+/// Arbitrary bytes as a script of calls into one [`exchange::Exchange`] (small caps): never
+/// a panic, and nothing untranslated ever comes out. Every reply is a translated response
+/// (JSON or a whole event stream) or an OpenResponses error envelope; every streamed piece
+/// is empty or whole SSE events; after the end, only empty pieces or errors.
+pub fn exchange(data: &[u8]) {
+    use responses_extproc::exchange::{
+        AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
+        Settings,
+    };
+    use std::sync::Arc;
+
+    fn check_reply(r: &Reply) {
+        if r.translated {
+            assert_eq!(r.status, 200);
+            if r.content_type == "text/event-stream" {
+                let text = std::str::from_utf8(&r.body).expect("UTF-8 events");
+                assert!(text.starts_with("event: ") && text.ends_with("data: [DONE]\n\n"));
+            } else {
+                let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+                assert_eq!(v["object"], "response");
+            }
+        } else {
+            assert!((400..600).contains(&r.status), "{}", r.status);
+            let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON envelope");
+            assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string());
+        }
+    }
+    fn check_sent(bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let text = std::str::from_utf8(bytes).expect("UTF-8 events");
+        assert!(text.ends_with("\n\n"), "whole events only");
+        for event in text.split_terminator("\n\n") {
+            let data = event
+                .strip_prefix("event: ")
+                .and_then(|e| e.split_once("\ndata: "))
+                .map(|(_, d)| d)
+                .unwrap_or_else(|| event.strip_prefix("data: ").expect("an SSE event"));
+            assert!(
+                data == "[DONE]" || serde_json::from_str::<serde_json::Value>(data).is_ok(),
+                "event data is JSON: {data}"
+            );
+        }
+    }
+
+    const BODIES: &[&[u8]] = &[
+        br#"{"model":"m","input":"hi"}"#,
+        br#"{"model":"m","input":"hi","stream":true}"#,
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        br#"{"choices":[{"index":0,"finish_reason":"stop","message":{"content":"yo"}}]}"#,
+        br#"{"error":{"message":"busy"}}"#,
+    ];
+    const TYPES: &[&str] = &["application/json", "text/event-stream", "text/plain", ""];
+    const STATUSES: &[u16] = &[200, 200, 201, 400, 413, 429, 500, 503, 504];
+
+    let settings = Arc::new(Settings {
+        max_body_bytes: 300,
+        options: Options {
+            max_request_bytes: 300,
+            max_output_bytes: 200,
+            max_sse_frame_bytes: 100,
+            ..Options::default()
+        },
+        ..Settings::default()
+    });
+    let mut ex = Exchange::new(settings, Operation::Create);
+    let meta = Meta { now: 1, id_seed: 7 };
+    let mut bytes = data.iter().copied();
+    while let Some(op) = bytes.next() {
+        let arg = bytes.next().unwrap_or(0);
+        // A body: one of the typical ones, or the next `arg` raw bytes of the script.
+        let mut body = |arg: u8| -> Vec<u8> {
+            if arg & 0x80 == 0 {
+                BODIES[usize::from(arg) % BODIES.len()].to_vec()
+            } else {
+                bytes.by_ref().take(usize::from(arg & 0x3f)).collect()
+            }
+        };
+        let finished = ex.is_finished();
+        match op % 6 {
+            0 => match ex.request_body(&body(arg), arg & 0x40 != 0, meta) {
+                RequestStep::Reply(r) => check_reply(&r),
+                RequestStep::Forward(up) => {
+                    let _: serde_json::Value = serde_json::from_slice(&up.body).expect("JSON");
+                }
+                RequestStep::Hold => {}
+            },
+            1 => {
+                let head = ResponseHead {
+                    status: STATUSES[usize::from(arg) % STATUSES.len()],
+                    content_type: TYPES[usize::from(arg >> 4) % TYPES.len()],
+                    end_of_stream: arg & 0x08 != 0,
+                };
+                if let HeadStep::Reply(r) = ex.response_head(head, 2) {
+                    check_reply(&r);
+                }
+            }
+            2 | 3 => match ex.response_body(&body(arg), arg & 0x40 != 0, 2) {
+                BodyStep::Send(out) => {
+                    check_sent(&out);
+                    assert!(!finished || out.is_empty(), "bytes after the end");
+                }
+                BodyStep::Reply(r) => check_reply(&r),
+                BodyStep::Hold => assert!(!finished),
+            },
+            4 => match ex.overflow(2) {
+                AbortStep::Reply(r) => check_reply(&r),
+                AbortStep::Send(out) => check_sent(&out),
+                AbortStep::Nothing => assert!(finished),
+            },
+            _ => match ex.abort("internal_error", "fuzz", 2) {
+                AbortStep::Reply(r) => check_reply(&r),
+                AbortStep::Send(out) => check_sent(&out),
+                AbortStep::Nothing => assert!(finished),
+            },
+        }
+    }
 }

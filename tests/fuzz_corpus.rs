@@ -58,3 +58,13 @@ fn stream_corpus_holds_under_several_splits() {
         }
     }
 }
+
+#[test]
+fn exchange_corpus_holds() {
+    let files = corpus("exchange");
+    assert!(!files.is_empty());
+    for (path, data) in files {
+        let outcome = std::panic::catch_unwind(|| checks::exchange(&data));
+        assert!(outcome.is_ok(), "{}", path.display());
+    }
+}
