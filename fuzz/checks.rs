@@ -1,7 +1,6 @@
 //! The properties the fuzz targets check, shared with `tests/fuzz_corpus.rs`, which replays
 //! the committed corpus through them in every `cargo test` (the CI smoke run).
 
-use responses_extproc::exchange;
 use responses_extproc::translate::{
     stream::StreamTranslator, translate_request, Exchange, Meta, Options,
 };
@@ -68,7 +67,7 @@ pub fn stream(body: &[u8], cuts: &[usize], small_limits: bool) {
     assert_eq!(terminals, 1, "exactly one terminal event");
 }
 
-/// Arbitrary bytes as a script of calls into one [`exchange::Exchange`] (small caps): never
+/// Arbitrary bytes as a script of calls into one `exchange::Exchange` (small caps): never
 /// a panic, and nothing untranslated ever comes out. Every reply is a translated response
 /// (JSON or a whole event stream) or an OpenResponses error envelope; every streamed piece
 /// is empty or whole SSE events; after the end, only empty pieces or errors.
