@@ -281,17 +281,46 @@ async fn envoy_passes_requests_through_a_passthrough_processor_to_the_demo() {
         answer["choices"][0]["message"]["content"],
         "Hello! This is the demo upstream. You said: hi"
     );
-    // GET: headers only; POST: headers, then the buffered body; then response headers each.
+    // Other traffic never reaches the processor: ext_proc is disabled on its route.
+    assert!(extproc.seen().is_empty(), "{:?}", extproc.seen());
+}
+
+/// Second line of defence: a Responses request the processor did not rewrite (here a
+/// processor that changes nothing) never reaches the upstream; Envoy answers with an error
+/// envelope itself. Other methods on the path get 405.
+#[tokio::test]
+async fn untranslated_responses_requests_never_reach_the_upstream() {
+    let upstream = ScriptedUpstream::start();
+    let extproc = PassthroughProcessor::start();
+    let envoy = Envoy::start(upstream.port(), extproc.port());
+    for path in ["/v1/responses", "/v1/responses?x=1"] {
+        let response = client()
+            .post(envoy.url(path))
+            .json(&json!({"model": "m", "input": "hi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 500);
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "application/json"
+        );
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "untranslated_request", "{body}");
+    }
     assert_eq!(
         extproc.seen(),
-        [
-            "request_headers",
-            "response_headers",
-            "request_headers",
-            "request_body",
-            "response_headers"
-        ]
+        ["request_headers", "request_body", "response_headers"].repeat(2)
     );
+    let response = client()
+        .get(envoy.url("/v1/responses"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+    assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
 }
 
 #[tokio::test]
@@ -354,13 +383,25 @@ async fn demo_stream_through_envoy_is_incremental() {
 }
 
 #[tokio::test]
-async fn a_dead_processor_fails_the_request() {
-    // failure_mode_allow: false — without the processor nothing reaches the upstream.
+async fn a_dead_processor_fails_responses_requests_only() {
+    // failure_mode_allow: false: without the processor no Responses request reaches the
+    // upstream (an envelope instead); other traffic does not need the processor.
     let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &json!({"object": "list", "data": []})));
     let envoy = Envoy::start(upstream.port(), common::free_port());
-    let response = client().get(envoy.url("/v1/models")).send().await.unwrap();
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "m", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 500);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "processor_unavailable", "{body}");
     assert!(upstream.requests().is_empty());
+    let response = client().get(envoy.url("/v1/models")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(upstream.requests().len(), 1);
 }
 
 #[tokio::test]
@@ -387,7 +428,12 @@ async fn the_model_routing_example_works() {
     small.set_default(|| Reply::json(200, &json!({"upstream": "small"})));
     let big = ScriptedUpstream::start();
     big.set_default(|| Reply::json(200, &json!({"upstream": "big"})));
-    let extproc = PassthroughProcessor::with_request_headers(&[("x-responses-model", "big-model")]);
+    // A processor that does what ours does to the request headers: the model header, and the
+    // Chat path (else the request would stay on the Responses route).
+    let extproc = PassthroughProcessor::with_request_headers(&[
+        ("x-responses-model", "big-model"),
+        (":path", "/v1/chat/completions"),
+    ]);
 
     let mut config = String::new();
     let mut in_example = false;
@@ -428,7 +474,7 @@ async fn the_model_routing_example_works() {
     let envoy = Envoy::start_with_config(&config);
 
     let answer: Value = client()
-        .post(envoy.url("/v1/chat/completions"))
+        .post(envoy.url("/v1/responses"))
         .json(&json!({"model": "big-model"}))
         .send()
         .await
