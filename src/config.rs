@@ -198,11 +198,13 @@ pub struct Config {
     #[arg(long, default_value_t = crate::exchange::DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
 
-    /// Threads serving exchanges. 2 by default: one large translation (a 16 MiB body takes
-    /// tens of milliseconds) does not hold up the other exchanges. 1 costs the least CPU per
-    /// exchange (measured: 53 vs 66 us per JSON exchange next to a one-worker Envoy on 2
-    /// cores); raise it with Envoy's --concurrency.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..), env = "RESPONSES_EXTPROC_WORKER_THREADS")]
+    /// Threads serving exchanges. 1 by default, a current-thread runtime: no work stealing
+    /// and no wake-ups across threads, the least CPU per exchange (benches/side_by_side.py:
+    /// 36-38 vs 54-57 us per JSON exchange with 2 workers, and Envoy's own cost drops too).
+    /// One thread keeps up with about three Envoy workers; a large translation (a 16 MiB
+    /// body takes tens of milliseconds) holds up the others meanwhile. Raise it with Envoy's
+    /// --concurrency.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), env = "RESPONSES_EXTPROC_WORKER_THREADS")]
     pub worker_threads: u16,
 
     /// How long in-flight requests may run after SIGTERM/SIGINT before the process exits.
