@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
 
+use crate::client::ReasoningEventsPolicy;
 use crate::translate::seal::Keyring;
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
@@ -56,6 +57,9 @@ pub enum HostedToolsPolicy {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReasoningEventNames {
+    /// OpenAI's names to OpenAI's SDKs and Codex (known by their standard headers), the
+    /// specification's to everyone else.
+    Auto,
     /// `response.reasoning.delta` / `.done` (OpenResponses).
     Spec,
     /// `response.reasoning_text.delta` / `.done` (OpenAI).
@@ -120,11 +124,12 @@ pub struct Config {
     #[arg(long, env = "RESPONSES_EXTPROC_STRICT")]
     pub strict: bool,
 
-    /// Event names used for streamed reasoning text.
+    /// Event names used for streamed reasoning text: `auto` serves each client the names it
+    /// parses; the request header x-responses-reasoning-events (spec|openai) overrides.
     #[arg(
         long,
         value_enum,
-        default_value = "spec",
+        default_value = "auto",
         env = "RESPONSES_EXTPROC_REASONING_EVENTS"
     )]
     pub reasoning_events: ReasoningEventNames,
@@ -263,10 +268,8 @@ impl Config {
     pub fn translate_options(&self, keyring: Option<Arc<Keyring>>) -> Options {
         Options {
             strict: self.strict,
-            reasoning_events: match self.reasoning_events {
-                ReasoningEventNames::Spec => ReasoningEvents::Spec,
-                ReasoningEventNames::Openai => ReasoningEvents::OpenAi,
-            },
+            // Resolved per exchange from the policy (`exchange_settings`) and the headers.
+            reasoning_events: ReasoningEvents::default(),
             developer_role: match self.developer_role {
                 DeveloperRoleName::System => DeveloperRole::System,
                 DeveloperRoleName::Developer => DeveloperRole::Developer,
@@ -291,6 +294,11 @@ impl Config {
             chat_path: self.chat_path.clone(),
             model_header: self.model_header.to_ascii_lowercase(),
             max_body_bytes: self.max_body_bytes,
+            reasoning_events: match self.reasoning_events {
+                ReasoningEventNames::Auto => ReasoningEventsPolicy::Auto,
+                ReasoningEventNames::Spec => ReasoningEventsPolicy::Spec,
+                ReasoningEventNames::Openai => ReasoningEventsPolicy::OpenAi,
+            },
             options: self.translate_options(keyring),
         }
     }

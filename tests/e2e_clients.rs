@@ -290,7 +290,7 @@ fn chat_json(message: Value) -> Reply {
 }
 
 #[test]
-fn python_openai_sdk_reasoning_with_openai_event_names() {
+fn python_openai_sdk_gets_openai_reasoning_event_names_by_default() {
     let python = python();
     let upstream = ScriptedUpstream::with_replies([
         reasoning_stream(),
@@ -300,7 +300,7 @@ fn python_openai_sdk_reasoning_with_openai_event_names() {
         ),
         chat_json(json!({"role": "assistant", "content": "Done."})),
     ]);
-    let stack = ClientStack::scripted(upstream, &["--reasoning-events", "openai"]);
+    let stack = ClientStack::scripted(upstream, &[]);
     run_client(&stack, &python, "tests/clients/python/openai_reasoning.py");
 
     // Turn 2 gave the sealed reasoning back: the upstream sees it as reasoning_content.
@@ -316,6 +316,92 @@ fn python_openai_sdk_reasoning_with_openai_event_names() {
         ]),
         "{chat}"
     );
+}
+
+/// The default `--reasoning-events auto` through Envoy: each client gets the names it parses,
+/// from the headers it really sends (captured from openai-python 3.54, openai-node 7.57 and
+/// Codex 0.169), and the request header overrides. Raw requests, so the headers are exact.
+#[tokio::test]
+async fn reasoning_event_names_follow_the_client() {
+    struct Case {
+        who: &'static str,
+        headers: &'static [(&'static str, &'static str)],
+        expected: &'static str,
+    }
+    const SPEC: &str = "response.reasoning.delta";
+    const OPENAI: &str = "response.reasoning_text.delta";
+    let cases = [
+        Case {
+            who: "no identity (curl, a spec client)",
+            headers: &[("user-agent", "curl/8.5.0")],
+            expected: SPEC,
+        },
+        Case {
+            who: "openai-python",
+            headers: &[
+                ("user-agent", "OpenAI/Python 3.54.0"),
+                ("x-stainless-lang", "python"),
+            ],
+            expected: OPENAI,
+        },
+        Case {
+            who: "openai-node",
+            headers: &[
+                ("user-agent", "OpenAI/JS 7.57.0"),
+                ("x-stainless-lang", "js"),
+            ],
+            expected: OPENAI,
+        },
+        Case {
+            who: "Codex",
+            headers: &[
+                ("originator", "codex_exec"),
+                (
+                    "user-agent",
+                    "codex_exec/0.169.0 (Debian 12.0.0; x86_64) xterm",
+                ),
+            ],
+            expected: OPENAI,
+        },
+        Case {
+            who: "openai-python asking for the spec's names",
+            headers: &[
+                ("x-stainless-lang", "python"),
+                ("x-responses-reasoning-events", "spec"),
+            ],
+            expected: SPEC,
+        },
+        Case {
+            who: "a spec client asking for OpenAI's",
+            headers: &[("x-responses-reasoning-events", "openai")],
+            expected: OPENAI,
+        },
+    ];
+    let upstream = ScriptedUpstream::with_replies(cases.iter().map(|_| reasoning_stream()));
+    let stack = ClientStack::scripted(upstream, &[]);
+    for Case {
+        who,
+        headers,
+        expected,
+    } in cases
+    {
+        let mut request = client()
+            .post(stack.envoy.url("/v1/responses"))
+            .json(&json!({"model": "demo-model", "input": "hi", "stream": true}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{who}");
+        let events = assert_valid_sse(&response.text().await.unwrap());
+        let reasoning: Vec<&str> = events
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| name.contains("reasoning"))
+            .collect();
+        let done = expected.replace(".delta", ".done");
+        assert_eq!(reasoning, [expected, expected, done.as_str()], "{who}");
+    }
 }
 
 // ---- the openai-agents SDK ----
