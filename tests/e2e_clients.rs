@@ -404,6 +404,73 @@ async fn reasoning_event_names_follow_the_client() {
     }
 }
 
+/// A `custom` tool (Codex's `apply_patch`) through Envoy with openai-python: the upstream sees
+/// a function with one string parameter, the client a typed `custom_tool_call` (streamed with
+/// the `response.custom_tool_call_input.*` events) and its history goes back as a tool call.
+#[test]
+fn python_openai_sdk_custom_tool_round_trip() {
+    let python = python();
+    let patch = "*** Begin Patch\n*** Add File: hello.txt\n+Hello, \"world\"!\n*** End Patch\n";
+    let args = json!({"input": patch}).to_string();
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-p", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let (a, b) = args.split_at(args.len() / 2);
+    let stream = Reply::sse([
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_patch_1", "type": "function",
+                   "function": {"name": "apply_patch", "arguments": a}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_patch_1", "type": "function",
+                      "function": {"name": "apply_patch", "arguments": args}}]});
+    let upstream = ScriptedUpstream::with_replies([
+        stream,
+        chat_json(call.clone()),
+        chat_json(json!({"role": "assistant", "content": "Patched."})),
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_custom_tool.py",
+    );
+
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 3);
+    let first = requests[0].json();
+    assert_eq!(
+        first["tools"][0]["function"]["name"], "apply_patch",
+        "{first}"
+    );
+    assert_eq!(
+        first["tools"][0]["function"]["parameters"]["required"],
+        json!(["input"]),
+        "{first}"
+    );
+    let last = requests[2].json();
+    assert_eq!(
+        last["messages"],
+        json!([
+            {"role": "user", "content": "add hello.txt"},
+            call,
+            {"role": "tool", "tool_call_id": "call_patch_1", "content": "Done!"}
+        ]),
+        "{last}"
+    );
+}
+
 // ---- the openai-agents SDK ----
 
 #[test]

@@ -678,14 +678,25 @@ impl StreamTranslator {
             .clone()
             .unwrap_or_else(|| self.exchange.item_id("call", item));
         let name = std::mem::take(&mut call.name);
-        self.output
-            .push(OutputItem::FunctionCall(self.exchange.function_call(
+        // A custom tool's item holds the raw Chat arguments until the call is complete, then
+        // its decoded input (see `close_calls`).
+        let added = if self.exchange.is_custom_tool(&name) {
+            OutputItem::CustomToolCall(self.exchange.custom_tool_call(
+                item,
+                Some(call_id),
+                name,
+                String::new(),
+            ))
+        } else {
+            OutputItem::FunctionCall(self.exchange.function_call(
                 item,
                 Some(call_id),
                 name,
                 String::new(),
                 ItemStatus::InProgress,
-            )));
+            ))
+        };
+        self.output.push(added);
         self.events.write(
             &mut self.out,
             &Event::OutputItemAdded {
@@ -700,6 +711,11 @@ impl StreamTranslator {
 
     fn arguments_delta(&mut self, item: usize, delta: &str) {
         if delta.is_empty() {
+            return;
+        }
+        if let OutputItem::CustomToolCall(c) = &mut self.output[item] {
+            // JSON arguments, decoded when complete: the input goes out in one delta then.
+            c.input.push_str(delta);
             return;
         }
         if let OutputItem::FunctionCall(f) = &mut self.output[item] {
@@ -728,16 +744,40 @@ impl StreamTranslator {
             let Some(item) = self.calls[slot].item else {
                 continue;
             };
-            if let OutputItem::FunctionCall(f) = &mut self.output[item] {
-                f.status = status;
-                self.events.write(
-                    &mut self.out,
-                    &Event::FunctionCallArgumentsDone {
-                        item_id: &f.id,
-                        output_index: item,
-                        arguments: &f.arguments,
-                    },
-                );
+            match &mut self.output[item] {
+                OutputItem::FunctionCall(f) => {
+                    f.status = status;
+                    self.events.write(
+                        &mut self.out,
+                        &Event::FunctionCallArgumentsDone {
+                            item_id: &f.id,
+                            output_index: item,
+                            arguments: &f.arguments,
+                        },
+                    );
+                }
+                OutputItem::CustomToolCall(c) => {
+                    c.input = super::custom_tool_input(&c.input);
+                    if !c.input.is_empty() {
+                        self.events.write(
+                            &mut self.out,
+                            &Event::CustomToolCallInputDelta {
+                                item_id: &c.id,
+                                output_index: item,
+                                delta: &c.input,
+                            },
+                        );
+                    }
+                    self.events.write(
+                        &mut self.out,
+                        &Event::CustomToolCallInputDone {
+                            item_id: &c.id,
+                            output_index: item,
+                            input: &c.input,
+                        },
+                    );
+                }
+                _ => {}
             }
             self.item_done(item);
         }
