@@ -496,6 +496,37 @@ fn node_openai_sdk_streaming() {
     run_client(&stack, &node, "tests/clients/node/openai_stream.mjs");
 }
 
+// ---- the AI SDK (`ai` + `@ai-sdk/open-responses`) ----
+
+#[test]
+fn node_ai_sdk_generate_and_stream_text_with_a_tool() {
+    let node = node();
+    let stack = ClientStack::demo();
+    run_client(&stack, &node, "tests/clients/node/ai_sdk.mjs");
+}
+
+#[test]
+fn node_ai_sdk_reasoning() {
+    let node = node();
+    let upstream = ScriptedUpstream::with_replies([
+        reasoning_stream(),
+        chat_json(
+            json!({"role": "assistant", "content": "Hi there.", "reasoning_content": "Let me think."}),
+        ),
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(&stack, &node, "tests/clients/node/ai_sdk_reasoning.mjs");
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 2);
+    // The AI SDK parses only OpenAI's reasoning event names; its user agent gets them
+    // (src/client.rs).
+    let agent = requests[0].headers["user-agent"].to_str().unwrap();
+    assert!(
+        agent.starts_with("ai-sdk/open-responses/1.0.39 "),
+        "{agent}"
+    );
+}
+
 // ---- a Codex-shaped request ----
 
 /// Codex's base instructions are several KB of text.
