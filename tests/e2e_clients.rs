@@ -480,6 +480,72 @@ fn python_openai_agents_tool_loop() {
     run_client(&stack, &python, "tests/clients/python/agents_run.py");
 }
 
+/// openai-agents with a reasoning upstream: the function-tool loop, JSON and streamed; the
+/// reasoning goes back to the upstream with the call in the second turn.
+#[test]
+fn python_openai_agents_tool_loop_with_reasoning() {
+    let python = python();
+    let args = json!({"location": "Paris"}).to_string();
+    let call = json!({"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": args}});
+    let turn1_json = chat_json(
+        json!({"role": "assistant", "content": null, "reasoning_content": "Checking the weather.", "tool_calls": [call]}),
+    );
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let turn1_stream = Reply::sse([
+        chunk(
+            json!({"role": "assistant", "reasoning_content": "Checking "}),
+            Value::Null,
+        ),
+        chunk(json!({"reasoning_content": "the weather."}), Value::Null),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_w1", "type": "function",
+                                     "function": {"name": "get_weather", "arguments": args}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    let turn2_stream = Reply::sse([
+        chunk(
+            json!({"role": "assistant", "content": "It is sunny."}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    let upstream = ScriptedUpstream::with_replies([
+        turn1_json,
+        chat_json(json!({"role": "assistant", "content": "It is sunny."})),
+        turn1_stream,
+        turn2_stream,
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(&stack, &python, "tests/clients/python/agents_reasoning.py");
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 4);
+    for second in [&requests[1], &requests[3]] {
+        let messages = second.json()["messages"].clone();
+        let assistant = messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "assistant")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            assistant["reasoning_content"], "Checking the weather.",
+            "{messages}"
+        );
+        assert_eq!(assistant["tool_calls"][0]["id"], "call_w1", "{messages}");
+    }
+}
+
 // ---- the official openai npm SDK ----
 
 #[test]
@@ -494,6 +560,14 @@ fn node_openai_sdk_streaming() {
     let node = node();
     let stack = ClientStack::demo();
     run_client(&stack, &node, "tests/clients/node/openai_stream.mjs");
+}
+
+#[test]
+fn node_openai_sdk_reasoning_events_are_the_ones_it_declares() {
+    let node = node();
+    let upstream = ScriptedUpstream::with_replies([reasoning_stream(), reasoning_stream()]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(&stack, &node, "tests/clients/node/openai_reasoning.mjs");
 }
 
 // ---- the AI SDK (`ai` + `@ai-sdk/open-responses`) ----
