@@ -11,7 +11,7 @@
 # one streaming request, and then keeps everything running until Ctrl-C.
 # Logs: target/demo/{upstream,processor,envoy}.log; Envoy's access log: target/demo/access.log.
 # Ports: 10000 (Envoy), 9901 (Envoy admin),
-# 50051 (processor), 18080 (demo upstream); they must be free.
+# 50051 (processor), 9464 (processor metrics), 18080 (demo upstream); they must be free.
 # UPSTREAM_URL must be http://host[:port] (https is not supported here: the upstream cluster
 # in envoy/envoy.yaml has no TLS transport socket).
 set -euo pipefail
@@ -154,7 +154,7 @@ if [ -z "$UPSTREAM_HOST" ]; then
   start upstream "$ROOT/target/release/demo-upstream" --listen 127.0.0.1:18080
   wait_for "the demo upstream on :18080" listening 18080
 fi
-start processor "$BIN" --listen 127.0.0.1:50051
+start processor "$BIN" --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464
 wait_for "the processor on :50051" listening 50051
 start envoy "$ENVOY_BIN" -c "$CONFIG" --use-dynamic-base-id --log-level warn
 wait_for "Envoy on :10000" curl -s -o /dev/null --max-time 2 "$BASE/v1/responses"
@@ -180,6 +180,9 @@ done
 say ""
 say "demo: Envoy's access log ($ACCESS_LOG), with the processor's usage metadata:"
 grep '"response_id":"resp_' "$ACCESS_LOG" >&2 || cat "$ACCESS_LOG" >&2
+say ""
+say "demo: the processor's metrics: http://127.0.0.1:9464/metrics (token usage, a few lines):"
+curl -s --max-time 10 http://127.0.0.1:9464/metrics | grep '^gen_ai_client_token_usage_sum' >&2 || true
 
 if [ -n "${DEMO_ONESHOT:-}" ]; then
   exit 0
@@ -194,6 +197,7 @@ demo: running until Ctrl-C (logs in target/demo/). Try:
     -d '{"model":"m","input":[{"role":"user","content":"Tell me a story"}],"stream":true}'
   curl -s localhost:10000/v1/models          # not translated: passes through
   curl -s localhost:9901/stats | grep ext_proc  # Envoy's ext_proc counters
+  curl -s localhost:9464/metrics                # the processor's Prometheus metrics
 TXT
 
 # Until Ctrl-C, or until one of the three exits.

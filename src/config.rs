@@ -212,6 +212,25 @@ pub struct Config {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), env = "RESPONSES_EXTPROC_WORKER_THREADS")]
     pub worker_threads: u16,
 
+    /// Address of the admin HTTP listener serving Prometheus metrics at /metrics
+    /// (e.g. 127.0.0.1:9464). Off when unset.
+    #[arg(long, env = "RESPONSES_EXTPROC_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Model names kept as metric labels (comma-separated); others are counted as `other`.
+    /// Unset: the first --metrics-max-models names seen are kept.
+    #[arg(long, value_delimiter = ',', env = "RESPONSES_EXTPROC_METRICS_MODELS")]
+    pub metrics_models: Option<Vec<String>>,
+
+    /// Most distinct model names in metric labels when --metrics-models is unset (client
+    /// model names are untrusted: this bounds the number of series).
+    #[arg(
+        long,
+        default_value_t = 64,
+        env = "RESPONSES_EXTPROC_METRICS_MAX_MODELS"
+    )]
+    pub metrics_max_models: usize,
+
     /// How long in-flight requests may run after SIGTERM/SIGINT before the process exits.
     #[arg(long, default_value = "30", value_parser = parse_secs, env = "RESPONSES_EXTPROC_DRAIN_SECONDS")]
     pub drain_seconds: Duration,
@@ -300,6 +319,14 @@ impl Config {
                 ReasoningEventNames::Openai => ReasoningEventsPolicy::OpenAi,
             },
             options: self.translate_options(keyring),
+        }
+    }
+
+    /// Which untrusted values become metric labels.
+    pub fn label_policy(&self) -> crate::metrics::LabelPolicy {
+        crate::metrics::LabelPolicy {
+            allowed_models: self.metrics_models.clone(),
+            max_models: self.metrics_max_models,
         }
     }
 

@@ -265,6 +265,12 @@ impl Exchange {
         matches!(self.state, State::Done | State::StreamEnded)
     }
 
+    /// Output (text, reasoning or a tool call) has been sent to the client, for streams: the
+    /// moment of the first token, as the client sees it.
+    pub fn has_output(&self) -> bool {
+        matches!(&self.state, State::Streaming(t) if t.has_output())
+    }
+
     /// The answer's head has been sent to the client (a stream is open): from now on only
     /// bytes can be added to it.
     pub fn is_streaming(&self) -> bool {

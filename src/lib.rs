@@ -3,6 +3,7 @@ pub mod client;
 pub mod config;
 pub mod exchange;
 pub mod extproc;
+pub mod metrics;
 pub mod openresponses;
 pub mod sse;
 pub mod translate;

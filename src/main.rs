@@ -8,6 +8,8 @@ use std::future::Future;
 
 use responses_extproc::config::{Cli, Config, KeySource, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
+use responses_extproc::metrics::Metrics;
+use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
@@ -73,7 +75,15 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             "reasoning keys loaded"
         ),
     }
-    let processor = Processor::new(Settings::from_config(&config, Some(keyring)));
+    let mut settings = Settings::from_config(&config, Some(keyring));
+    if let Some(addr) = config.metrics_listen {
+        let metrics = Arc::new(Metrics::new(config.label_policy()));
+        let listener = TcpListener::bind(addr).await?;
+        tracing::info!(url = %format!("http://{addr}/metrics"), "serving metrics");
+        tokio::spawn(serve_metrics(listener, metrics.clone()));
+        settings.metrics = Some(metrics);
+    }
+    let processor = Processor::new(settings);
 
     let mut builder = tonic::transport::Server::builder();
     if let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) {
@@ -163,6 +173,26 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The admin listener: GET /metrics (Prometheus text format).
+async fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) {
+    use axum::{http::header, routing::get, Router};
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    metrics.render(),
+                )
+            }
+        }),
+    );
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "metrics listener failed");
+    }
 }
 
 async fn shutdown_signal() {

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::{Config, StreamBodyMode};
 use crate::exchange;
+use crate::metrics::Metrics;
 use crate::translate::seal::Keyring;
 pub use session::{Environment, Session, System};
 
@@ -30,6 +31,8 @@ pub struct Settings {
     pub log_content: bool,
     /// How Envoy hands us SSE answers: STREAMED or FULL_DUPLEX_STREAMED.
     pub stream_body_mode: StreamBodyMode,
+    /// Where finished exchanges are recorded (`--metrics-listen`); none: not recorded.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Settings {
@@ -39,6 +42,7 @@ impl Settings {
             exchange: Arc::new(config.exchange_settings(keyring)),
             log_content: config.log_content,
             stream_body_mode: config.stream_body_mode,
+            metrics: None,
         }
     }
 }
@@ -161,6 +165,7 @@ impl Driver {
     fn end_by_envoy(&mut self) {
         self.ended = true;
         self.log_if_cut();
+        self.session.record();
     }
 
     fn log_if_cut(&self) {
@@ -181,5 +186,6 @@ impl Drop for Driver {
         if !self.ended {
             self.log_if_cut();
         }
+        self.session.record();
     }
 }

@@ -13,6 +13,7 @@
 //! (`tests::prop_nothing_untranslated_passes` checks both over random message sequences).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
@@ -26,6 +27,7 @@ use crate::config::StreamBodyMode;
 use crate::exchange::{
     self, AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
 };
+use crate::metrics::Timing;
 use crate::translate::Meta;
 
 /// What the caller provides for each request: the clock and fresh randomness.
@@ -118,6 +120,22 @@ pub struct Session<E = System> {
     phase: Phase,
     /// `x-request-id`, for logs.
     request_id: String,
+    /// What the metrics need to know of this exchange.
+    clock: Clock,
+}
+
+/// The exchange's timing, for metrics.
+#[derive(Debug, Default)]
+struct Clock {
+    /// The first message of the exchange.
+    started: Option<Instant>,
+    first_output: Option<Duration>,
+    /// Time spent answering the exchange's messages.
+    busy: Duration,
+    /// Counted in the streams-in-flight gauge.
+    streaming: bool,
+    /// Recorded in the metrics (once).
+    recorded: bool,
 }
 
 impl<E: Environment> Session<E> {
@@ -127,6 +145,7 @@ impl<E: Environment> Session<E> {
             env,
             phase: Phase::Start,
             request_id: String::new(),
+            clock: Clock::default(),
         }
     }
 
@@ -161,16 +180,51 @@ impl<E: Environment> Session<E> {
             return Vec::new();
         };
         let was_open = !self.exchange().is_some_and(Exchange::is_finished);
+        let began = Instant::now();
+        let started = *self.clock.started.get_or_insert(began);
         let mut answers = self.answer(req);
-        // The answer that ends a translated exchange carries its summary as Envoy metadata.
-        if let (true, Some(ex)) = (was_open, self.exchange()) {
-            if ex.is_finished() {
-                if let Some(last) = answers.last_mut() {
-                    last.dynamic_metadata = Some(metadata(ex.summary()));
-                }
+        self.clock.busy += began.elapsed();
+        let Phase::Ours(ex) = &self.phase else {
+            return answers;
+        };
+        let clock = &mut self.clock;
+        if clock.first_output.is_none() && ex.has_output() {
+            clock.first_output = Some(started.elapsed());
+        }
+        if !clock.streaming && ex.is_streaming() {
+            clock.streaming = true;
+            if let Some(m) = &self.settings.metrics {
+                m.stream_started();
             }
         }
+        // The answer that ends a translated exchange carries its summary as Envoy metadata.
+        if was_open && ex.is_finished() {
+            if let Some(last) = answers.last_mut() {
+                last.dynamic_metadata = Some(metadata(ex.summary()));
+            }
+            self.record();
+        }
         answers
+    }
+
+    /// Records the exchange in the metrics, once: when it ends, or when Envoy ends it first
+    /// (then as `cut`).
+    pub fn record(&mut self) {
+        let (Some(m), Some(ex), false) =
+            (&self.settings.metrics, self.exchange(), self.clock.recorded)
+        else {
+            return;
+        };
+        let timing = Timing {
+            total: self.clock.started.map(|t| t.elapsed()).unwrap_or_default(),
+            first_output: self.clock.first_output,
+            translation: self.clock.busy,
+        };
+        m.record(ex.summary(), timing);
+        if self.clock.streaming {
+            m.stream_ended();
+        }
+        self.clock.recorded = true;
     }
 
     fn answer(&mut self, req: Request) -> Vec<ProcessingResponse> {
@@ -1070,6 +1124,8 @@ mod tests {
                 } else {
                     StreamBodyMode::Streamed
                 },
+                // Recorded too: no message sequence may upset the metrics either.
+                metrics: Some(Arc::new(crate::metrics::Metrics::new(Default::default()))),
             }
         }
 

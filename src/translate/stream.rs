@@ -151,6 +151,11 @@ impl StreamTranslator {
         self.events.count()
     }
 
+    /// An output item (text, reasoning, a tool call) has been opened.
+    pub fn has_output(&self) -> bool {
+        !self.output.is_empty()
+    }
+
     /// Feeds a chunk of the upstream body; returns what to send to the client now.
     pub fn push(&mut self, chunk: &[u8], now: u64) -> Bytes {
         self.start();
