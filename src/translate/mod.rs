@@ -8,6 +8,7 @@
 //! response path needs (ids, echoed parameters, options) to [`response`] for JSON answers
 //! and to [`stream::StreamTranslator`] for SSE answers.
 
+pub mod compact;
 mod fields;
 pub mod json;
 pub mod request;
@@ -132,6 +133,8 @@ pub struct Exchange {
     /// Tools of a `namespace`, flattened for the upstream: restored on the way back.
     pub(crate) namespaced: Vec<NamespacedTool>,
     pub(crate) options: Options,
+    /// A `/v1/responses/compact` request: what its answer keeps verbatim.
+    pub(crate) compact: Option<Box<compact::Kept>>,
 }
 
 /// A function of a `namespace` tool, as the upstream knows it (`flat`) and as the client does.
@@ -161,6 +164,7 @@ impl Exchange {
             seal_reasoning: false,
             namespaced: Vec::new(),
             options,
+            compact: None,
         }
     }
 
@@ -170,6 +174,11 @@ impl Exchange {
 
     pub fn model(&self) -> &str {
         &self.model
+    }
+
+    /// A `/v1/responses/compact` request, answered with a compaction object.
+    pub fn is_compact(&self) -> bool {
+        self.compact.is_some()
     }
 
     /// The client asked for a stream (`"stream": true`).
