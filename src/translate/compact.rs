@@ -61,7 +61,7 @@ pub(crate) fn open(blob: &str, path: &str, options: &Options) -> Result<String, 
     let keyring = options.keyring.as_ref().ok_or_else(|| {
         bad_value(
             path,
-            format!("Invalid '{path}': this server has no keys configured to open compaction items (--reasoning-keys)."),
+            format!("Invalid '{path}': this server has no keys configured to open compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS)."),
         )
         .with_code("invalid_encrypted_content")
     })?;
@@ -80,7 +80,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     if options.keyring.is_none() {
         // The summary can only travel sealed; without keys there is nothing to answer with.
         return Err(ApiError::invalid_body(
-            "Compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys).",
+            "Compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
         )
         .with_code("compaction_unavailable"));
     }
