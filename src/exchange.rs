@@ -30,6 +30,16 @@ pub enum Operation {
     Compact,
 }
 
+impl Operation {
+    /// Its name in logs and Envoy metadata.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "create",
+            Operation::Compact => "compact",
+        }
+    }
+}
+
 /// Default of `Settings::max_body_bytes` (and of `--max-body-bytes`): 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 
