@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
 
+use crate::client::ReasoningEventsPolicy;
 use crate::translate::seal::Keyring;
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
@@ -56,6 +57,9 @@ pub enum HostedToolsPolicy {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReasoningEventNames {
+    /// OpenAI's names to OpenAI's SDKs and Codex (known by their standard headers), the
+    /// specification's to everyone else.
+    Auto,
     /// `response.reasoning.delta` / `.done` (OpenResponses).
     Spec,
     /// `response.reasoning_text.delta` / `.done` (OpenAI).
@@ -120,11 +124,12 @@ pub struct Config {
     #[arg(long, env = "RESPONSES_EXTPROC_STRICT")]
     pub strict: bool,
 
-    /// Event names used for streamed reasoning text.
+    /// Event names used for streamed reasoning text: `auto` serves each client the names it
+    /// parses; the request header x-responses-reasoning-events (spec|openai) overrides.
     #[arg(
         long,
         value_enum,
-        default_value = "spec",
+        default_value = "auto",
         env = "RESPONSES_EXTPROC_REASONING_EVENTS"
     )]
     pub reasoning_events: ReasoningEventNames,
@@ -198,11 +203,13 @@ pub struct Config {
     #[arg(long, default_value_t = crate::exchange::DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
 
-    /// Threads serving exchanges. 2 by default: one large translation (a 16 MiB body takes
-    /// tens of milliseconds) does not hold up the other exchanges. 1 costs the least CPU per
-    /// exchange (measured: 53 vs 66 us per JSON exchange next to a one-worker Envoy on 2
-    /// cores); raise it with Envoy's --concurrency.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..), env = "RESPONSES_EXTPROC_WORKER_THREADS")]
+    /// Threads serving exchanges. 1 by default, a current-thread runtime: no work stealing
+    /// and no wake-ups across threads, the least CPU per exchange (benches/side_by_side.py:
+    /// 36-38 vs 54-57 us per JSON exchange with 2 workers, and Envoy's own cost drops too).
+    /// One thread keeps up with about three Envoy workers; a large translation (a 16 MiB
+    /// body takes tens of milliseconds) holds up the others meanwhile. Raise it with Envoy's
+    /// --concurrency.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..), env = "RESPONSES_EXTPROC_WORKER_THREADS")]
     pub worker_threads: u16,
 
     /// How long in-flight requests may run after SIGTERM/SIGINT before the process exits.
@@ -261,10 +268,8 @@ impl Config {
     pub fn translate_options(&self, keyring: Option<Arc<Keyring>>) -> Options {
         Options {
             strict: self.strict,
-            reasoning_events: match self.reasoning_events {
-                ReasoningEventNames::Spec => ReasoningEvents::Spec,
-                ReasoningEventNames::Openai => ReasoningEvents::OpenAi,
-            },
+            // Resolved per exchange from the policy (`exchange_settings`) and the headers.
+            reasoning_events: ReasoningEvents::default(),
             developer_role: match self.developer_role {
                 DeveloperRoleName::System => DeveloperRole::System,
                 DeveloperRoleName::Developer => DeveloperRole::Developer,
@@ -289,6 +294,11 @@ impl Config {
             chat_path: self.chat_path.clone(),
             model_header: self.model_header.to_ascii_lowercase(),
             max_body_bytes: self.max_body_bytes,
+            reasoning_events: match self.reasoning_events {
+                ReasoningEventNames::Auto => ReasoningEventsPolicy::Auto,
+                ReasoningEventNames::Spec => ReasoningEventsPolicy::Spec,
+                ReasoningEventNames::Openai => ReasoningEventsPolicy::OpenAi,
+            },
             options: self.translate_options(keyring),
         }
     }

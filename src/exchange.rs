@@ -16,9 +16,10 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Usage};
 use crate::translate::stream::StreamTranslator;
-use crate::translate::{self, compact, response, Meta, Options};
+use crate::translate::{self, compact, response, Meta, Options, ReasoningEvents};
 
 /// What a request asks of us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,9 @@ pub struct Settings {
     pub model_header: String,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
+    /// Which reasoning event names each client gets (`options.reasoning_events` is only the
+    /// per-exchange result, see [`Exchange::identify_client`]).
+    pub reasoning_events: ReasoningEventsPolicy,
     /// Translation options, the request caps included.
     pub options: Options,
 }
@@ -65,6 +69,7 @@ impl Default for Settings {
             chat_path: "/v1/chat/completions".into(),
             model_header: "x-responses-model".into(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            reasoning_events: ReasoningEventsPolicy::default(),
             options: Options::default(),
         }
     }
@@ -234,11 +239,15 @@ pub struct Exchange {
     settings: Arc<Settings>,
     state: State,
     summary: Summary,
+    /// The names this client parses (from its headers, the policy and the override).
+    reasoning_events: ReasoningEvents,
 }
 
 impl Exchange {
     pub fn new(settings: Arc<Settings>, operation: Operation) -> Self {
+        let reasoning_events = client::reasoning_events(settings.reasoning_events, |_| None);
         Exchange {
+            reasoning_events,
             settings,
             state: State::Request {
                 body: BytesMut::new(),
@@ -259,6 +268,12 @@ impl Exchange {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The client's request headers (`header` looks one up by lowercase name), read before
+    /// its body: they decide the event names it gets (see [`client`]).
+    pub fn identify_client<'h>(&mut self, header: impl Fn(&str) -> Option<&'h str>) {
+        self.reasoning_events = client::reasoning_events(self.settings.reasoning_events, header);
     }
 
     pub fn summary(&self) -> &Summary {
@@ -310,7 +325,8 @@ impl Exchange {
             Operation::Compact => compact::translate(full, &self.settings.options, meta),
         };
         match translated {
-            Ok(t) => {
+            Ok(mut t) => {
+                t.exchange.options.reasoning_events = self.reasoning_events;
                 self.summary.response_id = Some(t.exchange.id().to_owned());
                 self.summary.model = Some(t.exchange.model().to_owned());
                 self.summary.stream = t.exchange.is_stream();

@@ -1,4 +1,5 @@
 pub mod chat;
+pub mod client;
 pub mod config;
 pub mod exchange;
 pub mod extproc;

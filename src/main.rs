@@ -17,11 +17,16 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.serve.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(usize::from(cli.serve.worker_threads))
-        .enable_all()
-        .build()
-    {
+    // One worker: a current-thread runtime (no work stealing, no cross-thread wake-ups).
+    let mut builder = match cli.serve.worker_threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(usize::from(n));
+            b
+        }
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");

@@ -290,7 +290,7 @@ fn chat_json(message: Value) -> Reply {
 }
 
 #[test]
-fn python_openai_sdk_reasoning_with_openai_event_names() {
+fn python_openai_sdk_gets_openai_reasoning_event_names_by_default() {
     let python = python();
     let upstream = ScriptedUpstream::with_replies([
         reasoning_stream(),
@@ -300,7 +300,7 @@ fn python_openai_sdk_reasoning_with_openai_event_names() {
         ),
         chat_json(json!({"role": "assistant", "content": "Done."})),
     ]);
-    let stack = ClientStack::scripted(upstream, &["--reasoning-events", "openai"]);
+    let stack = ClientStack::scripted(upstream, &[]);
     run_client(&stack, &python, "tests/clients/python/openai_reasoning.py");
 
     // Turn 2 gave the sealed reasoning back: the upstream sees it as reasoning_content.
@@ -368,6 +368,159 @@ fn python_openai_sdk_compact_then_a_new_chain() {
     );
 }
 
+/// The default `--reasoning-events auto` through Envoy: each client gets the names it parses,
+/// from the headers it really sends (captured from openai-python 3.54, openai-node 7.57 and
+/// Codex 0.169), and the request header overrides. Raw requests, so the headers are exact.
+#[tokio::test]
+async fn reasoning_event_names_follow_the_client() {
+    struct Case {
+        who: &'static str,
+        headers: &'static [(&'static str, &'static str)],
+        expected: &'static str,
+    }
+    const SPEC: &str = "response.reasoning.delta";
+    const OPENAI: &str = "response.reasoning_text.delta";
+    let cases = [
+        Case {
+            who: "no identity (curl, a spec client)",
+            headers: &[("user-agent", "curl/8.5.0")],
+            expected: SPEC,
+        },
+        Case {
+            who: "openai-python",
+            headers: &[
+                ("user-agent", "OpenAI/Python 3.54.0"),
+                ("x-stainless-lang", "python"),
+            ],
+            expected: OPENAI,
+        },
+        Case {
+            who: "openai-node",
+            headers: &[
+                ("user-agent", "OpenAI/JS 7.57.0"),
+                ("x-stainless-lang", "js"),
+            ],
+            expected: OPENAI,
+        },
+        Case {
+            who: "Codex",
+            headers: &[
+                ("originator", "codex_exec"),
+                (
+                    "user-agent",
+                    "codex_exec/0.169.0 (Debian 12.0.0; x86_64) xterm",
+                ),
+            ],
+            expected: OPENAI,
+        },
+        Case {
+            who: "openai-python asking for the spec's names",
+            headers: &[
+                ("x-stainless-lang", "python"),
+                ("x-responses-reasoning-events", "spec"),
+            ],
+            expected: SPEC,
+        },
+        Case {
+            who: "a spec client asking for OpenAI's",
+            headers: &[("x-responses-reasoning-events", "openai")],
+            expected: OPENAI,
+        },
+    ];
+    let upstream = ScriptedUpstream::with_replies(cases.iter().map(|_| reasoning_stream()));
+    let stack = ClientStack::scripted(upstream, &[]);
+    for Case {
+        who,
+        headers,
+        expected,
+    } in cases
+    {
+        let mut request = client()
+            .post(stack.envoy.url("/v1/responses"))
+            .json(&json!({"model": "demo-model", "input": "hi", "stream": true}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{who}");
+        let events = assert_valid_sse(&response.text().await.unwrap());
+        let reasoning: Vec<&str> = events
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| name.contains("reasoning"))
+            .collect();
+        let done = expected.replace(".delta", ".done");
+        assert_eq!(reasoning, [expected, expected, done.as_str()], "{who}");
+    }
+}
+
+/// A `custom` tool (Codex's `apply_patch`) through Envoy with openai-python: the upstream sees
+/// a function with one string parameter, the client a typed `custom_tool_call` (streamed with
+/// the `response.custom_tool_call_input.*` events) and its history goes back as a tool call.
+#[test]
+fn python_openai_sdk_custom_tool_round_trip() {
+    let python = python();
+    let patch = "*** Begin Patch\n*** Add File: hello.txt\n+Hello, \"world\"!\n*** End Patch\n";
+    let args = json!({"input": patch}).to_string();
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-p", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let (a, b) = args.split_at(args.len() / 2);
+    let stream = Reply::sse([
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_patch_1", "type": "function",
+                   "function": {"name": "apply_patch", "arguments": a}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_patch_1", "type": "function",
+                      "function": {"name": "apply_patch", "arguments": args}}]});
+    let upstream = ScriptedUpstream::with_replies([
+        stream,
+        chat_json(call.clone()),
+        chat_json(json!({"role": "assistant", "content": "Patched."})),
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_custom_tool.py",
+    );
+
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 3);
+    let first = requests[0].json();
+    assert_eq!(
+        first["tools"][0]["function"]["name"], "apply_patch",
+        "{first}"
+    );
+    assert_eq!(
+        first["tools"][0]["function"]["parameters"]["required"],
+        json!(["input"]),
+        "{first}"
+    );
+    let last = requests[2].json();
+    assert_eq!(
+        last["messages"],
+        json!([
+            {"role": "user", "content": "add hello.txt"},
+            call,
+            {"role": "tool", "tool_call_id": "call_patch_1", "content": "Done!"}
+        ]),
+        "{last}"
+    );
+}
+
 // ---- the openai-agents SDK ----
 
 #[test]
@@ -375,6 +528,72 @@ fn python_openai_agents_tool_loop() {
     let python = python();
     let stack = ClientStack::demo();
     run_client(&stack, &python, "tests/clients/python/agents_run.py");
+}
+
+/// openai-agents with a reasoning upstream: the function-tool loop, JSON and streamed; the
+/// reasoning goes back to the upstream with the call in the second turn.
+#[test]
+fn python_openai_agents_tool_loop_with_reasoning() {
+    let python = python();
+    let args = json!({"location": "Paris"}).to_string();
+    let call = json!({"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": args}});
+    let turn1_json = chat_json(
+        json!({"role": "assistant", "content": null, "reasoning_content": "Checking the weather.", "tool_calls": [call]}),
+    );
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let turn1_stream = Reply::sse([
+        chunk(
+            json!({"role": "assistant", "reasoning_content": "Checking "}),
+            Value::Null,
+        ),
+        chunk(json!({"reasoning_content": "the weather."}), Value::Null),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_w1", "type": "function",
+                                     "function": {"name": "get_weather", "arguments": args}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    let turn2_stream = Reply::sse([
+        chunk(
+            json!({"role": "assistant", "content": "It is sunny."}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    let upstream = ScriptedUpstream::with_replies([
+        turn1_json,
+        chat_json(json!({"role": "assistant", "content": "It is sunny."})),
+        turn1_stream,
+        turn2_stream,
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(&stack, &python, "tests/clients/python/agents_reasoning.py");
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 4);
+    for second in [&requests[1], &requests[3]] {
+        let messages = second.json()["messages"].clone();
+        let assistant = messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "assistant")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            assistant["reasoning_content"], "Checking the weather.",
+            "{messages}"
+        );
+        assert_eq!(assistant["tool_calls"][0]["id"], "call_w1", "{messages}");
+    }
 }
 
 // ---- the official openai npm SDK ----
@@ -391,6 +610,45 @@ fn node_openai_sdk_streaming() {
     let node = node();
     let stack = ClientStack::demo();
     run_client(&stack, &node, "tests/clients/node/openai_stream.mjs");
+}
+
+#[test]
+fn node_openai_sdk_reasoning_events_are_the_ones_it_declares() {
+    let node = node();
+    let upstream = ScriptedUpstream::with_replies([reasoning_stream(), reasoning_stream()]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(&stack, &node, "tests/clients/node/openai_reasoning.mjs");
+}
+
+// ---- the AI SDK (`ai` + `@ai-sdk/open-responses`) ----
+
+#[test]
+fn node_ai_sdk_generate_and_stream_text_with_a_tool() {
+    let node = node();
+    let stack = ClientStack::demo();
+    run_client(&stack, &node, "tests/clients/node/ai_sdk.mjs");
+}
+
+#[test]
+fn node_ai_sdk_reasoning() {
+    let node = node();
+    let upstream = ScriptedUpstream::with_replies([
+        reasoning_stream(),
+        chat_json(
+            json!({"role": "assistant", "content": "Hi there.", "reasoning_content": "Let me think."}),
+        ),
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(&stack, &node, "tests/clients/node/ai_sdk_reasoning.mjs");
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 2);
+    // The AI SDK parses only OpenAI's reasoning event names; its user agent gets them
+    // (src/client.rs).
+    let agent = requests[0].headers["user-agent"].to_str().unwrap();
+    assert!(
+        agent.starts_with("ai-sdk/open-responses/1.0.39 "),
+        "{agent}"
+    );
 }
 
 // ---- a Codex-shaped request ----

@@ -324,6 +324,34 @@ async fn untranslated_responses_requests_never_reach_the_upstream() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
     }
+    // Stored-response endpoints: nothing is stored, and an upstream's own /v1/responses must
+    // not answer in our place.
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/responses/resp_1"),
+        (reqwest::Method::DELETE, "/v1/responses/resp_1"),
+        (reqwest::Method::POST, "/v1/responses/resp_1/cancel"),
+        (
+            reqwest::Method::GET,
+            "/v1/responses/resp_1/input_items?limit=2",
+        ),
+    ] {
+        let response = client()
+            .request(method.clone(), envoy.url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{method} {path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            body["error"]["code"], "not_found",
+            "{method} {path}: {body}"
+        );
+    }
+    assert_eq!(
+        extproc.seen().len(),
+        3 * paths.len(),
+        "only the POSTs consulted the processor"
+    );
     assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
 }
 

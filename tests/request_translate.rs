@@ -1806,6 +1806,143 @@ fn namespace_tools_are_flattened_and_restored_on_calls() {
     );
 }
 
+/// Codex's `apply_patch`, as Codex 0.169 declares it (grammar shortened).
+fn apply_patch_tool() -> Value {
+    json!({"type": "custom", "name": "apply_patch",
+           "description": "Use the `apply_patch` tool to edit files.",
+           "format": {"type": "grammar", "syntax": "lark",
+                      "definition": "start: begin_patch hunk+ end_patch"}})
+}
+
+#[test]
+fn custom_tools_become_one_string_parameter_functions_and_their_calls_come_back() {
+    let req = json!({"model": "m", "input": "hi", "tools": [apply_patch_tool(),
+        {"type": "custom", "name": "note"}, weather_tool()],
+        "tool_choice": {"type": "custom", "name": "apply_patch"}});
+    let t = run(&req, &keyed()).unwrap();
+    let c: Value = serde_json::from_slice(&t.body).unwrap();
+    let grammar = "The input must match this lark grammar:\nstart: begin_patch hunk+ end_patch";
+    assert_eq!(
+        c["tools"][0],
+        json!({"type": "function", "function": {
+            "name": "apply_patch",
+            "description": format!("Use the `apply_patch` tool to edit files.\n\n{grammar}"),
+            "parameters": {"type": "object",
+                "properties": {"input": {"type": "string",
+                    "description": format!("The tool's input: free text, not JSON. {grammar}")}},
+                "required": ["input"], "additionalProperties": false}}})
+    );
+    assert_eq!(
+        c["tools"][1]["function"]["parameters"]["properties"]["input"]["description"],
+        "The tool's input: free text, not JSON."
+    );
+    assert!(c["tools"][1]["function"].get("description").is_none());
+    assert_eq!(
+        c["tool_choice"],
+        json!({"type": "function", "function": {"name": "apply_patch"}})
+    );
+
+    // The upstream's call of the function is a custom_tool_call with the input decoded.
+    let patch = "*** Begin Patch\n*** Add File: a.txt\n+hello\n*** End Patch";
+    let args = json!({"input": patch}).to_string();
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "apply_patch", "arguments": args}},
+            {"id": "c2", "type": "function", "function": {"name": "note", "arguments": "not json"}},
+            {"id": "c3", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}}]}),
+    );
+    assert_eq!(
+        r["output"][0],
+        json!({"type": "custom_tool_call", "id": r["output"][0]["id"], "call_id": "c1",
+               "name": "apply_patch", "input": patch})
+    );
+    assert!(r["output"][0]["id"].as_str().unwrap().starts_with("ctc_"));
+    // A model that did not wrap the input in JSON: the tool gets what it wrote.
+    assert_eq!(r["output"][1]["input"], "not json");
+    assert_eq!(r["output"][2]["type"], "function_call");
+    // Only function tools are echoed (the schema has no custom form); the choice as sent.
+    assert_eq!(r["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        r["tool_choice"],
+        json!({"type": "custom", "name": "apply_patch"})
+    );
+}
+
+#[test]
+fn custom_tool_history_becomes_assistant_tool_calls_and_tool_messages() {
+    let patch = "*** Begin Patch\n*** End Patch";
+    assert_eq!(
+        messages(json!([
+            {"type": "message", "role": "user", "content": "fix it"},
+            {"type": "custom_tool_call", "id": "ctc_1", "call_id": "c1", "name": "apply_patch",
+             "input": patch, "status": "completed"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done!"}
+        ])),
+        json!([
+            {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "apply_patch", "arguments": json!({"input": patch}).to_string()}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Done!"}
+        ])
+    );
+}
+
+#[test]
+fn custom_tools_that_cannot_be_mapped_are_400() {
+    let tool = |extra: Value| {
+        let mut t = json!({"type": "custom", "name": "apply_patch"});
+        for (k, v) in extra.as_object().unwrap() {
+            t[k] = v.clone();
+        }
+        with(json!({"tools": [t]}))
+    };
+    assert_400(
+        &error(tool(
+            json!({"format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}}),
+        )),
+        Some("tools[0].format.syntax"),
+        "invalid_value",
+    );
+    assert_400(
+        &error(tool(
+            json!({"format": {"type": "grammar", "syntax": "lark"}}),
+        )),
+        Some("tools[0].format.definition"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(tool(json!({"format": {"type": "json"}}))),
+        Some("tools[0].format.type"),
+        "invalid_value",
+    );
+    assert_400(
+        &error(tool(json!({"defer_loading": true}))),
+        Some("tools[0].defer_loading"),
+        "unknown_parameter",
+    );
+    assert_400(
+        &error(with(json!({"tools": [{"type": "custom"}]}))),
+        Some("tools[0].name"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(with(
+            json!({"input": [{"type": "custom_tool_call", "call_id": "c1", "name": "x"}]}),
+        )),
+        Some("input[0].input"),
+        "missing_required_parameter",
+    );
+    assert_400(
+        &error(with(
+            json!({"tools": [apply_patch_tool()], "tool_choice": {"type": "custom", "name": "other"}}),
+        )),
+        Some("tool_choice.name"),
+        "invalid_value",
+    );
+}
+
 #[test]
 fn hosted_tools_are_dropped_by_default_or_rejected() {
     let req = with(

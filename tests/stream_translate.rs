@@ -1809,3 +1809,88 @@ fn frames(body: &[u8]) -> Vec<&[u8]> {
     }
     frames
 }
+
+// ---- custom tools (Codex's apply_patch): OpenAI's events, outside the OpenResponses schema ----
+
+#[test]
+fn a_custom_tool_call_streams_as_custom_tool_call_events_with_the_input_decoded() {
+    let request = json!({"model": MODEL, "input": "edit", "stream": true,
+        "tools": [{"type": "custom", "name": "apply_patch"}]});
+    let t = responses_extproc::translate::translate_request(
+        request.to_string().as_bytes(),
+        &Options::default(),
+        Meta {
+            now: NOW,
+            id_seed: SEED,
+        },
+    )
+    .unwrap();
+    let patch = "*** Begin Patch\n*** Add File: \"a.txt\"\n+hello\n*** End Patch";
+    let args = json!({"input": patch}).to_string();
+    // The arguments cut in three, one cut inside an escape.
+    let cut = args.find("\\n").unwrap() + 1;
+    let pieces = [&args[..cut], &args[cut..cut + 10], &args[cut + 10..]];
+    let frame = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk", "model": MODEL,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let mut body = frame(
+        json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+               "function": {"name": "apply_patch", "arguments": ""}}]}),
+        Value::Null,
+    );
+    for p in pieces {
+        body += &frame(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}),
+            Value::Null,
+        );
+    }
+    body += &frame(json!({}), json!("tool_calls"));
+    body += "data: [DONE]\n\n";
+
+    let mut translator = StreamTranslator::new(t.exchange);
+    let mut out = translator.push(body.as_bytes(), END).to_vec();
+    out.extend_from_slice(&translator.finish(END));
+    let events: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.custom_tool_call_input.delta",
+            "response.custom_tool_call_input.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let added = &events[2]["item"];
+    assert_eq!(added["type"], "custom_tool_call");
+    assert_eq!(
+        (&added["call_id"], &added["name"], &added["input"]),
+        (&json!("call_1"), &json!("apply_patch"), &json!(""))
+    );
+    let id = added["id"].as_str().unwrap();
+    assert!(id.starts_with("ctc_"), "{id}");
+    assert_eq!(
+        (&events[3]["delta"], &events[3]["item_id"]),
+        (&json!(patch), &json!(id))
+    );
+    assert_eq!(events[4]["input"], patch);
+    let done = &events[5]["item"];
+    assert_eq!(done["input"], patch);
+    assert_eq!(events[6]["response"]["output"], json!([done]));
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], i, "{e}");
+    }
+}

@@ -145,6 +145,19 @@ pub enum Event<'a> {
         output_index: usize,
         arguments: &'a str,
     },
+    /// OpenAI's events for a `custom_tool_call` (not in the OpenResponses schema).
+    #[serde(rename = "response.custom_tool_call_input.delta")]
+    CustomToolCallInputDelta {
+        item_id: &'a str,
+        output_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.custom_tool_call_input.done")]
+    CustomToolCallInputDone {
+        item_id: &'a str,
+        output_index: usize,
+        input: &'a str,
+    },
     #[serde(rename = "error")]
     Error { error: ErrorPayload<'a> },
 }
@@ -172,6 +185,8 @@ impl Event<'_> {
             Event::ReasoningTextDone { .. } => "response.reasoning_text.done",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
+            Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
             Event::Error { .. } => "error",
         }
     }

@@ -32,6 +32,10 @@ pub enum OutputItem {
     Message(MessageItem),
     FunctionCall(FunctionCallItem),
     Reasoning(ReasoningItem),
+    /// A call of a `custom` tool (free-text input; OpenAI's extension, which Codex uses for
+    /// `apply_patch`). Not in the OpenResponses schema: only clients that declared a custom
+    /// tool can get one.
+    CustomToolCall(CustomToolCallItem),
 }
 
 impl OutputItem {
@@ -40,6 +44,7 @@ impl OutputItem {
             OutputItem::Message(m) => &m.id,
             OutputItem::FunctionCall(f) => &f.id,
             OutputItem::Reasoning(r) => &r.id,
+            OutputItem::CustomToolCall(c) => &c.id,
         }
     }
 }
@@ -77,6 +82,16 @@ pub struct FunctionCallItem {
     pub namespace: Option<String>,
     pub arguments: String,
     pub status: ItemStatus,
+}
+
+/// OpenAI's `custom_tool_call` item (openai-python's `ResponseCustomToolCall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomToolCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    /// The tool's free-text input.
+    pub input: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

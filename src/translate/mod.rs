@@ -17,8 +17,8 @@ pub mod seal;
 pub mod stream;
 
 use crate::openresponses::{
-    Echo, FunctionCallItem, IncompleteDetails, ItemStatus, OutputItem, ResponseError,
-    ResponseResource, Status, Usage,
+    CustomToolCallItem, Echo, FunctionCallItem, IncompleteDetails, ItemStatus, OutputItem,
+    ResponseError, ResponseResource, Status, Usage,
 };
 
 pub use request::translate as translate_request;
@@ -132,9 +132,30 @@ pub struct Exchange {
     pub(crate) seal_reasoning: bool,
     /// Tools of a `namespace`, flattened for the upstream: restored on the way back.
     pub(crate) namespaced: Vec<NamespacedTool>,
+    /// Names of the client's `custom` tools (free-text input), offered to the upstream as
+    /// functions with one string parameter ([`CUSTOM_TOOL_INPUT`]): their calls go back as
+    /// `custom_tool_call` items.
+    pub(crate) custom_tools: Vec<String>,
     pub(crate) options: Options,
     /// A `/v1/responses/compact` request: what its answer keeps verbatim.
     pub(crate) compact: Option<Box<compact::Kept>>,
+}
+
+/// The one parameter of the Chat function that stands for a `custom` tool: its input text.
+pub(crate) const CUSTOM_TOOL_INPUT: &str = "input";
+
+/// The free-text input of a custom tool call, from the Chat call's arguments
+/// (`{"input": "..."}`). A model that wrote something else gets it verbatim: the tool sees
+/// what the model meant rather than an error.
+pub(crate) fn custom_tool_input(arguments: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Args {
+        input: String,
+    }
+    match serde_json::from_str::<Args>(arguments) {
+        Ok(a) => a.input,
+        Err(_) => arguments.to_owned(),
+    }
 }
 
 /// A function of a `namespace` tool, as the upstream knows it (`flat`) and as the client does.
@@ -163,6 +184,7 @@ impl Exchange {
             logprobs: false,
             seal_reasoning: false,
             namespaced: Vec::new(),
+            custom_tools: Vec::new(),
             options,
             compact: None,
         }
@@ -221,6 +243,29 @@ impl Exchange {
             namespace,
             arguments,
             status,
+        }
+    }
+
+    /// Whether an upstream function name stands for one of the client's `custom` tools.
+    pub(crate) fn is_custom_tool(&self, upstream: &str) -> bool {
+        self.custom_tools.iter().any(|t| t == upstream)
+    }
+
+    /// A `custom_tool_call` item; `input` is filled in when the call is complete.
+    pub(crate) fn custom_tool_call(
+        &self,
+        n: usize,
+        call_id: Option<String>,
+        name: String,
+        input: String,
+    ) -> CustomToolCallItem {
+        CustomToolCallItem {
+            id: self.item_id("ctc", n),
+            call_id: call_id
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| self.item_id("call", n)),
+            name,
+            input,
         }
     }
 

@@ -117,8 +117,9 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
 
     // Tools and how the model may use them.
     let mut namespaced = Vec::new();
+    let mut custom_tools = Vec::new();
     let tools = match req.array("tools")? {
-        Some(list) => tools(list, &mut echo, &mut namespaced, options)?,
+        Some(list) => tools(list, &mut echo, &mut namespaced, &mut custom_tools, options)?,
         None => Vec::new(),
     };
     let tool_names: Vec<&str> = tools
@@ -277,6 +278,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     exchange.logprobs = logprobs;
     exchange.seal_reasoning = seal_reasoning;
     exchange.namespaced = namespaced;
+    exchange.custom_tools = custom_tools;
     let body = serde_json::to_vec(&Value::Object(chat)).map_err(|e| {
         ApiError::server(
             500,
@@ -455,12 +457,14 @@ fn text_format(
     Ok(())
 }
 
-/// Tools → Chat's nested function tools; fills `echo.tools` and, for `namespace` tools, the
-/// names to restore on the way back. Hosted tools are dropped or rejected (`options`).
+/// Tools → Chat's nested function tools; fills `echo.tools` and, for `namespace` and `custom`
+/// tools, the names to restore on the way back. Hosted tools are dropped or rejected
+/// (`options`).
 fn tools(
     list: Vec<Value>,
     echo: &mut Echo,
     namespaced: &mut Vec<NamespacedTool>,
+    custom_tools: &mut Vec<String>,
     options: &Options,
 ) -> Result<Vec<Value>, ApiError> {
     let mut chat_tools = Vec::with_capacity(list.len());
@@ -471,7 +475,15 @@ fn tools(
         match kind.as_str() {
             "function" => {
                 let f = function_tool(t, &path)?;
-                push_function(f, None, &path, &mut chat_tools, echo, namespaced)?;
+                push_function(f, Origin::Function, &path, &mut chat_tools, echo, namespaced)?;
+            }
+            // Free-text input (Codex's `apply_patch`): a Chat server only calls functions, so
+            // the upstream gets a function with one string parameter, and its calls go back
+            // as `custom_tool_call` items.
+            "custom" => {
+                let f = custom_tool(t, &path)?;
+                custom_tools.push(f.name.clone());
+                push_function(f, Origin::Custom, &path, &mut chat_tools, echo, namespaced)?;
             }
             // A group of functions under one name (Codex's MCP tools): flattened for the
             // upstream as `<namespace>__<name>`, restored on the function calls it makes.
@@ -493,7 +505,8 @@ fn tools(
                         ));
                     }
                     let f = function_tool(ft, &fpath)?;
-                    push_function(f, Some(&ns), &fpath, &mut chat_tools, echo, namespaced)?;
+                    let origin = Origin::Namespace(&ns);
+                    push_function(f, origin, &fpath, &mut chat_tools, echo, namespaced)?;
                 }
             }
             _ if options.hosted_tools == HostedTools::Drop => {
@@ -504,7 +517,7 @@ fn tools(
                 return Err(bad_value(
                     &t.field_path("type"),
                     format!(
-                        "Unsupported tool type '{kind}' in '{path}': a Chat Completions upstream can only call function tools."
+                        "Unsupported tool type '{kind}' in '{path}': a Chat Completions upstream can only call function and custom tools."
                     ),
                 )
                 .with_code("unsupported_tool"))
@@ -537,6 +550,74 @@ fn function_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
     })
 }
 
+/// A `custom` tool as the Chat function that stands for it: one required string parameter,
+/// the input; the input's format (a grammar) goes into the descriptions, since a Chat
+/// server cannot constrain a function's arguments with one.
+fn custom_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
+    let name = t.required_string("name")?;
+    check_tool_name(&name, &join(path, "name"))?;
+    let description = t.string("description")?;
+    let format_path = t.field_path("format");
+    let format = match t.object("format")? {
+        None => None,
+        Some(f) => custom_tool_format(f, &format_path)?,
+    };
+    t.deny_unknown()?;
+    let mut input = String::from("The tool's input: free text, not JSON.");
+    if let Some(grammar) = &format {
+        input.push(' ');
+        input.push_str(grammar);
+    }
+    let mut parameters = Map::new();
+    parameters.insert("type".into(), "object".into());
+    parameters.insert(
+        "properties".into(),
+        json!({ super::CUSTOM_TOOL_INPUT: {"type": "string", "description": input} }),
+    );
+    parameters.insert("required".into(), json!([super::CUSTOM_TOOL_INPUT]));
+    parameters.insert("additionalProperties".into(), false.into());
+    let description = match (description, format) {
+        (Some(d), Some(g)) => Some(format!("{d}\n\n{g}")),
+        (d, g) => d.or(g),
+    };
+    Ok(FunctionTool {
+        name,
+        description,
+        parameters: Some(parameters),
+        strict: None,
+    })
+}
+
+/// A custom tool's `format`: `text` (nothing to say), or a `grammar` (described in words).
+fn custom_tool_format(f: Map<String, Value>, path: &str) -> Result<Option<String>, ApiError> {
+    let mut f = Obj::new(Value::Object(f), path)?;
+    let kind = f.required_string("type")?;
+    let described = match kind.as_str() {
+        "text" => None,
+        "grammar" => {
+            let syntax = f.required_string("syntax")?;
+            if !matches!(syntax.as_str(), "lark" | "regex") {
+                return Err(bad_value(
+                    &f.field_path("syntax"),
+                    format!("Invalid '{path}.syntax': '{syntax}'. Supported: 'lark', 'regex'."),
+                ));
+            }
+            let definition = f.required_string("definition")?;
+            Some(format!(
+                "The input must match this {syntax} grammar:\n{definition}"
+            ))
+        }
+        other => {
+            return Err(bad_value(
+                &f.field_path("type"),
+                format!("Invalid '{path}.type': '{other}'. Supported: 'text', 'grammar'."),
+            ))
+        }
+    };
+    f.deny_unknown()?;
+    Ok(described)
+}
+
 fn check_tool_name(name: &str, path: &str) -> Result<(), ApiError> {
     if name.is_empty()
         || name.len() > 64
@@ -552,19 +633,30 @@ fn check_tool_name(name: &str, path: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Adds one function to the Chat tools and to the echo (flat functions only: the schema's
-/// echoed `tools` has no namespace form).
+/// Where a Chat function comes from.
+#[derive(Clone, Copy)]
+enum Origin<'a> {
+    /// A `function` tool.
+    Function,
+    /// A function of this `namespace` tool, flattened.
+    Namespace(&'a str),
+    /// A `custom` tool.
+    Custom,
+}
+
+/// Adds one function to the Chat tools and to the echo (plain functions only: the schema's
+/// echoed `tools` has no namespace or custom form).
 fn push_function(
     f: FunctionTool,
-    namespace: Option<&str>,
+    origin: Origin<'_>,
     path: &str,
     chat_tools: &mut Vec<Value>,
     echo: &mut Echo,
     namespaced: &mut Vec<NamespacedTool>,
 ) -> Result<(), ApiError> {
-    let upstream_name = match namespace {
-        Some(ns) => flat_name(ns, &f.name),
-        None => f.name.clone(),
+    let upstream_name = match origin {
+        Origin::Namespace(ns) => flat_name(ns, &f.name),
+        Origin::Function | Origin::Custom => f.name.clone(),
     };
     let taken = chat_tools
         .iter()
@@ -587,13 +679,14 @@ fn push_function(
         function.insert("strict".into(), s.into());
     }
     chat_tools.push(json!({"type": "function", "function": Value::Object(function)}));
-    match namespace {
-        Some(ns) => namespaced.push(NamespacedTool {
+    match origin {
+        Origin::Namespace(ns) => namespaced.push(NamespacedTool {
             flat: upstream_name,
             namespace: ns.to_owned(),
             name: f.name,
         }),
-        None => echo.tools.push(json!({
+        Origin::Custom => {}
+        Origin::Function => echo.tools.push(json!({
             "type": "function",
             "name": f.name,
             "description": f.description,
@@ -629,7 +722,7 @@ fn tool_choice(
             format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object."),
         )),
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-            Some("function") => {
+            Some(kind @ ("function" | "custom")) => {
                 let name = match o.get("name") {
                     Some(Value::String(n)) => n,
                     Some(other) => return Err(wrong_type("tool_choice.name", "a string", other)),
@@ -639,7 +732,7 @@ fn tool_choice(
                 Ok((
                     json!({"type": "function", "function": {"name": name}}),
                     None,
-                    json!({"type": "function", "name": name}),
+                    json!({"type": kind, "name": name}),
                 ))
             }
             Some("allowed_tools") => {
@@ -684,7 +777,7 @@ fn tool_choice(
             }
             Some(other) => Err(bad_value(
                 "tool_choice.type",
-                format!("Unsupported 'tool_choice.type': '{other}'. Supported: 'function', 'allowed_tools'."),
+                format!("Unsupported 'tool_choice.type': '{other}'. Supported: 'function', 'custom', 'allowed_tools'."),
             )),
             None => Err(missing("tool_choice.type")),
         },
@@ -768,26 +861,21 @@ pub(super) fn input_messages(
                 };
                 item.string("status")?;
                 item.deny_unknown()?;
-                let call = json!({"id": call_id, "type": "function",
-                                  "function": {"name": name, "arguments": arguments}});
-                // Consecutive calls (and the assistant text just before them) were one turn.
-                match messages.last_mut() {
-                    Some(last) if last["role"] == "assistant" && pending_reasoning.is_none() => {
-                        match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                            Some(calls) => calls.push(call),
-                            None => last["tool_calls"] = Value::Array(vec![call]),
-                        }
-                    }
-                    _ => {
-                        let mut msg = json!({"role": "assistant", "content": null, "tool_calls": [call]});
-                        if let Some(r) = pending_reasoning.take() {
-                            msg["reasoning_content"] = Value::String(r);
-                        }
-                        messages.push(msg);
-                    }
-                }
+                push_tool_call(messages, &mut pending_reasoning, call_id, name, arguments);
             }
-            "function_call_output" => {
+            // A call of a `custom` tool: the upstream made it as a function whose one
+            // parameter is the input (see `custom_tool`).
+            "custom_tool_call" => {
+                let call_id = item.required_string("call_id")?;
+                let name = item.required_string("name")?;
+                let input = item.required_string("input")?;
+                check_part_size(&item.field_path("input"), input.len(), options)?;
+                item.string("status")?;
+                item.deny_unknown()?;
+                let arguments = json!({ super::CUSTOM_TOOL_INPUT: input }).to_string();
+                push_tool_call(messages, &mut pending_reasoning, call_id, name, arguments);
+            }
+            "function_call_output" | "custom_tool_call_output" => {
                 let call_id = item.required_string("call_id")?;
                 let output_path = item.field_path("output");
                 let output = match item.take("output") {
@@ -835,13 +923,41 @@ pub(super) fn input_messages(
                 return Err(bad_value(
                     &item.field_path("type"),
                     format!(
-                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'reasoning', 'compaction'."
+                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'reasoning', 'compaction'."
                     ),
                 ))
             }
         }
     }
     Ok(())
+}
+
+/// Adds an assistant tool call. Consecutive calls (and the assistant text just before them)
+/// were one turn; reasoning waiting for its message goes with the first call.
+fn push_tool_call(
+    messages: &mut Vec<Value>,
+    pending_reasoning: &mut Option<String>,
+    call_id: String,
+    name: String,
+    arguments: String,
+) {
+    let call = json!({"id": call_id, "type": "function",
+                      "function": {"name": name, "arguments": arguments}});
+    match messages.last_mut() {
+        Some(last) if last["role"] == "assistant" && pending_reasoning.is_none() => {
+            match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                Some(calls) => calls.push(call),
+                None => last["tool_calls"] = Value::Array(vec![call]),
+            }
+        }
+        _ => {
+            let mut msg = json!({"role": "assistant", "content": null, "tool_calls": [call]});
+            if let Some(r) = pending_reasoning.take() {
+                msg["reasoning_content"] = Value::String(r);
+            }
+            messages.push(msg);
+        }
+    }
 }
 
 /// The plain text of a reasoning item: its `content` if any, else its summary.

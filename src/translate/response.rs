@@ -91,13 +91,20 @@ pub fn translate_completion(
             break;
         }
         let n = output.len();
-        output.push(OutputItem::FunctionCall(exchange.function_call(
-            n,
-            call.id,
-            call.function.name.unwrap_or_default(),
-            call.function.arguments.unwrap_or_default(),
-            item_status,
-        )));
+        let name = call.function.name.unwrap_or_default();
+        let arguments = call.function.arguments.unwrap_or_default();
+        output.push(if exchange.is_custom_tool(&name) {
+            let input = super::custom_tool_input(&arguments);
+            OutputItem::CustomToolCall(exchange.custom_tool_call(n, call.id, name, input))
+        } else {
+            OutputItem::FunctionCall(exchange.function_call(
+                n,
+                call.id,
+                name,
+                arguments,
+                item_status,
+            ))
+        });
     }
 
     let outcome = Outcome {

@@ -28,6 +28,11 @@
 
 use bytes::{Bytes, BytesMut};
 
+/// Bytes of Responses events per byte of upstream SSE, about (the captured llama-server and
+/// vLLM streams of tests/fixtures/upstream translate to 1.2 to 2.1 times their size, plus the
+/// opening and closing events).
+const OUTPUT_PER_INPUT_BYTE: usize = 2;
+
 use super::response::error_fields;
 use super::{finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
 use crate::chat;
@@ -150,6 +155,10 @@ impl StreamTranslator {
     pub fn push(&mut self, chunk: &[u8], now: u64) -> Bytes {
         self.start();
         if self.phase == Phase::Open {
+            // The events are a few times the size of the frames they come from: one
+            // allocation up front instead of a doubling (and a copy) per few events.
+            self.out
+                .reserve(chunk.len().saturating_mul(OUTPUT_PER_INPUT_BYTE) + 1024);
             let mut frames = std::mem::take(&mut self.frames);
             let decoded = self.sse.push(chunk, &mut frames);
             self.handle_frames(&mut frames, false, now);
@@ -669,14 +678,25 @@ impl StreamTranslator {
             .clone()
             .unwrap_or_else(|| self.exchange.item_id("call", item));
         let name = std::mem::take(&mut call.name);
-        self.output
-            .push(OutputItem::FunctionCall(self.exchange.function_call(
+        // A custom tool's item holds the raw Chat arguments until the call is complete, then
+        // its decoded input (see `close_calls`).
+        let added = if self.exchange.is_custom_tool(&name) {
+            OutputItem::CustomToolCall(self.exchange.custom_tool_call(
+                item,
+                Some(call_id),
+                name,
+                String::new(),
+            ))
+        } else {
+            OutputItem::FunctionCall(self.exchange.function_call(
                 item,
                 Some(call_id),
                 name,
                 String::new(),
                 ItemStatus::InProgress,
-            )));
+            ))
+        };
+        self.output.push(added);
         self.events.write(
             &mut self.out,
             &Event::OutputItemAdded {
@@ -691,6 +711,11 @@ impl StreamTranslator {
 
     fn arguments_delta(&mut self, item: usize, delta: &str) {
         if delta.is_empty() {
+            return;
+        }
+        if let OutputItem::CustomToolCall(c) = &mut self.output[item] {
+            // JSON arguments, decoded when complete: the input goes out in one delta then.
+            c.input.push_str(delta);
             return;
         }
         if let OutputItem::FunctionCall(f) = &mut self.output[item] {
@@ -719,16 +744,40 @@ impl StreamTranslator {
             let Some(item) = self.calls[slot].item else {
                 continue;
             };
-            if let OutputItem::FunctionCall(f) = &mut self.output[item] {
-                f.status = status;
-                self.events.write(
-                    &mut self.out,
-                    &Event::FunctionCallArgumentsDone {
-                        item_id: &f.id,
-                        output_index: item,
-                        arguments: &f.arguments,
-                    },
-                );
+            match &mut self.output[item] {
+                OutputItem::FunctionCall(f) => {
+                    f.status = status;
+                    self.events.write(
+                        &mut self.out,
+                        &Event::FunctionCallArgumentsDone {
+                            item_id: &f.id,
+                            output_index: item,
+                            arguments: &f.arguments,
+                        },
+                    );
+                }
+                OutputItem::CustomToolCall(c) => {
+                    c.input = super::custom_tool_input(&c.input);
+                    if !c.input.is_empty() {
+                        self.events.write(
+                            &mut self.out,
+                            &Event::CustomToolCallInputDelta {
+                                item_id: &c.id,
+                                output_index: item,
+                                delta: &c.input,
+                            },
+                        );
+                    }
+                    self.events.write(
+                        &mut self.out,
+                        &Event::CustomToolCallInputDone {
+                            item_id: &c.id,
+                            output_index: item,
+                            input: &c.input,
+                        },
+                    );
+                }
+                _ => {}
             }
             self.item_done(item);
         }

@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Opt-in: the real Codex CLI (npm @openai/codex, ~400 MB installed) against a running stack.
+# Opt-in: the real Codex CLI (npm @openai/codex, ~400 MB installed) through Envoy and
+# responses-extproc. Two scenarios:
 #
-#   bash deploy/demo.sh                  # terminal 1: Envoy :10000 + processor + demo upstream
-#   bash tests/clients/codex/run.sh      # terminal 2
+#   bash deploy/demo.sh                        # terminal 1: Envoy :10000 + processor + demo
+#   bash tests/clients/codex/run.sh            # terminal 2: "say hi", one turn
+#
+#   bash tests/clients/codex/run.sh apply_patch
+#     # starts its own stack (deploy/demo.sh with UPSTREAM_URL) in front of a scripted Chat
+#     # upstream (patch_upstream.py) that answers Codex's custom `apply_patch` tool with a
+#     # patch adding hello.txt; Codex (model name gpt-5.5, so that it declares
+#     # apply_patch as a custom tool, in a workspace-write sandbox) must really create the file
+#     # in a scratch git repository and finish the turn. Ports 10000, 9901, 50051 and 18090
+#     # must be free.
 #
 # Installs the pinned Codex into a prefix outside the repository if it is not there yet
 # (reused by later runs), writes a config.toml into a temporary CODEX_HOME with a model
@@ -22,6 +31,9 @@
 #   KEEP_CODEX_HOME=1  keep the temporary CODEX_HOME (config, sessions, logs) for inspection
 set -euo pipefail
 
+SCENARIO="${1:-hi}"
+case "$SCENARIO" in hi | apply_patch) ;; *) echo "usage: $0 [hi|apply_patch]" >&2; exit 2 ;; esac
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
 BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
 CODEX_MODEL="${CODEX_MODEL:-demo}"
@@ -32,7 +44,29 @@ PREFIX="${CODEX_PREFIX:-${TMPDIR:-/tmp}/responses-extproc-codex-$CODEX_VERSION}"
 say() { printf 'codex-e2e: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
-# ---- the stack must be up ----
+# ---- the stack: started here for apply_patch, already up otherwise ----
+STACK_PIDS=()
+stop_stack() {
+  for pid in "${STACK_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+if [ "$SCENARIO" = apply_patch ]; then
+  # A slug Codex 0.169 has metadata for, with apply_patch_tool_type "freeform" (a custom
+  # tool); for unknown slugs it sends no apply_patch at all.
+  CODEX_MODEL="${CODEX_MODEL_OVERRIDE:-gpt-5.5}"
+  CODEX_PROMPT="Create hello.txt with the apply_patch tool."
+  RECORD="$(mktemp "${TMPDIR:-/tmp}/codex-patch-upstream.XXXXXX")"
+  python3 "$ROOT/tests/clients/codex/patch_upstream.py" 18090 "$RECORD" &
+  STACK_PIDS+=($!)
+  UPSTREAM_URL=http://127.0.0.1:18090 bash "$ROOT/deploy/demo.sh" >"$RECORD.demo.log" 2>&1 &
+  STACK_PIDS+=($!)
+  trap stop_stack EXIT
+  for _ in $(seq 600); do
+    curl -s -o /dev/null --max-time 2 "$BASE_URL/responses" -H 'content-type: application/json' \
+      -d '{"model":"m","input":"ping"}' && break
+    sleep 1
+  done
+fi
 probe="$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$BASE_URL/responses" \
   -H 'content-type: application/json' -d "{\"model\":\"$CODEX_MODEL\",\"input\":\"ping\"}" || true)"
 [ "$probe" = 200 ] ||
@@ -56,6 +90,7 @@ say "using $("$CODEX" --version)"
 # ---- a private CODEX_HOME and working directory ----
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/codex-e2e.XXXXXX")"
 cleanup() {
+  stop_stack
   if [ -n "${KEEP_CODEX_HOME:-}" ]; then
     say "kept $WORK"
   else
@@ -65,11 +100,16 @@ cleanup() {
 trap cleanup EXIT
 export CODEX_HOME="$WORK/home"
 mkdir -p "$CODEX_HOME" "$WORK/project"
+SANDBOX=read-only
+if [ "$SCENARIO" = apply_patch ]; then
+  SANDBOX=workspace-write
+  git -C "$WORK/project" init -q
+fi
 cat >"$CODEX_HOME/config.toml" <<TOML
 model = "$CODEX_MODEL"
 model_provider = "extproc"
 approval_policy = "never"
-sandbox_mode = "read-only"
+sandbox_mode = "$SANDBOX"
 
 [model_providers.extproc]
 name = "responses-extproc"
@@ -118,4 +158,27 @@ items="$(grep -o '"type":"item.completed","item":{"id":"[^"]*","type":"[^"]*"' "
   sed 's/.*"type":"//; s/"$//' | tr '\n' ' ')"
 say "completed items: $items"
 say "last message: $(cat "$WORK/last-message.txt" 2>/dev/null)"
+if [ "$SCENARIO" = apply_patch ]; then
+  expected="Hello from the apply_patch profile."
+  [ "$(cat "$WORK/project/hello.txt" 2>/dev/null)" = "$expected" ] ||
+    { show; die "hello.txt was not created with the patch's content"; }
+  grep -q '"type":"file_change"' "$WORK/events.jsonl" || { show; die "no file_change item"; }
+  # What the upstream saw: apply_patch as a one-string-parameter function, then the result.
+  python3 - "$RECORD" <<'PY' || { show; die "the upstream requests are not as expected"; }
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+turn = [r for r in reqs if any(t.get("function", {}).get("name") == "apply_patch" for t in r.get("tools", []))]
+assert len(turn) >= 2, f"{len(turn)} requests offered apply_patch"
+params = next(t["function"]["parameters"] for t in turn[0]["tools"] if t["function"]["name"] == "apply_patch")
+assert params["required"] == ["input"], params
+# The custom tool's grammar, written into the description by the processor (a function-typed
+# apply_patch would have none).
+desc = next(t["function"]["description"] for t in turn[0]["tools"] if t["function"]["name"] == "apply_patch")
+assert "The input must match this lark grammar" in desc, desc[:300]
+assert any(m.get("role") == "tool" and m.get("tool_call_id") == "call_patch_1" for m in turn[-1]["messages"]), turn[-1]["messages"]
+print(f"codex-e2e: upstream: {len(turn)} requests offered apply_patch; the last carried the tool result", file=sys.stderr)
+PY
+  say "OK: Codex applied the patch (hello.txt created) through Envoy + responses-extproc"
+  exit 0
+fi
 say "OK: Codex completed a turn through Envoy + responses-extproc"

@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Side by side: bare Envoy against Envoy with responses-extproc, same upstream, same run.
+
+    python3 benches/side_by_side.py            # 10 s per scenario (about 2 minutes in all)
+    BENCH_SECONDS=30 python3 benches/side_by_side.py
+
+Knobs (environment): BENCH_SECONDS, BENCH_WARMUP_SECONDS, BENCH_CONNECTIONS (wrk -c, 32),
+BENCH_ONLY (scenarios whose name contains this, with their baselines), BENCH_FILTER_CONFIG
+(another bootstrap for the filter scenarios), BENCH_PROCESSOR_ARGS (extra processor flags),
+BENCH_PROCESSOR_BIN (another processor build).
+
+Brings up nginx (Debian) serving a fixed `chat.completion` (benches/fixtures/chat.json) and a
+fixed 64-event llama-server stream (benches/fixtures/chat.sse), then for each scenario a fresh
+Envoy (`--concurrency 1`; benches/envoy-bare.yaml for the baseline, the shipped
+envoy/envoy.yaml or one of envoy/examples/ otherwise) and the release processor, and drives
+it with wrk (Debian; 1 thread, 32 connections, as many requests as it can). It prints, per
+scenario: requests/s, p50/p99 latency, the ratio against bare Envoy, and CPU microseconds per
+exchange of Envoy and of the processor (utime+stime from /proc over the measured run).
+
+Installs what is missing: nginx-light and wrk with apt-get (needs root or sudo), Envoy with
+deploy/install-envoy.sh, and builds the release binaries. Every answer's status is counted
+(wrk's non-2xx line), and each scenario's answer is checked once before the load (a Responses
+object, a Responses event stream ending in response.completed, the Chat answer for other
+traffic). Nothing here asserts speed; it measures.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
+WARMUP = int(os.environ.get("BENCH_WARMUP_SECONDS", "2"))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "32"))
+# Another bootstrap for the filter scenarios (same placeholders as envoy/envoy.yaml), to
+# measure a setting before shipping it.
+FILTER_CONFIG = os.environ.get("BENCH_FILTER_CONFIG", "envoy/envoy.yaml")
+ONLY = os.environ.get("BENCH_ONLY")  # run only the scenarios whose name contains this
+PROCESSOR_ARGS = os.environ.get("BENCH_PROCESSOR_ARGS", "").split()  # e.g. "--worker-threads 2"
+# Another processor binary (e.g. an older build, to compare), with BENCH_FILTER_CONFIG.
+PROCESSOR_BIN = os.environ.get("BENCH_PROCESSOR_BIN", f"{ROOT}/target/release/responses-extproc")
+TICK = os.sysconf("SC_CLK_TCK")
+
+RESPONSES_JSON = {"model": "bench-model", "input": "Say something."}
+RESPONSES_SSE = {"model": "bench-model", "input": "Say something.", "stream": True}
+CHAT_JSON = {"model": "bench-model", "messages": [{"role": "user", "content": "Say something."}]}
+
+
+@dataclass
+class Scenario:
+    name: str
+    envoy_config: str  # path relative to ROOT
+    upstream: str  # "json" or "sse"
+    path: str
+    body: dict
+    processor: bool  # start the processor
+    baseline: str  # name of the scenario it is compared with
+    expect: str  # a substring of a correct answer
+    uds: bool = False
+
+
+SCENARIOS = [
+    Scenario("bare Envoy, JSON", "benches/envoy-bare.yaml", "json", "/v1/chat/completions",
+             CHAT_JSON, False, "bare Envoy, JSON", '"object":"chat.completion"'),
+    Scenario("filter, /v1/responses JSON", FILTER_CONFIG, "json", "/v1/responses",
+             RESPONSES_JSON, True, "bare Envoy, JSON", '"object":"response"'),
+    Scenario("filter over a Unix socket, JSON", "envoy/examples/extproc-uds.yaml", "json",
+             "/v1/responses", RESPONSES_JSON, True, "bare Envoy, JSON", '"object":"response"',
+             uds=True),
+    Scenario("other traffic through the chain, JSON", FILTER_CONFIG, "json",
+             "/v1/chat/completions", CHAT_JSON, True, "bare Envoy, JSON",
+             '"object":"chat.completion"'),
+    Scenario("bare Envoy, SSE", "benches/envoy-bare.yaml", "sse", "/v1/chat/completions",
+             CHAT_JSON, False, "bare Envoy, SSE", "data: [DONE]"),
+    Scenario("filter, /v1/responses SSE", FILTER_CONFIG, "sse", "/v1/responses",
+             RESPONSES_SSE, True, "bare Envoy, SSE", "event: response.completed"),
+]
+
+
+@dataclass
+class Result:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    errors: int
+    envoy_us: float
+    processor_us: float | None
+    notes: list = field(default_factory=list)
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_tools():
+    missing = [t for t in ("nginx", "wrk") if not shutil.which(t) and not os.path.exists(f"/usr/sbin/{t}")]
+    if missing:
+        log(f"installing {' '.join(missing)} with apt-get")
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        pkgs = ["nginx-light" if t == "nginx" else t for t in missing]
+        if subprocess.run(sudo + ["apt-get", "install", "-y", "-q"] + pkgs).returncode != 0:
+            subprocess.run(sudo + ["apt-get", "update", "-q"], check=True)
+            subprocess.run(sudo + ["apt-get", "install", "-y", "-q"] + pkgs, check=True)
+    envoy = subprocess.run(["bash", f"{ROOT}/deploy/install-envoy.sh"], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    log("building the release binaries")
+    subprocess.run(["cargo", "build", "--release", "--bins"], cwd=ROOT, check=True)
+    return envoy
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def wait_http(url, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except Exception:
+            time.sleep(0.1)
+    raise SystemExit(f"bench: {url} did not come up")
+
+
+def wait_path(path, timeout=20):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise SystemExit(f"bench: {path} did not appear")
+        time.sleep(0.05)
+
+
+def wait_port(port, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"bench: port {port} did not open")
+
+
+def start_nginx(tmp):
+    ports = {"json": free_port(), "sse": free_port()}
+    fixtures = os.path.join(ROOT, "benches", "fixtures")
+    # Static files, answered to POST too: nginx's static module refuses POST (405), and an
+    # error_page redirect serves the same file with 200.
+    conf = f"""
+daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  keepalive_requests 1000000;
+  server {{
+    listen 127.0.0.1:{ports['json']};
+    location / {{ root {fixtures}; default_type application/json; try_files /chat.json =404; error_page 405 =200 $uri; }}
+  }}
+  server {{
+    listen 127.0.0.1:{ports['sse']};
+    location / {{ root {fixtures}; default_type text/event-stream; try_files /chat.sse =404; error_page 405 =200 $uri; }}
+  }}
+}}
+"""
+    path = os.path.join(tmp, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = subprocess.Popen([nginx, "-c", path, "-p", tmp], stderr=open(f"{tmp}/nginx.out", "w"))
+    for p in ports.values():
+        wait_port(p)
+    return proc, ports
+
+
+def envoy_config(scenario, tmp, listen, admin, extproc, upstream, socket_path):
+    with open(os.path.join(ROOT, scenario.envoy_config)) as f:
+        text = f.read()
+    subs = [("address: 0.0.0.0", "address: 127.0.0.1"), ("port_value: 10000", f"port_value: {listen}"),
+            ("port_value: 9901", f"port_value: {admin}"), ("port_value: 18080", f"port_value: {upstream}")]
+    if scenario.processor and not scenario.uds:
+        subs.append(("port_value: 50051", f"port_value: {extproc}"))
+    if scenario.uds:
+        subs.append(("path: /run/responses-extproc/extproc.sock", f"path: {socket_path}"))
+    for a, b in subs:
+        if text.count(a) != 1:
+            raise SystemExit(f"bench: {scenario.envoy_config}: expected '{a}' once")
+        text = text.replace(a, b)
+    path = os.path.join(tmp, "envoy.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def wrk_script(tmp, scenario):
+    body = json.dumps(scenario.body).replace("\\", "\\\\").replace('"', '\\"')
+    path = os.path.join(tmp, "post.lua")
+    with open(path, "w") as f:
+        f.write(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
+    return path
+
+
+def run_wrk(url, script, seconds):
+    out = subprocess.run(["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", script, url],
+                         capture_output=True, text=True, check=True).stdout
+    def ms(label):
+        m = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        value, unit = float(m.group(1)), m.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    errors = sum(int(x) for x in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    errors += sum(int(x) for x in re.findall(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)[0]) \
+        if "Socket errors" in out else 0
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    return rps, ms("50"), ms("99"), requests, errors
+
+
+def check_answer(url, scenario):
+    req = urllib.request.Request(url, data=json.dumps(scenario.body).encode(),
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            status, body = resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        status, body = e.code, e.read().decode()
+    if status != 200 or scenario.expect not in body:
+        raise SystemExit(f"bench: {scenario.name}: unexpected answer {status}: {body[:300]}")
+
+
+def run(scenario, envoy_bin, ports, tmp):
+    listen, admin, extproc = free_port(), free_port(), free_port()
+    socket_path = os.path.join(tmp, "extproc.sock")
+    config = envoy_config(scenario, tmp, listen, admin, extproc, ports[scenario.upstream], socket_path)
+    procs = []
+    try:
+        processor = None
+        if scenario.processor:
+            addr = f"unix:{socket_path}" if scenario.uds else f"127.0.0.1:{extproc}"
+            processor = subprocess.Popen([PROCESSOR_BIN, "--listen", addr, *PROCESSOR_ARGS],
+                                         env={**os.environ, "RUST_LOG": "warn"},
+                                         stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/processor.log", "w"))
+            procs.append(processor)
+            wait_path(socket_path) if scenario.uds else wait_port(extproc)
+        envoy = subprocess.Popen([envoy_bin, "-c", config, "--concurrency", "1", "--log-level", "warn",
+                                  "--base-id", str(listen)],
+                                 stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/envoy.log", "w"))
+        procs.append(envoy)
+        wait_http(f"http://127.0.0.1:{admin}/ready")
+        url = f"http://127.0.0.1:{listen}{scenario.path}"
+        check_answer(url, scenario)
+        script = wrk_script(tmp, scenario)
+        run_wrk(url, script, WARMUP)
+        e0 = cpu_seconds(envoy.pid)
+        p0 = cpu_seconds(processor.pid) if processor else 0
+        rps, p50, p99, requests, errors = run_wrk(url, script, SECONDS)
+        e1 = cpu_seconds(envoy.pid)
+        p1 = cpu_seconds(processor.pid) if processor else 0
+        return Result(rps, p50, p99, requests, errors, (e1 - e0) / requests * 1e6,
+                      (p1 - p0) / requests * 1e6 if processor else None)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if os.path.exists(socket_path):
+            os.unlink(socket_path)
+
+
+def main():
+    envoy_bin = ensure_tools()
+    tmp = tempfile.mkdtemp(prefix="side-by-side-")
+    nginx, ports = start_nginx(tmp)
+    results = {}
+    try:
+        for s in SCENARIOS:
+            if ONLY and ONLY not in s.name and s.name != s.baseline:
+                continue
+            log(f"{s.name}: {SECONDS} s")
+            results[s.name] = run(s, envoy_bin, ports, tmp)
+    finally:
+        nginx.send_signal(signal.SIGQUIT)
+        nginx.wait(10)
+    version = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
+    version = re.search(r"version: \S+", version).group(0) if version else envoy_bin
+    print(f"\nside by side: {os.cpu_count()} cores, Envoy {version} --concurrency 1, wrk -t1 "
+          f"-c{CONNECTIONS}, {SECONDS} s per scenario, {time.strftime('%Y-%m-%d')}\n")
+    print("| scenario | req/s | vs bare | p50 ms | p99 ms | p99 vs bare | errors | Envoy µs/exchange | processor µs/exchange |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for s in SCENARIOS:
+        if s.name not in results or s.baseline not in results:
+            continue
+        r, b = results[s.name], results[s.baseline]
+        proc = f"{r.processor_us:.0f}" if r.processor_us is not None else "-"
+        print(f"| {s.name} | {r.rps:,.0f} | {r.rps / b.rps:.2f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
+              f"{r.p99_ms / b.p99_ms:.1f} | {r.errors} | {r.envoy_us:.0f} | {proc} |")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if any(r.errors for r in results.values()):
+        raise SystemExit("bench: some answers were errors (see the table)")
+
+
+if __name__ == "__main__":
+    main()
