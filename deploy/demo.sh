@@ -195,6 +195,8 @@ demo: running until Ctrl-C (logs in target/demo/). Try:
     -d '{"model":"m","input":"What is the weather in Paris?","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}]}'
   curl -sN localhost:10000/v1/responses -H 'content-type: application/json' \
     -d '{"model":"m","input":[{"role":"user","content":"Tell me a story"}],"stream":true}'
+  curl -s localhost:10000/v1/responses/compact -H 'content-type: application/json' \
+    -d '{"model":"m","input":[{"role":"user","content":"My name is Ada."},{"role":"user","content":"Remember 42."}]}'
   curl -s localhost:10000/v1/models          # not translated: passes through
   curl -s localhost:9901/stats | grep ext_proc  # Envoy's ext_proc counters
   curl -s localhost:9464/metrics                # the processor's Prometheus metrics

@@ -70,16 +70,30 @@ pub fn stream(body: &[u8], cuts: &[usize], small_limits: bool) {
 /// Arbitrary bytes as a script of calls into one `exchange::Exchange` (small caps): never
 /// a panic, and nothing untranslated ever comes out. Every reply is a translated response
 /// (JSON or a whole event stream) or an OpenResponses error envelope; every streamed piece
-/// is empty or whole SSE events; after the end, only empty pieces or errors.
+/// is empty or whole SSE events; after the end, only empty pieces or errors. The script runs
+/// once as a `/v1/responses` exchange and once as a `/v1/responses/compact` one.
 pub fn exchange(data: &[u8]) {
+    use responses_extproc::exchange::Operation;
+    exchange_as(data, Operation::Create);
+    exchange_as(data, Operation::Compact);
+}
+
+fn exchange_as(data: &[u8], operation: responses_extproc::exchange::Operation) {
     use responses_extproc::exchange::{
         AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
         Settings,
     };
+    use responses_extproc::translate::seal::Keyring;
     use std::sync::Arc;
 
-    fn check_reply(r: &Reply) {
-        if r.translated {
+    let compact = operation == Operation::Compact;
+    let check_reply = |r: &Reply| {
+        if r.translated && compact {
+            // A compaction is one JSON object, never a stream.
+            assert_eq!((r.status, r.content_type), (200, "application/json"));
+            let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+            assert_eq!(v["object"], "response.compaction");
+        } else if r.translated {
             assert_eq!(r.status, 200);
             if r.content_type == "text/event-stream" {
                 let text = std::str::from_utf8(&r.body).expect("UTF-8 events");
@@ -93,7 +107,7 @@ pub fn exchange(data: &[u8]) {
             let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON envelope");
             assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string());
         }
-    }
+    };
     fn check_sent(bytes: &[u8]) {
         if bytes.is_empty() {
             return;
@@ -130,11 +144,12 @@ pub fn exchange(data: &[u8]) {
             max_request_bytes: 300,
             max_output_bytes: 200,
             max_sse_frame_bytes: 100,
+            keyring: Some(Arc::new(Keyring::single("k", [1; 32]).expect("key"))),
             ..Options::default()
         },
         ..Settings::default()
     });
-    let mut ex = Exchange::new(settings, Operation::Create);
+    let mut ex = Exchange::new(settings, operation);
     let meta = Meta { now: 1, id_seed: 7 };
     let mut bytes = data.iter().copied();
     while let Some(op) = bytes.next() {

@@ -19,13 +19,26 @@ use bytes::{Bytes, BytesMut};
 use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Usage};
 use crate::translate::stream::StreamTranslator;
-use crate::translate::{self, response, Meta, Options, ReasoningEvents};
+use crate::translate::{self, compact, response, Meta, Options, ReasoningEvents};
 
 /// What a request asks of us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     /// `POST /v1/responses`: create a response.
     Create,
+    /// `POST /v1/responses/compact`: summarise an input window into a sealed `compaction`
+    /// item (answered with one `response.compaction` object, never streamed).
+    Compact,
+}
+
+impl Operation {
+    /// Its name in logs and Envoy metadata.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "create",
+            Operation::Compact => "compact",
+        }
+    }
 }
 
 /// Default of `Settings::max_body_bytes` (and of `--max-body-bytes`): 16 MiB.
@@ -65,7 +78,14 @@ impl Default for Settings {
 /// Which operation a request is, if it is ours at all (other traffic passes untouched).
 pub fn route(settings: &Settings, method: &str, path: &str) -> Option<Operation> {
     let path = path.split_once('?').map_or(path, |(p, _)| p);
-    (method == "POST" && path == settings.responses_path).then_some(Operation::Create)
+    if method != "POST" {
+        return None;
+    }
+    match path.strip_prefix(settings.responses_path.as_str())? {
+        "" => Some(Operation::Create),
+        "/compact" => Some(Operation::Compact),
+        _ => None,
+    }
 }
 
 /// A complete answer for the client, replacing whatever the upstream sent.
@@ -306,7 +326,11 @@ impl Exchange {
             .with_code("missing_body");
             return RequestStep::Reply(self.fail(&err));
         }
-        match translate::translate_request(full, &self.settings.options, meta) {
+        let translated = match self.summary.operation {
+            Operation::Create => translate::translate_request(full, &self.settings.options, meta),
+            Operation::Compact => compact::translate(full, &self.settings.options, meta),
+        };
+        match translated {
             Ok(mut t) => {
                 t.exchange.options.reasoning_events = self.reasoning_events;
                 self.summary.response_id = Some(t.exchange.id().to_owned());
@@ -341,7 +365,10 @@ impl Exchange {
                 self.state = State::Streaming(translator);
                 return HeadStep::Stream;
             }
-            State::Forwarded(ex) if success && !ex.is_stream() && is_sse => Gather::Fold(ex),
+            // A compaction is sealed whole from one JSON answer; a stream is not folded for it.
+            State::Forwarded(ex) if success && !ex.is_stream() && !ex.is_compact() && is_sse => {
+                Gather::Fold(ex)
+            }
             // JSON is what Chat servers send; some omit the content type.
             State::Forwarded(ex)
                 if success && !ex.is_stream() && (is_json || content_type.is_empty()) =>
@@ -501,6 +528,14 @@ impl Exchange {
     fn gathered(&mut self, why: Gather, body: &[u8], now: u64) -> Reply {
         self.state = State::Done;
         match why {
+            Gather::Json(ex) if ex.is_compact() => match compact::answer(&ex, body) {
+                Ok(out) => {
+                    self.summary.usage = out.usage;
+                    self.summary.upstream_model = out.upstream_model;
+                    self.translated(200, JSON, out.body)
+                }
+                Err(err) => self.fail(&err),
+            },
             Gather::Json(ex) => match response::translate_completion(&ex, body, now) {
                 Ok(out) => {
                     self.summary.usage = out.usage;
@@ -703,6 +738,17 @@ mod tests {
         );
         assert_eq!(route(&s, "GET", "/v1/responses"), None);
         assert_eq!(route(&s, "POST", "/v1/responses/x"), None);
+        assert_eq!(
+            route(&s, "POST", "/v1/responses/compact"),
+            Some(Operation::Compact)
+        );
+        assert_eq!(
+            route(&s, "POST", "/v1/responses/compact?a=b"),
+            Some(Operation::Compact)
+        );
+        assert_eq!(route(&s, "GET", "/v1/responses/compact"), None);
+        assert_eq!(route(&s, "POST", "/v1/responses/compact/x"), None);
+        assert_eq!(route(&s, "POST", "/v1/responsescompact"), None);
         assert_eq!(route(&s, "POST", "/v1/chat/completions"), None);
     }
 
@@ -936,5 +982,251 @@ mod tests {
             ex.abort("internal_error", "again", 1),
             AbortStep::Nothing
         ));
+    }
+
+    fn keyed(max_request: usize) -> Arc<Settings> {
+        let ring = crate::translate::seal::Keyring::single("k1", [7; 32]).unwrap();
+        Arc::new(Settings {
+            options: Options {
+                max_request_bytes: max_request,
+                keyring: Some(Arc::new(ring)),
+                ..Options::default()
+            },
+            ..Settings::default()
+        })
+    }
+
+    fn completion(text: &str) -> String {
+        json!({"model": "up", "choices": [{"index": 0, "finish_reason": "stop",
+               "message": {"role": "assistant", "content": text}}],
+               "usage": {"prompt_tokens": 30, "completion_tokens": 5}})
+        .to_string()
+    }
+
+    /// A compact request through the core: the Chat request sent, the client's answer.
+    fn compact(settings: &Arc<Settings>, body: &Value, upstream: &str) -> (Value, Value) {
+        let mut ex = Exchange::new(settings.clone(), Operation::Compact);
+        let RequestStep::Forward(up) = ex.request_body(body.to_string().as_bytes(), true, META)
+        else {
+            panic!("not forwarded");
+        };
+        assert!(!up.stream);
+        assert!(matches!(
+            ex.response_head(head(200, "application/json"), 1),
+            HeadStep::Gather
+        ));
+        let BodyStep::Reply(r) = ex.response_body(upstream.as_bytes(), true, 1) else {
+            panic!("no reply");
+        };
+        assert!(r.translated, "{:?}", r.body);
+        (
+            serde_json::from_slice(&up.body).unwrap(),
+            serde_json::from_slice(&r.body).unwrap(),
+        )
+    }
+
+    #[test]
+    fn compact_asks_for_a_summary_and_seals_it() {
+        let s = keyed(1 << 20);
+        let window = json!({"model": "m", "instructions": "Be brief.", "input": [
+            {"role": "user", "content": "My name is Ada."},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi Ada."}]},
+            {"role": "user", "content": "Remember 42."}
+        ]});
+        let (chat, answer) = compact(&s, &window, &completion("Ada; remember 42."));
+        // The summarising request: the prompt (with the instructions noted) first, the
+        // conversation, then the request to summarise.
+        let msgs = chat["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 5);
+        assert_eq!(msgs[0]["role"], "system");
+        let sys = msgs[0]["content"].as_str().unwrap();
+        assert!(sys.starts_with(compact::PROMPT) && sys.ends_with("Be brief."));
+        assert_eq!(msgs[1]["content"], "My name is Ada.");
+        assert_eq!(msgs[3]["content"], "Remember 42.");
+        assert_eq!(msgs[4]["content"], compact::REQUEST);
+        assert_eq!(chat["stream"], false);
+        // The answer: the latest user message verbatim, then the sealed summary.
+        assert_eq!(answer["object"], "response.compaction");
+        assert_eq!(answer["id"], "resp_00000000000000000000000000000007");
+        assert_eq!(answer["created_at"], META.now);
+        assert_eq!(answer["usage"]["input_tokens"], 30);
+        assert_eq!(answer["usage"]["total_tokens"], 35);
+        let out = answer["output"].as_array().unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0]["type"].as_str(), out[0]["role"].as_str()),
+            (Some("message"), Some("user"))
+        );
+        assert_eq!(
+            out[0]["content"],
+            json!([{"type": "input_text", "text": "Remember 42."}])
+        );
+        assert_eq!(out[1]["type"], "compaction");
+        let blob = out[1]["encrypted_content"].as_str().unwrap();
+        assert!(!blob.contains("Ada"));
+
+        // A later request carrying the item: the summary reaches the upstream as context,
+        // at the head, after the instructions.
+        let next = json!({"model": "m", "instructions": "Be brief.", "input": [
+            out[0], out[1], {"role": "user", "content": "What number?"}
+        ]});
+        let mut ex = Exchange::new(s.clone(), Operation::Create);
+        let RequestStep::Forward(up) = ex.request_body(next.to_string().as_bytes(), true, META)
+        else {
+            panic!("not forwarded");
+        };
+        let chat: Value = serde_json::from_slice(&up.body).unwrap();
+        assert_eq!(
+            chat["messages"][0]["content"],
+            format!("Be brief.\n\n{}Ada; remember 42.", compact::CONTEXT_PREFIX)
+        );
+        assert_eq!(
+            chat["messages"][1]["content"],
+            json!([{"type": "text", "text": "Remember 42."}])
+        );
+        assert_eq!(chat["messages"][2]["content"], "What number?");
+
+        // Compacting a window that already holds a compaction: the old summary is context
+        // of the new one.
+        let (chat, _) = compact(&s, &next, &completion("newer"));
+        let sys = chat["messages"][0]["content"].as_str().unwrap();
+        assert!(sys.contains(&format!("{}Ada; remember 42.", compact::CONTEXT_PREFIX)));
+    }
+
+    fn rejected(settings: &Arc<Settings>, op: Operation, body: &Value) -> (u16, Value) {
+        let mut ex = Exchange::new(settings.clone(), op);
+        let RequestStep::Reply(r) = ex.request_body(body.to_string().as_bytes(), true, META) else {
+            panic!("forwarded: {body}");
+        };
+        (r.status, envelope(&r))
+    }
+
+    #[test]
+    fn compaction_items_that_do_not_open_are_400() {
+        let s = keyed(1 << 20);
+        let (_, answer) = compact(
+            &s,
+            &json!({"model": "m", "input": "hi"}),
+            &completion("sum"),
+        );
+        let blob = answer["output"][1]["encrypted_content"].as_str().unwrap();
+        let mut tampered = blob.to_owned();
+        let last = tampered.pop().unwrap();
+        tampered.push(if last == 'A' { 'B' } else { 'A' });
+        let other = crate::translate::seal::Keyring::single("k1", [8; 32]).unwrap();
+        let foreign = other.seal_for(
+            crate::translate::seal::Purpose::Compaction,
+            "x",
+            crate::translate::seal::nonce(1, 0),
+        );
+        // A reasoning blob of the same keys is not a compaction.
+        let reasoning = s
+            .options
+            .keyring
+            .as_ref()
+            .unwrap()
+            .seal("x", crate::translate::seal::nonce(1, 0));
+        for bad in [
+            tampered.as_str(),
+            foreign.as_str(),
+            reasoning.as_str(),
+            "nope",
+        ] {
+            let body = json!({"model": "m", "input": [
+                {"type": "compaction", "encrypted_content": bad},
+                {"role": "user", "content": "go on"}]});
+            for op in [Operation::Create, Operation::Compact] {
+                let (status, e) = rejected(&s, op, &body);
+                assert_eq!(status, 400);
+                assert_eq!(e["code"], "invalid_encrypted_content");
+                assert_eq!(e["param"], "input[0].encrypted_content");
+            }
+        }
+        // No keys: neither compacting nor opening.
+        let plain = settings(1 << 20, 1 << 20);
+        let (status, e) = rejected(
+            &plain,
+            Operation::Compact,
+            &json!({"model": "m", "input": "hi"}),
+        );
+        assert_eq!(
+            (status, e["code"].as_str()),
+            (400, Some("compaction_unavailable"))
+        );
+        let (status, e) = rejected(
+            &plain,
+            Operation::Create,
+            &json!({"model": "m", "input": [{"type": "compaction", "encrypted_content": blob}]}),
+        );
+        assert_eq!(
+            (status, e["code"].as_str()),
+            (400, Some("invalid_encrypted_content"))
+        );
+    }
+
+    #[test]
+    fn compact_refuses_streams_and_keeps_the_limits() {
+        let s = keyed(200);
+        let (status, e) = rejected(
+            &s,
+            Operation::Compact,
+            &json!({"model": "m", "input": "hi", "stream": true}),
+        );
+        assert_eq!((status, e["param"].as_str()), (400, Some("stream")));
+        let (status, e) = rejected(
+            &s,
+            Operation::Compact,
+            &json!({"model": "m", "input": "x".repeat(300)}),
+        );
+        assert_eq!(
+            (status, e["code"].as_str()),
+            (413, Some("request_too_large"))
+        );
+        let (status, _) = rejected(&s, Operation::Compact, &json!({"model": "m"}));
+        assert_eq!(status, 400);
+    }
+
+    #[test]
+    fn compact_upstream_failures_are_envelopes() {
+        let s = keyed(1 << 20);
+        let body = json!({"model": "m", "input": "hi"}).to_string();
+        for (status, content_type, upstream, code) in [
+            (
+                503,
+                "application/json",
+                "{}".to_owned(),
+                "upstream_unavailable",
+            ),
+            (
+                200,
+                "text/event-stream",
+                "data: [DONE]\n\n".to_owned(),
+                "upstream_invalid_response",
+            ),
+            (
+                200,
+                "application/json",
+                completion("  "),
+                "upstream_invalid_response",
+            ),
+            (
+                200,
+                "application/json",
+                "not json".to_owned(),
+                "upstream_invalid_response",
+            ),
+        ] {
+            let mut ex = Exchange::new(s.clone(), Operation::Compact);
+            assert!(matches!(
+                ex.request_body(body.as_bytes(), true, META),
+                RequestStep::Forward(_)
+            ));
+            ex.response_head(head(status, content_type), 1);
+            let BodyStep::Reply(r) = ex.response_body(upstream.as_bytes(), true, 1) else {
+                panic!("no reply");
+            };
+            assert_eq!(envelope(&r)["code"], code, "{status} {content_type}");
+            assert_eq!(ex.summary().outcome, Outcome::Failed);
+        }
     }
 }

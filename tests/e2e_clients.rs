@@ -318,6 +318,56 @@ fn python_openai_sdk_gets_openai_reasoning_event_names_by_default() {
     );
 }
 
+/// `client.responses.compact()` and a new chain from its output (`openai_compact.py`): what
+/// the upstream was asked each time.
+#[test]
+fn python_openai_sdk_compact_then_a_new_chain() {
+    use responses_extproc::translate::compact::{CONTEXT_PREFIX, PROMPT, REQUEST};
+    const SUMMARY: &str = "Ada wants the number 42 remembered.";
+    let python = python();
+    let upstream = ScriptedUpstream::with_replies([
+        chat_json(json!({"role": "assistant", "content": SUMMARY})),
+        chat_json(json!({"role": "assistant", "content": "Done."})),
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(&stack, &python, "tests/clients/python/openai_compact.py");
+
+    // Two upstream calls: the tampered item never left the processor.
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests.iter().all(|r| r.path == "/v1/chat/completions"));
+    // 1. The summarising request: the prompt (the instructions noted after it), the window,
+    //    the request to summarise; one JSON answer.
+    let chat = requests[0].json();
+    let system = chat["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(
+        system.starts_with(PROMPT) && system.ends_with("Be brief."),
+        "{chat}"
+    );
+    assert_eq!(
+        chat["messages"].as_array().map(|m| m[1..].to_vec()),
+        Some(vec![
+            json!({"role": "user", "content": "My name is Ada."}),
+            json!({"role": "assistant", "content": "Hello Ada."}),
+            json!({"role": "user", "content": "Remember 42."}),
+            json!({"role": "user", "content": REQUEST}),
+        ]),
+        "{chat}"
+    );
+    assert_eq!(chat["stream"], false);
+    // 2. The next turn: the unsealed summary first, then the kept message and the new one.
+    let chat = requests[1].json();
+    assert_eq!(
+        chat["messages"],
+        json!([
+            {"role": "system", "content": format!("{CONTEXT_PREFIX}{SUMMARY}")},
+            {"role": "user", "content": [{"type": "text", "text": "Remember 42."}]},
+            {"role": "user", "content": "Which number?"}
+        ]),
+        "{chat}"
+    );
+}
+
 /// The default `--reasoning-events auto` through Envoy: each client gets the names it parses,
 /// from the headers it really sends (captured from openai-python 3.54, openai-node 7.57 and
 /// Codex 0.169), and the request header overrides. Raw requests, so the headers are exact.

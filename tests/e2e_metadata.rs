@@ -2,7 +2,7 @@
 //! exchange in the namespace `responses_extproc` (accepted by the shipped config's
 //! `metadata_options`), and an access log format with `%DYNAMIC_METADATA(...)%` shows the
 //! model, the response id, the outcome and the token counts, for a JSON and a streamed answer
-//! and for a rejected request.
+//! and for a rejected request; and which operation it was (`create` or `compact`).
 
 mod common;
 
@@ -12,6 +12,7 @@ use common::{client, wait_until, Envoy, Processor, Reply, ScriptedUpstream, Temp
 use serde_json::{json, Value};
 
 const FIELDS: &[&str] = &[
+    "operation",
     "response_id",
     "model",
     "upstream_model",
@@ -138,7 +139,27 @@ async fn access_log_shows_usage_from_the_processors_metadata() {
         .status();
     assert_eq!(status, 400);
 
-    let lines = log_lines(&log, 3);
+    // A compaction.
+    upstream.push(Reply::json(
+        200,
+        &json!({"id": "c3", "object": "chat.completion", "model": "llama-3-8b",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "a summary"}}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 3, "total_tokens": 43}}),
+    ));
+    let v: Value = client()
+        .post(envoy.url("/v1/responses/compact"))
+        .header("x-request-id", "compact-1")
+        .json(&json!({"model": "m", "input": "hi"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["object"], "response.compaction", "{v}");
+
+    let lines = log_lines(&log, 4);
     let line = |id: &str| {
         lines
             .iter()
@@ -152,6 +173,7 @@ async fn access_log_shows_usage_from_the_processors_metadata() {
     assert_eq!(json_line["upstream_model"], "llama-3-8b");
     assert_eq!(json_line["outcome"], "translated");
     assert_eq!(json_line["stream"], false);
+    assert_eq!(json_line["operation"], "create");
     for (key, n) in [
         ("input_tokens", 21),
         ("output_tokens", 9),
@@ -180,4 +202,10 @@ async fn access_log_shows_usage_from_the_processors_metadata() {
     assert_eq!(bad_line["outcome"], "failed", "{bad_line}");
     assert_eq!(bad_line["status"], 400);
     assert_eq!(bad_line["error_code"], "missing_required_parameter");
+
+    let compact_line = line("compact-1");
+    assert_eq!(compact_line["operation"], "compact", "{compact_line}");
+    assert_eq!(compact_line["outcome"], "translated");
+    assert_eq!(compact_line["response_id"], v["id"]);
+    assert_eq!(compact_line["total_tokens"], 43);
 }

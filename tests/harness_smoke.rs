@@ -287,13 +287,19 @@ async fn envoy_passes_requests_through_a_passthrough_processor_to_the_demo() {
 
 /// Second line of defence: a Responses request the processor did not rewrite (here a
 /// processor that changes nothing) never reaches the upstream; Envoy answers with an error
-/// envelope itself. Other methods on the path get 405.
+/// envelope itself; the same for /v1/responses/compact. Other methods on the paths get 405.
 #[tokio::test]
 async fn untranslated_responses_requests_never_reach_the_upstream() {
     let upstream = ScriptedUpstream::start();
     let extproc = PassthroughProcessor::start();
     let envoy = Envoy::start(upstream.port(), extproc.port());
-    for path in ["/v1/responses", "/v1/responses?x=1"] {
+    let paths = [
+        "/v1/responses",
+        "/v1/responses?x=1",
+        "/v1/responses/compact",
+        "/v1/responses/compact?x=1",
+    ];
+    for path in paths {
         let response = client()
             .post(envoy.url(path))
             .json(&json!({"model": "m", "input": "hi"}))
@@ -310,16 +316,14 @@ async fn untranslated_responses_requests_never_reach_the_upstream() {
     }
     assert_eq!(
         extproc.seen(),
-        ["request_headers", "request_body", "response_headers"].repeat(2)
+        ["request_headers", "request_body", "response_headers"].repeat(paths.len())
     );
-    let response = client()
-        .get(envoy.url("/v1/responses"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 405);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+    for path in ["/v1/responses", "/v1/responses/compact"] {
+        let response = client().get(envoy.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 405);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+    }
     // Stored-response endpoints: nothing is stored, and an upstream's own /v1/responses must
     // not answer in our place.
     for (method, path) in [
@@ -345,8 +349,8 @@ async fn untranslated_responses_requests_never_reach_the_upstream() {
     }
     assert_eq!(
         extproc.seen().len(),
-        6,
-        "only the two POSTs consulted the processor"
+        3 * paths.len(),
+        "only the POSTs consulted the processor"
     );
     assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
 }

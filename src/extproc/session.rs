@@ -59,6 +59,7 @@ pub const METADATA_NAMESPACE: &str = "responses_extproc";
 fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct {
     use msg::MetadataValue::{Bool, Num, Str};
     let mut fields = vec![
+        ("operation", Str(s.operation.as_str().to_owned())),
         ("stream", Bool(s.stream)),
         (
             "outcome",
@@ -491,6 +492,7 @@ impl<E: Environment> Session<E> {
             tracing::info!(
                 request_id = %self.request_id,
                 response_id = s.response_id.as_deref().unwrap_or(""),
+                operation = s.operation.as_str(),
                 stream = s.stream,
                 outcome = ?s.outcome,
                 code = s.error_code.as_deref().unwrap_or(""),
@@ -1027,6 +1029,7 @@ mod tests {
             Some(Kind::StringValue("llama-3".into()))
         );
         assert_eq!(get("outcome"), Some(Kind::StringValue("translated".into())));
+        assert_eq!(get("operation"), Some(Kind::StringValue("create".into())));
         assert_eq!(get("status"), Some(Kind::NumberValue(200.0)));
         assert!(
             matches!(get("response_id"), Some(Kind::StringValue(id)) if id.starts_with("resp_"))

@@ -8,6 +8,7 @@
 //! response path needs (ids, echoed parameters, options) to [`response`] for JSON answers
 //! and to [`stream::StreamTranslator`] for SSE answers.
 
+pub mod compact;
 mod fields;
 pub mod json;
 pub mod request;
@@ -136,6 +137,8 @@ pub struct Exchange {
     /// `custom_tool_call` items.
     pub(crate) custom_tools: Vec<String>,
     pub(crate) options: Options,
+    /// A `/v1/responses/compact` request: what its answer keeps verbatim.
+    pub(crate) compact: Option<Box<compact::Kept>>,
 }
 
 /// The one parameter of the Chat function that stands for a `custom` tool: its input text.
@@ -183,6 +186,7 @@ impl Exchange {
             namespaced: Vec::new(),
             custom_tools: Vec::new(),
             options,
+            compact: None,
         }
     }
 
@@ -192,6 +196,11 @@ impl Exchange {
 
     pub fn model(&self) -> &str {
         &self.model
+    }
+
+    /// A `/v1/responses/compact` request, answered with a compaction object.
+    pub fn is_compact(&self) -> bool {
+        self.compact.is_some()
     }
 
     /// The client asked for a stream (`"stream": true`).

@@ -27,8 +27,8 @@ const INCLUDE_VALUES: &[&str] = &[
 const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
 const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
 
-/// Validates a Responses request and maps it to Chat Completions.
-pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
+/// The request body as a JSON object, within the size cap.
+pub(super) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>, ApiError> {
     if body.len() > options.max_request_bytes {
         return Err(ApiError::invalid_body(format!(
             "The request body has {} bytes; this server accepts at most {}.",
@@ -49,23 +49,25 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         )
         .with_code("duplicate_key"),
     })?;
-    let mut req = match value {
-        Value::Object(map) => Obj { map, path: "" },
-        other => {
-            return Err(ApiError::invalid_body(format!(
-                "The request body must be a JSON object, not {}.",
-                match other {
-                    Value::Array(_) => "an array",
-                    Value::String(_) => "a string",
-                    Value::Number(_) => "a number",
-                    Value::Bool(_) => "a boolean",
-                    _ => "null",
-                }
-            ))
-            .with_code("invalid_json"))
-        }
-    };
+    match value {
+        Value::Object(map) => Ok(Obj { map, path: "" }),
+        other => Err(ApiError::invalid_body(format!(
+            "The request body must be a JSON object, not {}.",
+            match other {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                _ => "null",
+            }
+        ))
+        .with_code("invalid_json")),
+    }
+}
 
+/// Validates a Responses request and maps it to Chat Completions.
+pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
+    let mut req = parse_body(body, options)?;
     reject_stateful(&mut req)?;
     // Codex sends its installation/session ids here: client bookkeeping, not for the model.
     req.object("client_metadata")?;
@@ -103,7 +105,11 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         echo.instructions = Some(instructions);
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
-    input_messages(input, &mut messages, options)?;
+    let mut context = Vec::new();
+    let mut conversation = Vec::new();
+    input_messages(input, &mut conversation, &mut context, options)?;
+    messages.append(&mut context);
+    messages.append(&mut conversation);
     chat.insert(
         "messages".into(),
         Value::Array(merge_leading_system(messages)),
@@ -287,7 +293,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
 }
 
 /// The stateless tier serves only requests that carry their whole context.
-fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
+pub(super) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
     if let Some(id) = req.string("previous_response_id")? {
         return Err(ApiError::invalid(
             "previous_response_id",
@@ -780,9 +786,13 @@ fn tool_choice(
 }
 
 /// Builds the Chat messages from `input`, appending to `messages`.
-fn input_messages(
+/// The input items as Chat messages, in order. Summaries opened from `compaction` items go to
+/// `context` instead: the caller puts them at the head, next to the instructions, because
+/// most chat templates accept system messages only there.
+pub(super) fn input_messages(
     input: Value,
     messages: &mut Vec<Value>,
+    context: &mut Vec<Value>,
     options: &Options,
 ) -> Result<(), ApiError> {
     let items = match input {
@@ -892,6 +902,14 @@ fn input_messages(
                     }
                 }
             }
+            "compaction" => {
+                let blob_path = item.field_path("encrypted_content");
+                let blob = item.required_string("encrypted_content")?;
+                item.string("created_by")?;
+                item.deny_unknown()?;
+                let summary = super::compact::open(&blob, &blob_path, options)?;
+                context.push(json!({"role": system_role(options), "content": super::compact::context_text(&summary)}));
+            }
             "item_reference" => {
                 return Err(bad_value(
                     &path,
@@ -905,7 +923,7 @@ fn input_messages(
                 return Err(bad_value(
                     &item.field_path("type"),
                     format!(
-                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'reasoning'."
+                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'reasoning', 'compaction'."
                     ),
                 ))
             }
@@ -1187,7 +1205,7 @@ fn stored_file(path: &str) -> ApiError {
 
 /// The role `instructions` and `developer` messages take upstream. Most open-weight chat
 /// templates know only `system`; some upstreams understand `developer` (configurable).
-fn system_role(options: &Options) -> &'static str {
+pub(super) fn system_role(options: &Options) -> &'static str {
     match options.developer_role {
         DeveloperRole::System => "system",
         DeveloperRole::Developer => "developer",
@@ -1195,13 +1213,13 @@ fn system_role(options: &Options) -> &'static str {
 }
 
 /// Provider extensions are named `slug:type` (items, parts) or `slug:field` (fields).
-fn is_extension(name: &str) -> bool {
+pub(super) fn is_extension(name: &str) -> bool {
     name.split_once(':')
         .is_some_and(|(slug, rest)| !slug.is_empty() && !rest.is_empty())
 }
 
 /// One content part (text, image or file data, tool output) within the configured size.
-fn check_part_size(path: &str, len: usize, options: &Options) -> Result<(), ApiError> {
+pub(super) fn check_part_size(path: &str, len: usize, options: &Options) -> Result<(), ApiError> {
     if len > options.max_part_bytes {
         return Err(bad_value(
             path,
@@ -1218,7 +1236,7 @@ fn check_part_size(path: &str, len: usize, options: &Options) -> Result<(), ApiE
 /// Joins the system messages at the head of the conversation (instructions, then developer
 /// and system items, as Codex sends them) into one: most chat templates accept a single
 /// leading system message and fail on a second.
-fn merge_leading_system(messages: Vec<Value>) -> Vec<Value> {
+pub(super) fn merge_leading_system(messages: Vec<Value>) -> Vec<Value> {
     let head = messages
         .iter()
         .take_while(|m| {

@@ -20,9 +20,10 @@
 //! | 24           | XChaCha20 nonce                               |
 //! | rest (≥ 16)  | XChaCha20-Poly1305 ciphertext, then its tag   |
 //!
-//! The associated data is `"responses-extproc reasoning v1"` followed by the header (version,
-//! key id length, key id), so neither the header nor the purpose can be changed without
-//! failing authentication.
+//! The associated data is `"responses-extproc reasoning v1"` (reasoning) or
+//! `"responses-extproc compaction v1"` (compaction summaries, [`Purpose`]) followed by the
+//! header (version, key id length, key id), so neither the header nor the purpose can be
+//! changed without failing authentication.
 
 use std::fmt;
 
@@ -37,6 +38,26 @@ use chacha20poly1305::{Key, KeyInit, Tag, XChaCha20Poly1305, XNonce};
 const VERSION: u8 = 1;
 /// Binds every blob to this use, so a blob sealed for another purpose never opens here.
 const PURPOSE: &[u8] = b"responses-extproc reasoning v1";
+
+/// What a blob holds. Part of the associated data, so a blob sealed for one purpose never
+/// opens as the other (a reasoning blob pasted into a `compaction` item fails
+/// authentication), with the same keys and the same layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Reasoning text (`reasoning.encrypted_content`).
+    Reasoning,
+    /// A conversation summary (`compaction.encrypted_content`).
+    Compaction,
+}
+
+impl Purpose {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Purpose::Reasoning => PURPOSE,
+            Purpose::Compaction => b"responses-extproc compaction v1",
+        }
+    }
+}
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
 const MAX_KEY_ID_LEN: usize = 32;
@@ -208,6 +229,11 @@ impl Keyring {
     /// padding (see the [module docs](self) for the layout). Texts longer than
     /// [`MAX_PLAINTEXT_LEN`] seal but will not open.
     pub fn seal(&self, plaintext: &str, nonce: [u8; 24]) -> String {
+        self.seal_for(Purpose::Reasoning, plaintext, nonce)
+    }
+
+    /// [`seal`](Self::seal) for a given purpose.
+    pub fn seal_for(&self, purpose: Purpose, plaintext: &str, nonce: [u8; 24]) -> String {
         let (id, cipher) = &self.keys[0];
         let header_len = 2 + id.len();
         let body_start = header_len + NONCE_LEN;
@@ -218,7 +244,7 @@ impl Keyring {
         buf.extend_from_slice(&nonce);
         buf.extend_from_slice(plaintext.as_bytes());
         let (head, body) = buf.split_at_mut(body_start);
-        let aad = associated_data(&head[..header_len]);
+        let aad = associated_data(purpose, &head[..header_len]);
         let tag = cipher
             .encrypt_in_place_detached(XNonce::from_slice(&nonce), &aad, body)
             .expect("XChaCha20-Poly1305 seals any in-memory string");
@@ -233,6 +259,12 @@ impl Keyring {
     /// [`SealError::UnknownKey`]; failed authentication or non-UTF-8 plaintext →
     /// [`SealError::Tampered`].
     pub fn open(&self, blob: &str) -> Result<String, SealError> {
+        self.open_for(Purpose::Reasoning, blob)
+    }
+
+    /// [`open`](Self::open) for a given purpose: a blob sealed for another purpose is
+    /// [`SealError::Tampered`].
+    pub fn open_for(&self, purpose: Purpose, blob: &str) -> Result<String, SealError> {
         if blob.len() > MAX_BLOB_LEN {
             return Err(SealError::Malformed);
         }
@@ -266,7 +298,7 @@ impl Keyring {
         let tag_start = buf.len() - TAG_LEN;
         let tag = *Tag::from_slice(&buf[tag_start..]);
         let nonce = *XNonce::from_slice(&buf[header_len..body_start]);
-        let aad = associated_data(&buf[..header_len]);
+        let aad = associated_data(purpose, &buf[..header_len]);
         cipher
             .decrypt_in_place_detached(&nonce, &aad, &mut buf[body_start..tag_start], &tag)
             .map_err(|_| SealError::Tampered)?;
@@ -277,9 +309,10 @@ impl Keyring {
 }
 
 /// The AEAD associated data: the purpose label, then the blob header.
-fn associated_data(header: &[u8]) -> Vec<u8> {
-    let mut aad = Vec::with_capacity(PURPOSE.len() + header.len());
-    aad.extend_from_slice(PURPOSE);
+fn associated_data(purpose: Purpose, header: &[u8]) -> Vec<u8> {
+    let label = purpose.label();
+    let mut aad = Vec::with_capacity(label.len() + header.len());
+    aad.extend_from_slice(label);
     aad.extend_from_slice(header);
     aad
 }
@@ -309,6 +342,22 @@ mod tests {
 
     fn ring_a() -> Keyring {
         Keyring::single("a", KEY_A).unwrap()
+    }
+
+    #[test]
+    fn purposes_do_not_open_each_other() {
+        let ring = ring_a();
+        let summary = ring.seal_for(Purpose::Compaction, "the summary", nonce(1, 0));
+        assert_eq!(
+            ring.open_for(Purpose::Compaction, &summary).as_deref(),
+            Ok("the summary")
+        );
+        assert_eq!(ring.open(&summary), Err(SealError::Tampered));
+        let reasoning = ring.seal("thoughts", nonce(1, 1));
+        assert_eq!(
+            ring.open_for(Purpose::Compaction, &reasoning),
+            Err(SealError::Tampered)
+        );
     }
 
     /// Re-encodes decoded blob bytes, the way a client would send them.
@@ -527,7 +576,7 @@ mod tests {
         let mut buf = vec![1, 1, b'a'];
         buf.extend_from_slice(&n);
         let mut body = vec![0xff, 0xfe, 0x80];
-        let aad = associated_data(&buf[..3]);
+        let aad = associated_data(Purpose::Reasoning, &buf[..3]);
         let cipher = XChaCha20Poly1305::new(Key::from_slice(&KEY_A));
         let tag = cipher
             .encrypt_in_place_detached(XNonce::from_slice(&n), &aad, &mut body)

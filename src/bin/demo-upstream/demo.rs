@@ -9,6 +9,9 @@
 //!   `required` property of the tool's parameter schema with a fixed value
 //!   ([`FIXED_STRING_ARG`] for strings), `finish_reason: "tool_calls"`;
 //! * the last message is a `tool` message → `The tool returned: <content>`;
+//! * the first message is the processor's summarising instruction (a
+//!   `/v1/responses/compact` request) → `Summary of the conversation: the user said: <each
+//!   user text, joined by " / ">`;
 //! * otherwise → `Hello! This is the demo upstream. You said: <last user text>`.
 //!
 //! Echoed text is cut to [`MAX_ECHO_CHARS`] characters, and whitespace is normalised to single
@@ -130,7 +133,23 @@ pub fn plan(body: &[u8]) -> Result<Completion, String> {
         });
     }
 
-    let text = if last_role == "tool" {
+    let summarising = messages[0]
+        .get("content")
+        .and_then(Value::as_str)
+        .is_some_and(|c| c.starts_with(responses_extproc::translate::compact::PROMPT));
+    let text = if summarising {
+        // All user messages but the last, which is the processor's request to summarise.
+        let said: Vec<String> = messages[..messages.len() - 1]
+            .iter()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            .map(|m| content_text(m.get("content")).0)
+            .collect();
+        let said = said.join(" / ");
+        format!(
+            "Summary of the conversation: the user said: {}",
+            truncate_chars(&said, MAX_ECHO_CHARS)
+        )
+    } else if last_role == "tool" {
         let (content, _) = content_text(last.get("content"));
         format!(
             "The tool returned: {}",

@@ -340,3 +340,25 @@ async fn http_stream_is_event_stream() {
     assert_eq!(body.matches("\n\n").count(), 13);
     server.abort();
 }
+
+#[test]
+fn summarises_a_compact_request() {
+    let prompt = responses_extproc::translate::compact::PROMPT;
+    let c = plan_json(json!({"messages": [
+        {"role": "system", "content": prompt},
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Hi."},
+        {"role": "user", "content": [{"type": "text", "text": "Remember 42."}]},
+        {"role": "user", "content": responses_extproc::translate::compact::REQUEST}
+    ]}));
+    assert_eq!(
+        text(&c),
+        "Summary of the conversation: the user said: My name is Ada. / Remember 42."
+    );
+    // The same words without the instruction are an ordinary echo.
+    let c = plan_json(
+        json!({"messages": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "hi"}]}),
+    );
+    assert!(text(&c).starts_with("Hello!"));
+}

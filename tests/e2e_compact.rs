@@ -1,0 +1,194 @@
+//! `POST /v1/responses/compact` through the real Envoy (`envoy/envoy.yaml`) and the
+//! `responses-extproc` binary: with the demo upstream (compact, then a new chain from its
+//! output), and against a scripted upstream that records what it gets (failures become
+//! envelopes, the request limits of /v1/responses hold, nothing raw reaches the upstream).
+//! openai-python's `responses.compact()` is driven in `e2e_clients.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, DemoUpstream, Envoy, Processor, Reply, ScriptedUpstream};
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Status, content type and JSON body of a request to Envoy.
+async fn send(envoy: &Envoy, method: &str, path: &str, body: String) -> (u16, String, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+    let response = client()
+        .request(method, envoy.url(path))
+        .header("content-type", "application/json")
+        .body(body)
+        .timeout(TIMEOUT)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = response.bytes().await.expect("body");
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    (status, content_type, value)
+}
+
+async fn compact(envoy: &Envoy, body: &Value) -> (u16, String, Value) {
+    send(envoy, "POST", "/v1/responses/compact", body.to_string()).await
+}
+
+/// Asserts an envelope with this status and code; returns its `error`.
+#[track_caller]
+fn envelope(answer: &(u16, String, Value), status: u16, code: &str) -> Value {
+    let (s, content_type, v) = answer;
+    assert_eq!(
+        (*s, content_type.as_str()),
+        (status, "application/json"),
+        "{v}"
+    );
+    assert_eq!(v.as_object().map(|o| o.len()), Some(1), "{v}");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    v["error"].clone()
+}
+
+#[tokio::test]
+async fn compact_with_the_demo_then_a_new_chain() {
+    let demo = DemoUpstream::start();
+    let processor = Processor::start(&[]);
+    let envoy = Envoy::start(demo.port(), processor.port());
+
+    let window = json!({"model": "demo-model", "input": [
+        {"role": "user", "content": "My name is Ada."},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Hello Ada.", "annotations": []}]},
+        {"role": "user", "content": "Remember 42."}
+    ]});
+    let (status, content_type, answer) = compact(&envoy, &window).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "application/json"),
+        "{answer}"
+    );
+    assert_eq!(answer["object"], "response.compaction", "{answer}");
+    assert!(answer["id"].as_str().unwrap().starts_with("resp_"));
+    assert!(answer["created_at"].as_u64().unwrap() > 0);
+    assert!(answer["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    let output = answer["output"].as_array().unwrap();
+    assert_eq!(output.len(), 2, "{answer}");
+    assert_eq!(
+        output[0]["content"],
+        json!([{"type": "input_text", "text": "Remember 42."}])
+    );
+    assert_eq!(output[1]["type"], "compaction");
+    assert!(!output[1]["encrypted_content"]
+        .as_str()
+        .unwrap()
+        .contains("Ada"));
+
+    // A new chain from the compacted window.
+    let mut input = output.clone();
+    input.push(json!({"role": "user", "content": "Which number?"}));
+    let (status, _, response) = send(
+        &envoy,
+        "POST",
+        "/v1/responses",
+        json!({"model": "demo-model", "input": input}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["output"][0]["content"][0]["text"],
+        "Hello! This is the demo upstream. You said: Which number?"
+    );
+
+    // Only POST: other methods are Envoy's 405 envelope.
+    let answer = send(&envoy, "GET", "/v1/responses/compact", String::new()).await;
+    envelope(&answer, 405, "method_not_allowed");
+}
+
+#[tokio::test]
+async fn compact_failures_are_envelopes_and_nothing_raw_reaches_the_upstream() {
+    let upstream = ScriptedUpstream::with_replies([
+        Reply::json(503, &json!({"error": {"message": "overloaded"}})),
+        Reply::raw(200, "text/event-stream", "data: [DONE]\n\n"),
+    ]);
+    let processor = Processor::start(&["--max-request-bytes", "65536"]);
+    let envoy = Envoy::start(upstream.port(), processor.port());
+    let ok = json!({"model": "m", "input": "hi"});
+
+    // The upstream fails: its status class in an envelope.
+    envelope(&compact(&envoy, &ok).await, 503, "upstream_unavailable");
+    // The upstream answers with a stream: a summary is sealed from one JSON answer only.
+    envelope(
+        &compact(&envoy, &ok).await,
+        502,
+        "upstream_invalid_response",
+    );
+
+    // Refused by the processor, the upstream never asked:
+    // a stream (the compaction object is not streamable),
+    let stream = json!({"model": "m", "input": "hi", "stream": true});
+    let error = envelope(
+        &compact(&envoy, &stream).await,
+        400,
+        "unsupported_parameter",
+    );
+    assert_eq!(error["param"], "stream");
+    // an item that does not open,
+    let forged = json!({"model": "m", "input": [
+        {"type": "compaction", "encrypted_content": "AQJrMQ"}, {"role": "user", "content": "hi"}]});
+    envelope(
+        &compact(&envoy, &forged).await,
+        400,
+        "invalid_encrypted_content",
+    );
+    // the same size limit as /v1/responses.
+    let big = json!({"model": "m", "input": "x".repeat(70_000)});
+    for path in ["/v1/responses/compact", "/v1/responses"] {
+        let answer = send(&envoy, "POST", path, big.to_string()).await;
+        let error = envelope(&answer, 413, "request_too_large");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("--max-request-bytes"),
+            "{error}"
+        );
+    }
+
+    // Only the two translated summarising requests reached the upstream.
+    let received = upstream.requests();
+    assert_eq!(
+        received.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(),
+        ["/v1/chat/completions", "/v1/chat/completions"]
+    );
+    for r in &received {
+        let chat = r.json();
+        assert!(
+            chat["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with(responses_extproc::translate::compact::PROMPT),
+            "{chat}"
+        );
+        assert_eq!(
+            chat["messages"][1],
+            json!({"role": "user", "content": "hi"})
+        );
+    }
+}
+
+/// The README documents the exact texts the upstream gets.
+#[test]
+fn readme_states_the_prompt_and_the_context_prefix() {
+    use responses_extproc::translate::compact::{CONTEXT_PREFIX, PROMPT, REQUEST};
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    for text in [PROMPT, REQUEST, CONTEXT_PREFIX.trim_end()] {
+        assert!(readme.contains(text), "README.md lacks: {text}");
+    }
+}
