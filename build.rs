@@ -1,9 +1,18 @@
-//! Stamps the binary with the commit it was built from, for `--version` and the startup log.
-//! (The ext_proc protos are not compiled here: `envoy-types` ships them prebuilt.)
+//! Stamps the binary with the commit it was built from (for `--version` and the startup log),
+//! and builds the descriptor set that gRPC server reflection publishes: `proto/`, compiled
+//! with `protox` (a protobuf compiler in Rust, no `protoc` needed) against the Envoy API
+//! definitions that the envoy-types crate bundles. The ext_proc message types themselves come
+//! prebuilt from envoy-types; only the descriptors are made here.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
+    stamp_commit();
+    reflection_descriptors();
+}
+
+fn stamp_commit() {
     let rev = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
@@ -16,4 +25,51 @@ fn main() {
     println!("cargo:rustc-env=RESPONSES_EXTPROC_GIT={rev}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs");
+}
+
+fn reflection_descriptors() {
+    println!("cargo:rerun-if-changed=proto");
+    let protos = envoy_types_protos();
+    // envoy-types' proto/ holds one folder per upstream repository (Envoy's data-plane-api,
+    // xds, protoc-gen-validate, googleapis, ...): each is an include root.
+    let mut includes: Vec<PathBuf> = vec![PathBuf::from("proto")];
+    for entry in std::fs::read_dir(&protos).expect("envoy-types' proto folder") {
+        let path = entry.expect("a proto folder entry").path();
+        if path.is_dir() {
+            includes.push(path);
+        }
+    }
+    let set = protox::compile(["proto/responses_extproc.proto"], &includes)
+        .unwrap_or_else(|e| panic!("compiling proto/ for reflection: {e:?}"));
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+    std::fs::write(
+        out.join("reflection_descriptor.bin"),
+        prost::Message::encode_to_vec(&set),
+    )
+    .expect("write the descriptor set");
+}
+
+/// The `proto` folder of the envoy-types package this build uses, from `cargo metadata`.
+fn envoy_types_protos() -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .current_dir(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        output.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("cargo metadata's JSON");
+    let manifest = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "envoy-types")
+        .and_then(|p| p["manifest_path"].as_str())
+        .expect("envoy-types among the packages");
+    Path::new(manifest).with_file_name("proto")
 }

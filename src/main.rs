@@ -16,6 +16,10 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tracing_subscriber::EnvFilter;
 
+/// The descriptor set of the services we serve (build.rs, from proto/).
+const REFLECTION_DESCRIPTORS: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/reflection_descriptor.bin"));
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.serve.log_format);
@@ -99,10 +103,21 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
         builder = builder.tls_config(tls)?;
     }
-    let router = builder.add_service(health).add_service(
-        ExternalProcessorServer::new(processor)
-            .max_decoding_message_size(config.grpc_max_message_bytes()),
-    );
+    // gRPC server reflection (`grpcurl list`, `describe`): the descriptors build.rs made
+    // from proto/, and tonic-health's.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(REFLECTION_DESCRIPTORS)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let router = builder
+        .add_service(health)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(
+            ExternalProcessorServer::new(processor)
+                .max_decoding_message_size(config.grpc_max_message_bytes()),
+        );
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let stop = async {
