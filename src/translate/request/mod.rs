@@ -1,0 +1,469 @@
+//! `POST /v1/responses` body → Chat Completions request body.
+//!
+//! The parsed body is consumed field by field: every known field is removed as it is
+//! validated and mapped, so what is left at the end is exactly the set of unknown fields,
+//! forwarded verbatim (vLLM's `top_k`, `chat_template_kwargs`, ...) or rejected in strict
+//! mode. Strings move from the request into the Chat messages without copies.
+//!
+//! Split by concern: this file maps the request's parameters and drives the rest; `tools`
+//! maps `tools` and `tool_choice`; `input` maps `input` items into Chat messages.
+
+mod input;
+mod tools;
+
+pub(crate) use input::{
+    check_part_size, input_messages, is_extension, merge_leading_system, system_role,
+};
+use tools::{tool_choice, tools};
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+
+use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
+use super::json::ParseError;
+use super::{Exchange, Meta, Options};
+use crate::openresponses::{ApiError, Echo};
+
+/// A translated request: the Chat body to send upstream and the state for the way back.
+#[derive(Debug)]
+pub struct Translated {
+    pub body: Bytes,
+    pub exchange: Exchange,
+}
+
+const INCLUDE_VALUES: &[&str] = &[
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+];
+const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
+const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
+
+/// The request body as a JSON object, within the size cap.
+pub(super) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>, ApiError> {
+    if body.len() > options.max_request_bytes {
+        return Err(ApiError::invalid_body(format!(
+            "The request body has {} bytes; this server accepts at most {}.",
+            body.len(),
+            options.max_request_bytes
+        ))
+        .with_status(413)
+        .with_code("request_too_large"));
+    }
+    let value = super::json::parse(body).map_err(|e| match e {
+        ParseError::Syntax(e) => ApiError::invalid_body(format!(
+            "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
+        ))
+        .with_code("invalid_json"),
+        ParseError::Duplicate(path) => ApiError::invalid(
+            path.as_str(),
+            format!("Invalid request: '{path}' is given twice. Each field may appear once."),
+        )
+        .with_code("duplicate_key"),
+    })?;
+    match value {
+        Value::Object(map) => Ok(Obj { map, path: "" }),
+        other => Err(ApiError::invalid_body(format!(
+            "The request body must be a JSON object, not {}.",
+            match other {
+                Value::Array(_) => "an array",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                _ => "null",
+            }
+        ))
+        .with_code("invalid_json")),
+    }
+}
+
+/// Validates a Responses request and maps it to Chat Completions.
+pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
+    let mut req = parse_body(body, options)?;
+    reject_stateful(&mut req)?;
+    // Codex sends its installation/session ids here: client bookkeeping, not for the model.
+    req.object("client_metadata")?;
+
+    let model = req.required_string("model")?;
+    if model.is_empty() {
+        return Err(bad_value("model", "Invalid 'model': must not be empty."));
+    }
+    let stream = req.bool("stream")?.unwrap_or(false);
+    let store = req.bool("store")?.unwrap_or(false);
+    if store && options.strict {
+        return Err(bad_value(
+            "store",
+            "This server is stateless and does not store responses: set 'store' to false or omit it.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    if let Some(so) = req.object("stream_options")? {
+        let mut so = Obj {
+            map: so,
+            path: "stream_options",
+        };
+        so.bool("include_obfuscation")?;
+    }
+
+    let mut echo = Echo::default();
+    let mut chat = Map::new();
+    chat.insert("model".into(), Value::String(model.clone()));
+
+    // Messages: instructions first, then the input items in order.
+    let mut messages = Vec::new();
+    if let Some(instructions) = req.string("instructions")? {
+        check_part_size("instructions", instructions.len(), options)?;
+        messages.push(json!({"role": system_role(options), "content": instructions.clone()}));
+        echo.instructions = Some(instructions);
+    }
+    let input = req.take("input").ok_or_else(|| missing("input"))?;
+    let mut context = Vec::new();
+    let mut conversation = Vec::new();
+    input_messages(input, &mut conversation, &mut context, options)?;
+    messages.append(&mut context);
+    messages.append(&mut conversation);
+    chat.insert(
+        "messages".into(),
+        Value::Array(merge_leading_system(messages)),
+    );
+
+    // Tools and how the model may use them.
+    let mut namespaced = Vec::new();
+    let mut custom_tools = Vec::new();
+    let tools = match req.array("tools")? {
+        Some(list) => tools(list, &mut echo, &mut namespaced, &mut custom_tools, options)?,
+        None => Vec::new(),
+    };
+    let tool_names: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .collect();
+    let choice = req.take("tool_choice");
+    let choice = match choice {
+        Some(c) => Some(tool_choice(&c, &tool_names)?),
+        None => None,
+    };
+    let mut chat_tools = tools;
+    if let Some((chat_choice, allowed, echoed)) = choice {
+        if let Some(allowed) = allowed {
+            chat_tools.retain(|t| {
+                t.pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| allowed.iter().any(|a| a == n))
+            });
+        }
+        if chat_tools.is_empty() {
+            // Chat servers (vLLM) reject a `tool_choice` without `tools`; with no tools
+            // 'auto' and 'none' both mean "answer in text", but 'required' cannot be met.
+            if chat_choice == "required" {
+                return Err(bad_value(
+                    "tool_choice",
+                    "Invalid 'tool_choice': 'required' needs at least one function in 'tools'.",
+                ));
+            }
+        } else {
+            chat.insert("tool_choice".into(), chat_choice);
+        }
+        echo.tool_choice = echoed;
+    }
+    if !chat_tools.is_empty() {
+        chat.insert("tools".into(), Value::Array(chat_tools));
+    }
+    if let Some(p) = req.bool("parallel_tool_calls")? {
+        // Like `tool_choice`, only meaningful (and accepted by strict servers) with tools.
+        if chat.contains_key("tools") {
+            chat.insert("parallel_tool_calls".into(), Value::Bool(p));
+        }
+        echo.parallel_tool_calls = p;
+    }
+    echo.max_tool_calls = req.integer("max_tool_calls", 1, u64::from(u32::MAX))?;
+
+    // Sampling.
+    if let Some(n) = req.integer("max_output_tokens", 1, u64::from(u32::MAX))? {
+        chat.insert("max_completion_tokens".into(), n.into());
+        echo.max_output_tokens = Some(n);
+    }
+    for (key, min, max, slot) in [
+        ("temperature", 0.0, 2.0, &mut echo.temperature),
+        ("top_p", 0.0, 1.0, &mut echo.top_p),
+        ("presence_penalty", -2.0, 2.0, &mut echo.presence_penalty),
+        ("frequency_penalty", -2.0, 2.0, &mut echo.frequency_penalty),
+    ] {
+        if let Some(x) = req.number(key, min, max)? {
+            chat.insert(key.into(), number(x));
+            *slot = x;
+        }
+    }
+
+    // Output shape.
+    let include = include(&mut req)?;
+    let top_logprobs = req.integer("top_logprobs", 0, 20)?;
+    let logprobs =
+        include.iter().any(|i| i == LOGPROBS_INCLUDE) || top_logprobs.is_some_and(|n| n > 0);
+    if logprobs {
+        chat.insert("logprobs".into(), Value::Bool(true));
+        if let Some(n) = top_logprobs {
+            chat.insert("top_logprobs".into(), n.into());
+        }
+    }
+    echo.top_logprobs = top_logprobs.unwrap_or(0);
+    let seal_reasoning = include.iter().any(|i| i == ENCRYPTED_INCLUDE);
+    if seal_reasoning && options.keyring.is_none() {
+        return Err(bad_value(
+            "include",
+            "'reasoning.encrypted_content' is not available: this server has no reasoning keys configured.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    if let Some(text) = req.object("text")? {
+        text_format(text, &mut chat, &mut echo)?;
+    }
+    if let Some(reasoning) = req.object("reasoning")? {
+        let mut r = Obj {
+            map: reasoning,
+            path: "reasoning",
+        };
+        let effort = r.enumeration("effort", &["none", "low", "medium", "high", "xhigh"])?;
+        let summary = r.enumeration("summary", &["auto", "concise", "detailed"])?;
+        r.string("generate_summary")?;
+        r.deny_unknown()?;
+        if let Some(e) = effort {
+            chat.insert("reasoning_effort".into(), e.into());
+        }
+        echo.reasoning = Some(json!({"effort": effort, "summary": summary}));
+    }
+
+    // Echoed, not sent upstream.
+    if let Some(t) = req.enumeration("truncation", &["auto", "disabled"])? {
+        echo.truncation = t.into();
+    }
+    if let Some(t) = req.enumeration("service_tier", &["auto", "default", "flex", "priority"])? {
+        echo.service_tier = t.into();
+    }
+    if let Some(m) = req.take("metadata") {
+        echo.metadata = metadata(m)?;
+    }
+    if let Some(key) = req.string("prompt_cache_key")? {
+        if key.chars().count() > 64 {
+            return Err(bad_value(
+                "prompt_cache_key",
+                "Invalid 'prompt_cache_key': at most 64 characters.",
+            ));
+        }
+        echo.prompt_cache_key = Some(key);
+    }
+    if let Some(id) = req.string("safety_identifier")? {
+        if id.chars().count() > 64 {
+            return Err(bad_value(
+                "safety_identifier",
+                "Invalid 'safety_identifier': at most 64 characters.",
+            ));
+        }
+        chat.insert("user".into(), Value::String(id.clone()));
+        echo.safety_identifier = Some(id);
+    }
+
+    if stream {
+        chat.insert("stream".into(), Value::Bool(true));
+        // Usage arrives in a trailing chunk only when asked for.
+        chat.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+
+    // Provider extensions (`slug:field`) belong to another provider's API: never forwarded.
+    req.map.retain(|k, _| !is_extension(k));
+    // Whatever is left is not part of the Responses API.
+    if options.strict {
+        if let Some(key) = req.map.keys().next() {
+            return Err(ApiError::invalid(key.as_str(), format!(
+                "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
+            ))
+            .with_code("unknown_parameter"));
+        }
+    }
+    for (k, v) in std::mem::take(&mut req.map) {
+        chat.entry(k).or_insert(v);
+    }
+
+    echo.store = false;
+    let mut exchange = Exchange::new(&model, stream, meta, options.clone());
+    exchange.echo = echo;
+    exchange.logprobs = logprobs;
+    exchange.seal_reasoning = seal_reasoning;
+    exchange.namespaced = namespaced;
+    exchange.custom_tools = custom_tools;
+    let body = serde_json::to_vec(&Value::Object(chat)).map_err(|e| {
+        ApiError::server(
+            500,
+            "internal_error",
+            format!("could not encode the upstream request: {e}"),
+        )
+    })?;
+    Ok(Translated {
+        body: Bytes::from(body),
+        exchange,
+    })
+}
+
+/// The stateless tier serves only requests that carry their whole context.
+pub(super) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
+    if let Some(id) = req.string("previous_response_id")? {
+        return Err(ApiError::invalid(
+            "previous_response_id",
+            format!(
+                "Previous response with id '{id}' not found. This server is stateless (store: false): \
+                 send the whole conversation in 'input' instead of 'previous_response_id'."
+            ),
+        )
+        .with_code("previous_response_not_found"));
+    }
+    if req.bool("background")? == Some(true) {
+        return Err(bad_value(
+            "background",
+            "Background responses need stored state, which this stateless server does not keep: omit 'background' or set it to false.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    if req.has("conversation") {
+        return Err(bad_value(
+            "conversation",
+            "Conversations need stored state, which this stateless server does not keep: send the whole conversation in 'input'.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    if req.has("prompt") {
+        return Err(bad_value(
+            "prompt",
+            "Stored prompt templates are not available on this stateless server: send 'instructions' and 'input' instead.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    Ok(())
+}
+
+fn number(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
+
+fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
+    let Some(list) = req.array("include")? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, v) in list.into_iter().enumerate() {
+        let path = index("include", i);
+        match v {
+            Value::String(s) if INCLUDE_VALUES.contains(&s.as_str()) => out.push(s),
+            Value::String(s) => {
+                return Err(bad_value(
+                    &path,
+                    format!(
+                        "Invalid value for '{path}': '{s}'. Supported values are: {}.",
+                        INCLUDE_VALUES.join(", ")
+                    ),
+                ))
+            }
+            other => return Err(wrong_type(&path, "a string", &other)),
+        }
+    }
+    Ok(out)
+}
+
+fn metadata(value: Value) -> Result<Value, ApiError> {
+    let map = match value {
+        Value::Object(m) => m,
+        other => return Err(wrong_type("metadata", "an object", &other)),
+    };
+    if map.len() > 16 {
+        return Err(bad_value(
+            "metadata",
+            "Invalid 'metadata': at most 16 key-value pairs are allowed.",
+        ));
+    }
+    for (k, v) in &map {
+        let path = join("metadata", k);
+        if k.chars().count() > 64 {
+            return Err(bad_value(
+                &path,
+                "Invalid 'metadata': keys are at most 64 characters.",
+            ));
+        }
+        match v {
+            Value::String(s) if s.chars().count() <= 512 => {}
+            Value::String(_) => {
+                return Err(bad_value(
+                    &path,
+                    "Invalid 'metadata': values are at most 512 characters.",
+                ))
+            }
+            other => return Err(wrong_type(&path, "a string", other)),
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+/// `text.format` → `response_format`; the Responses form is echoed as given.
+fn text_format(
+    text: Map<String, Value>,
+    chat: &mut Map<String, Value>,
+    echo: &mut Echo,
+) -> Result<(), ApiError> {
+    let mut text = Obj {
+        map: text,
+        path: "text",
+    };
+    let verbosity = text.enumeration("verbosity", &["low", "medium", "high"])?;
+    let mut echoed = Map::new();
+    if let Some(format) = text.object("format")? {
+        let mut f = Obj {
+            map: format,
+            path: "text.format",
+        };
+        let kind = f
+            .enumeration("type", &["text", "json_object", "json_schema"])?
+            .ok_or_else(|| missing("text.format.type"))?;
+        match kind {
+            "text" => {
+                echoed.insert("format".into(), json!({"type": "text"}));
+            }
+            "json_object" => {
+                chat.insert("response_format".into(), json!({"type": "json_object"}));
+                echoed.insert("format".into(), json!({"type": "json_object"}));
+            }
+            _ => {
+                let name = f.required_string("name")?;
+                let schema = f
+                    .object("schema")?
+                    .ok_or_else(|| missing("text.format.schema"))?;
+                let description = f.string("description")?;
+                let strict = f.bool("strict")?;
+                let mut js = Map::new();
+                js.insert("name".into(), name.clone().into());
+                if let Some(d) = &description {
+                    js.insert("description".into(), d.clone().into());
+                }
+                js.insert("schema".into(), Value::Object(schema.clone()));
+                if let Some(s) = strict {
+                    js.insert("strict".into(), s.into());
+                }
+                chat.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": Value::Object(js)}),
+                );
+                echoed.insert(
+                    "format".into(),
+                    json!({"type": "json_schema", "name": name, "description": description,
+                           "schema": Value::Object(schema), "strict": strict.unwrap_or(false)}),
+                );
+            }
+        }
+        f.deny_unknown()?;
+    } else {
+        echoed.insert("format".into(), json!({"type": "text"}));
+    }
+    if let Some(v) = verbosity {
+        echoed.insert("verbosity".into(), v.into());
+        chat.insert("verbosity".into(), v.into());
+    }
+    text.deny_unknown()?;
+    echo.text = Value::Object(echoed);
+    Ok(())
+}
