@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::fields::{bad_value, missing};
 use super::request::{
@@ -127,12 +127,13 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     messages.append(&mut conversation);
     messages.push(json!({"role": "user", "content": REQUEST}));
 
-    let mut chat = Map::new();
-    chat.insert("model".into(), Value::String(model.clone()));
-    chat.insert(
-        "messages".into(),
-        Value::Array(merge_leading_system(messages)),
-    );
+    let mut chat = chat::Request {
+        model: model.clone(),
+        messages: merge_leading_system(messages),
+        // Always one JSON answer: the summary is sealed whole.
+        stream: Some(false),
+        ..chat::Request::default()
+    };
     req.map.retain(|k, _| !is_extension(k));
     if options.strict {
         if let Some(key) = req.map.keys().next() {
@@ -143,23 +144,12 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         }
     }
     // Like /v1/responses: unknown fields are the upstream's (vLLM's `chat_template_kwargs`).
-    for (k, v) in std::mem::take(&mut req.map) {
-        chat.entry(k).or_insert(v);
-    }
-    // Always one JSON answer: the summary is sealed whole.
-    chat.insert("stream".into(), Value::Bool(false));
+    chat.extra = std::mem::take(&mut req.map);
 
     let mut exchange = Exchange::new(&model, false, meta, options.clone());
     exchange.compact = Some(Box::new(Kept { message: kept }));
-    let body = serde_json::to_vec(&Value::Object(chat)).map_err(|e| {
-        ApiError::server(
-            500,
-            "internal_error",
-            format!("could not encode the upstream request: {e}"),
-        )
-    })?;
     Ok(Translated {
-        body: Bytes::from(body),
+        body: Bytes::from(chat.encode()),
         exchange,
     })
 }

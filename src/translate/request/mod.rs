@@ -22,6 +22,7 @@ use serde_json::{json, Map, Value};
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
 use super::json::ParseError;
 use super::{Exchange, Meta, Options};
+use crate::chat;
 use crate::openresponses::{ApiError, Echo};
 
 /// A translated request: the Chat body to send upstream and the state for the way back.
@@ -105,8 +106,10 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     }
 
     let mut echo = Echo::default();
-    let mut chat = Map::new();
-    chat.insert("model".into(), Value::String(model.clone()));
+    let mut chat = chat::Request {
+        model: model.clone(),
+        ..chat::Request::default()
+    };
 
     // Messages: instructions first, then the input items in order.
     let mut messages = Vec::new();
@@ -121,10 +124,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     input_messages(input, &mut conversation, &mut context, options)?;
     messages.append(&mut context);
     messages.append(&mut conversation);
-    chat.insert(
-        "messages".into(),
-        Value::Array(merge_leading_system(messages)),
-    );
+    chat.messages = merge_leading_system(messages);
 
     // Tools and how the model may use them.
     let mut namespaced = Vec::new();
@@ -161,17 +161,15 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
                 ));
             }
         } else {
-            chat.insert("tool_choice".into(), chat_choice);
+            chat.tool_choice = Some(chat_choice);
         }
         echo.tool_choice = echoed;
     }
-    if !chat_tools.is_empty() {
-        chat.insert("tools".into(), Value::Array(chat_tools));
-    }
+    chat.tools = chat_tools;
     if let Some(p) = req.bool("parallel_tool_calls")? {
         // Like `tool_choice`, only meaningful (and accepted by strict servers) with tools.
-        if chat.contains_key("tools") {
-            chat.insert("parallel_tool_calls".into(), Value::Bool(p));
+        if !chat.tools.is_empty() {
+            chat.parallel_tool_calls = Some(p);
         }
         echo.parallel_tool_calls = p;
     }
@@ -179,18 +177,36 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
 
     // Sampling.
     if let Some(n) = req.integer("max_output_tokens", 1, u64::from(u32::MAX))? {
-        chat.insert("max_completion_tokens".into(), n.into());
+        chat.max_completion_tokens = Some(n);
         echo.max_output_tokens = Some(n);
     }
-    for (key, min, max, slot) in [
-        ("temperature", 0.0, 2.0, &mut echo.temperature),
-        ("top_p", 0.0, 1.0, &mut echo.top_p),
-        ("presence_penalty", -2.0, 2.0, &mut echo.presence_penalty),
-        ("frequency_penalty", -2.0, 2.0, &mut echo.frequency_penalty),
+    for (key, min, max, echoed, sent) in [
+        (
+            "temperature",
+            0.0,
+            2.0,
+            &mut echo.temperature,
+            &mut chat.temperature,
+        ),
+        ("top_p", 0.0, 1.0, &mut echo.top_p, &mut chat.top_p),
+        (
+            "presence_penalty",
+            -2.0,
+            2.0,
+            &mut echo.presence_penalty,
+            &mut chat.presence_penalty,
+        ),
+        (
+            "frequency_penalty",
+            -2.0,
+            2.0,
+            &mut echo.frequency_penalty,
+            &mut chat.frequency_penalty,
+        ),
     ] {
         if let Some(x) = req.number(key, min, max)? {
-            chat.insert(key.into(), number(x));
-            *slot = x;
+            *sent = Some(x);
+            *echoed = x;
         }
     }
 
@@ -200,10 +216,8 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     let logprobs =
         include.iter().any(|i| i == LOGPROBS_INCLUDE) || top_logprobs.is_some_and(|n| n > 0);
     if logprobs {
-        chat.insert("logprobs".into(), Value::Bool(true));
-        if let Some(n) = top_logprobs {
-            chat.insert("top_logprobs".into(), n.into());
-        }
+        chat.logprobs = Some(true);
+        chat.top_logprobs = top_logprobs;
     }
     echo.top_logprobs = top_logprobs.unwrap_or(0);
     let seal_reasoning = include.iter().any(|i| i == ENCRYPTED_INCLUDE);
@@ -227,7 +241,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         r.string("generate_summary")?;
         r.deny_unknown()?;
         if let Some(e) = effort {
-            chat.insert("reasoning_effort".into(), e.into());
+            chat.reasoning_effort = Some(e.to_owned());
         }
         echo.reasoning = Some(json!({"effort": effort, "summary": summary}));
     }
@@ -258,14 +272,15 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
                 "Invalid 'safety_identifier': at most 64 characters.",
             ));
         }
-        chat.insert("user".into(), Value::String(id.clone()));
+        chat.user = Some(id.clone());
         echo.safety_identifier = Some(id);
     }
 
     if stream {
-        chat.insert("stream".into(), Value::Bool(true));
-        // Usage arrives in a trailing chunk only when asked for.
-        chat.insert("stream_options".into(), json!({"include_usage": true}));
+        chat.stream = Some(true);
+        chat.stream_options = Some(chat::StreamOptions {
+            include_usage: true,
+        });
     }
 
     // Provider extensions (`slug:field`) belong to another provider's API: never forwarded.
@@ -279,9 +294,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
             .with_code("unknown_parameter"));
         }
     }
-    for (k, v) in std::mem::take(&mut req.map) {
-        chat.entry(k).or_insert(v);
-    }
+    chat.extra = std::mem::take(&mut req.map);
 
     echo.store = false;
     let mut exchange = Exchange::new(&model, stream, meta, options.clone());
@@ -290,15 +303,8 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     exchange.seal_reasoning = seal_reasoning;
     exchange.namespaced = namespaced;
     exchange.custom_tools = custom_tools;
-    let body = serde_json::to_vec(&Value::Object(chat)).map_err(|e| {
-        ApiError::server(
-            500,
-            "internal_error",
-            format!("could not encode the upstream request: {e}"),
-        )
-    })?;
     Ok(Translated {
-        body: Bytes::from(body),
+        body: Bytes::from(chat.encode()),
         exchange,
     })
 }
@@ -337,10 +343,6 @@ pub(super) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
         .with_code("unsupported_parameter"));
     }
     Ok(())
-}
-
-fn number(x: f64) -> Value {
-    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
 }
 
 fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
@@ -403,7 +405,7 @@ fn metadata(value: Value) -> Result<Value, ApiError> {
 /// `text.format` → `response_format`; the Responses form is echoed as given.
 fn text_format(
     text: Map<String, Value>,
-    chat: &mut Map<String, Value>,
+    chat: &mut chat::Request,
     echo: &mut Echo,
 ) -> Result<(), ApiError> {
     let mut text = Obj {
@@ -425,7 +427,7 @@ fn text_format(
                 echoed.insert("format".into(), json!({"type": "text"}));
             }
             "json_object" => {
-                chat.insert("response_format".into(), json!({"type": "json_object"}));
+                chat.response_format = Some(json!({"type": "json_object"}));
                 echoed.insert("format".into(), json!({"type": "json_object"}));
             }
             _ => {
@@ -444,10 +446,8 @@ fn text_format(
                 if let Some(s) = strict {
                     js.insert("strict".into(), s.into());
                 }
-                chat.insert(
-                    "response_format".into(),
-                    json!({"type": "json_schema", "json_schema": Value::Object(js)}),
-                );
+                chat.response_format =
+                    Some(json!({"type": "json_schema", "json_schema": Value::Object(js)}));
                 echoed.insert(
                     "format".into(),
                     json!({"type": "json_schema", "name": name, "description": description,
@@ -461,7 +461,7 @@ fn text_format(
     }
     if let Some(v) = verbosity {
         echoed.insert("verbosity".into(), v.into());
-        chat.insert("verbosity".into(), v.into());
+        chat.verbosity = Some(v.to_owned());
     }
     text.deny_unknown()?;
     echo.text = Value::Object(echoed);
