@@ -50,10 +50,14 @@ fn reflection_descriptors() {
 }
 
 /// The `proto` folder of the envoy-types package this build uses, from `cargo metadata`.
+/// Filtered to the target platform: offline, cargo has only downloaded the packages this
+/// platform builds (on a fresh machine, Windows-only crates are absent).
 fn envoy_types_protos() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = std::env::var("TARGET").expect("TARGET");
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["--filter-platform", &target])
         .current_dir(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo metadata");
