@@ -96,7 +96,7 @@ if [ -n "${UPSTREAM_URL:-}" ]; then
   fi
 fi
 
-PORTS=(10000 9901 50051)
+PORTS=(10000 9901 50051 50052)
 [ -n "$UPSTREAM_HOST" ] || PORTS+=(18080)
 for port in "${PORTS[@]}"; do
   if listening "$port"; then
@@ -154,7 +154,7 @@ if [ -z "$UPSTREAM_HOST" ]; then
   start upstream "$ROOT/target/release/demo-upstream" --listen 127.0.0.1:18080
   wait_for "the demo upstream on :18080" listening 18080
 fi
-start processor "$BIN" --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464
+start processor "$BIN" --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ws-listen 127.0.0.1:50052
 wait_for "the processor on :50051" listening 50051
 start envoy "$ENVOY_BIN" -c "$CONFIG" --use-dynamic-base-id --log-level warn
 wait_for "Envoy on :10000" curl -s -o /dev/null --max-time 2 "$BASE/v1/responses"

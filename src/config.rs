@@ -231,6 +231,44 @@ pub struct Config {
     )]
     pub metrics_max_models: usize,
 
+    /// Serve the WebSocket transport of `/v1/responses` on this address (`HOST:PORT`); Envoy
+    /// routes upgrade requests here (envoy/envoy.yaml, cluster `responses_ws`). Off if unset.
+    #[arg(long, env = "RESPONSES_EXTPROC_WS_LISTEN")]
+    pub ws_listen: Option<SocketAddr>,
+
+    /// Where the WebSocket transport sends its Chat requests (+ --chat-path): back through
+    /// Envoy's own listener, so that its routes, load balancing and rate limits apply.
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:10000",
+        env = "RESPONSES_EXTPROC_WS_UPSTREAM"
+    )]
+    pub ws_upstream: String,
+
+    /// Most WebSocket connections open at once; further upgrades get 503
+    /// `websocket_connections_exhausted`.
+    #[arg(
+        long,
+        default_value_t = 1024,
+        env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS"
+    )]
+    pub ws_max_connections: usize,
+
+    /// Largest context kept per WebSocket connection for `previous_response_id` (the last
+    /// response's input and output, as JSON bytes); a larger one is not kept.
+    #[arg(long, default_value_t = limits::MAX_REQUEST_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_CONTEXT_BYTES")]
+    pub ws_max_context_bytes: usize,
+
+    /// Maximum age of a WebSocket connection, in seconds (the specification's 60 minutes):
+    /// then `websocket_connection_limit_reached` and a close, after the response in flight.
+    #[arg(long, default_value = "3600", value_parser = parse_secs, env = "RESPONSES_EXTPROC_WS_MAX_AGE")]
+    pub ws_max_age: Duration,
+
+    /// A WebSocket connection with nothing in flight and no message for this long is closed
+    /// (keep it below Envoy's idle timeout on the route).
+    #[arg(long, default_value = "300", value_parser = parse_secs, env = "RESPONSES_EXTPROC_WS_IDLE_TIMEOUT")]
+    pub ws_idle_timeout: Duration,
+
     /// How long in-flight requests may run after SIGTERM/SIGINT before the process exits.
     #[arg(long, default_value = "30", value_parser = parse_secs, env = "RESPONSES_EXTPROC_DRAIN_SECONDS")]
     pub drain_seconds: Duration,
@@ -319,6 +357,14 @@ impl Config {
                 ReasoningEventNames::Openai => ReasoningEventsPolicy::OpenAi,
             },
             options: self.translate_options(keyring),
+        }
+    }
+
+    /// The limits of one WebSocket connection.
+    pub fn ws_limits(&self) -> crate::connection::Limits {
+        crate::connection::Limits {
+            max_message_bytes: self.max_request_bytes,
+            max_context_bytes: self.ws_max_context_bytes,
         }
     }
 

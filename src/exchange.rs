@@ -96,6 +96,9 @@ pub struct Reply {
     pub body: Bytes,
     /// Whether this is a translated answer (rather than an error envelope).
     pub translated: bool,
+    /// The error of an error envelope, for transports that frame it their own way (the
+    /// WebSocket `error` event).
+    pub error: Option<ApiError>,
 }
 
 pub const JSON: &str = "application/json";
@@ -108,6 +111,7 @@ impl Reply {
             content_type: JSON,
             body: err.to_body(),
             translated: false,
+            error: Some(err.clone()),
         }
     }
 }
@@ -241,6 +245,11 @@ pub struct Exchange {
     summary: Summary,
     /// The names this client parses (from its headers, the policy and the override).
     reasoning_events: ReasoningEvents,
+    /// Keep the finished response of a stream ([`Exchange::keep_final_response`]).
+    keep_final: bool,
+    final_response: Option<Bytes>,
+    /// Echoed as the response's `previous_response_id` (set by the WebSocket connection).
+    previous_response_id: Option<String>,
 }
 
 impl Exchange {
@@ -248,6 +257,9 @@ impl Exchange {
         let reasoning_events = client::reasoning_events(settings.reasoning_events, |_| None);
         Exchange {
             reasoning_events,
+            keep_final: false,
+            final_response: None,
+            previous_response_id: None,
             settings,
             state: State::Request {
                 body: BytesMut::new(),
@@ -274,6 +286,30 @@ impl Exchange {
     /// its body: they decide the event names it gets (see [`client`]).
     pub fn identify_client<'h>(&mut self, header: impl Fn(&str) -> Option<&'h str>) {
         self.reasoning_events = client::reasoning_events(self.settings.reasoning_events, header);
+    }
+
+    /// The event names this client gets, when the transport knows them already (a WebSocket
+    /// connection identifies its client once, at the handshake).
+    pub fn set_reasoning_events(&mut self, names: ReasoningEvents) {
+        self.reasoning_events = names;
+    }
+
+    /// Keep the response object of a stream that ends completed or incomplete, for
+    /// [`Exchange::take_final_response`] (a WebSocket connection continues from it).
+    pub fn keep_final_response(&mut self) {
+        self.keep_final = true;
+    }
+
+    /// The response continues this one (its context was spliced into the input): echoed
+    /// in `previous_response_id`.
+    pub fn set_previous_response_id(&mut self, id: String) {
+        self.previous_response_id = Some(id);
+    }
+
+    /// The finished response (JSON, as the terminal event carries it), if kept and the
+    /// stream did not fail.
+    pub fn take_final_response(&mut self) -> Option<Bytes> {
+        self.final_response.take()
     }
 
     pub fn summary(&self) -> &Summary {
@@ -330,9 +366,33 @@ impl Exchange {
             Operation::Create => translate::translate_request(full, &self.settings.options, meta),
             Operation::Compact => compact::translate(full, &self.settings.options, meta),
         };
+        self.forward(translated)
+    }
+
+    /// The client's request already parsed into an object (a `create`): the same rules as
+    /// [`Exchange::request_body`] without parsing it again.
+    pub fn request_object(
+        &mut self,
+        body: serde_json::Map<String, serde_json::Value>,
+        meta: Meta,
+    ) -> RequestStep {
+        if !matches!(self.state, State::Request { .. })
+            || self.summary.operation != Operation::Create
+        {
+            return RequestStep::Reply(self.fail(&internal("a parsed request out of place")));
+        }
+        let translated = translate::translate_request_object(body, &self.settings.options, meta);
+        self.forward(translated)
+    }
+
+    fn forward(
+        &mut self,
+        translated: Result<translate::request::Translated, ApiError>,
+    ) -> RequestStep {
         match translated {
             Ok(mut t) => {
                 t.exchange.options.reasoning_events = self.reasoning_events;
+                t.exchange.echo.previous_response_id = self.previous_response_id.take();
                 self.summary.response_id = Some(t.exchange.id().to_owned());
                 self.summary.model = Some(t.exchange.model().to_owned());
                 self.summary.stream = t.exchange.is_stream();
@@ -574,6 +634,7 @@ impl Exchange {
             content_type,
             body,
             translated: true,
+            error: None,
         }
     }
 
@@ -585,11 +646,15 @@ impl Exchange {
             content_type: EVENT_STREAM,
             body,
             translated: true,
+            error: None,
         }
     }
 
     fn note_stream_end(&mut self, translator: &StreamTranslator) {
         let report = translator.report();
+        if self.keep_final && report.error.is_none() {
+            self.final_response = translator.final_response().map(|f| f.body);
+        }
         self.summary.status = Some(200);
         self.summary.usage = report.usage;
         self.summary.upstream_model = report.upstream_model;

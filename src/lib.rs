@@ -1,9 +1,12 @@
 pub mod chat;
 pub mod client;
 pub mod config;
+pub mod connection;
+pub mod environment;
 pub mod exchange;
 pub mod extproc;
 pub mod metrics;
 pub mod openresponses;
 pub mod sse;
 pub mod translate;
+pub mod websocket;

@@ -9,6 +9,7 @@ use std::future::Future;
 use responses_extproc::config::{Cli, Config, KeySource, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
 use responses_extproc::metrics::Metrics;
+use responses_extproc::websocket::{Server as WsServer, WsSettings};
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
@@ -87,6 +88,28 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(serve_metrics(listener, metrics.clone()));
         settings.metrics = Some(metrics);
     }
+    let ws = match config.ws_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr).await?;
+            let ws_settings = WsSettings {
+                exchange: settings.exchange.clone(),
+                limits: config.ws_limits(),
+                upstream: config.ws_upstream.clone(),
+                max_connections: config.ws_max_connections,
+                max_age: config.ws_max_age,
+                idle_timeout: config.ws_idle_timeout,
+                metrics: settings.metrics.clone(),
+            };
+            tracing::info!(
+                listen = %addr,
+                upstream = %config.ws_upstream,
+                max_connections = config.ws_max_connections,
+                "serving the WebSocket transport"
+            );
+            Some(WsServer::start(listener, ws_settings)?)
+        }
+        None => None,
+    };
     let processor = Processor::new(settings);
 
     let mut builder = tonic::transport::Server::builder();
@@ -179,7 +202,14 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         .set_not_serving::<ExternalProcessorServer<Processor>>()
         .await;
     let _ = stop_tx.send(());
-    match tokio::time::timeout(config.drain_seconds, server).await {
+    // WebSocket connections finish their response in flight, then close (1001).
+    let ws_drained = async {
+        if let Some(ws) = &ws {
+            ws.drain().await;
+        }
+    };
+    let drained = async { tokio::join!(server, ws_drained).0 };
+    match tokio::time::timeout(config.drain_seconds, drained).await {
         Ok(result) => result?,
         Err(_) => tracing::warn!("drain period over; exiting with exchanges still open"),
     }

@@ -30,27 +30,7 @@ use crate::exchange::{
 use crate::metrics::Timing;
 use crate::translate::Meta;
 
-/// What the caller provides for each request: the clock and fresh randomness.
-pub trait Environment {
-    fn now(&self) -> u64;
-    fn id_seed(&self) -> u128;
-}
-
-/// The real clock and OS randomness.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct System;
-
-impl Environment for System {
-    fn now(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    }
-
-    fn id_seed(&self) -> u128 {
-        uuid::Uuid::new_v4().as_u128()
-    }
-}
+pub use crate::environment::{Environment, System};
 
 /// The namespace of our dynamic metadata in Envoy (README "Envoy metadata").
 pub const METADATA_NAMESPACE: &str = "responses_extproc";

@@ -189,6 +189,8 @@ pub struct Echo {
     pub metadata: Value,
     pub safety_identifier: Option<String>,
     pub prompt_cache_key: Option<String>,
+    /// The response this one continues (WebSocket transport, connection-local context).
+    pub previous_response_id: Option<String>,
 }
 
 impl Default for Echo {
@@ -214,6 +216,7 @@ impl Default for Echo {
             metadata: Value::Object(Default::default()),
             safety_identifier: None,
             prompt_cache_key: None,
+            previous_response_id: None,
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::openresponses::{
 };
 
 pub use request::translate as translate_request;
+pub use request::translate_object as translate_request_object;
 
 /// Which event names carry reasoning text in a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -299,7 +300,7 @@ impl Exchange {
             status: state.status,
             incomplete_details: state.incomplete.as_ref(),
             model: &self.model,
-            previous_response_id: None,
+            previous_response_id: self.echo.previous_response_id.as_deref(),
             output,
             error: state.error.as_ref(),
             usage: state.usage.as_ref(),

@@ -60,17 +60,61 @@ pub fn test_config(upstream_port: u16, extproc_port: u16) -> String {
 /// Rewrites a bootstrap shaped like `envoy/envoy.yaml` (`source` names it in failures) for a
 /// test: listener on 127.0.0.1 port 0, admin on port 0, the given ext_proc and upstream ports.
 pub fn substitute(config: &str, source: &str, upstream_port: u16, extproc_port: u16) -> String {
+    substitute_ports(
+        config,
+        source,
+        Ports {
+            upstream: upstream_port,
+            extproc: extproc_port,
+            listener: 0,
+            // No WebSocket listener: upgrades find the port closed (port 1 is never served).
+            ws: 1,
+        },
+    )
+}
+
+/// The ports of a test bootstrap.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub upstream: u16,
+    pub extproc: u16,
+    /// Envoy's listener; 0: Envoy picks one (read back with [`Envoy::port`]).
+    pub listener: u16,
+    /// The processor's WebSocket listener (cluster `responses_ws`, if the file has it).
+    pub ws: u16,
+}
+
+/// [`substitute`] with every port given.
+pub fn substitute_ports(config: &str, source: &str, ports: Ports) -> String {
     let mut config = config.to_owned();
-    for (from, to) in [
-        ("address: 0.0.0.0", "address: 127.0.0.1".to_string()),
-        ("port_value: 10000", "port_value: 0".to_string()),
-        ("port_value: 9901", "port_value: 0".to_string()),
-        ("port_value: 50051", format!("port_value: {extproc_port}")),
-        ("port_value: 18080", format!("port_value: {upstream_port}")),
+    // Each must occur exactly once; the WebSocket cluster at most once.
+    for (from, to, optional) in [
+        ("address: 0.0.0.0", "address: 127.0.0.1".to_string(), false),
+        (
+            "port_value: 10000",
+            format!("port_value: {}", ports.listener),
+            false,
+        ),
+        ("port_value: 9901", "port_value: 0".to_string(), false),
+        (
+            "port_value: 50051",
+            format!("port_value: {}", ports.extproc),
+            false,
+        ),
+        (
+            "port_value: 50052",
+            format!("port_value: {}", ports.ws),
+            true,
+        ),
+        (
+            "port_value: 18080",
+            format!("port_value: {}", ports.upstream),
+            false,
+        ),
     ] {
         let count = config.matches(from).count();
-        assert_eq!(
-            count, 1,
+        assert!(
+            count == 1 || (optional && count == 0),
             "{source} must contain `{from}` exactly once (found {count})"
         );
         config = config.replace(from, &to);

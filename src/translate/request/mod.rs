@@ -40,7 +40,7 @@ const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
 const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
 
 /// The request body as a JSON object, within the size cap.
-pub(super) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>, ApiError> {
+pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>, ApiError> {
     if body.len() > options.max_request_bytes {
         return Err(ApiError::invalid_body(format!(
             "The request body has {} bytes; this server accepts at most {}.",
@@ -79,7 +79,17 @@ pub(super) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>,
 
 /// Validates a Responses request and maps it to Chat Completions.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
-    let mut req = parse_body(body, options)?;
+    translate_object(parse_body(body, options)?.map, options, meta)
+}
+
+/// [`translate`] for a body already parsed (a WebSocket `response.create` whose transport
+/// fields were taken off): the same rules, without parsing twice.
+pub fn translate_object(
+    map: Map<String, Value>,
+    options: &Options,
+    meta: Meta,
+) -> Result<Translated, ApiError> {
+    let mut req = Obj { map, path: "" };
     reject_stateful(&mut req)?;
     // Codex sends its installation/session ids here: client bookkeeping, not for the model.
     req.object("client_metadata")?;

@@ -1,0 +1,507 @@
+//! The rules of one WebSocket connection on the Responses path, sans-IO.
+//!
+//! A client sends `{"type":"response.create", ...}` messages (the body of `POST
+//! /v1/responses` without its transport fields); each becomes one [`Exchange`], streamed, and
+//! its events go back as one text message each: the same objects as over SSE, numbered from
+//! 0 per response. The adapter (`crate::websocket`) only moves bytes: it sends the Chat
+//! request this returns, feeds the answer back in, and sends the messages that come out.
+//!
+//! Connection-local state, nothing persisted: the last response that completed (or ended
+//! incomplete), with its whole context (its input, after its own continuation, plus its
+//! output), so that the next `response.create` may name it in `previous_response_id` and
+//! send only the new items. That works with `store: false` because nothing outlives the
+//! socket. A `response.create` that names the kept response takes it: if that attempt fails
+//! (a 4xx or 5xx, a failed stream), the context is gone and naming it again is
+//! `previous_response_not_found`. A context over `Limits::max_context_bytes` is not kept.
+//!
+//! One response at a time: the adapter queues further messages and hands them over in
+//! order once [`Connection::in_flight`] is false.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::exchange::{
+    BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead, Settings, Summary,
+    UpstreamRequest, EVENT_STREAM,
+};
+use crate::openresponses::ApiError;
+use crate::translate::{Meta, ReasoningEvents};
+
+/// The limits of one connection (the adapter enforces the rest: count, age, idle time).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest `response.create` message, in bytes: 413 `request_too_large` beyond.
+    pub max_message_bytes: usize,
+    /// Largest context kept for a continuation (its input and output as JSON, in bytes).
+    pub max_context_bytes: usize,
+}
+
+/// What to do with a client's message.
+#[derive(Debug)]
+pub enum Start {
+    /// Send this Chat request upstream and feed its answer to [`Connection::upstream_head`].
+    Forward(UpstreamRequest),
+    /// Nothing goes upstream: send these messages (an `error` event).
+    Reject(Bytes),
+}
+
+/// Messages for the client.
+#[derive(Debug, Default)]
+pub struct Frames {
+    /// One text message each (JSON), in order.
+    pub messages: Vec<Bytes>,
+    /// The response has ended (its terminal event or its error was among the messages):
+    /// the next `response.create` may start.
+    pub done: bool,
+}
+
+/// One WebSocket connection. See the module docs.
+#[derive(Debug)]
+pub struct Connection {
+    settings: Arc<Settings>,
+    limits: Limits,
+    reasoning_events: ReasoningEvents,
+    /// The last response that ended well, ready to be continued.
+    context: Option<Context>,
+    /// The last response that ended well but was not kept: its id, so that naming it gets a
+    /// message that says why.
+    too_large: Option<String>,
+    turn: Option<Turn>,
+    /// The summary of the last exchange that ended, for logs and metrics.
+    last: Option<Summary>,
+}
+
+#[derive(Debug)]
+struct Context {
+    id: String,
+    items: Vec<Value>,
+    bytes: usize,
+}
+
+/// The response in flight.
+#[derive(Debug)]
+struct Turn {
+    exchange: Exchange,
+    /// Its whole input (the continued context's items first), kept for the next context.
+    input: Vec<Value>,
+    input_bytes: usize,
+}
+
+/// Fields of `POST /v1/responses` that belong to the HTTP transport: every response on a
+/// socket is streamed, and none runs in the background.
+const TRANSPORT_FIELDS: &[&str] = &["stream", "stream_options", "background"];
+
+impl Connection {
+    /// `reasoning_events`: the names this client parses, known from the handshake's headers.
+    pub fn new(settings: Arc<Settings>, limits: Limits, reasoning_events: ReasoningEvents) -> Self {
+        Connection {
+            settings,
+            limits,
+            reasoning_events,
+            context: None,
+            too_large: None,
+            turn: None,
+            last: None,
+        }
+    }
+
+    /// A response is in flight: further messages wait.
+    pub fn in_flight(&self) -> bool {
+        self.turn.is_some()
+    }
+
+    /// The exchange in flight, for logs and metrics.
+    pub fn exchange(&self) -> Option<&Exchange> {
+        self.turn.as_ref().map(|t| &t.exchange)
+    }
+
+    /// The summary of the last exchange that ended.
+    pub fn last_summary(&self) -> Option<&Summary> {
+        self.last.as_ref()
+    }
+
+    /// Bytes of context kept for a continuation.
+    pub fn context_bytes(&self) -> usize {
+        self.context.as_ref().map_or(0, |c| c.bytes)
+    }
+
+    /// A text message from the client.
+    pub fn on_text(&mut self, text: &[u8], meta: Meta) -> Start {
+        match self.start(text, meta) {
+            Ok(start) => start,
+            Err(err) => Start::Reject(error_frame(&err)),
+        }
+    }
+
+    /// A binary message: the protocol is JSON text.
+    pub fn on_binary(&mut self) -> Bytes {
+        error_frame(
+            &ApiError::invalid_body(
+                "Binary messages are not supported: send each event as a JSON text message.",
+            )
+            .with_code("invalid_message"),
+        )
+    }
+
+    /// A message over the size limit (the transport did not read it whole).
+    pub fn on_oversize(&mut self) -> Bytes {
+        error_frame(&message_too_large(self.limits.max_message_bytes))
+    }
+
+    /// The error sent when the connection has reached its maximum age.
+    pub fn connection_limit_reached(&self, max_age_minutes: u64) -> Bytes {
+        error_frame(
+            &ApiError::invalid_body(format!(
+                "This connection has reached its maximum age ({max_age_minutes} minutes): open a new one. \
+                 Continuations cannot cross connections: send the whole input on the new one."
+            ))
+            .with_code("websocket_connection_limit_reached"),
+        )
+    }
+
+    fn start(&mut self, text: &[u8], meta: Meta) -> Result<Start, ApiError> {
+        if self.turn.is_some() {
+            return Err(ApiError::server(
+                500,
+                "internal_error",
+                "A response.create arrived while a response is in flight.",
+            ));
+        }
+        if text.len() > self.limits.max_message_bytes {
+            return Err(message_too_large(self.limits.max_message_bytes));
+        }
+        let mut body = crate::translate::request::parse_body(text, &self.settings.options)?.map;
+        match body.remove("type") {
+            Some(Value::String(t)) if t == "response.create" => {}
+            Some(Value::String(t)) => {
+                return Err(ApiError::invalid(
+                    "type",
+                    format!("Unknown event type '{t}'. This server accepts 'response.create'."),
+                )
+                .with_code("unknown_event_type"))
+            }
+            Some(_) => {
+                return Err(
+                    ApiError::invalid("type", "Invalid 'type': expected a string.")
+                        .with_code("invalid_type"),
+                )
+            }
+            None => return Err(ApiError::invalid(
+                "type",
+                "Missing required parameter: 'type'. Send {\"type\": \"response.create\", ...}.",
+            )
+            .with_code("missing_required_parameter")),
+        }
+        // A continuation takes the context it names: whatever happens next, a failure
+        // leaves nothing to continue from.
+        let continued = match body.remove("previous_response_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(self.take_context(&id)?),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "previous_response_id",
+                    "Invalid 'previous_response_id': expected a string.",
+                )
+                .with_code("invalid_type"))
+            }
+        };
+        for field in TRANSPORT_FIELDS {
+            if body.contains_key(*field) {
+                return Err(ApiError::invalid(
+                    *field,
+                    format!(
+                        "'{field}' is not allowed over the WebSocket transport: every response is streamed as events on the socket."
+                    ),
+                )
+                .with_code("unsupported_parameter"));
+            }
+        }
+        if body.contains_key("stream_id") {
+            return Err(ApiError::invalid(
+                "stream_id",
+                "Lanes ('stream_id') are not supported: this server runs one response at a time per connection, in order.",
+            )
+            .with_code("unsupported_parameter"));
+        }
+        match body.remove("generate") {
+            None | Some(Value::Bool(true)) => {}
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "generate",
+                    "'generate: false' (preloading without a response) is not supported: send the items with the request that generates.",
+                )
+                .with_code("unsupported_parameter"))
+            }
+        }
+        let continues = continued.as_ref().map(|c| c.id.clone());
+        let (input, input_bytes) = self.full_input(&mut body, continued, text.len())?;
+        body.insert("input".into(), Value::Array(input.clone()));
+        body.insert("stream".into(), Value::Bool(true));
+
+        let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
+        exchange.set_reasoning_events(self.reasoning_events);
+        exchange.keep_final_response();
+        if let Some(id) = continues {
+            exchange.set_previous_response_id(id);
+        }
+        match exchange.request_object(body, meta) {
+            RequestStep::Forward(up) => {
+                self.turn = Some(Turn {
+                    exchange,
+                    input,
+                    input_bytes,
+                });
+                Ok(Start::Forward(up))
+            }
+            RequestStep::Reply(reply) => Err(reply_error(reply)),
+            RequestStep::Hold => Err(ApiError::server(
+                500,
+                "internal_error",
+                "The request was not translated.",
+            )),
+        }
+    }
+
+    fn take_context(&mut self, id: &str) -> Result<Context, ApiError> {
+        match self.context.take() {
+            Some(c) if c.id == id => Ok(c),
+            other => {
+                self.context = other;
+                let why = if self.too_large.as_deref() == Some(id) {
+                    format!(
+                        "its context was larger than this server keeps per connection ({} bytes)",
+                        self.limits.max_context_bytes
+                    )
+                } else {
+                    "only the last response of this connection can be continued, and only until a continuation of it fails".to_owned()
+                };
+                Err(ApiError::invalid(
+                    "previous_response_id",
+                    format!(
+                        "Previous response with id '{id}' not found: {why}. Responses are not stored (store: false): send the whole conversation in 'input'."
+                    ),
+                )
+                .with_code("previous_response_not_found"))
+            }
+        }
+    }
+
+    /// The request's input as items, after the continued context's.
+    fn full_input(
+        &self,
+        body: &mut Map<String, Value>,
+        continued: Option<Context>,
+        message_bytes: usize,
+    ) -> Result<(Vec<Value>, usize), ApiError> {
+        let new = match body.remove("input") {
+            Some(Value::Array(items)) => items,
+            Some(Value::String(text)) => vec![serde_json::json!({
+                "type": "message", "role": "user", "content": text
+            })],
+            None if continued.is_some() => Vec::new(),
+            None => {
+                return Err(
+                    ApiError::invalid("input", "Missing required parameter: 'input'.")
+                        .with_code("missing_required_parameter"),
+                )
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "input",
+                    "Invalid 'input': expected a string or an array of items.",
+                )
+                .with_code("invalid_type"))
+            }
+        };
+        Ok(match continued {
+            None => (new, message_bytes),
+            Some(mut context) => {
+                context.items.extend(new);
+                (context.items, context.bytes + message_bytes)
+            }
+        })
+    }
+
+    /// The head of the upstream's answer.
+    pub fn upstream_head(&mut self, status: u16, content_type: &str, now: u64) -> Frames {
+        let Some(turn) = &mut self.turn else {
+            return Frames::default();
+        };
+        let head = ResponseHead {
+            status,
+            content_type,
+            end_of_stream: false,
+        };
+        match turn.exchange.response_head(head, now) {
+            HeadStep::Stream | HeadStep::Gather => Frames::default(),
+            HeadStep::Reply(reply) => self.end_with(reply),
+        }
+    }
+
+    /// A piece of the upstream's body; `end` on the last one.
+    pub fn upstream_body(&mut self, chunk: &[u8], end: bool, now: u64) -> Frames {
+        let Some(turn) = &mut self.turn else {
+            return Frames::default();
+        };
+        match turn.exchange.response_body(chunk, end, now) {
+            BodyStep::Send(bytes) => {
+                let messages = event_messages(&bytes);
+                if turn.exchange.is_finished() {
+                    self.end_turn(messages)
+                } else {
+                    Frames {
+                        messages,
+                        done: false,
+                    }
+                }
+            }
+            BodyStep::Hold => Frames::default(),
+            BodyStep::Reply(reply) => self.end_with(reply),
+        }
+    }
+
+    /// The upstream failed (no answer, a reset, a timeout): the response ends as failed.
+    pub fn upstream_failed(&mut self, code: &str, message: &str, now: u64) -> Frames {
+        let Some(turn) = &mut self.turn else {
+            return Frames::default();
+        };
+        match turn.exchange.abort(code, message, now) {
+            crate::exchange::AbortStep::Send(bytes) => {
+                let messages = event_messages(&bytes);
+                self.end_turn(messages)
+            }
+            crate::exchange::AbortStep::Reply(reply) => self.end_with(reply),
+            crate::exchange::AbortStep::Nothing => self.end_turn(Vec::new()),
+        }
+    }
+
+    fn end_with(&mut self, reply: Reply) -> Frames {
+        let messages = if reply.translated && reply.content_type == EVENT_STREAM {
+            event_messages(&reply.body)
+        } else {
+            vec![error_frame(&reply_error(reply))]
+        };
+        self.end_turn(messages)
+    }
+
+    /// The response ended: keep its context if it ended well.
+    fn end_turn(&mut self, messages: Vec<Bytes>) -> Frames {
+        if let Some(mut turn) = self.turn.take() {
+            self.last = Some(turn.exchange.summary().clone());
+            if let Some(body) = turn.exchange.take_final_response() {
+                self.keep(turn, &body);
+            }
+        }
+        Frames {
+            messages,
+            done: true,
+        }
+    }
+
+    fn keep(&mut self, turn: Turn, response: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Finished {
+            id: String,
+            output: Vec<Value>,
+        }
+        let Ok(finished) = serde_json::from_slice::<Finished>(response) else {
+            return;
+        };
+        let bytes = turn.input_bytes + response.len();
+        if bytes > self.limits.max_context_bytes {
+            self.context = None;
+            self.too_large = Some(finished.id);
+            return;
+        }
+        let mut items = turn.input;
+        items.extend(finished.output);
+        self.too_large = None;
+        self.context = Some(Context {
+            id: finished.id,
+            items,
+            bytes,
+        });
+    }
+}
+
+fn message_too_large(limit: usize) -> ApiError {
+    ApiError::invalid_body(format!(
+        "The message is larger than this server accepts (--max-request-bytes, {limit} bytes)."
+    ))
+    .with_status(413)
+    .with_code("request_too_large")
+}
+
+fn reply_error(reply: Reply) -> ApiError {
+    reply.error.unwrap_or_else(|| {
+        ApiError::server(
+            500,
+            "internal_error",
+            "The response could not be framed as events.",
+        )
+    })
+}
+
+/// The `error` event of the WebSocket transport: `{"type":"error","status":N,"error":{...}}`.
+pub fn error_frame(err: &ApiError) -> Bytes {
+    #[derive(Serialize)]
+    struct Frame<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        status: u16,
+        error: Payload<'a>,
+    }
+    #[derive(Serialize)]
+    struct Payload<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        code: Option<&'a str>,
+        message: &'a str,
+        param: Option<&'a str>,
+    }
+    let frame = Frame {
+        kind: "error",
+        status: err.status,
+        error: Payload {
+            kind: err.kind.as_str(),
+            code: err.code.as_deref(),
+            message: &err.message,
+            param: err.param.as_deref(),
+        },
+    };
+    // Serialising plain strings cannot fail.
+    Bytes::from(serde_json::to_vec(&frame).unwrap_or_default())
+}
+
+/// The events of the core's SSE output (`event: X\ndata: {json}\n\n`, one line of data each,
+/// see `openresponses::events`), as one message each: slices of the same buffer, no copy.
+/// The closing `[DONE]` is an SSE convention and is not sent.
+pub fn event_messages(sse: &Bytes) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut rest = &sse[..];
+    let mut offset = 0;
+    while let Some(start) = find(rest, b"data: ") {
+        let data = start + b"data: ".len();
+        let len = rest[data..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(rest.len() - data);
+        let payload = &rest[data..data + len];
+        if payload != b"[DONE]" {
+            out.push(sse.slice(offset + data..offset + data + len));
+        }
+        offset += data + len;
+        rest = &rest[data + len..];
+    }
+    out
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,433 @@
+//! The connection's rules with plain bytes: messages in, Chat requests and events out.
+
+use super::*;
+use serde_json::json;
+
+const SSE: &str = "text/event-stream";
+
+fn settings() -> Arc<Settings> {
+    Arc::new(Settings::default())
+}
+
+fn limits() -> Limits {
+    Limits {
+        max_message_bytes: 64 * 1024,
+        max_context_bytes: 1 << 20,
+    }
+}
+
+fn connection() -> Connection {
+    Connection::new(settings(), limits(), ReasoningEvents::Spec)
+}
+
+fn meta(seed: u128) -> Meta {
+    Meta {
+        now: 1_700_000_000,
+        id_seed: seed,
+    }
+}
+
+fn create(body: serde_json::Value) -> Vec<u8> {
+    let mut body = body;
+    body["type"] = json!("response.create");
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// A Chat stream that says `text` and stops.
+fn chat_stream(text: &str) -> String {
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let mut s = chunk(json!({"role": "assistant", "content": text}), None);
+    s.push_str(&chunk(json!({}), Some("stop")));
+    s.push_str("data: [DONE]\n\n");
+    s
+}
+
+fn forward(conn: &mut Connection, message: &[u8], seed: u128) -> UpstreamRequest {
+    match conn.on_text(message, meta(seed)) {
+        Start::Forward(up) => up,
+        Start::Reject(frame) => panic!("rejected: {}", String::from_utf8_lossy(&frame)),
+    }
+}
+
+fn reject(conn: &mut Connection, message: &[u8]) -> serde_json::Value {
+    match conn.on_text(message, meta(9)) {
+        Start::Reject(frame) => serde_json::from_slice(&frame).unwrap(),
+        Start::Forward(up) => panic!("forwarded: {}", String::from_utf8_lossy(&up.body)),
+    }
+}
+
+fn events(frames: &Frames) -> Vec<serde_json::Value> {
+    frames
+        .messages
+        .iter()
+        .map(|m| serde_json::from_slice(m).expect("each message is one JSON object"))
+        .collect()
+}
+
+/// Runs one response to its end with a stream that says `text`; returns its events.
+fn answer(conn: &mut Connection, text: &str) -> Vec<serde_json::Value> {
+    let head = conn.upstream_head(200, SSE, 1);
+    assert!(head.messages.is_empty() && !head.done);
+    let frames = conn.upstream_body(chat_stream(text).as_bytes(), true, 2);
+    assert!(frames.done, "the stream ended");
+    assert!(!conn.in_flight());
+    events(&frames)
+}
+
+fn code(frame: &serde_json::Value) -> &str {
+    frame["error"]["code"].as_str().unwrap_or("")
+}
+
+#[test]
+fn a_create_streams_events_as_messages_numbered_from_zero() {
+    let mut conn = connection();
+    let up = forward(&mut conn, &create(json!({"model": "m", "input": "hi"})), 1);
+    assert!(up.stream, "every response on a socket is streamed");
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(chat["stream"], json!(true));
+    assert_eq!(chat["messages"], json!([{"role": "user", "content": "hi"}]));
+    assert!(conn.in_flight());
+
+    let events = answer(&mut conn, "Hello");
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"response.created"));
+    assert_eq!(types.last(), Some(&"response.completed"));
+    assert!(types.contains(&"response.output_text.delta"));
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], json!(i), "{e}");
+    }
+    // The next response numbers its events from 0 again.
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "input": "again"})),
+        2,
+    );
+    assert_eq!(answer(&mut conn, "x")[0]["sequence_number"], json!(0));
+}
+
+#[test]
+fn a_continuation_sends_the_whole_context_and_echoes_the_id() {
+    let mut conn = connection();
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "instructions": "be brief", "input": "first question"})),
+        1,
+    );
+    let done = answer(&mut conn, "first answer");
+    let id = done.last().unwrap()["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(conn.context_bytes() > 0);
+
+    let next = create(json!({"model": "m", "previous_response_id": id,
+        "input": [{"role": "user", "content": "second question"}]}));
+    let up = forward(&mut conn, &next, 2);
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    // Instructions are not carried over (as over HTTP, each request gives its own).
+    assert_eq!(
+        chat["messages"],
+        json!([
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "second question"}
+        ])
+    );
+    let events = answer(&mut conn, "second answer");
+    let last = events.last().unwrap();
+    assert_eq!(last["response"]["previous_response_id"], json!(id));
+
+    // The continuation is now the context: a third turn sees all three.
+    let second = last["response"]["id"].as_str().unwrap().to_owned();
+    let up = forward(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": second, "input": "third"})),
+        3,
+    );
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(chat["messages"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn only_the_last_response_can_be_continued() {
+    let mut conn = connection();
+    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
+    let first = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
+    forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
+    answer(&mut conn, "b");
+    let frame = reject(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": first, "input": "x"})),
+    );
+    assert_eq!(code(&frame), "previous_response_not_found");
+    assert_eq!(frame["status"], json!(400));
+    assert_eq!(frame["type"], json!("error"));
+    assert_eq!(frame["error"]["param"], json!("previous_response_id"));
+}
+
+#[test]
+fn an_unknown_id_leaves_the_context_in_place() {
+    let mut conn = connection();
+    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
+    let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
+    let frame = reject(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": "resp_other", "input": "x"})),
+    );
+    assert_eq!(code(&frame), "previous_response_not_found");
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
+        2,
+    );
+}
+
+#[test]
+fn a_failed_continuation_evicts_the_context() {
+    // Failing upstream (an error status), failing translation (a 400) and a failed stream
+    // each evict what they continued.
+    let failures: [fn(&mut Connection, &str) -> Frames; 3] = [
+        |conn, id| {
+            forward(
+                conn,
+                &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
+                2,
+            );
+            conn.upstream_head(500, "application/json", 1);
+            conn.upstream_body(br#"{"error":{"message":"boom"}}"#, true, 1)
+        },
+        |conn, id| {
+            let bad = create(
+                json!({"model": "m", "previous_response_id": id, "input": "x",
+                "temperature": "hot"}),
+            );
+            match conn.on_text(&bad, meta(2)) {
+                Start::Reject(frame) => Frames {
+                    messages: vec![frame],
+                    done: true,
+                },
+                Start::Forward(_) => panic!("a bad temperature was forwarded"),
+            }
+        },
+        |conn, id| {
+            forward(
+                conn,
+                &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
+                2,
+            );
+            conn.upstream_head(200, SSE, 1);
+            conn.upstream_body(
+                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n",
+                false,
+                1,
+            );
+            conn.upstream_failed("upstream_unavailable", "reset", 1)
+        },
+    ];
+    for fail in failures {
+        let mut conn = connection();
+        forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
+        let id = answer(&mut conn, "a").last().unwrap()["response"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let frames = fail(&mut conn, &id);
+        assert!(frames.done);
+        let last: serde_json::Value =
+            serde_json::from_slice(frames.messages.last().unwrap()).unwrap();
+        assert!(
+            last["type"] == "error" || last["type"] == "response.failed",
+            "{last}"
+        );
+        let frame = reject(
+            &mut conn,
+            &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
+        );
+        assert_eq!(code(&frame), "previous_response_not_found", "{frame}");
+        assert_eq!(conn.context_bytes(), 0);
+    }
+}
+
+#[test]
+fn a_failed_fresh_response_keeps_the_context() {
+    let mut conn = connection();
+    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
+    let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
+    forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
+    conn.upstream_head(503, "application/json", 1);
+    let frames = conn.upstream_body(b"{}", true, 1);
+    let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
+    assert_eq!(frame["type"], json!("error"));
+    assert_eq!(frame["status"], json!(503));
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
+        3,
+    );
+}
+
+#[test]
+fn transport_fields_are_rejected() {
+    for field in ["stream", "stream_options", "background"] {
+        let mut conn = connection();
+        let mut body = json!({"model": "m", "input": "x"});
+        body[field] = if field == "stream_options" {
+            json!({})
+        } else {
+            json!(false)
+        };
+        let frame = reject(&mut conn, &create(body));
+        assert_eq!(code(&frame), "unsupported_parameter");
+        assert_eq!(frame["error"]["param"], json!(field));
+        assert_eq!(frame["status"], json!(400));
+    }
+}
+
+#[test]
+fn bad_messages_get_error_events() {
+    let mut conn = connection();
+    for (message, expected) in [
+        (&b"{not json"[..], "invalid_json"),
+        (br#"[1,2]"#, "invalid_json"),
+        (br#"{"type":"response.cancel"}"#, "unknown_event_type"),
+        (
+            br#"{"model":"m","input":"x"}"#,
+            "missing_required_parameter",
+        ),
+        (
+            br#"{"type":"response.create","model":"m"}"#,
+            "missing_required_parameter",
+        ),
+        (
+            br#"{"type":"response.create","type":"response.create","model":"m","input":"x"}"#,
+            "duplicate_key",
+        ),
+        (
+            br#"{"type":"response.create","model":"m","input":"x","stream_id":"a"}"#,
+            "unsupported_parameter",
+        ),
+        (
+            br#"{"type":"response.create","model":"m","input":"x","generate":false}"#,
+            "unsupported_parameter",
+        ),
+    ] {
+        let frame = reject(&mut conn, message);
+        assert_eq!(
+            code(&frame),
+            expected,
+            "{}",
+            String::from_utf8_lossy(message)
+        );
+        assert!(!conn.in_flight());
+    }
+    let frame: serde_json::Value = serde_json::from_slice(&conn.on_binary()).unwrap();
+    assert_eq!(code(&frame), "invalid_message");
+    let frame: serde_json::Value = serde_json::from_slice(&conn.on_oversize()).unwrap();
+    assert_eq!(
+        (code(&frame), frame["status"].as_u64()),
+        ("request_too_large", Some(413))
+    );
+}
+
+#[test]
+fn the_message_size_limit_from_both_sides() {
+    let limit = limits().max_message_bytes;
+    let message = |size: usize| {
+        let base = create(json!({"model": "m", "input": ""}));
+        let pad = size - base.len();
+        create(json!({"model": "m", "input": "a".repeat(pad)}))
+    };
+    let mut conn = connection();
+    assert_eq!(message(limit).len(), limit);
+    forward(&mut conn, &message(limit), 1);
+    let mut conn = connection();
+    let frame = reject(&mut conn, &message(limit + 1));
+    assert_eq!(
+        (code(&frame), frame["status"].as_u64()),
+        ("request_too_large", Some(413))
+    );
+}
+
+#[test]
+fn a_context_over_its_cap_is_not_kept_and_says_so() {
+    let small = Limits {
+        max_message_bytes: 64 * 1024,
+        max_context_bytes: 2048,
+    };
+    let mut conn = Connection::new(settings(), small, ReasoningEvents::Spec);
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "input": "x".repeat(1500)})),
+        1,
+    );
+    let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
+    assert_eq!(conn.context_bytes(), 0);
+    let frame = reject(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
+    );
+    assert_eq!(code(&frame), "previous_response_not_found");
+    let message = frame["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("larger than this server keeps"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_upstream_failure_mid_stream_ends_with_response_failed() {
+    let mut conn = connection();
+    forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
+    conn.upstream_head(200, SSE, 1);
+    let part = conn.upstream_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"half\"}}]}\n\n",
+        false,
+        1,
+    );
+    assert!(!part.done);
+    let end = conn.upstream_failed("upstream_unavailable", "reset", 2);
+    assert!(end.done);
+    let types: Vec<String> = events(&end)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(types.last().map(String::as_str), Some("response.failed"));
+    assert!(types.iter().any(|t| t == "error"));
+}
+
+#[test]
+fn an_upstream_that_never_answers_ends_with_an_error_event() {
+    let mut conn = connection();
+    forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
+    let end = conn.upstream_failed("upstream_unavailable", "connection refused", 1);
+    assert!(end.done);
+    let frame: serde_json::Value = serde_json::from_slice(&end.messages[0]).unwrap();
+    assert_eq!(frame["type"], json!("error"));
+    assert_eq!(code(&frame), "upstream_unavailable");
+    assert!(!conn.in_flight());
+}
+
+#[test]
+fn sse_output_splits_into_zero_copy_messages() {
+    let sse = Bytes::from_static(
+        b"event: a\ndata: {\"x\":1}\n\nevent: b\ndata: {\"y\":\"data: no\"}\n\ndata: [DONE]\n\n",
+    );
+    let messages = event_messages(&sse);
+    assert_eq!(
+        messages,
+        vec![
+            Bytes::from_static(b"{\"x\":1}"),
+            Bytes::from_static(b"{\"y\":\"data: no\"}")
+        ]
+    );
+    // Slices of the same buffer.
+    assert!(messages
+        .iter()
+        .all(|m| sse.as_ptr_range().contains(&m.as_ptr())));
+}

@@ -1,0 +1,404 @@
+//! The WebSocket transport adapter: Envoy routes upgrade requests on the Responses path here
+//! (`upgrade_configs` on the route); each connection is driven by one
+//! [`Connection`](crate::connection::Connection), which holds every rule. This file only
+//! moves bytes: client messages in, Chat requests out through Envoy's own listener (so its
+//! routes, load balancing, retries and rate limits apply), answers back in, events out.
+//!
+//! Bounded everywhere: a fixed number of connections (a semaphore), queued messages per
+//! connection (reading stops while the queue is full), one response in flight, and a slow
+//! client holds the upstream read (each send is awaited before the next chunk is read).
+
+mod upstream;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::client;
+use crate::connection::{Connection, Limits, Start};
+use crate::environment::{Environment, System};
+use crate::exchange::{Settings, Summary};
+use crate::metrics::{Metrics, Timing};
+use crate::openresponses::ApiError;
+use crate::translate::Meta;
+use upstream::{Upstream, UpstreamEvent};
+
+pub use upstream::FORWARDED_HEADERS;
+
+/// Messages read ahead while a response is in flight; reading pauses beyond.
+const MAX_QUEUED_MESSAGES: usize = 8;
+
+/// Close codes (RFC 6455).
+const CLOSE_NORMAL: u16 = 1000;
+const CLOSE_GOING_AWAY: u16 = 1001;
+const CLOSE_TOO_BIG: u16 = 1009;
+
+/// The transport's settings (built from `config::Config`).
+#[derive(Debug, Clone)]
+pub struct WsSettings {
+    pub exchange: Arc<Settings>,
+    pub limits: Limits,
+    /// Base URL of the Chat upstream (`--ws-upstream`); the path is `exchange.chat_path`.
+    pub upstream: String,
+    pub max_connections: usize,
+    pub max_age: Duration,
+    pub idle_timeout: Duration,
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+struct Shared {
+    settings: WsSettings,
+    slots: Arc<Semaphore>,
+    upstream: Upstream,
+    draining: watch::Receiver<bool>,
+}
+
+/// A running WebSocket listener.
+pub struct Server {
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    drain: watch::Sender<bool>,
+}
+
+impl Server {
+    /// Serves upgrades on `settings.exchange.responses_path`.
+    pub fn start(listener: TcpListener, settings: WsSettings) -> Result<Server, String> {
+        let (drain, draining) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(settings.max_connections));
+        let path = settings.exchange.responses_path.clone();
+        let shared = Arc::new(Shared {
+            upstream: Upstream::new(&settings)?,
+            slots: slots.clone(),
+            draining: draining.clone(),
+            settings: settings.clone(),
+        });
+        let app = Router::new().route(&path, get(upgrade)).with_state(shared);
+        let mut stop = draining;
+        tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|d| *d).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "WebSocket listener failed");
+            }
+        });
+        Ok(Server {
+            slots,
+            max_connections: settings.max_connections,
+            drain,
+        })
+    }
+
+    /// Graceful drain: no new connections; each open one finishes its response in flight,
+    /// then closes with 1001 (going away). Returns once all are closed.
+    pub async fn drain(&self) {
+        let _ = self.drain.send(true);
+        while self.slots.available_permits() < self.max_connections {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn upgrade(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    if *shared.draining.borrow() {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_shutting_down",
+            "This server is shutting down: connect again.",
+        );
+    }
+    let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "websocket_connections_exhausted",
+            &format!(
+                "This server holds its maximum of {} WebSocket connections (--ws-max-connections): retry later or use HTTP.",
+                shared.settings.max_connections
+            ),
+        );
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let names = client::reasoning_events(shared.settings.exchange.reasoning_events, header);
+    let forwarded = upstream::forwarded_headers(&headers);
+    let limits = shared.settings.limits;
+    // The frame cap is the message cap: a larger message is refused unread (1009).
+    ws.max_message_size(limits.max_message_bytes)
+        .max_frame_size(limits.max_message_bytes)
+        .on_upgrade(move |socket| async move {
+            let connection = Connection::new(shared.settings.exchange.clone(), limits, names);
+            drive(socket, connection, shared, forwarded, permit).await;
+        })
+}
+
+fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
+    let err = ApiError::server(status.as_u16(), code, message);
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        err.to_body(),
+    )
+        .into_response()
+}
+
+/// What the client sent, in order.
+enum Queued {
+    Text(Bytes),
+    Binary,
+}
+
+/// One connection, from upgrade to close.
+async fn drive(
+    socket: WebSocket,
+    mut conn: Connection,
+    shared: Arc<Shared>,
+    forwarded: Vec<(header::HeaderName, header::HeaderValue)>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let metrics = shared.settings.metrics.clone();
+    if let Some(m) = &metrics {
+        m.websocket_connections().inc();
+    }
+    let opened = Instant::now();
+    let (mut sink, mut stream) = socket.split();
+    let mut queue: VecDeque<Queued> = VecDeque::new();
+    let mut draining = shared.draining.clone();
+    let mut upstream: Option<upstream::Call> = None;
+    let mut turn: Option<TurnClock> = None;
+    let age_deadline = tokio::time::Instant::now() + shared.settings.max_age;
+    let mut idle_deadline = tokio::time::Instant::now() + shared.settings.idle_timeout;
+    let mut aged = false;
+    // Set when the client's side ends: why, and the close code to answer with.
+    let mut closing: Option<(u16, &'static str)> = None;
+    let mut client_gone = false;
+
+    let reason = loop {
+        // Start the next queued message once nothing is in flight.
+        while upstream.is_none() && !conn.in_flight() && !aged {
+            let Some(next) = queue.pop_front() else { break };
+            let out = match next {
+                Queued::Binary => vec![conn.on_binary()],
+                Queued::Text(text) => {
+                    let started = Instant::now();
+                    match conn.on_text(&text, meta()) {
+                        Start::Forward(req) => {
+                            turn = Some(TurnClock::new(started));
+                            upstream = Some(shared.upstream.call(req, &forwarded));
+                            Vec::new()
+                        }
+                        Start::Reject(frame) => vec![frame],
+                    }
+                }
+            };
+            if send(&mut sink, out).await.is_err() {
+                client_gone = true;
+                break;
+            }
+        }
+        if client_gone {
+            break "client gone";
+        }
+        let idle = upstream.is_none() && queue.is_empty();
+        if idle {
+            if let Some((code, why)) = closing {
+                let _ = close(&mut sink, code, why).await;
+                break why;
+            }
+            if aged {
+                let frame = conn.connection_limit_reached(shared.settings.max_age.as_secs() / 60);
+                let _ = send(&mut sink, vec![frame]).await;
+                let _ = close(&mut sink, CLOSE_NORMAL, "maximum connection age").await;
+                break "maximum age";
+            }
+            if *draining.borrow() {
+                let _ = close(&mut sink, CLOSE_GOING_AWAY, "server shutting down").await;
+                break "drained";
+            }
+        }
+        let reading = closing.is_none() && queue.len() < MAX_QUEUED_MESSAGES;
+        tokio::select! {
+            message = stream.next(), if reading => {
+                idle_deadline = tokio::time::Instant::now() + shared.settings.idle_timeout;
+                match message {
+                    Some(Ok(Message::Text(text))) => queue.push_back(Queued::Text(Bytes::from(text))),
+                    Some(Ok(Message::Binary(_))) => queue.push_back(Queued::Binary),
+                    // Pings are answered by the socket itself.
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                    Some(Ok(Message::Close(_))) | None => {
+                        client_gone = true;
+                    }
+                    Some(Err(e)) if is_too_large(&e) => {
+                        // The frame was not read whole: the stream cannot go on. What was
+                        // queued before it is still answered.
+                        let _ = send(&mut sink, vec![conn.on_oversize()]).await;
+                        closing = Some((CLOSE_TOO_BIG, "message too large"));
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "WebSocket read failed");
+                        client_gone = true;
+                    }
+                }
+            }
+            event = next_upstream(&mut upstream) => {
+                let now = unix_now();
+                let core = Instant::now();
+                let frames = match event {
+                    UpstreamEvent::Head { status, content_type, body } => {
+                        let mut frames = conn.upstream_head(status, &content_type, now);
+                        if !frames.done {
+                            upstream = Some(upstream::Call::Body(body));
+                        }
+                        frames.messages.shrink_to_fit();
+                        frames
+                    }
+                    UpstreamEvent::Chunk(chunk) => conn.upstream_body(&chunk, false, now),
+                    UpstreamEvent::End => conn.upstream_body(&[], true, now),
+                    UpstreamEvent::Failed(message) => {
+                        conn.upstream_failed("upstream_unavailable", &message, now)
+                    }
+                };
+                if let Some(clock) = &mut turn {
+                    clock.busy += core.elapsed();
+                    if clock.first_output.is_none() && conn.exchange().is_some_and(|e| e.has_output()) {
+                        clock.first_output = Some(clock.started.elapsed());
+                    }
+                }
+                let done = frames.done;
+                if done {
+                    upstream = None;
+                    record(&metrics, conn.last_summary(), turn.take());
+                }
+                if send(&mut sink, frames.messages).await.is_err() {
+                    client_gone = true;
+                }
+            }
+            () = tokio::time::sleep_until(idle_deadline), if idle && closing.is_none() => {
+                closing = Some((CLOSE_NORMAL, "idle timeout"));
+            }
+            () = tokio::time::sleep_until(age_deadline), if !aged => {
+                aged = true;
+            }
+            _ = draining.changed(), if !*draining.borrow() => {}
+        }
+        if client_gone {
+            break "client gone";
+        }
+    };
+    // A response cut by the client's departure: the upstream request is dropped (Envoy
+    // resets it) and the exchange is recorded as cut.
+    if upstream.is_some() {
+        record(&metrics, conn.exchange().map(|e| e.summary()), turn.take());
+    }
+    if let Some(m) = &metrics {
+        m.websocket_connections().dec();
+    }
+    tracing::debug!(
+        reason,
+        seconds = opened.elapsed().as_secs(),
+        "WebSocket connection closed"
+    );
+}
+
+async fn next_upstream(call: &mut Option<upstream::Call>) -> UpstreamEvent {
+    match call {
+        Some(c) => c.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends the messages, one flush for all.
+async fn send<S>(sink: &mut S, messages: Vec<Bytes>) -> Result<(), axum::Error>
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+{
+    if messages.is_empty() {
+        return Ok(());
+    }
+    for m in messages {
+        // Our messages are JSON we wrote: always UTF-8.
+        let text = Utf8Bytes::try_from(m).unwrap_or_else(|_| Utf8Bytes::from_static("{}"));
+        sink.feed(Message::Text(text)).await?;
+    }
+    sink.flush().await
+}
+
+async fn close<S>(sink: &mut S, code: u16, reason: &'static str) -> Result<(), axum::Error>
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+{
+    sink.send(Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    })))
+    .await
+}
+
+fn is_too_large(e: &axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error;
+    let source: &(dyn std::error::Error + 'static) = e;
+    let mut cur = Some(source);
+    while let Some(err) = cur {
+        if let Some(Error::Capacity(_)) = err.downcast_ref::<Error>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// When the turn in flight started and first showed output, and the time spent in the
+/// core, for metrics.
+struct TurnClock {
+    started: Instant,
+    first_output: Option<Duration>,
+    busy: Duration,
+}
+
+impl TurnClock {
+    fn new(started: Instant) -> Self {
+        TurnClock {
+            started,
+            first_output: None,
+            busy: started.elapsed(),
+        }
+    }
+}
+
+fn record(metrics: &Option<Arc<Metrics>>, summary: Option<&Summary>, clock: Option<TurnClock>) {
+    let (Some(m), Some(summary), Some(clock)) = (metrics, summary, clock) else {
+        return;
+    };
+    m.record(
+        summary,
+        Timing {
+            total: clock.started.elapsed(),
+            first_output: clock.first_output,
+            translation: clock.busy,
+        },
+    );
+}
+
+fn meta() -> Meta {
+    Meta {
+        now: System.now(),
+        id_seed: System.id_seed(),
+    }
+}
+
+fn unix_now() -> u64 {
+    System.now()
+}
