@@ -201,6 +201,10 @@ impl Envoy {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
+    pub fn admin_port(&self) -> u16 {
+        self.admin_port
+    }
+
     /// `http://127.0.0.1:<admin port><path>` (e.g. `/stats?filter=ext_proc`).
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.admin_port)

@@ -169,3 +169,43 @@ impl Drop for ServerThread {
         }
     }
 }
+
+/// Envoy (`envoy/envoy.yaml`) and the processor with its WebSocket listener, in front of the
+/// upstream at `upstream_port`: the transport's Chat requests go back through this Envoy
+/// (`--ws-upstream`), as in production.
+pub struct WsStack {
+    // Drop order: Envoy first, then the processor.
+    pub envoy: Envoy,
+    pub processor: Processor,
+}
+
+impl WsStack {
+    pub fn start(upstream_port: u16, extra_args: &[&str]) -> WsStack {
+        let listener = free_port();
+        let ws = free_port();
+        let ws_listen = format!("127.0.0.1:{ws}");
+        let ws_upstream = format!("http://127.0.0.1:{listener}");
+        let mut args = vec!["--ws-listen", &ws_listen, "--ws-upstream", &ws_upstream];
+        args.extend_from_slice(extra_args);
+        let processor = Processor::start(&args);
+        let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
+            .expect("read envoy/envoy.yaml");
+        let config = envoy::substitute_ports(
+            &config,
+            "envoy/envoy.yaml",
+            envoy::Ports {
+                upstream: upstream_port,
+                extproc: processor.port(),
+                listener,
+                ws,
+            },
+        );
+        let envoy = Envoy::start_with_config(&config);
+        WsStack { envoy, processor }
+    }
+
+    /// `ws://127.0.0.1:<envoy>/v1/responses`.
+    pub fn ws_url(&self) -> String {
+        format!("ws://127.0.0.1:{}/v1/responses", self.envoy.port())
+    }
+}

@@ -1,0 +1,498 @@
+//! The WebSocket transport of `/v1/responses` through the real Envoy (`envoy/envoy.yaml`):
+//! Envoy upgrades the socket to the processor's WebSocket listener, whose Chat requests go
+//! back through Envoy to a scripted upstream that records what it gets. Plain frames
+//! (tokio-tungstenite): creates, continuations, sequential responses, bad messages, the size
+//! limit from both sides, a client gone mid-response, an upstream failing mid-stream, the
+//! connection limits and a drain on SIGTERM. openai-python's `responses.connect()` is driven
+//! in `e2e_clients.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Gate, Reply, ScriptedUpstream, WsStack};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(stack: &WsStack) -> Socket {
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("authorization", "Bearer sk-test".parse().unwrap());
+    let (socket, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .unwrap_or_else(|e| panic!("WebSocket upgrade through Envoy failed: {e}"));
+    assert_eq!(response.status(), 101);
+    socket
+}
+
+fn create(body: Value) -> Message {
+    let mut body = body;
+    body["type"] = json!("response.create");
+    Message::text(body.to_string())
+}
+
+/// The next message, as JSON (panics on a close, a binary message or a timeout).
+async fn recv(socket: &mut Socket) -> Value {
+    loop {
+        let message = tokio::time::timeout(TIMEOUT, socket.next())
+            .await
+            .expect("a message in time")
+            .expect("the socket is open")
+            .expect("a readable message");
+        match message {
+            Message::Text(text) => {
+                return serde_json::from_str(&text).expect("each message is one JSON object")
+            }
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("expected a text message, got {other:?}"),
+        }
+    }
+}
+
+/// Messages up to a terminal event (`response.completed`/`failed`/`incomplete`) or an
+/// `error` event without a sequence number (a refused request).
+async fn response(socket: &mut Socket) -> Vec<Value> {
+    let mut events = Vec::new();
+    loop {
+        let event = recv(socket).await;
+        let kind = event["type"].as_str().unwrap_or_default().to_owned();
+        events.push(event);
+        let refused = kind == "error" && events.len() == 1;
+        if refused
+            || matches!(
+                kind.as_str(),
+                "response.completed" | "response.failed" | "response.incomplete"
+            )
+        {
+            return events;
+        }
+    }
+}
+
+/// How the socket ends: its close code (None: closed without a close frame).
+async fn closed(socket: &mut Socket) -> Option<CloseCode> {
+    loop {
+        match tokio::time::timeout(TIMEOUT, socket.next())
+            .await
+            .expect("the socket ends in time")
+        {
+            Some(Ok(Message::Close(frame))) => return frame.map(|f| f.code),
+            Some(Ok(Message::Text(text))) => panic!("unexpected message: {text}"),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return None,
+        }
+    }
+}
+
+fn chat_sse(text: &str) -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    Reply::sse([
+        chunk(json!({"role": "assistant", "content": text}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+fn last_response(events: &[Value]) -> &Value {
+    &events.last().expect("events")["response"]
+}
+
+#[track_caller]
+fn error_code(event: &Value) -> &str {
+    assert_eq!(event["type"], "error", "{event}");
+    event["error"]["code"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn create_then_continue_with_previous_response_id() {
+    let upstream = ScriptedUpstream::with_replies([chat_sse("Hello Ada."), chat_sse("42.")]);
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+
+    ws.send(create(
+        json!({"model": "m", "instructions": "Be brief.", "input": "I am Ada."}),
+    ))
+    .await
+    .unwrap();
+    let first = response(&mut ws).await;
+    assert_eq!(types(&first).first(), Some(&"response.created"));
+    assert_eq!(last_response(&first)["status"], "completed");
+    for (i, e) in first.iter().enumerate() {
+        assert_eq!(e["sequence_number"], json!(i), "{e}");
+        common::schema::assert_valid_event(e);
+    }
+    let id = last_response(&first)["id"].as_str().unwrap().to_owned();
+
+    ws.send(create(json!({"model": "m", "previous_response_id": id,
+        "input": [{"role": "user", "content": "My number?"}]})))
+        .await
+        .unwrap();
+    let second = response(&mut ws).await;
+    assert_eq!(last_response(&second)["status"], "completed");
+    assert_eq!(last_response(&second)["previous_response_id"], json!(id));
+    assert_eq!(second[0]["sequence_number"], 0);
+
+    // What the upstream got: Chat requests through Envoy's Chat route, the second with the
+    // whole context, the client's credentials and the model header for routing.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].path, "/v1/chat/completions");
+    assert_eq!(requests[1].header("authorization"), Some("Bearer sk-test"));
+    assert_eq!(requests[1].header("x-responses-model"), Some("m"));
+    let chat = requests[1].json();
+    assert_eq!(chat["stream"], true);
+    assert_eq!(
+        chat["messages"],
+        json!([
+            {"role": "user", "content": "I am Ada."},
+            {"role": "assistant", "content": "Hello Ada."},
+            {"role": "user", "content": "My number?"}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn unknown_and_evicted_ids_are_previous_response_not_found() {
+    let upstream = ScriptedUpstream::with_replies([
+        chat_sse("one"),
+        Reply::json(500, &json!({"error": {"message": "upstream broke"}})),
+    ]);
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+
+    ws.send(create(
+        json!({"model": "m", "previous_response_id": "resp_unknown", "input": "x"}),
+    ))
+    .await
+    .unwrap();
+    let refused = recv(&mut ws).await;
+    assert_eq!(error_code(&refused), "previous_response_not_found");
+    assert_eq!(refused["status"], 400);
+    assert!(upstream.requests().is_empty(), "nothing went upstream");
+
+    ws.send(create(json!({"model": "m", "input": "one"})))
+        .await
+        .unwrap();
+    let id = last_response(&response(&mut ws).await)["id"].clone();
+    // The continuation fails upstream: the context it named is evicted.
+    ws.send(create(
+        json!({"model": "m", "previous_response_id": id, "input": "two"}),
+    ))
+    .await
+    .unwrap();
+    let failed = recv(&mut ws).await;
+    assert_eq!(failed["type"], "error", "{failed}");
+    assert_eq!(failed["status"], 500);
+    ws.send(create(
+        json!({"model": "m", "previous_response_id": id, "input": "three"}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        error_code(&recv(&mut ws).await),
+        "previous_response_not_found"
+    );
+    assert_eq!(upstream.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn responses_sent_back_to_back_are_answered_in_order() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    for i in 0..4 {
+        ws.send(create(json!({"model": "m", "input": format!("turn {i}")})))
+            .await
+            .unwrap();
+    }
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let events = response(&mut ws).await;
+        // One response's events, whole and not interleaved with another's.
+        let id = &events[0]["response"]["id"];
+        assert!(events
+            .iter()
+            .filter(|e| e.get("response").is_some())
+            .all(|e| &e["response"]["id"] == id));
+        assert_eq!(types(&events).last(), Some(&"response.completed"));
+        ids.push(id.clone());
+    }
+    let inputs: Vec<Value> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.json()["messages"][0]["content"].clone())
+        .collect();
+    assert_eq!(
+        inputs,
+        vec![
+            json!("turn 0"),
+            json!("turn 1"),
+            json!("turn 2"),
+            json!("turn 3")
+        ]
+    );
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+}
+
+#[tokio::test]
+async fn bad_messages_get_error_events_and_the_socket_stays_usable() {
+    let upstream = ScriptedUpstream::with_replies([chat_sse("fine")]);
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    for (message, code) in [
+        (Message::text("{nope"), "invalid_json"),
+        (
+            Message::text(r#"{"type":"response.cancel"}"#),
+            "unknown_event_type",
+        ),
+        (Message::binary(b"\x00\x01".to_vec()), "invalid_message"),
+        (
+            create(json!({"model": "m", "input": "x", "stream": true})),
+            "unsupported_parameter",
+        ),
+        (
+            create(json!({"model": "m", "input": "x", "background": true})),
+            "unsupported_parameter",
+        ),
+        (
+            create(json!({"model": "m", "input": [{"type": "nonsense"}]})),
+            "",
+        ),
+    ] {
+        ws.send(message).await.unwrap();
+        let event = recv(&mut ws).await;
+        let got = error_code(&event);
+        if !code.is_empty() {
+            assert_eq!(got, code, "{event}");
+        }
+        assert_eq!(event["status"], 400, "{event}");
+    }
+    ws.send(create(json!({"model": "m", "input": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        last_response(&response(&mut ws).await)["status"],
+        "completed"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "only the good one went upstream"
+    );
+}
+
+#[tokio::test]
+async fn the_message_size_limit_from_both_sides() {
+    const LIMIT: usize = 64 * 1024;
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let limit = LIMIT.to_string();
+    let stack = WsStack::start(upstream.port(), &["--max-request-bytes", &limit]);
+    let message = |size: usize| {
+        let base = json!({"type": "response.create", "model": "m", "input": ""}).to_string();
+        let text = "a".repeat(size - base.len());
+        let m = json!({"type": "response.create", "model": "m", "input": text}).to_string();
+        assert_eq!(m.len(), size);
+        Message::text(m)
+    };
+    // Just under and at the limit: answered.
+    let mut ws = connect(&stack).await;
+    for size in [LIMIT - 1, LIMIT] {
+        ws.send(message(size)).await.unwrap();
+        assert_eq!(
+            last_response(&response(&mut ws).await)["status"],
+            "completed"
+        );
+    }
+    // Just over and far over: a 413 error event, then the socket ends. The oversized frame
+    // is refused from its header, unread (memory stays bounded), so the close (1009) may
+    // reach the client as a reset: the processor closes with the client's bytes unread.
+    for size in [LIMIT + 1, 4 * LIMIT] {
+        let mut ws = connect(&stack).await;
+        ws.send(message(size)).await.unwrap();
+        let event = recv(&mut ws).await;
+        assert_eq!(error_code(&event), "request_too_large");
+        assert_eq!(event["status"], 413);
+        let end = closed(&mut ws).await;
+        assert!(matches!(end, Some(CloseCode::Size) | None), "{end:?}");
+    }
+    assert_eq!(
+        upstream.requests().len(),
+        2,
+        "nothing over the limit went upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_response_cancels_the_upstream_request() {
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([chat_sse("first part").pause_after(1, &gate)]);
+    upstream.set_default(|| chat_sse("after"));
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    ws.send(create(json!({"model": "m", "input": "x"})))
+        .await
+        .unwrap();
+    // Events of the first chunk arrive, then the client goes.
+    loop {
+        if recv(&mut ws).await["type"] == "response.output_text.delta" {
+            break;
+        }
+    }
+    drop(ws);
+    gate.wait_reached(TIMEOUT).await;
+    // The processor drops its Chat request: Envoy sees its downstream (the processor) go
+    // and resets the upstream request.
+    // The processor drops its Chat request: Envoy sees its downstream (the processor) go
+    // and closes the upstream connection with the request still active.
+    let stat = "cluster.upstream.upstream_cx_destroy_local_with_active_rq";
+    common::wait_until("the upstream request to be cancelled", TIMEOUT, || {
+        let (_, stats) =
+            common::envoy::http_get(stack.envoy.admin_port(), &format!("/stats?filter={stat}"))?;
+        stats.contains(&format!("{stat}: 1")).then_some(())
+    });
+    gate.release();
+    // The processor is fine: a new connection is answered.
+    let mut ws = connect(&stack).await;
+    ws.send(create(json!({"model": "m", "input": "y"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        last_response(&response(&mut ws).await)["status"],
+        "completed"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_failing_mid_stream_ends_with_response_failed() {
+    let upstream = ScriptedUpstream::with_replies([Reply::close_mid_body(
+        200,
+        "text/event-stream",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"half\"}}]}\n\n",
+    )]);
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    ws.send(create(json!({"model": "m", "input": "x"})))
+        .await
+        .unwrap();
+    let events = response(&mut ws).await;
+    let kinds = types(&events);
+    assert_eq!(kinds.last(), Some(&"response.failed"), "{kinds:?}");
+    assert!(kinds.contains(&"error"));
+    assert!(kinds.contains(&"response.output_text.delta"));
+    for e in &events {
+        common::schema::assert_valid_event(e);
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_an_error_event() {
+    // Envoy's upstream cluster points at a closed port: its 503 becomes the error event.
+    let dead = common::free_port();
+    let stack = WsStack::start(dead, &[]);
+    let mut ws = connect(&stack).await;
+    ws.send(create(json!({"model": "m", "input": "x"})))
+        .await
+        .unwrap();
+    let event = recv(&mut ws).await;
+    assert_eq!(event["type"], "error", "{event}");
+    assert_eq!(event["status"], 503, "{event}");
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_refused_with_an_envelope() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = WsStack::start(upstream.port(), &["--ws-max-connections", "1"]);
+    let _first = connect(&stack).await;
+    let refused = tokio_tungstenite::connect_async(stack.ws_url()).await;
+    let Err(tokio_tungstenite::tungstenite::Error::Http(response)) = refused else {
+        panic!("the second connection was not refused: {refused:?}");
+    };
+    assert_eq!(response.status(), 503);
+    let body: Value = serde_json::from_slice(response.body().as_deref().unwrap_or_default())
+        .expect("an error envelope");
+    assert_eq!(body["error"]["code"], "websocket_connections_exhausted");
+    drop(_first);
+    // The slot is free again once the first is gone.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while tokio_tungstenite::connect_async(stack.ws_url())
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_maximum_age_ends_with_websocket_connection_limit_reached() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = WsStack::start(upstream.port(), &["--ws-max-age", "2"]);
+    let mut ws = connect(&stack).await;
+    ws.send(create(json!({"model": "m", "input": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        last_response(&response(&mut ws).await)["status"],
+        "completed"
+    );
+    let event = recv(&mut ws).await;
+    assert_eq!(error_code(&event), "websocket_connection_limit_reached");
+    assert_eq!(closed(&mut ws).await, Some(CloseCode::Normal));
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_cleanly() {
+    let upstream = ScriptedUpstream::start();
+    let stack = WsStack::start(upstream.port(), &["--ws-idle-timeout", "1"]);
+    let mut ws = connect(&stack).await;
+    assert_eq!(closed(&mut ws).await, Some(CloseCode::Normal));
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([chat_sse("drained").pause_after(1, &gate)]);
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    ws.send(create(json!({"model": "m", "input": "x"})))
+        .await
+        .unwrap();
+    gate.wait_reached(TIMEOUT).await;
+    let pid = stack.processor.pid().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gate.release();
+    let events = response(&mut ws).await;
+    assert_eq!(last_response(&events)["status"], "completed");
+    assert_eq!(closed(&mut ws).await, Some(CloseCode::Away));
+}
