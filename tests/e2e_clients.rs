@@ -67,6 +67,17 @@ impl ClientStack {
         }
     }
 
+    /// With a scripted upstream, extra processor flags and the WebSocket transport.
+    fn scripted_ws(upstream: ScriptedUpstream, processor_args: &[&str]) -> ClientStack {
+        let stack = common::WsStack::start(upstream.port(), processor_args);
+        ClientStack {
+            envoy: stack.envoy,
+            processor: stack.processor,
+            _demo: None,
+            scripted: Some(upstream),
+        }
+    }
+
     /// What the scripted upstream received (empty for the demo).
     fn upstream_requests(&self) -> Vec<common::RecordedRequest> {
         self.scripted
@@ -364,6 +375,69 @@ fn python_openai_sdk_compact_then_a_new_chain() {
             {"role": "user", "content": [{"type": "text", "text": "Remember 42."}]},
             {"role": "user", "content": "Which number?"}
         ]),
+        "{chat}"
+    );
+}
+
+/// A Chat stream saying `text`.
+fn chat_sse(text: &str) -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-ws", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    Reply::sse([
+        chunk(json!({"role": "assistant", "content": text}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+/// openai-python's `client.responses.connect()` through Envoy (`openai_websocket.py`):
+/// create, continuation, unknown and evicted ids, back-to-back responses, and a new chain
+/// from `responses.compact()`; what the upstream was asked each time.
+#[test]
+fn python_openai_sdk_websocket_connect() {
+    use responses_extproc::translate::compact::CONTEXT_PREFIX;
+    const SUMMARY: &str = "Ada wants the number 42 remembered.";
+    let python = python();
+    let upstream = ScriptedUpstream::with_replies([
+        chat_sse("Hello Ada."),
+        chat_sse("You are Ada."),
+        Reply::json(500, &json!({"error": {"message": "upstream broke"}})),
+        chat_sse("one"),
+        chat_sse("two"),
+        chat_json(json!({"role": "assistant", "content": SUMMARY})),
+        chat_sse("Done."),
+    ]);
+    let stack = ClientStack::scripted_ws(upstream, &[]);
+    run_client(&stack, &python, "tests/clients/python/openai_websocket.py");
+
+    // Seven upstream calls: the refused ids never left the processor.
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 7);
+    assert!(requests.iter().all(|r| r.path == "/v1/chat/completions"));
+    // The continuation carried the whole context: the first turn (without its instructions,
+    // which are per request) and its answer, then the new message.
+    assert_eq!(
+        requests[1].json()["messages"],
+        json!([
+            {"role": "user", "content": "I am Ada."},
+            {"role": "assistant", "content": "Hello Ada."},
+            {"role": "user", "content": "Who am I?"}
+        ])
+    );
+    assert_eq!(requests[1].json()["stream"], true);
+    assert_eq!(requests[1].header("authorization"), Some("Bearer x"));
+    // The failed continuation was the second turn's context plus "again".
+    assert_eq!(requests[2].json()["messages"].as_array().map(Vec::len), Some(5));
+    // The new chain opened the sealed summary.
+    let chat = requests[6].json();
+    assert_eq!(
+        chat["messages"][0],
+        json!({"role": "system", "content": format!("{CONTEXT_PREFIX}{SUMMARY}")}),
         "{chat}"
     );
 }
