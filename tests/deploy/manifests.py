@@ -37,6 +37,9 @@ CONFIGMAPS = {
         ("  - name: extproc\n    type: STATIC\n", "  - name: extproc\n    type: STRICT_DNS\n", 1),
         ("                address: 127.0.0.1\n                port_value: 50051",
          f"                address: {PROCESSOR}\n                port_value: 50051", 1),
+        ("  - name: responses_ws\n    type: STATIC\n", "  - name: responses_ws\n    type: STRICT_DNS\n", 1),
+        ("                address: 127.0.0.1\n                port_value: 50052",
+         f"                address: {PROCESSOR}\n                port_value: 50052", 1),
     ],
 }
 
