@@ -432,7 +432,10 @@ fn python_openai_sdk_websocket_connect() {
     assert_eq!(requests[1].json()["stream"], true);
     assert_eq!(requests[1].header("authorization"), Some("Bearer x"));
     // The failed continuation was the second turn's context plus "again".
-    assert_eq!(requests[2].json()["messages"].as_array().map(Vec::len), Some(5));
+    assert_eq!(
+        requests[2].json()["messages"].as_array().map(Vec::len),
+        Some(5)
+    );
     // The new chain opened the sealed summary.
     let chat = requests[6].json();
     assert_eq!(
