@@ -5,6 +5,8 @@
 //! adds `prompt_token_ids`, llama.cpp adds `timings`), and a missing field must never be a
 //! parse failure when the rest of the answer is usable.
 
+pub mod request;
+
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -15,7 +17,7 @@ use serde_json::{Map, Value};
 pub struct Request {
     pub model: String,
     /// Chat messages (system, user, assistant with tool calls, tool).
-    pub messages: Vec<Value>,
+    pub messages: Vec<request::Message>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -278,7 +280,9 @@ mod request_tests {
         }
         let request = Request {
             model: "m".into(),
-            messages: vec![json!({"role": "user", "content": "hi"})],
+            messages: vec![request::Message::User {
+                content: request::Content::Text("hi".into()),
+            }],
             stream: Some(true),
             stream_options: Some(StreamOptions {
                 include_usage: true,

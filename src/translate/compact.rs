@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::fields::{bad_value, missing};
 use super::request::{
     check_part_size, input_messages, is_extension, merge_leading_system, parse_body,
-    reject_stateful, system_role, Translated,
+    reject_stateful, system_message, Translated,
 };
 use super::response::Completed;
 use super::seal::{self, Purpose};
@@ -122,10 +122,12 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     let mut conversation = Vec::new();
     input_messages(input, &mut conversation, &mut context, options)?;
 
-    let mut messages = vec![json!({"role": system_role(options), "content": prompt})];
+    let mut messages = vec![system_message(prompt, options)];
     messages.append(&mut context);
     messages.append(&mut conversation);
-    messages.push(json!({"role": "user", "content": REQUEST}));
+    messages.push(chat::request::Message::User {
+        content: chat::request::Content::Text(REQUEST.to_owned()),
+    });
 
     let mut chat = chat::Request {
         model: model.clone(),

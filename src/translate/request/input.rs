@@ -1,8 +1,11 @@
 //! `input` items → Chat messages (messages and their content parts, tool calls and their
 //! outputs, reasoning, compaction summaries), with the size caps on each part.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use crate::chat::request::{
+    Assistant, Content, File, Function, FunctionKind, ImageUrl, Message, Part, ToolCall, VideoUrl,
+};
 use crate::openresponses::ApiError;
 use crate::translate::fields::{bad_value, index, missing, wrong_type, Obj};
 use crate::translate::{flat_name, DeveloperRole, Options};
@@ -12,8 +15,8 @@ use crate::translate::{flat_name, DeveloperRole, Options};
 /// most chat templates accept system messages only there.
 pub(crate) fn input_messages(
     input: Value,
-    messages: &mut Vec<Value>,
-    context: &mut Vec<Value>,
+    messages: &mut Vec<Message>,
+    context: &mut Vec<Message>,
     options: &Options,
 ) -> Result<(), ApiError> {
     let items = match input {
@@ -22,7 +25,9 @@ pub(crate) fn input_messages(
         }
         Value::String(s) => {
             check_part_size("input", s.len(), options)?;
-            messages.push(json!({"role": "user", "content": s}));
+            messages.push(Message::User {
+                content: Content::Text(s),
+            });
             return Ok(());
         }
         Value::Array(a) if a.is_empty() => {
@@ -63,10 +68,8 @@ pub(crate) fn input_messages(
             kind if is_extension(kind) => {}
             "message" => {
                 let mut msg = message(item, options)?;
-                if msg["role"] == "assistant" {
-                    if let Some(r) = pending_reasoning.take() {
-                        msg["reasoning_content"] = Value::String(r);
-                    }
+                if let Message::Assistant(turn) = &mut msg {
+                    turn.reasoning_content = pending_reasoning.take();
                 }
                 messages.push(msg);
             }
@@ -108,7 +111,10 @@ pub(crate) fn input_messages(
                 check_part_size(&output_path, output.len(), options)?;
                 item.string("status")?;
                 item.deny_unknown()?;
-                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+                messages.push(Message::Tool {
+                    tool_call_id: call_id,
+                    content: output,
+                });
             }
             "reasoning" => {
                 let text = reasoning_text(&mut item, options)?;
@@ -129,7 +135,10 @@ pub(crate) fn input_messages(
                 item.string("created_by")?;
                 item.deny_unknown()?;
                 let summary = crate::translate::compact::open(&blob, &blob_path, options)?;
-                context.push(json!({"role": system_role(options), "content": crate::translate::compact::context_text(&summary)}));
+                context.push(system_message(
+                    crate::translate::compact::context_text(&summary),
+                    options,
+                ));
             }
             "item_reference" => {
                 return Err(bad_value(
@@ -156,28 +165,24 @@ pub(crate) fn input_messages(
 /// Adds an assistant tool call. Consecutive calls (and the assistant text just before them)
 /// were one turn; reasoning waiting for its message goes with the first call.
 fn push_tool_call(
-    messages: &mut Vec<Value>,
+    messages: &mut Vec<Message>,
     pending_reasoning: &mut Option<String>,
     call_id: String,
     name: String,
     arguments: String,
 ) {
-    let call = json!({"id": call_id, "type": "function",
-                      "function": {"name": name, "arguments": arguments}});
+    let call = ToolCall {
+        id: call_id,
+        kind: FunctionKind::Function,
+        function: Function { name, arguments },
+    };
     match messages.last_mut() {
-        Some(last) if last["role"] == "assistant" && pending_reasoning.is_none() => {
-            match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
-                Some(calls) => calls.push(call),
-                None => last["tool_calls"] = Value::Array(vec![call]),
-            }
-        }
-        _ => {
-            let mut msg = json!({"role": "assistant", "content": null, "tool_calls": [call]});
-            if let Some(r) = pending_reasoning.take() {
-                msg["reasoning_content"] = Value::String(r);
-            }
-            messages.push(msg);
-        }
+        Some(Message::Assistant(turn)) if pending_reasoning.is_none() => turn.tool_calls.push(call),
+        _ => messages.push(Message::Assistant(Assistant {
+            tool_calls: vec![call],
+            reasoning_content: pending_reasoning.take(),
+            ..Assistant::default()
+        })),
     }
 }
 
@@ -266,7 +271,7 @@ fn text_of_parts(parts: Vec<Value>, path: &str, options: &Options) -> Result<Str
 }
 
 /// One message item → one Chat message.
-fn message(mut item: Obj<'_>, options: &Options) -> Result<Value, ApiError> {
+fn message(mut item: Obj<'_>, options: &Options) -> Result<Message, ApiError> {
     let role_path = item.field_path("role");
     let role = item
         .enumeration("role", &["user", "assistant", "system", "developer"])?
@@ -275,21 +280,22 @@ fn message(mut item: Obj<'_>, options: &Options) -> Result<Value, ApiError> {
     let content_path = item.field_path("content");
     let content = item.take("content").ok_or_else(|| missing(&content_path))?;
     item.deny_unknown()?;
-    let chat_role = if role == "developer" {
-        system_role(options)
-    } else {
-        role
-    };
-    let content = match content {
+    let parts = match content {
         Value::String(s) => {
             check_part_size(&content_path, s.len(), options)?;
-            Value::String(s)
+            return Ok(match role {
+                "system" => Message::System { content: s },
+                "developer" => system_message(s, options),
+                "assistant" => Message::Assistant(Assistant {
+                    content: Some(s),
+                    ..Assistant::default()
+                }),
+                _ => Message::User {
+                    content: Content::Text(s),
+                },
+            });
         }
-        Value::Array(parts) => match role {
-            "system" | "developer" => Value::String(text_of_parts(parts, &content_path, options)?),
-            "assistant" => assistant_content(parts, &content_path)?,
-            _ => user_content(parts, &content_path, options)?,
-        },
+        Value::Array(parts) => parts,
         other => {
             return Err(wrong_type(
                 &content_path,
@@ -298,31 +304,28 @@ fn message(mut item: Obj<'_>, options: &Options) -> Result<Value, ApiError> {
             ))
         }
     };
-    if role == "assistant" {
-        if let Value::Object(mut m) = content {
-            // assistant_content returns {content, refusal}
-            let mut msg = json!({"role": "assistant"});
-            msg["content"] = m.remove("content").unwrap_or(Value::Null);
-            if let Some(r) = m.remove("refusal") {
-                msg["refusal"] = r;
-            }
-            return Ok(msg);
-        }
-    }
-    Ok(json!({"role": chat_role, "content": content}))
+    Ok(match role {
+        "system" => Message::System {
+            content: text_of_parts(parts, &content_path, options)?,
+        },
+        "developer" => system_message(text_of_parts(parts, &content_path, options)?, options),
+        "assistant" => Message::Assistant(assistant_content(parts, &content_path)?),
+        _ => Message::User {
+            content: Content::Parts(user_content(parts, &content_path, options)?),
+        },
+    })
 }
 
 /// Assistant history: `output_text` parts join into `content`, `refusal` parts into `refusal`.
-fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
-    let mut text: Option<String> = None;
-    let mut refusal: Option<String> = None;
+fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Assistant, ApiError> {
+    let mut turn = Assistant::default();
     for (i, part) in parts.into_iter().enumerate() {
         let ppath = index(path, i);
         let mut p = Obj::new(part, &ppath)?;
         let kind = p.required_string("type")?;
         let (slot, key) = match kind.as_str() {
-            "output_text" | "input_text" | "text" => (&mut text, "text"),
-            "refusal" => (&mut refusal, "refusal"),
+            "output_text" | "input_text" | "text" => (&mut turn.content, "text"),
+            "refusal" => (&mut turn.refusal, "refusal"),
             other => {
                 return Err(bad_value(
                     &p.field_path("type"),
@@ -336,16 +339,11 @@ fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Value, ApiError> {
         p.deny_unknown()?;
         slot.get_or_insert_with(String::new).push_str(&t);
     }
-    let mut out = Map::new();
-    out.insert("content".into(), text.map_or(Value::Null, Value::String));
-    if let Some(r) = refusal {
-        out.insert("refusal".into(), Value::String(r));
-    }
-    Ok(Value::Object(out))
+    Ok(turn)
 }
 
 /// User content parts → Chat content parts.
-fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Value, ApiError> {
+fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<Part>, ApiError> {
     let mut out = Vec::with_capacity(parts.len());
     for (i, part) in parts.into_iter().enumerate() {
         let ppath = index(path, i);
@@ -355,7 +353,7 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Valu
             "input_text" | "text" => {
                 let text = p.required_string("text")?;
                 check_part_size(&p.field_path("text"), text.len(), options)?;
-                json!({"type": "text", "text": text})
+                Part::Text { text }
             }
             "input_image" => {
                 let detail = p.enumeration("detail", &["auto", "low", "high"])?;
@@ -364,11 +362,12 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Valu
                 }
                 let url = p.required_string("image_url")?;
                 check_part_size(&p.field_path("image_url"), url.len(), options)?;
-                let mut image = json!({"url": url});
-                if let Some(d) = detail {
-                    image["detail"] = d.into();
+                Part::ImageUrl {
+                    image_url: ImageUrl {
+                        url,
+                        detail: detail.map(str::to_owned),
+                    },
                 }
-                json!({"type": "image_url", "image_url": image})
             }
             "input_file" => {
                 if p.has("file_id") {
@@ -377,29 +376,30 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Valu
                 let filename = p.string("filename")?;
                 let file_data = p.string("file_data")?;
                 let file_url = p.string("file_url")?;
-                let mut file = Map::new();
-                match (file_data, file_url) {
+                match (&file_data, &file_url) {
                     (Some(data), None) => {
                         check_part_size(&p.field_path("file_data"), data.len(), options)?;
-                        file.insert("file_data".into(), data.into());
                     }
-                    (None, Some(url)) => {
-                        file.insert("file_url".into(), url.into());
-                    }
+                    (None, Some(_)) => {}
                     (Some(_), Some(_)) => {
                         return Err(bad_value(&ppath, format!("Invalid '{ppath}': give either 'file_data' or 'file_url', not both.")))
                     }
                     (None, None) => return Err(missing(&p.field_path("file_data"))),
                 }
-                if let Some(f) = filename {
-                    file.insert("filename".into(), f.into());
+                Part::File {
+                    file: File {
+                        file_data,
+                        file_url,
+                        filename,
+                    },
                 }
-                json!({"type": "file", "file": Value::Object(file)})
             }
             "input_video" => {
                 let url = p.required_string("video_url")?;
                 check_part_size(&p.field_path("video_url"), url.len(), options)?;
-                json!({"type": "video_url", "video_url": {"url": url}})
+                Part::VideoUrl {
+                    video_url: VideoUrl { url },
+                }
             }
             // Provider extensions (`slug:type`) mean nothing to a Chat upstream: dropped.
             kind if is_extension(kind) => continue,
@@ -413,7 +413,7 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Valu
         p.deny_unknown()?;
         out.push(chat_part);
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }
 
 fn stored_file(path: &str) -> ApiError {
@@ -424,12 +424,12 @@ fn stored_file(path: &str) -> ApiError {
     .with_code("unsupported_parameter")
 }
 
-/// The role `instructions` and `developer` messages take upstream. Most open-weight chat
+/// The message `instructions` and `developer` input become upstream. Most open-weight chat
 /// templates know only `system`; some upstreams understand `developer` (configurable).
-pub(crate) fn system_role(options: &Options) -> &'static str {
+pub(crate) fn system_message(content: String, options: &Options) -> Message {
     match options.developer_role {
-        DeveloperRole::System => "system",
-        DeveloperRole::Developer => "developer",
+        DeveloperRole::System => Message::System { content },
+        DeveloperRole::Developer => Message::Developer { content },
     }
 }
 
@@ -457,26 +457,24 @@ pub(crate) fn check_part_size(path: &str, len: usize, options: &Options) -> Resu
 /// Joins the system messages at the head of the conversation (instructions, then developer
 /// and system items, as Codex sends them) into one: most chat templates accept a single
 /// leading system message and fail on a second.
-pub(crate) fn merge_leading_system(messages: Vec<Value>) -> Vec<Value> {
+pub(crate) fn merge_leading_system(messages: Vec<Message>) -> Vec<Message> {
     let head = messages
         .iter()
-        .take_while(|m| {
-            matches!(m["role"].as_str(), Some("system" | "developer")) && m["content"].is_string()
-        })
+        .take_while(|m| m.system_text().is_some())
         .count();
     let same_role = messages[..head]
         .windows(2)
-        .all(|w| w[0]["role"] == w[1]["role"]);
+        .all(|w| std::mem::discriminant(&w[0]) == std::mem::discriminant(&w[1]));
     if head < 2 || !same_role {
         return messages;
     }
     let mut rest = messages.into_iter();
-    let mut first = rest.next().unwrap_or(Value::Null);
-    let mut text = first["content"].as_str().unwrap_or_default().to_owned();
-    for m in rest.by_ref().take(head - 1) {
-        text.push_str("\n\n");
-        text.push_str(m["content"].as_str().unwrap_or_default());
+    let mut first = rest.next().expect("head >= 2");
+    if let Message::System { content } | Message::Developer { content } = &mut first {
+        for m in rest.by_ref().take(head - 1) {
+            content.push_str("\n\n");
+            content.push_str(m.system_text().unwrap_or_default());
+        }
     }
-    first["content"] = Value::String(text);
     std::iter::once(first).chain(rest).collect()
 }

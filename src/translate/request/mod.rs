@@ -12,7 +12,7 @@ mod input;
 mod tools;
 
 pub(crate) use input::{
-    check_part_size, input_messages, is_extension, merge_leading_system, system_role,
+    check_part_size, input_messages, is_extension, merge_leading_system, system_message,
 };
 use tools::{tool_choice, tools};
 
@@ -125,7 +125,7 @@ pub fn translate_object(
     let mut messages = Vec::new();
     if let Some(instructions) = req.string("instructions")? {
         check_part_size("instructions", instructions.len(), options)?;
-        messages.push(json!({"role": system_role(options), "content": instructions.clone()}));
+        messages.push(system_message(instructions.clone(), options));
         echo.instructions = Some(instructions);
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
