@@ -33,6 +33,11 @@ async fn connect(stack: &WsStack) -> Socket {
     socket
 }
 
+/// Sends a `response.create` with this body.
+async fn ask(socket: &mut Socket, body: Value) {
+    socket.send(create(body)).await.expect("send");
+}
+
 fn create(body: Value) -> Message {
     let mut body = body;
     body["type"] = json!("response.create");
@@ -107,6 +112,14 @@ fn chat_sse(text: &str) -> Reply {
     ])
 }
 
+/// Reads one response to its end and asserts it completed; returns the response object.
+async fn completed(socket: &mut Socket) -> Value {
+    let events = response(socket).await;
+    let last = last_response(&events).clone();
+    assert_eq!(last["status"], "completed", "{last}");
+    last
+}
+
 fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
@@ -127,11 +140,11 @@ async fn create_then_continue_with_previous_response_id() {
     let stack = WsStack::start(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
 
-    ws.send(create(
+    ask(
+        &mut ws,
         json!({"model": "m", "instructions": "Be brief.", "input": "I am Ada."}),
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     let first = response(&mut ws).await;
     assert_eq!(types(&first).first(), Some(&"response.created"));
     assert_eq!(last_response(&first)["status"], "completed");
@@ -141,10 +154,12 @@ async fn create_then_continue_with_previous_response_id() {
     }
     let id = last_response(&first)["id"].as_str().unwrap().to_owned();
 
-    ws.send(create(json!({"model": "m", "previous_response_id": id,
-        "input": [{"role": "user", "content": "My number?"}]})))
-        .await
-        .unwrap();
+    ask(
+        &mut ws,
+        json!({"model": "m", "previous_response_id": id,
+        "input": [{"role": "user", "content": "My number?"}]}),
+    )
+    .await;
     let second = response(&mut ws).await;
     assert_eq!(last_response(&second)["status"], "completed");
     assert_eq!(last_response(&second)["previous_response_id"], json!(id));
@@ -178,34 +193,32 @@ async fn unknown_and_evicted_ids_are_previous_response_not_found() {
     let stack = WsStack::start(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
 
-    ws.send(create(
+    ask(
+        &mut ws,
         json!({"model": "m", "previous_response_id": "resp_unknown", "input": "x"}),
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     let refused = recv(&mut ws).await;
     assert_eq!(error_code(&refused), "previous_response_not_found");
     assert_eq!(refused["status"], 400);
     assert!(upstream.requests().is_empty(), "nothing went upstream");
 
-    ws.send(create(json!({"model": "m", "input": "one"})))
-        .await
-        .unwrap();
+    ask(&mut ws, json!({"model": "m", "input": "one"})).await;
     let id = last_response(&response(&mut ws).await)["id"].clone();
     // The continuation fails upstream: the context it named is evicted.
-    ws.send(create(
+    ask(
+        &mut ws,
         json!({"model": "m", "previous_response_id": id, "input": "two"}),
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     let failed = recv(&mut ws).await;
     assert_eq!(failed["type"], "error", "{failed}");
     assert_eq!(failed["status"], 500);
-    ws.send(create(
+    ask(
+        &mut ws,
         json!({"model": "m", "previous_response_id": id, "input": "three"}),
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     assert_eq!(
         error_code(&recv(&mut ws).await),
         "previous_response_not_found"
@@ -220,9 +233,7 @@ async fn responses_sent_back_to_back_are_answered_in_order() {
     let stack = WsStack::start(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
     for i in 0..4 {
-        ws.send(create(json!({"model": "m", "input": format!("turn {i}")})))
-            .await
-            .unwrap();
+        ask(&mut ws, json!({"model": "m", "input": format!("turn {i}")})).await;
     }
     let mut ids = Vec::new();
     for _ in 0..4 {
@@ -287,13 +298,8 @@ async fn bad_messages_get_error_events_and_the_socket_stays_usable() {
         }
         assert_eq!(event["status"], 400, "{event}");
     }
-    ws.send(create(json!({"model": "m", "input": "x"})))
-        .await
-        .unwrap();
-    assert_eq!(
-        last_response(&response(&mut ws).await)["status"],
-        "completed"
-    );
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    completed(&mut ws).await;
     assert_eq!(
         upstream.requests().len(),
         1,
@@ -319,10 +325,7 @@ async fn the_message_size_limit_from_both_sides() {
     let mut ws = connect(&stack).await;
     for size in [LIMIT - 1, LIMIT] {
         ws.send(message(size)).await.unwrap();
-        assert_eq!(
-            last_response(&response(&mut ws).await)["status"],
-            "completed"
-        );
+        completed(&mut ws).await;
     }
     // Just over and far over: a 413 error event, then the socket ends. The oversized frame
     // is refused from its header, unread (memory stays bounded), so the close (1009) may
@@ -350,9 +353,7 @@ async fn a_client_gone_mid_response_cancels_the_upstream_request() {
     upstream.set_default(|| chat_sse("after"));
     let stack = WsStack::start(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
-    ws.send(create(json!({"model": "m", "input": "x"})))
-        .await
-        .unwrap();
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     // Events of the first chunk arrive, then the client goes.
     loop {
         if recv(&mut ws).await["type"] == "response.output_text.delta" {
@@ -374,13 +375,8 @@ async fn a_client_gone_mid_response_cancels_the_upstream_request() {
     gate.release();
     // The processor is fine: a new connection is answered.
     let mut ws = connect(&stack).await;
-    ws.send(create(json!({"model": "m", "input": "y"})))
-        .await
-        .unwrap();
-    assert_eq!(
-        last_response(&response(&mut ws).await)["status"],
-        "completed"
-    );
+    ask(&mut ws, json!({"model": "m", "input": "y"})).await;
+    completed(&mut ws).await;
 }
 
 #[tokio::test]
@@ -392,9 +388,7 @@ async fn an_upstream_failing_mid_stream_ends_with_response_failed() {
     )]);
     let stack = WsStack::start(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
-    ws.send(create(json!({"model": "m", "input": "x"})))
-        .await
-        .unwrap();
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     let events = response(&mut ws).await;
     let kinds = types(&events);
     assert_eq!(kinds.last(), Some(&"response.failed"), "{kinds:?}");
@@ -411,9 +405,7 @@ async fn an_unreachable_upstream_is_an_error_event() {
     let dead = common::free_port();
     let stack = WsStack::start(dead, &[]);
     let mut ws = connect(&stack).await;
-    ws.send(create(json!({"model": "m", "input": "x"})))
-        .await
-        .unwrap();
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     let event = recv(&mut ws).await;
     assert_eq!(event["type"], "error", "{event}");
     assert_eq!(event["status"], 503, "{event}");
@@ -454,13 +446,8 @@ async fn the_maximum_age_ends_with_websocket_connection_limit_reached() {
     upstream.set_default(|| chat_sse("ok"));
     let stack = WsStack::start(upstream.port(), &["--ws-max-age", "2"]);
     let mut ws = connect(&stack).await;
-    ws.send(create(json!({"model": "m", "input": "x"})))
-        .await
-        .unwrap();
-    assert_eq!(
-        last_response(&response(&mut ws).await)["status"],
-        "completed"
-    );
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    completed(&mut ws).await;
     let event = recv(&mut ws).await;
     assert_eq!(error_code(&event), "websocket_connection_limit_reached");
     assert_eq!(closed(&mut ws).await, Some(CloseCode::Normal));
@@ -480,9 +467,7 @@ async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
     let upstream = ScriptedUpstream::with_replies([chat_sse("drained").pause_after(1, &gate)]);
     let stack = WsStack::start(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
-    ws.send(create(json!({"model": "m", "input": "x"})))
-        .await
-        .unwrap();
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     gate.wait_reached(TIMEOUT).await;
     let pid = stack.processor.pid().to_string();
     let status = std::process::Command::new("kill")
