@@ -44,8 +44,18 @@ pub struct Limits {
 pub enum Start {
     /// Send this Chat request upstream and feed its answer to [`Connection::upstream_head`].
     Forward(UpstreamRequest),
-    /// Nothing goes upstream: send these messages (an `error` event).
-    Reject(Bytes),
+    /// Nothing goes upstream: send this `error` event.
+    Reject(Rejection),
+}
+
+/// A message refused before anything went upstream.
+#[derive(Debug)]
+pub struct Rejection {
+    /// The `error` event to send.
+    pub frame: Bytes,
+    /// Its status and code, for logs.
+    pub status: u16,
+    pub code: Option<String>,
 }
 
 /// Messages for the client.
@@ -132,7 +142,11 @@ impl Connection {
     pub fn on_text(&mut self, text: &[u8], meta: Meta) -> Start {
         match self.start(text, meta) {
             Ok(start) => start,
-            Err(err) => Start::Reject(error_frame(&err)),
+            Err(err) => Start::Reject(Rejection {
+                frame: error_frame(&err),
+                status: err.status,
+                code: err.code,
+            }),
         }
     }
 

@@ -51,13 +51,13 @@ fn chat_stream(text: &str) -> String {
 fn forward(conn: &mut Connection, message: &[u8], seed: u128) -> UpstreamRequest {
     match conn.on_text(message, meta(seed)) {
         Start::Forward(up) => up,
-        Start::Reject(frame) => panic!("rejected: {}", String::from_utf8_lossy(&frame)),
+        Start::Reject(r) => panic!("rejected: {}", String::from_utf8_lossy(&r.frame)),
     }
 }
 
 fn reject(conn: &mut Connection, message: &[u8]) -> serde_json::Value {
     match conn.on_text(message, meta(9)) {
-        Start::Reject(frame) => serde_json::from_slice(&frame).unwrap(),
+        Start::Reject(r) => serde_json::from_slice(&r.frame).unwrap(),
         Start::Forward(up) => panic!("forwarded: {}", String::from_utf8_lossy(&up.body)),
     }
 }
@@ -208,8 +208,8 @@ fn a_failed_continuation_evicts_the_context() {
                 "temperature": "hot"}),
             );
             match conn.on_text(&bad, meta(2)) {
-                Start::Reject(frame) => Frames {
-                    messages: vec![frame],
+                Start::Reject(r) => Frames {
+                    messages: vec![r.frame],
                     done: true,
                 },
                 Start::Forward(_) => panic!("a bad temperature was forwarded"),

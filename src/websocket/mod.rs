@@ -196,11 +196,27 @@ async fn drive(
                     let started = Instant::now();
                     match conn.on_text(&text, meta()) {
                         Start::Forward(req) => {
+                            let summary = conn.exchange().map(|e| e.summary());
+                            tracing::info!(
+                                transport = "websocket",
+                                response_id = summary.and_then(|s| s.response_id.as_deref()).unwrap_or(""),
+                                model = %req.model,
+                                body_bytes = req.body.len(),
+                                "translated request"
+                            );
                             turn = Some(TurnClock::new(started));
                             upstream = Some(shared.upstream.call(req, &forwarded));
                             Vec::new()
                         }
-                        Start::Reject(frame) => vec![frame],
+                        Start::Reject(r) => {
+                            tracing::info!(
+                                transport = "websocket",
+                                status = r.status,
+                                code = r.code.as_deref().unwrap_or(""),
+                                "rejected message"
+                            );
+                            vec![r.frame]
+                        }
                     }
                 }
             };
@@ -280,6 +296,16 @@ async fn drive(
                 let done = frames.done;
                 if done {
                     upstream = None;
+                    if let Some(s) = conn.last_summary() {
+                        tracing::info!(
+                            transport = "websocket",
+                            response_id = s.response_id.as_deref().unwrap_or(""),
+                            status = s.status.unwrap_or_default(),
+                            outcome = ?s.outcome,
+                            code = s.error_code.as_deref().unwrap_or(""),
+                            "answer translated"
+                        );
+                    }
                     record(&metrics, conn.last_summary(), turn.take());
                 }
                 if send(&mut sink, frames.messages).await.is_err() {
@@ -301,6 +327,11 @@ async fn drive(
     // A response cut by the client's departure: the upstream request is dropped (Envoy
     // resets it) and the exchange is recorded as cut.
     if upstream.is_some() {
+        tracing::info!(
+            transport = "websocket",
+            reason,
+            "response ended before its answer was complete (the connection closed)"
+        );
         record(&metrics, conn.exchange().map(|e| e.summary()), turn.take());
     }
     if let Some(m) = &metrics {
