@@ -36,7 +36,8 @@ use upstream::{Upstream, UpstreamEvent};
 
 pub use upstream::FORWARDED_HEADERS;
 
-/// Messages read ahead while a response is in flight; reading pauses beyond.
+/// Messages read ahead while a response is in flight; reading pauses beyond this many, or
+/// once they hold one maximum-size message's worth of bytes.
 const MAX_QUEUED_MESSAGES: usize = 8;
 
 /// Close codes (RFC 6455).
@@ -176,6 +177,7 @@ async fn drive(
     let opened = Instant::now();
     let (mut sink, mut stream) = socket.split();
     let mut queue: VecDeque<Queued> = VecDeque::new();
+    let mut queued_bytes = 0usize;
     let mut draining = shared.draining.clone();
     let mut upstream: Option<upstream::Call> = None;
     let mut turn: Option<TurnClock> = None;
@@ -190,6 +192,9 @@ async fn drive(
         // Start the next queued message once nothing is in flight.
         while upstream.is_none() && !conn.in_flight() && !aged {
             let Some(next) = queue.pop_front() else { break };
+            if let Queued::Text(text) = &next {
+                queued_bytes -= text.len();
+            }
             let out = match next {
                 Queued::Binary => vec![conn.on_binary()],
                 Queued::Text(text) => {
@@ -245,12 +250,17 @@ async fn drive(
                 break "drained";
             }
         }
-        let reading = closing.is_none() && queue.len() < MAX_QUEUED_MESSAGES;
+        let reading = closing.is_none()
+            && queue.len() < MAX_QUEUED_MESSAGES
+            && queued_bytes < shared.settings.limits.max_message_bytes;
         tokio::select! {
             message = stream.next(), if reading => {
                 idle_deadline = tokio::time::Instant::now() + shared.settings.idle_timeout;
                 match message {
-                    Some(Ok(Message::Text(text))) => queue.push_back(Queued::Text(Bytes::from(text))),
+                    Some(Ok(Message::Text(text))) => {
+                        queued_bytes += text.len();
+                        queue.push_back(Queued::Text(Bytes::from(text)));
+                    }
                     Some(Ok(Message::Binary(_))) => queue.push_back(Queued::Binary),
                     // Pings are answered by the socket itself.
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
