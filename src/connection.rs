@@ -46,6 +46,9 @@ pub enum Start {
     Forward(UpstreamRequest),
     /// Nothing goes upstream: send this `error` event.
     Reject(Rejection),
+    /// Nothing goes upstream: a `generate: false` request (Codex's prewarm) was answered at
+    /// once, a completed response with no output whose context is kept for a continuation.
+    Answered(Frames),
 }
 
 /// A message refused before anything went upstream.
@@ -100,9 +103,19 @@ struct Turn {
     input_bytes: usize,
 }
 
-/// Fields of `POST /v1/responses` that belong to the HTTP transport: every response on a
-/// socket is streamed, and none runs in the background.
-const TRANSPORT_FIELDS: &[&str] = &["stream", "stream_options", "background"];
+/// Fields of `POST /v1/responses` that belong to the HTTP transport, with the one value that
+/// agrees with this transport (every response on a socket is streamed, none runs in the
+/// background), which is accepted: Codex sends `"stream": true` on its sockets.
+/// `stream_options` shapes SSE only: refused whatever its value.
+const TRANSPORT_FIELDS: &[(&str, Option<bool>)] = &[
+    ("stream", Some(true)),
+    ("background", Some(false)),
+    ("stream_options", None),
+];
+
+/// A stream with no output that ends at once: the "answer" of a `generate: false` request.
+const NOTHING_GENERATED: &[u8] =
+    b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
 
 impl Connection {
     /// `reasoning_events`: the names this client parses, known from the handshake's headers.
@@ -222,15 +235,19 @@ impl Connection {
                 .with_code("invalid_type"))
             }
         };
-        for field in TRANSPORT_FIELDS {
-            if body.contains_key(*field) {
-                return Err(ApiError::invalid(
-                    *field,
-                    format!(
-                        "'{field}' is not allowed over the WebSocket transport: every response is streamed as events on the socket."
-                    ),
-                )
-                .with_code("unsupported_parameter"));
+        for &(field, agrees) in TRANSPORT_FIELDS {
+            match (body.remove(field), agrees) {
+                (None, _) => {}
+                (Some(Value::Bool(v)), Some(ok)) if v == ok => {}
+                (Some(_), _) => {
+                    return Err(ApiError::invalid(
+                        field,
+                        format!(
+                            "'{field}' is not allowed over the WebSocket transport: every response is streamed as events on the socket, none runs in the background."
+                        ),
+                    )
+                    .with_code("unsupported_parameter"))
+                }
             }
         }
         if body.contains_key("stream_id") {
@@ -240,16 +257,19 @@ impl Connection {
             )
             .with_code("unsupported_parameter"));
         }
-        match body.remove("generate") {
-            None | Some(Value::Bool(true)) => {}
-            Some(_) => {
+        // `generate: false` preloads a context (instructions, tools, input) without a model
+        // call: answered at once, continued by the next request.
+        let generate = match body.remove("generate") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => b,
+            Some(other) => {
                 return Err(ApiError::invalid(
                     "generate",
-                    "'generate: false' (preloading without a response) is not supported: send the items with the request that generates.",
+                    format!("Invalid 'generate': expected a boolean, got {other}."),
                 )
-                .with_code("unsupported_parameter"))
+                .with_code("invalid_type"))
             }
-        }
+        };
         let continues = continued.as_ref().map(|c| c.id.clone());
         let (input, input_bytes) = self.full_input(&mut body, continued, text.len())?;
         body.insert("input".into(), Value::Array(input.clone()));
@@ -268,7 +288,16 @@ impl Connection {
                     input,
                     input_bytes,
                 });
-                Ok(Start::Forward(up))
+                if generate {
+                    return Ok(Start::Forward(up));
+                }
+                // The same exchange, fed an answer with nothing in it: the same events,
+                // ids and echo as any response, and its context kept.
+                let now = meta.now;
+                let head = self.upstream_head(200, "text/event-stream", now);
+                let mut frames = self.upstream_body(NOTHING_GENERATED, true, now);
+                frames.messages.splice(0..0, head.messages);
+                Ok(Start::Answered(frames))
             }
             RequestStep::Reply(reply) => Err(reply_error(reply)),
             RequestStep::Hold => Err(ApiError::server(

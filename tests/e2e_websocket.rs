@@ -278,7 +278,7 @@ async fn bad_messages_get_error_events_and_the_socket_stays_usable() {
         ),
         (Message::binary(b"\x00\x01".to_vec()), "invalid_message"),
         (
-            create(json!({"model": "m", "input": "x", "stream": true})),
+            create(json!({"model": "m", "input": "x", "stream": false})),
             "unsupported_parameter",
         ),
         (
@@ -480,4 +480,65 @@ async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
     let events = response(&mut ws).await;
     assert_eq!(last_response(&events)["status"], "completed");
     assert_eq!(closed(&mut ws).await, Some(CloseCode::Away));
+}
+
+/// Codex 0.169's socket, as captured: its handshake headers, a prewarm `response.create`
+/// with `generate: false` (and `stream: true`), then the turn continuing it. The prewarm is
+/// answered without the upstream; the turn reaches it with the preloaded items first.
+#[tokio::test]
+async fn codex_shaped_prewarm_then_turn() {
+    let upstream = ScriptedUpstream::with_replies([chat_sse("hi")]);
+    let stack = WsStack::start(upstream.port(), &[]);
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    for (name, value) in [
+        ("authorization", "Bearer x"),
+        ("originator", "codex_exec"),
+        ("openai-beta", "responses_websockets=2026-02-06"),
+        (
+            "user-agent",
+            "codex_exec/0.169.0 (Debian 12.0.0; x86_64) xterm (codex_exec; 0.169.0)",
+        ),
+    ] {
+        request
+            .headers_mut()
+            .insert(name, value.parse().expect("header"));
+    }
+    let (mut ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    let common = json!({
+        "model": "gpt-5.5", "stream": true, "tool_choice": "auto", "parallel_tool_calls": true,
+        "reasoning": {"effort": "medium"}, "store": false,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "thread-1",
+        "text": {"verbosity": "low"}, "client_metadata": {"session_id": "thread-1"},
+        "instructions": "You are Codex.",
+    });
+    let mut prewarm = common.clone();
+    prewarm["generate"] = json!(false);
+    prewarm["input"] = json!([{"type": "message", "role": "developer",
+        "content": [{"type": "input_text", "text": "<permissions>read-only</permissions>"}]}]);
+    ask(&mut ws, prewarm).await;
+    let preloaded = completed(&mut ws).await;
+    assert_eq!(preloaded["output"], json!([]));
+    assert!(
+        upstream.requests().is_empty(),
+        "the prewarm never reaches the upstream"
+    );
+
+    let mut turn = common;
+    turn["previous_response_id"] = preloaded["id"].clone();
+    turn["input"] = json!([{"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "say hi"}]}]);
+    ask(&mut ws, turn).await;
+    let answered = completed(&mut ws).await;
+    assert_eq!(answered["previous_response_id"], preloaded["id"]);
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].json()["messages"],
+        json!([
+            {"role": "system", "content": "You are Codex.\n\n<permissions>read-only</permissions>"},
+            {"role": "user", "content": [{"type": "text", "text": "say hi"}]}
+        ])
+    );
 }

@@ -52,6 +52,7 @@ fn forward(conn: &mut Connection, message: &[u8], seed: u128) -> UpstreamRequest
     match conn.on_text(message, meta(seed)) {
         Start::Forward(up) => up,
         Start::Reject(r) => panic!("rejected: {}", String::from_utf8_lossy(&r.frame)),
+        Start::Answered(_) => panic!("answered without the upstream"),
     }
 }
 
@@ -59,6 +60,7 @@ fn reject(conn: &mut Connection, message: &[u8]) -> serde_json::Value {
     match conn.on_text(message, meta(9)) {
         Start::Reject(r) => serde_json::from_slice(&r.frame).unwrap(),
         Start::Forward(up) => panic!("forwarded: {}", String::from_utf8_lossy(&up.body)),
+        Start::Answered(_) => panic!("answered instead of refused"),
     }
 }
 
@@ -212,7 +214,9 @@ fn a_failed_continuation_evicts_the_context() {
                     messages: vec![r.frame],
                     done: true,
                 },
-                Start::Forward(_) => panic!("a bad temperature was forwarded"),
+                Start::Forward(_) | Start::Answered(_) => {
+                    panic!("a bad temperature was not refused")
+                }
             }
         },
         |conn, id| {
@@ -273,20 +277,76 @@ fn a_failed_fresh_response_keeps_the_context() {
 }
 
 #[test]
-fn transport_fields_are_rejected() {
-    for field in ["stream", "stream_options", "background"] {
+fn transport_fields_are_rejected_unless_they_agree_with_the_socket() {
+    for (field, value) in [
+        ("stream", json!(false)),
+        ("stream", json!("yes")),
+        ("background", json!(true)),
+        ("stream_options", json!({})),
+        ("stream_options", json!({"include_obfuscation": false})),
+    ] {
         let mut conn = connection();
         let mut body = json!({"model": "m", "input": "x"});
-        body[field] = if field == "stream_options" {
-            json!({})
-        } else {
-            json!(false)
-        };
+        body[field] = value.clone();
         let frame = reject(&mut conn, &create(body));
-        assert_eq!(code(&frame), "unsupported_parameter");
+        assert_eq!(code(&frame), "unsupported_parameter", "{field}: {value}");
         assert_eq!(frame["error"]["param"], json!(field));
         assert_eq!(frame["status"], json!(400));
     }
+    // What Codex sends on its sockets: accepted, the transport streams anyway.
+    let mut conn = connection();
+    let up = forward(
+        &mut conn,
+        &create(json!({"model": "m", "input": "x", "stream": true, "background": false})),
+        1,
+    );
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(chat["stream"], json!(true));
+}
+
+#[test]
+fn generate_false_preloads_a_context_without_the_upstream() {
+    let mut conn = connection();
+    let prewarm = create(json!({"model": "m", "instructions": "be brief",
+        "input": [{"role": "user", "content": "context"}], "generate": false}));
+    let Start::Answered(frames) = conn.on_text(&prewarm, meta(1)) else {
+        panic!("generate: false went upstream");
+    };
+    assert!(frames.done && !conn.in_flight());
+    let events = events(&frames);
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.completed"
+        ]
+    );
+    let response = &events[2]["response"];
+    assert_eq!(response["output"], json!([]));
+    assert_eq!(response["instructions"], json!("be brief"));
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], json!(i));
+    }
+    // The next request continues it with only its new items.
+    let id = response["id"].as_str().unwrap();
+    let up = forward(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": id, "input": "question"})),
+        2,
+    );
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(
+        chat["messages"],
+        json!([{"role": "user", "content": "context"}, {"role": "user", "content": "question"}])
+    );
+    // generate must be a boolean.
+    let frame = reject(
+        &mut connection(),
+        &create(json!({"model": "m", "input": "x", "generate": "no"})),
+    );
+    assert_eq!(code(&frame), "invalid_type");
 }
 
 #[test]
@@ -310,10 +370,6 @@ fn bad_messages_get_error_events() {
         ),
         (
             br#"{"type":"response.create","model":"m","input":"x","stream_id":"a"}"#,
-            "unsupported_parameter",
-        ),
-        (
-            br#"{"type":"response.create","model":"m","input":"x","generate":false}"#,
             "unsupported_parameter",
         ),
     ] {

@@ -220,6 +220,18 @@ async fn drive(
                             upstream = Some(shared.upstream.call(req, &forwarded));
                             Vec::new()
                         }
+                        Start::Answered(frames) => {
+                            tracing::info!(
+                                transport = "websocket",
+                                response_id = conn
+                                    .last_summary()
+                                    .and_then(|s| s.response_id.as_deref())
+                                    .unwrap_or(""),
+                                "preloaded context (generate: false)"
+                            );
+                            record(&metrics, conn.last_summary(), Some(TurnClock::new(started)));
+                            frames.messages
+                        }
                         Start::Reject(r) => {
                             tracing::info!(
                                 transport = "websocket",

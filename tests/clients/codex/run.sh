@@ -29,6 +29,9 @@
 #   CODEX_BIN       use this codex binary instead of installing one
 #   CODEX_TIMEOUT   seconds before giving up on the run (default 120)
 #   KEEP_CODEX_HOME=1  keep the temporary CODEX_HOME (config, sessions, logs) for inspection
+#   CODEX_WEBSOCKETS=1 declare the provider `supports_websockets`: Codex then talks to
+#                      /v1/responses over the WebSocket transport (the stack must serve it:
+#                      deploy/demo.sh does); the run checks the processor's log for it
 set -euo pipefail
 
 SCENARIO="${1:-hi}"
@@ -121,6 +124,9 @@ request_max_retries = 0
 stream_max_retries = 0
 stream_idle_timeout_ms = 60000
 TOML
+if [ -n "${CODEX_WEBSOCKETS:-}" ]; then
+  echo 'supports_websockets = true' >>"$CODEX_HOME/config.toml"
+fi
 export RESPONSES_EXTPROC_API_KEY=x
 
 # ---- the run ----
@@ -157,6 +163,14 @@ fi
 items="$(grep -o '"type":"item.completed","item":{"id":"[^"]*","type":"[^"]*"' "$WORK/events.jsonl" |
   sed 's/.*"type":"//; s/"$//' | tr '\n' ' ')"
 say "completed items: $items"
+# With CODEX_WEBSOCKETS=1: the responses went over the socket (deploy/demo.sh's processor log).
+check_websocket() {
+  [ -n "${CODEX_WEBSOCKETS:-}" ] || return 0
+  local log="$ROOT/target/demo/processor.log" n
+  n="$(grep -c 'translated request transport="websocket"' "$log" 2>/dev/null || true)"
+  [ "${n:-0}" -gt 0 ] || { show; die "no response went over the WebSocket transport ($log)"; }
+  say "WebSocket transport: $n responses, $(grep -c 'generate: false' "$log" || true) preloads"
+}
 say "last message: $(cat "$WORK/last-message.txt" 2>/dev/null)"
 if [ "$SCENARIO" = apply_patch ]; then
   expected="Hello from the apply_patch profile."
@@ -178,7 +192,9 @@ assert "The input must match this lark grammar" in desc, desc[:300]
 assert any(m.get("role") == "tool" and m.get("tool_call_id") == "call_patch_1" for m in turn[-1]["messages"]), turn[-1]["messages"]
 print(f"codex-e2e: upstream: {len(turn)} requests offered apply_patch; the last carried the tool result", file=sys.stderr)
 PY
+  check_websocket
   say "OK: Codex applied the patch (hello.txt created) through Envoy + responses-extproc"
   exit 0
 fi
+check_websocket
 say "OK: Codex completed a turn through Envoy + responses-extproc"
