@@ -19,7 +19,7 @@ pub struct Request {
     /// Chat messages (system, user, assistant with tool calls, tool).
     pub messages: Vec<request::Message>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<Value>,
+    pub tools: Vec<request::Tool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -3,6 +3,7 @@
 //! call to the assistant turn before it) match on variants instead of reading JSON back.
 
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 /// One Chat message. `role` is the tag; the fields follow in the order Chat servers show them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -110,4 +111,25 @@ impl Message {
             _ => None,
         }
     }
+}
+
+/// A tool offered to the model: always a function on the Chat side (custom and namespaced
+/// tools are mapped to functions).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tool {
+    #[serde(rename = "type")]
+    pub kind: FunctionKind,
+    pub function: ToolFunction,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolFunction {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema, passed through as the client wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }

@@ -143,10 +143,7 @@ pub fn translate_object(
         Some(list) => tools(list, &mut echo, &mut namespaced, &mut custom_tools, options)?,
         None => Vec::new(),
     };
-    let tool_names: Vec<&str> = tools
-        .iter()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .collect();
+    let tool_names: Vec<&str> = tools.iter().map(|t| t.function.name.as_str()).collect();
     let choice = req.take("tool_choice");
     let choice = match choice {
         Some(c) => Some(tool_choice(&c, &tool_names)?),
@@ -155,11 +152,7 @@ pub fn translate_object(
     let mut chat_tools = tools;
     if let Some((chat_choice, allowed, echoed)) = choice {
         if let Some(allowed) = allowed {
-            chat_tools.retain(|t| {
-                t.pointer("/function/name")
-                    .and_then(Value::as_str)
-                    .is_some_and(|n| allowed.iter().any(|a| a == n))
-            });
+            chat_tools.retain(|t| allowed.contains(&t.function.name));
         }
         if chat_tools.is_empty() {
             // Chat servers (vLLM) reject a `tool_choice` without `tools`; with no tools

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::chat::request::{FunctionKind, Tool, ToolFunction};
 use crate::openresponses::{ApiError, Echo};
 use crate::translate::fields::{bad_value, index, join, missing, wrong_type, Obj};
 use crate::translate::{flat_name, HostedTools, NamespacedTool, Options};
@@ -16,7 +17,7 @@ pub(crate) fn tools(
     namespaced: &mut Vec<NamespacedTool>,
     custom_tools: &mut Vec<String>,
     options: &Options,
-) -> Result<Vec<Value>, ApiError> {
+) -> Result<Vec<Tool>, ApiError> {
     let mut chat_tools = Vec::with_capacity(list.len());
     for (i, tool) in list.into_iter().enumerate() {
         let path = index("tools", i);
@@ -203,7 +204,7 @@ fn push_function(
     f: FunctionTool,
     origin: Origin<'_>,
     path: &str,
-    chat_tools: &mut Vec<Value>,
+    chat_tools: &mut Vec<Tool>,
     echo: &mut Echo,
     namespaced: &mut Vec<NamespacedTool>,
 ) -> Result<(), ApiError> {
@@ -211,27 +212,22 @@ fn push_function(
         Origin::Namespace(ns) => flat_name(ns, &f.name),
         Origin::Function | Origin::Custom => f.name.clone(),
     };
-    let taken = chat_tools
-        .iter()
-        .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(&upstream_name));
+    let taken = chat_tools.iter().any(|t| t.function.name == upstream_name);
     if taken {
         return Err(bad_value(
             &join(path, "name"),
             format!("Duplicate tool name '{upstream_name}' in 'tools'."),
         ));
     }
-    let mut function = Map::new();
-    function.insert("name".into(), upstream_name.clone().into());
-    if let Some(d) = &f.description {
-        function.insert("description".into(), d.clone().into());
-    }
-    if let Some(p) = &f.parameters {
-        function.insert("parameters".into(), Value::Object(p.clone()));
-    }
-    if let Some(s) = f.strict {
-        function.insert("strict".into(), s.into());
-    }
-    chat_tools.push(json!({"type": "function", "function": Value::Object(function)}));
+    chat_tools.push(Tool {
+        kind: FunctionKind::Function,
+        function: ToolFunction {
+            name: upstream_name.clone(),
+            description: f.description.clone(),
+            parameters: f.parameters.clone(),
+            strict: f.strict,
+        },
+    });
     match origin {
         Origin::Namespace(ns) => namespaced.push(NamespacedTool {
             flat: upstream_name,
