@@ -99,6 +99,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
                 max_age: config.ws_max_age,
                 idle_timeout: config.ws_idle_timeout,
                 metrics: settings.metrics.clone(),
+                log_content: config.log_content,
             };
             tracing::info!(
                 listen = %addr,

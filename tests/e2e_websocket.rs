@@ -165,6 +165,13 @@ async fn create_then_continue_with_previous_response_id() {
     assert_eq!(last_response(&second)["previous_response_id"], json!(id));
     assert_eq!(second[0]["sequence_number"], 0);
 
+    // No prompt or completion text in the processor's log without --log-content.
+    let logs = stack.processor.logs();
+    assert!(logs.contains("translated request"), "{logs}");
+    assert!(
+        !logs.contains("I am Ada") && !logs.contains("Hello Ada"),
+        "{logs}"
+    );
     // What the upstream got: Chat requests through Envoy's Chat route, the second with the
     // whole context, the client's credentials and the model header for routing.
     let requests = upstream.requests();

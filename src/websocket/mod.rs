@@ -59,6 +59,8 @@ pub struct WsSettings {
     pub max_age: Duration,
     pub idle_timeout: Duration,
     pub metrics: Option<Arc<Metrics>>,
+    /// `--log-content`: client messages, Chat requests and upstream chunks at debug level.
+    pub log_content: bool,
 }
 
 struct Shared {
@@ -206,6 +208,9 @@ async fn drive(
                 Queued::Binary => vec![conn.on_binary()],
                 Queued::Text(text) => {
                     let started = Instant::now();
+                    if shared.settings.log_content {
+                        log_content("client message", &text);
+                    }
                     match conn.on_text(&text, meta()) {
                         Start::Forward(req) => {
                             let summary = conn.exchange().map(|e| e.summary());
@@ -216,6 +221,9 @@ async fn drive(
                                 body_bytes = req.body.len(),
                                 "translated request"
                             );
+                            if shared.settings.log_content {
+                                log_content("upstream request", &req.body);
+                            }
                             turn = Some(TurnClock::new(started));
                             upstream = Some(shared.upstream.call(req, &forwarded));
                             Vec::new()
@@ -310,7 +318,12 @@ async fn drive(
                         frames.messages.shrink_to_fit();
                         frames
                     }
-                    UpstreamEvent::Chunk(chunk) => conn.upstream_body(&chunk, false, now),
+                    UpstreamEvent::Chunk(chunk) => {
+                        if shared.settings.log_content {
+                            log_content("upstream body", &chunk);
+                        }
+                        conn.upstream_body(&chunk, false, now)
+                    }
                     UpstreamEvent::End => conn.upstream_body(&[], true, now),
                     UpstreamEvent::Failed(message) => {
                         conn.upstream_failed("upstream_unavailable", &message, now)
@@ -450,6 +463,11 @@ fn record(metrics: &Option<Arc<Metrics>>, summary: Option<&Summary>, clock: Opti
             translation: clock.busy,
         },
     );
+}
+
+/// `--log-content` only: the text holds prompts and completions.
+fn log_content(what: &str, body: &[u8]) {
+    tracing::debug!(transport = "websocket", content = %String::from_utf8_lossy(body), "{what}");
 }
 
 fn meta() -> Meta {
