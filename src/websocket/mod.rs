@@ -40,6 +40,16 @@ pub use upstream::FORWARDED_HEADERS;
 /// once they hold one maximum-size message's worth of bytes.
 const MAX_QUEUED_MESSAGES: usize = 8;
 
+/// How long a socket closed with the client's bytes unread stays open (see `drive`).
+const CLOSE_LINGER: Duration = Duration::from_millis(250);
+
+/// The largest frame or message the socket reads: twice the message limit. A message between
+/// the two is read whole and refused by the connection (413, and the socket goes on); only a
+/// larger one is refused from its frame header, unread, which ends the socket (1009).
+fn read_limit(max_message_bytes: usize) -> usize {
+    max_message_bytes.saturating_mul(2)
+}
+
 /// The socket's read buffer (see `upgrade`).
 const READ_BUFFER_BYTES: usize = 16 * 1024;
 
@@ -142,13 +152,13 @@ async fn upgrade(
     let names = client::reasoning_events(shared.settings.exchange.reasoning_events, header);
     let forwarded = upstream::forwarded_headers(&headers);
     let limits = shared.settings.limits;
-    // The frame cap is the message cap: a larger message is refused unread (1009).
+    // Messages up to twice the limit are read and refused by the connection (see read_limit).
     // tungstenite zeroes its read buffer's free space (up to this size) on every read
     // attempt, including the ones that find nothing: at the default 128 KiB that memset was
     // a fifth of the processor's CPU (perf, 32 sockets streaming); 16 KiB reads requests fine.
     ws.read_buffer_size(READ_BUFFER_BYTES)
-        .max_message_size(limits.max_message_bytes)
-        .max_frame_size(limits.max_message_bytes)
+        .max_message_size(read_limit(limits.max_message_bytes))
+        .max_frame_size(read_limit(limits.max_message_bytes))
         .on_upgrade(move |socket| async move {
             let connection = Connection::new(shared.settings.exchange.clone(), limits, names);
             drive(socket, connection, shared, forwarded, permit).await;
@@ -264,6 +274,12 @@ async fn drive(
         if idle {
             if let Some((code, why)) = closing {
                 let _ = close(&mut sink, code, why).await;
+                if code == CLOSE_TOO_BIG {
+                    // The client's oversized frame is still unread: closing the socket now
+                    // would reset it, and the reset can overtake the error event on its way
+                    // through Envoy. A moment for both to arrive first.
+                    tokio::time::sleep(CLOSE_LINGER).await;
+                }
                 break why;
             }
             if aged {
