@@ -24,8 +24,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::exchange::{
-    BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead, Settings, Summary,
-    UpstreamRequest, EVENT_STREAM,
+    BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead, Settings,
+    Summary, UpstreamRequest, EVENT_STREAM,
 };
 use crate::openresponses::ApiError;
 use crate::translate::{Meta, ReasoningEvents};
@@ -90,8 +90,36 @@ pub struct Connection {
 #[derive(Debug)]
 struct Context {
     id: String,
-    items: Vec<Value>,
+    /// Its whole input (its own continued context first).
+    input: Vec<Value>,
+    /// Its terminal event as sent (`response.completed` or `.incomplete`): the output is
+    /// read from it only if the context is continued.
+    terminal: Bytes,
     bytes: usize,
+}
+
+impl Context {
+    /// The context as input items: its input, then its output.
+    fn into_items(self) -> Result<Vec<Value>, ApiError> {
+        #[derive(serde::Deserialize)]
+        struct Terminal {
+            response: Finished,
+        }
+        #[derive(serde::Deserialize)]
+        struct Finished {
+            output: Vec<Value>,
+        }
+        let terminal: Terminal = serde_json::from_slice(&self.terminal).map_err(|e| {
+            ApiError::server(
+                500,
+                "internal_error",
+                format!("The kept response could not be read: {e}."),
+            )
+        })?;
+        let mut items = self.input;
+        items.extend(terminal.response.output);
+        Ok(items)
+    }
 }
 
 /// The response in flight.
@@ -277,11 +305,7 @@ impl Connection {
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
         exchange.set_reasoning_events(self.reasoning_events);
-        exchange.keep_final_response();
-        if let Some(id) = continues {
-            exchange.set_previous_response_id(id);
-        }
-        match exchange.request_object(body, meta) {
+        match exchange.request_object(body, continues, meta) {
             RequestStep::Forward(up) => {
                 self.turn = Some(Turn {
                     exchange,
@@ -361,9 +385,11 @@ impl Connection {
         };
         Ok(match continued {
             None => (new, message_bytes),
-            Some(mut context) => {
-                context.items.extend(new);
-                (context.items, context.bytes + message_bytes)
+            Some(context) => {
+                let bytes = context.bytes + message_bytes;
+                let mut items = context.into_items()?;
+                items.extend(new);
+                (items, bytes)
             }
         })
     }
@@ -432,11 +458,16 @@ impl Connection {
 
     /// The response ended: keep its context if it ended well.
     fn end_turn(&mut self, messages: Vec<Bytes>) -> Frames {
-        if let Some(mut turn) = self.turn.take() {
-            self.last = Some(turn.exchange.summary().clone());
-            if let Some(body) = turn.exchange.take_final_response() {
-                self.keep(turn, &body);
+        if let Some(turn) = self.turn.take() {
+            let summary = turn.exchange.summary().clone();
+            // A stream that ended well: its terminal event is its last message. Copied, so
+            // that the kept context does not hold the whole output buffer it is a slice of.
+            if let (Outcome::Translated, Some(id), Some(terminal)) =
+                (summary.outcome, &summary.response_id, messages.last())
+            {
+                self.keep(id.clone(), turn, Bytes::copy_from_slice(terminal));
             }
+            self.last = Some(summary);
         }
         Frames {
             messages,
@@ -444,27 +475,18 @@ impl Connection {
         }
     }
 
-    fn keep(&mut self, turn: Turn, response: &[u8]) {
-        #[derive(serde::Deserialize)]
-        struct Finished {
-            id: String,
-            output: Vec<Value>,
-        }
-        let Ok(finished) = serde_json::from_slice::<Finished>(response) else {
-            return;
-        };
-        let bytes = turn.input_bytes + response.len();
+    fn keep(&mut self, id: String, turn: Turn, terminal: Bytes) {
+        let bytes = turn.input_bytes + terminal.len();
         if bytes > self.limits.max_context_bytes {
             self.context = None;
-            self.too_large = Some(finished.id);
+            self.too_large = Some(id);
             return;
         }
-        let mut items = turn.input;
-        items.extend(finished.output);
         self.too_large = None;
         self.context = Some(Context {
-            id: finished.id,
-            items,
+            id,
+            input: turn.input,
+            terminal,
             bytes,
         });
     }

@@ -245,11 +245,6 @@ pub struct Exchange {
     summary: Summary,
     /// The names this client parses (from its headers, the policy and the override).
     reasoning_events: ReasoningEvents,
-    /// Keep the finished response of a stream ([`Exchange::keep_final_response`]).
-    keep_final: bool,
-    final_response: Option<Bytes>,
-    /// Echoed as the response's `previous_response_id` (set by the WebSocket connection).
-    previous_response_id: Option<String>,
 }
 
 impl Exchange {
@@ -257,9 +252,6 @@ impl Exchange {
         let reasoning_events = client::reasoning_events(settings.reasoning_events, |_| None);
         Exchange {
             reasoning_events,
-            keep_final: false,
-            final_response: None,
-            previous_response_id: None,
             settings,
             state: State::Request {
                 body: BytesMut::new(),
@@ -292,24 +284,6 @@ impl Exchange {
     /// connection identifies its client once, at the handshake).
     pub fn set_reasoning_events(&mut self, names: ReasoningEvents) {
         self.reasoning_events = names;
-    }
-
-    /// Keep the response object of a stream that ends completed or incomplete, for
-    /// [`Exchange::take_final_response`] (a WebSocket connection continues from it).
-    pub fn keep_final_response(&mut self) {
-        self.keep_final = true;
-    }
-
-    /// The response continues this one (its context was spliced into the input): echoed
-    /// in `previous_response_id`.
-    pub fn set_previous_response_id(&mut self, id: String) {
-        self.previous_response_id = Some(id);
-    }
-
-    /// The finished response (JSON, as the terminal event carries it), if kept and the
-    /// stream did not fail.
-    pub fn take_final_response(&mut self) -> Option<Bytes> {
-        self.final_response.take()
     }
 
     pub fn summary(&self) -> &Summary {
@@ -370,10 +344,12 @@ impl Exchange {
     }
 
     /// The client's request already parsed into an object (a `create`): the same rules as
-    /// [`Exchange::request_body`] without parsing it again.
+    /// [`Exchange::request_body`] without parsing it again. `continues`: the response whose
+    /// context the caller put at the head of `input` (echoed as `previous_response_id`).
     pub fn request_object(
         &mut self,
         body: serde_json::Map<String, serde_json::Value>,
+        continues: Option<String>,
         meta: Meta,
     ) -> RequestStep {
         if !matches!(self.state, State::Request { .. })
@@ -381,7 +357,11 @@ impl Exchange {
         {
             return RequestStep::Reply(self.fail(&internal("a parsed request out of place")));
         }
-        let translated = translate::translate_request_object(body, &self.settings.options, meta);
+        let translated = translate::translate_request_object(body, &self.settings.options, meta)
+            .map(|mut t| {
+                t.exchange.echo.previous_response_id = continues;
+                t
+            });
         self.forward(translated)
     }
 
@@ -392,7 +372,6 @@ impl Exchange {
         match translated {
             Ok(mut t) => {
                 t.exchange.options.reasoning_events = self.reasoning_events;
-                t.exchange.echo.previous_response_id = self.previous_response_id.take();
                 self.summary.response_id = Some(t.exchange.id().to_owned());
                 self.summary.model = Some(t.exchange.model().to_owned());
                 self.summary.stream = t.exchange.is_stream();
@@ -652,9 +631,6 @@ impl Exchange {
 
     fn note_stream_end(&mut self, translator: &StreamTranslator) {
         let report = translator.report();
-        if self.keep_final && report.error.is_none() {
-            self.final_response = translator.final_response().map(|f| f.body);
-        }
         self.summary.status = Some(200);
         self.summary.usage = report.usage;
         self.summary.upstream_model = report.upstream_model;

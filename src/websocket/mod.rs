@@ -179,6 +179,8 @@ fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
 enum Queued {
     Text(Bytes),
     Binary,
+    /// A message over the size limit, not read: answered in its turn, then the socket ends.
+    Oversize,
 }
 
 /// One connection, from upgrade to close.
@@ -209,13 +211,14 @@ async fn drive(
 
     let reason = loop {
         // Start the next queued message once nothing is in flight.
-        while upstream.is_none() && !conn.in_flight() && !aged {
+        while upstream.is_none() && !aged {
             let Some(next) = queue.pop_front() else { break };
             if let Queued::Text(text) = &next {
                 queued_bytes -= text.len();
             }
             let out = match next {
                 Queued::Binary => vec![conn.on_binary()],
+                Queued::Oversize => vec![conn.on_oversize()],
                 Queued::Text(text) => {
                     let started = Instant::now();
                     if shared.settings.log_content {
@@ -312,8 +315,8 @@ async fn drive(
                     }
                     Some(Err(e)) if is_too_large(&e) => {
                         // The frame was not read whole: the stream cannot go on. What was
-                        // queued before it is still answered.
-                        let _ = send(&mut sink, vec![conn.on_oversize()]).await;
+                        // queued before it is answered first, then its error, then the close.
+                        queue.push_back(Queued::Oversize);
                         closing = Some((CLOSE_TOO_BIG, "message too large"));
                     }
                     Some(Err(e)) => {
@@ -327,11 +330,10 @@ async fn drive(
                 let core = Instant::now();
                 let frames = match event {
                     UpstreamEvent::Head { status, content_type, body } => {
-                        let mut frames = conn.upstream_head(status, &content_type, now);
+                        let frames = conn.upstream_head(status, &content_type, now);
                         if !frames.done {
                             upstream = Some(upstream::Call::Body(body));
                         }
-                        frames.messages.shrink_to_fit();
                         frames
                     }
                     UpstreamEvent::Chunk(chunk) => {

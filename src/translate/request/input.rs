@@ -469,7 +469,10 @@ pub(crate) fn merge_leading_system(messages: Vec<Message>) -> Vec<Message> {
         return messages;
     }
     let mut rest = messages.into_iter();
-    let mut first = rest.next().expect("head >= 2");
+    // `head >= 2`: there is a first message.
+    let Some(mut first) = rest.next() else {
+        return Vec::new();
+    };
     if let Message::System { content } | Message::Developer { content } = &mut first {
         for m in rest.by_ref().take(head - 1) {
             content.push_str("\n\n");
