@@ -568,3 +568,88 @@ async fn codex_shaped_prewarm_then_turn() {
         ])
     );
 }
+
+/// More messages than the queue reads ahead (8, or one maximum message's worth of bytes),
+/// sent while the first response is held: reading pauses, nothing is lost, all are answered
+/// in order.
+#[tokio::test]
+async fn messages_beyond_the_read_ahead_queue_wait_and_are_all_answered_in_order() {
+    const LIMIT: usize = 64 * 1024;
+    const N: usize = 20;
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([chat_sse("first").pause_after(1, &gate)]);
+    upstream.set_default(|| chat_sse("ok"));
+    let limit = LIMIT.to_string();
+    let stack = WsStack::start(upstream.port(), &["--max-request-bytes", &limit]);
+    let mut ws = connect(&stack).await;
+    // Each a quarter of the limit: the byte bound pauses reading after four.
+    let pad = "p".repeat(LIMIT / 4 - 100);
+    for i in 0..N {
+        ask(
+            &mut ws,
+            json!({"model": "m", "input": format!("turn {i} {pad}")}),
+        )
+        .await;
+    }
+    gate.wait_reached(TIMEOUT).await;
+    gate.release();
+    for _ in 0..N {
+        completed(&mut ws).await;
+    }
+    let turns: Vec<String> = upstream
+        .requests()
+        .iter()
+        .map(|r| {
+            let content = r.json()["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            content.split(' ').take(2).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let expected: Vec<String> = (0..N).map(|i| format!("turn {i}")).collect();
+    assert_eq!(turns, expected);
+}
+
+/// `--ws-max-context-bytes` from both sides: a context under the cap is continued; one over
+/// it is not kept, and naming it is `previous_response_not_found` saying why (the upstream is
+/// not asked).
+#[tokio::test]
+async fn the_context_cap_from_both_sides() {
+    const CAP: usize = 8 * 1024;
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let cap = CAP.to_string();
+    let stack = WsStack::start(upstream.port(), &["--ws-max-context-bytes", &cap]);
+    let mut ws = connect(&stack).await;
+    // Under: a short turn is kept and continued.
+    ask(&mut ws, json!({"model": "m", "input": "short"})).await;
+    let small = completed(&mut ws).await;
+    ask(
+        &mut ws,
+        json!({"model": "m", "previous_response_id": small["id"], "input": "next"}),
+    )
+    .await;
+    completed(&mut ws).await;
+    assert_eq!(upstream.requests().len(), 2);
+    // Over: a turn whose input alone is over the cap is answered but not kept.
+    ask(&mut ws, json!({"model": "m", "input": "x".repeat(CAP)})).await;
+    let large = completed(&mut ws).await;
+    ask(
+        &mut ws,
+        json!({"model": "m", "previous_response_id": large["id"], "input": "next"}),
+    )
+    .await;
+    let event = recv(&mut ws).await;
+    assert_eq!(error_code(&event), "previous_response_not_found");
+    let message = event["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("larger than this server keeps"),
+        "{message}"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        3,
+        "the refused continuation never went upstream"
+    );
+}
