@@ -49,16 +49,62 @@ fn reflection_descriptors() {
     .expect("write the descriptor set");
 }
 
-/// The `proto` folder of the envoy-types package this build uses, from `cargo metadata`.
-/// Filtered to the target platform: offline, cargo has only downloaded the packages this
-/// platform builds (on a fresh machine, Windows-only crates are absent).
+/// The `proto` folder of the envoy-types package this build uses. First where cargo unpacks
+/// registry crates (`$CARGO_HOME/registry/src/<index>/envoy-types-<locked version>`), which
+/// needs nothing else; then from `cargo metadata --offline` (vendored or patched sources).
+/// The registry comes first because `cargo metadata` resolves the dev-dependencies too, and
+/// on a fresh machine a plain `cargo build` has not downloaded those: it fails offline.
 fn envoy_types_protos() -> PathBuf {
+    let manifest_dir =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    println!("cargo:rerun-if-changed=Cargo.lock");
+    if let Some(found) =
+        locked_version(&manifest_dir.join("Cargo.lock")).and_then(|v| in_registry(&v))
+    {
+        return found;
+    }
+    from_cargo_metadata(&manifest_dir)
+}
+
+/// envoy-types' version in Cargo.lock.
+fn locked_version(lock: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(lock).ok()?;
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim() == "name = \"envoy-types\"" {
+            let version = lines.next()?.trim().strip_prefix("version = \"")?;
+            return Some(version.trim_end_matches('"').to_owned());
+        }
+    }
+    None
+}
+
+/// `<CARGO_HOME>/registry/src/*/envoy-types-<version>/proto`, if cargo unpacked it there.
+fn in_registry(version: &str) -> Option<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+    std::fs::read_dir(home.join("registry").join("src"))
+        .ok()?
+        .flatten()
+        .map(|index| {
+            index
+                .path()
+                .join(format!("envoy-types-{version}"))
+                .join("proto")
+        })
+        .find(|proto| proto.is_dir())
+}
+
+/// From `cargo metadata`, filtered to the target platform: offline, cargo has only downloaded
+/// the packages this platform builds (on a fresh machine, Windows-only crates are absent).
+fn from_cargo_metadata(manifest_dir: &Path) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target = std::env::var("TARGET").expect("TARGET");
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--offline"])
         .args(["--filter-platform", &target])
-        .current_dir(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"))
+        .current_dir(manifest_dir)
         .output()
         .expect("run cargo metadata");
     assert!(
