@@ -13,9 +13,12 @@ Brings up nginx (Debian) serving a fixed `chat.completion` (benches/fixtures/cha
 fixed 64-event llama-server stream (benches/fixtures/chat.sse), then for each scenario a fresh
 Envoy (`--concurrency 1`; benches/envoy-bare.yaml for the baseline, the shipped
 envoy/envoy.yaml or one of envoy/examples/ otherwise) and the release processor, and drives
-it with wrk (Debian; 1 thread, 32 connections, as many requests as it can). It prints, per
-scenario: requests/s, p50/p99 latency, the ratio against bare Envoy, and CPU microseconds per
-exchange of Envoy and of the processor (utime+stime from /proc over the measured run).
+it with wrk (Debian; 1 thread, 32 connections, as many requests as it can, each with the
+headers openai-python sends). It prints, per scenario: requests/s, p50/p99 latency, the ratio
+against bare Envoy, CPU microseconds per exchange of Envoy and of the processor (utime+stime
+from /proc over the measured run), the ext_proc messages Envoy sent per exchange (its
+stream_msgs_sent counter), the CPU of wrk and nginx per exchange, and how busy the machine's cores were (/proc/stat): at 100 % the
+run is bound by the machine's CPU, below it by Envoy's one worker or by waiting.
 
 Installs what is missing: nginx-light and wrk with apt-get (needs root or sudo), Envoy with
 deploy/install-envoy.sh, and builds the release binaries. Every answer's status is counted
@@ -27,6 +30,7 @@ traffic). Nothing here asserts speed; it measures.
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -50,6 +54,23 @@ PROCESSOR_ARGS = os.environ.get("BENCH_PROCESSOR_ARGS", "").split()  # e.g. "--w
 PROCESSOR_BIN = os.environ.get("BENCH_PROCESSOR_BIN", f"{ROOT}/target/release/responses-extproc")
 TICK = os.sysconf("SC_CLK_TCK")
 
+# What openai-python 3.54 sends with each request (its standard headers): the request-headers
+# message carries whatever the client sent, so the benchmark sends what a real client does.
+CLIENT_HEADERS = {
+    "Accept": "application/json",
+    "Authorization": "Bearer sk-bench-0123456789abcdefghijklmnopqrstuvwxyz",
+    "User-Agent": "OpenAI/Python 3.54.0",
+    "X-Stainless-Lang": "python",
+    "X-Stainless-Package-Version": "3.54.0",
+    "X-Stainless-OS": "Linux",
+    "X-Stainless-Arch": "x64",
+    "X-Stainless-Runtime": "CPython",
+    "X-Stainless-Runtime-Version": "3.11.7",
+    "X-Stainless-Async": "false",
+    "X-Stainless-Retry-Count": "0",
+    "X-Stainless-Read-Timeout": "600",
+}
+
 RESPONSES_JSON = {"model": "bench-model", "input": "Say something."}
 RESPONSES_SSE = {"model": "bench-model", "input": "Say something.", "stream": True}
 CHAT_JSON = {"model": "bench-model", "messages": [{"role": "user", "content": "Say something."}]}
@@ -66,6 +87,10 @@ class Scenario:
     baseline: str  # name of the scenario it is compared with
     expect: str  # a substring of a correct answer
     uds: bool = False
+    # Turn the filter on for every route (it is off by default in http_filters): each request
+    # then costs one gRPC stream and one message, answered "not ours". The floor of any
+    # ext_proc exchange, measured on the same traffic as bare Envoy.
+    filter_everywhere: bool = False
 
 
 SCENARIOS = [
@@ -79,6 +104,9 @@ SCENARIOS = [
     Scenario("other traffic through the chain, JSON", FILTER_CONFIG, "json",
              "/v1/chat/completions", CHAT_JSON, True, "bare Envoy, JSON",
              '"object":"chat.completion"'),
+    Scenario("floor: any ext_proc exchange (1 message, not ours)", FILTER_CONFIG, "json",
+             "/v1/chat/completions", CHAT_JSON, True, "bare Envoy, JSON",
+             '"object":"chat.completion"', filter_everywhere=True),
     Scenario("bare Envoy, SSE", "benches/envoy-bare.yaml", "sse", "/v1/chat/completions",
              CHAT_JSON, False, "bare Envoy, SSE", "data: [DONE]"),
     Scenario("filter, /v1/responses SSE", FILTER_CONFIG, "sse", "/v1/responses",
@@ -95,6 +123,9 @@ class Result:
     errors: int
     envoy_us: float
     processor_us: float | None
+    extproc_messages: float | None  # gRPC messages Envoy sent the processor per exchange
+    machine_busy: float  # share of all cores busy during the run (0..1)
+    others_us: float  # CPU of wrk and nginx per exchange: the fixed costs of the setup
     notes: list = field(default_factory=list)
 
 
@@ -128,6 +159,37 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def machine_ticks():
+    """(busy, stolen, total) jiffies of all cores, from /proc/stat. Stolen time is CPU the
+    virtual machine's host gave to someone else: a run with much of it measured a busy host."""
+    with open("/proc/stat") as f:
+        # user nice system idle iowait irq softirq steal (guest time is counted in user)
+        values = [int(x) for x in f.readline().split()[1:9]]
+    idle, steal = values[3] + values[4], values[7]
+    return sum(values) - idle - steal, steal, sum(values)
+
+
+def nginx_seconds(master):
+    """CPU seconds of nginx's master and worker processes."""
+    pids = [master.pid] + [int(p) for p in subprocess.run(["pgrep", "-P", str(master.pid)],
+                                                          capture_output=True, text=True).stdout.split()]
+    return sum(cpu_seconds(p) for p in pids)
+
+
+def children_seconds():
+    """CPU seconds of the children this script has waited for (wrk)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def extproc_messages_sent(admin):
+    """Envoy's count of ext_proc messages sent to the processor (all filters)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats?filter=ext_proc.stream_msgs_sent$",
+                                timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(int(v) for v in re.findall(r": (\d+)$", text, re.M))
 
 
 def wait_http(url, timeout=20):
@@ -208,6 +270,8 @@ def envoy_config(scenario, tmp, listen, admin, extproc, upstream, socket_path):
         subs.append(("port_value: 50051", f"port_value: {extproc}"))
     if scenario.uds:
         subs.append(("path: /run/responses-extproc/extproc.sock", f"path: {socket_path}"))
+    if scenario.filter_everywhere:
+        subs.append(("disabled: true", "disabled: false"))
     for a, b in subs:
         if text.count(a) != 1:
             raise SystemExit(f"bench: {scenario.envoy_config}: expected '{a}' once")
@@ -223,6 +287,8 @@ def wrk_script(tmp, scenario):
     path = os.path.join(tmp, "post.lua")
     with open(path, "w") as f:
         f.write(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
+        for name, value in CLIENT_HEADERS.items():
+            f.write(f'wrk.headers["{name}"] = "{value}"\n')
     return path
 
 
@@ -243,7 +309,7 @@ def run_wrk(url, script, seconds):
 
 def check_answer(url, scenario):
     req = urllib.request.Request(url, data=json.dumps(scenario.body).encode(),
-                                 headers={"content-type": "application/json"})
+                                 headers={"content-type": "application/json", **CLIENT_HEADERS})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             status, body = resp.status, resp.read().decode()
@@ -253,7 +319,7 @@ def check_answer(url, scenario):
         raise SystemExit(f"bench: {scenario.name}: unexpected answer {status}: {body[:300]}")
 
 
-def run(scenario, envoy_bin, ports, tmp):
+def run(scenario, envoy_bin, ports, tmp, nginx):
     listen, admin, extproc = free_port(), free_port(), free_port()
     socket_path = os.path.join(tmp, "extproc.sock")
     config = envoy_config(scenario, tmp, listen, admin, extproc, ports[scenario.upstream], socket_path)
@@ -278,11 +344,24 @@ def run(scenario, envoy_bin, ports, tmp):
         run_wrk(url, script, WARMUP)
         e0 = cpu_seconds(envoy.pid)
         p0 = cpu_seconds(processor.pid) if processor else 0
+        m0 = machine_ticks()
+        o0 = children_seconds() + nginx_seconds(nginx)
+        x0 = extproc_messages_sent(admin) if processor else 0
         rps, p50, p99, requests, errors = run_wrk(url, script, SECONDS)
+        x1 = extproc_messages_sent(admin) if processor else 0
+        m1 = machine_ticks()
+        o1 = children_seconds() + nginx_seconds(nginx)
         e1 = cpu_seconds(envoy.pid)
         p1 = cpu_seconds(processor.pid) if processor else 0
+        ticks = max(1, m1[2] - m0[2])
+        busy = (m1[0] - m0[0]) / ticks
+        stolen = (m1[1] - m0[1]) / ticks
+        if stolen > 0.05:
+            log(f"{scenario.name}: {stolen:.0%} of the CPU was stolen by the host: re-run on a quieter machine")
         return Result(rps, p50, p99, requests, errors, (e1 - e0) / requests * 1e6,
-                      (p1 - p0) / requests * 1e6 if processor else None)
+                      (p1 - p0) / requests * 1e6 if processor else None,
+                      (x1 - x0) / requests if processor else None, busy,
+                      (o1 - o0) / requests * 1e6)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -305,7 +384,7 @@ def main():
             if ONLY and ONLY not in s.name and s.name != s.baseline:
                 continue
             log(f"{s.name}: {SECONDS} s")
-            results[s.name] = run(s, envoy_bin, ports, tmp)
+            results[s.name] = run(s, envoy_bin, ports, tmp, nginx)
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(10)
@@ -313,15 +392,18 @@ def main():
     version = re.search(r"version: \S+", version).group(0) if version else envoy_bin
     print(f"\nside by side: {os.cpu_count()} cores, Envoy {version} --concurrency 1, wrk -t1 "
           f"-c{CONNECTIONS}, {SECONDS} s per scenario, {time.strftime('%Y-%m-%d')}\n")
-    print("| scenario | req/s | vs bare | p50 ms | p99 ms | p99 vs bare | errors | Envoy µs/exchange | processor µs/exchange |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| scenario | req/s | vs bare | p50 ms | p99 ms | p99 vs bare | errors | Envoy µs/exchange "
+          "| processor µs/exchange | wrk+nginx µs/exchange | ext_proc messages/exchange | machine busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in SCENARIOS:
         if s.name not in results or s.baseline not in results:
             continue
         r, b = results[s.name], results[s.baseline]
         proc = f"{r.processor_us:.0f}" if r.processor_us is not None else "-"
+        msgs = f"{r.extproc_messages:.2f}" if r.extproc_messages is not None else "-"
         print(f"| {s.name} | {r.rps:,.0f} | {r.rps / b.rps:.2f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
-              f"{r.p99_ms / b.p99_ms:.1f} | {r.errors} | {r.envoy_us:.0f} | {proc} |")
+              f"{r.p99_ms / b.p99_ms:.1f} | {r.errors} | {r.envoy_us:.0f} | {proc} | {r.others_us:.0f} | {msgs} | "
+              f"{r.machine_busy:.0%} |")
     shutil.rmtree(tmp, ignore_errors=True)
     if any(r.errors for r in results.values()):
         raise SystemExit("bench: some answers were errors (see the table)")
