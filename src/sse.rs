@@ -192,7 +192,8 @@ impl SseDecoder {
                 }
             }
         }
-        while let Some(i) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+        // memchr scans a word (or a vector) at a time: the line ends are most of the work.
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', rest) {
             self.feed(&rest[..i])?;
             self.end_line(out)?;
             let mut next = i + 1;
@@ -213,7 +214,7 @@ impl SseDecoder {
         while !seg.is_empty() {
             match &mut self.line {
                 Line::Name { buf, len } => {
-                    let colon = seg.iter().position(|&b| b == b':');
+                    let colon = memchr::memchr(b':', seg);
                     let name = &seg[..colon.unwrap_or(seg.len())];
                     if let Some(room) = buf.get_mut(*len..) {
                         let n = room.len().min(name.len());

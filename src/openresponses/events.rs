@@ -203,6 +203,10 @@ struct Sequenced<'e, 'a> {
 #[derive(Debug, Default)]
 pub struct EventWriter {
     next_sequence: u64,
+    /// Each event's JSON is written here first, then copied out in one piece: serde_json
+    /// writes a few bytes at a time, and `Vec`'s writes inline where `BytesMut`'s do not
+    /// (measured: a quarter of the translator's time went to `BytesMut::put_slice`).
+    scratch: Vec<u8>,
 }
 
 impl EventWriter {
@@ -225,7 +229,9 @@ impl EventWriter {
         };
         // serde_json escapes control characters, so the data stays on one line. Writing
         // borrowed strings and numbers into memory cannot fail.
-        let _ = serde_json::to_writer((&mut *out).writer(), &framed);
+        self.scratch.clear();
+        let _ = serde_json::to_writer(&mut self.scratch, &framed);
+        out.put_slice(&self.scratch);
         out.put_slice(b"\n\n");
         self.next_sequence += 1;
     }
