@@ -1894,3 +1894,20 @@ fn a_custom_tool_call_streams_as_custom_tool_call_events_with_the_input_decoded(
         assert_eq!(e["sequence_number"], i, "{e}");
     }
 }
+
+/// What `push` returns is not shared with the translator's next writes, so the ext_proc
+/// adapter turns it into the protobuf body (a `Vec<u8>`) without copying it.
+#[test]
+fn pushed_bytes_become_a_vec_without_a_copy() {
+    let mut t = translator(Options::default());
+    let body = fixture("upstream/vllm-0.32-text.sse");
+    for piece in body.chunks(700) {
+        let out = t.push(piece, NOW);
+        if out.is_empty() {
+            continue;
+        }
+        let at = out.as_ptr();
+        let vec = Vec::from(out);
+        assert_eq!(vec.as_ptr(), at, "copied");
+    }
+}

@@ -173,7 +173,7 @@ impl StreamTranslator {
                 self.fail("upstream_event_too_large", &e.to_string(), now);
             }
         }
-        self.out.split().freeze()
+        self.take_out()
     }
 
     /// The upstream body ended; returns the last bytes to send (ending with `[DONE]`).
@@ -200,7 +200,7 @@ impl StreamTranslator {
                 );
             }
         }
-        self.out.split().freeze()
+        self.take_out()
     }
 
     /// The finished response as its terminal event carries it, for a client that asked for
@@ -234,7 +234,14 @@ impl StreamTranslator {
         if self.phase == Phase::Open {
             self.fail(code, message, now);
         }
-        self.out.split().freeze()
+        self.take_out()
+    }
+
+    /// The bytes written so far, handed over whole: the buffer is not shared with what
+    /// comes next (as `split` would leave it), so the adapter can turn it into its message
+    /// without a copy (`Vec::from(Bytes)` reuses a buffer it alone holds).
+    fn take_out(&mut self) -> Bytes {
+        std::mem::take(&mut self.out).freeze()
     }
 
     fn start(&mut self) {
