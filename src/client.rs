@@ -75,6 +75,8 @@ fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ReasoningEvents::{OpenAi, Spec};
+    use ReasoningEventsPolicy::Auto;
 
     /// The list Envoy's forward_rules are checked against is the list the code reads: every
     /// lookup, over every policy and every kind of client, names a header in it.
@@ -107,8 +109,6 @@ mod tests {
             assert!(asked.iter().any(|a| a == name), "{name} is never read");
         }
     }
-    use ReasoningEvents::{OpenAi, Spec};
-    use ReasoningEventsPolicy::Auto;
 
     fn names(policy: ReasoningEventsPolicy, headers: &[(&str, &str)]) -> ReasoningEvents {
         reasoning_events(policy, |name| {
