@@ -115,8 +115,41 @@ async fn post(envoy: &Envoy, body: Vec<u8>) -> Answer {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// An answer Envoy cut mid-body: what arrived before the cut, whole, for the test to check.
+struct Cut {
+    error: String,
+    body: Vec<u8>,
+}
+
+impl Cut {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.text();
+        let shown = if text.len() <= 64 * 1024 {
+            text
+        } else {
+            let mut start = text.len() - 600;
+            while !text.is_char_boundary(start) {
+                start += 1;
+            }
+            format!("…{}", &text[start..])
+        };
+        write!(
+            f,
+            "the answer was cut ({}) after {} bytes: {shown}",
+            self.error,
+            self.body.len()
+        )
+    }
+}
+
 /// The answer, or how it was cut.
-async fn try_post(envoy: &Envoy, body: Vec<u8>) -> Result<Answer, String> {
+async fn try_post(envoy: &Envoy, body: Vec<u8>) -> Result<Answer, Cut> {
     let response = client()
         .post(envoy.url("/v1/responses"))
         .header("content-type", "application/json")
@@ -143,16 +176,10 @@ async fn try_post(envoy: &Envoy, body: Vec<u8>) -> Result<Answer, String> {
             Ok(Some(c)) => body.extend_from_slice(&c),
             Ok(None) => break,
             Err(e) => {
-                let text = String::from_utf8_lossy(&body);
-                let shown = if body.len() <= 64 * 1024 {
-                    text.into_owned()
-                } else {
-                    preview(&String::from_utf8_lossy(&body[body.len() - 600..]))
-                };
-                return Err(format!(
-                    "the answer was cut ({e:?}) after {} bytes: {shown}",
-                    body.len()
-                ));
+                return Err(Cut {
+                    error: format!("{e:?}"),
+                    body,
+                });
             }
         }
     }
@@ -380,9 +407,28 @@ async fn messages_over_the_processor_grpc_limit_fail_closed() {
             let code = stream_outcome(&answer).expect_err("12 MiB over a 1 MiB output cap");
             assert!(code.contains("too_large"), "{code}");
         }
+        // The whole of what arrived is checked, not the preview: a cut answer is translated
+        // events ending in `response.failed`, then nothing.
         Err(cut) => {
-            assert!(cut.contains("event: response.failed\n"), "{cut}");
-            assert!(!cut.contains("chat.completion"), "{cut}");
+            let text = cut.text();
+            assert!(text.starts_with("event: response.created\n"), "{cut}");
+            assert!(!text.contains("chat.completion"), "{cut}");
+            let failed = text
+                .rfind("event: response.failed\n")
+                .unwrap_or_else(|| panic!("no response.failed before the cut: {cut}"));
+            let event = &text[failed..];
+            let data = event
+                .split_once("\ndata: ")
+                .and_then(|(_, rest)| rest.split_once("\n\n"))
+                .unwrap_or_else(|| panic!("response.failed was cut: {cut}"));
+            let failed: Value = serde_json::from_str(data.0).expect("event JSON");
+            let code = failed["response"]["error"]["code"].as_str().unwrap_or("");
+            assert!(code.contains("too_large"), "{code}: {cut}");
+            assert!(
+                data.1.is_empty() || data.1 == "data: [DONE]\n\n",
+                "events after response.failed: {}",
+                preview(data.1)
+            );
         }
     }
     for r in upstream.requests() {
