@@ -1321,6 +1321,32 @@ fn strict_mode_rejects_unknown_fields() {
     );
 }
 
+/// `/v1/responses/compact` follows the same rule for fields outside the API: the upstream's
+/// own are forwarded, provider extensions dropped, and strict mode refuses them.
+#[test]
+fn compact_requests_share_the_unknown_field_rule() {
+    use responses_extproc::translate::compact;
+    let req = with(json!({"top_k": 20, "acme:trace": true}));
+    let body = req.to_string();
+    let chat: Value = serde_json::from_slice(
+        &compact::translate(body.as_bytes(), &keyed(), meta())
+            .expect("compact request")
+            .body,
+    )
+    .expect("the Chat body is JSON");
+    assert_eq!(chat["top_k"], json!(20));
+    assert!(chat.get("acme:trace").is_none(), "{chat}");
+
+    let strict_keyed = Options {
+        strict: true,
+        ..keyed()
+    };
+    match compact::translate(body.as_bytes(), &strict_keyed, meta()) {
+        Ok(t) => panic!("strict mode forwarded {}", String::from_utf8_lossy(&t.body)),
+        Err(e) => assert_400(&e, Some("top_k"), "unknown_parameter"),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The stateless tier
 // ---------------------------------------------------------------------------------------------

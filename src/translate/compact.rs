@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::fields::{bad_value, missing};
 use super::request::{
-    check_part_size, input_messages, is_extension, merge_leading_system, parse_body,
+    check_part_size, input_messages, leftover_fields, merge_leading_system, parse_body,
     reject_stateful, system_message, Translated,
 };
 use super::response::Completed;
@@ -136,17 +136,8 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         stream: Some(false),
         ..chat::Request::default()
     };
-    req.map.retain(|k, _| !is_extension(k));
-    if options.strict {
-        if let Some(key) = req.map.keys().next() {
-            return Err(ApiError::invalid(key.as_str(), format!(
-                "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
-            ))
-            .with_code("unknown_parameter"));
-        }
-    }
     // Like /v1/responses: unknown fields are the upstream's (vLLM's `chat_template_kwargs`).
-    chat.extra = std::mem::take(&mut req.map);
+    chat.extra = leftover_fields(&mut req, options)?;
 
     let mut exchange = Exchange::new(&model, false, meta, options.clone());
     exchange.compact = Some(Box::new(Kept { message: kept }));

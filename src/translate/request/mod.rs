@@ -286,18 +286,7 @@ pub fn translate_object(
         });
     }
 
-    // Provider extensions (`slug:field`) belong to another provider's API: never forwarded.
-    req.map.retain(|k, _| !is_extension(k));
-    // Whatever is left is not part of the Responses API.
-    if options.strict {
-        if let Some(key) = req.map.keys().next() {
-            return Err(ApiError::invalid(key.as_str(), format!(
-                "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
-            ))
-            .with_code("unknown_parameter"));
-        }
-    }
-    chat.extra = std::mem::take(&mut req.map);
+    chat.extra = leftover_fields(&mut req, options)?;
 
     echo.store = false;
     let mut exchange = Exchange::new(&model, stream, meta, options.clone());
@@ -346,6 +335,25 @@ pub(super) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
         .with_code("unsupported_parameter"));
     }
     Ok(())
+}
+
+/// The fields left once every Responses field is taken: the upstream's own (vLLM's
+/// `chat_template_kwargs`), forwarded as they are, or refused in strict mode. Provider
+/// extensions (`slug:field`) belong to another provider's API and are never forwarded.
+pub(super) fn leftover_fields(
+    req: &mut Obj<'_>,
+    options: &Options,
+) -> Result<Map<String, Value>, ApiError> {
+    req.map.retain(|k, _| !is_extension(k));
+    if options.strict {
+        if let Some(key) = req.map.keys().next() {
+            return Err(ApiError::invalid(key.as_str(), format!(
+                "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
+            ))
+            .with_code("unknown_parameter"));
+        }
+    }
+    Ok(std::mem::take(&mut req.map))
 }
 
 fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
