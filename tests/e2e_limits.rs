@@ -393,9 +393,11 @@ async fn messages_over_the_processor_grpc_limit_fail_closed() {
         let answer = post(&envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
         answer.envelope(502, "upstream_response_too_large");
     }
-    // A stream flooding in writes over the gRPC limit: the client gets `response.failed`,
-    // either cleanly (the output cap came first) or as the answer to the chunk Envoy could not
-    // hand over, after which the stream is reset (the processor cannot read on); never raw.
+    // A stream flooding in writes over the gRPC limit: the client gets `response.failed`
+    // (for the output cap, or in answer to the chunk Envoy could not hand over), then a clean
+    // end, or a reset when a later chunk is over the limit (the processor cannot read on, even
+    // to discard); never raw bytes. Which of these happens depends on how Envoy coalesces the
+    // writes, so each is accepted and checked whole.
     upstream.push(flood(&sse_body(12 * MIB, 256 * 1024), 6 * MIB));
     match try_post(
         &envoy,
