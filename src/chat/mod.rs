@@ -125,7 +125,8 @@ pub struct Choice {
     pub logprobs: Option<Logprobs>,
 }
 
-/// The assistant message of a completion.
+/// The assistant message of a completion, or the delta of a chunk: the same fields, whole or
+/// in pieces.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Message {
@@ -148,9 +149,12 @@ impl Message {
     }
 }
 
+/// A tool call of a message, or a piece of one in a delta (`index` says which call it
+/// continues; a completion's calls leave it 0).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ToolCall {
+    pub index: u32,
     pub id: Option<String>,
     #[serde(deserialize_with = "null_as_default")]
     pub function: FunctionCall,
@@ -233,34 +237,8 @@ pub struct ChunkChoice {
     pub logprobs: Option<Logprobs>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Delta {
-    pub content: Option<String>,
-    pub refusal: Option<String>,
-    pub reasoning_content: Option<String>,
-    pub reasoning: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub tool_calls: Vec<ToolCallDelta>,
-}
-
-impl Delta {
-    pub fn reasoning_text(&self) -> Option<&str> {
-        self.reasoning_content
-            .as_deref()
-            .or(self.reasoning.as_deref())
-            .filter(|s| !s.is_empty())
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ToolCallDelta {
-    pub index: u32,
-    pub id: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub function: FunctionCall,
-}
+/// A chunk's delta has the fields of a message.
+pub type Delta = Message;
 
 #[cfg(test)]
 mod request_tests {

@@ -635,7 +635,7 @@ impl StreamTranslator {
         );
     }
 
-    fn tool_call_delta(&mut self, tc: chat::ToolCallDelta) {
+    fn tool_call_delta(&mut self, tc: chat::ToolCall) {
         // Text before a tool call is a finished thought: close it first.
         self.close_current(ItemStatus::Completed);
         let slot = match self.calls.iter().position(|c| c.upstream_index == tc.index) {
