@@ -16,9 +16,9 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
     Throughput,
 };
-use responses_extproc::translate::response::completion;
-use responses_extproc::translate::stream::StreamTranslator;
-use responses_extproc::translate::{translate_request, Exchange, Meta, Options};
+use responses_core::translate::response::completion;
+use responses_core::translate::stream::StreamTranslator;
+use responses_core::translate::{translate_request, Exchange, Meta, Options};
 use serde_json::{json, Value};
 
 const NOW: u64 = 1_795_329_141;

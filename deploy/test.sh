@@ -16,4 +16,4 @@ if [ -f "$ROOT/deploy/install-clients.sh" ]; then
   bash "$ROOT/deploy/install-clients.sh" >&2
 fi
 
-cargo test --all-targets "$@"
+cargo test --workspace --all-targets "$@"

@@ -1,7 +1,7 @@
 //! The properties the fuzz targets check, shared with `tests/fuzz_corpus.rs`, which replays
 //! the committed corpus through them in every `cargo test` (the CI smoke run).
 
-use responses_extproc::translate::{
+use responses_core::translate::{
     stream::StreamTranslator, translate_request, Exchange, Meta, Options,
 };
 
@@ -73,17 +73,17 @@ pub fn stream(body: &[u8], cuts: &[usize], small_limits: bool) {
 /// is empty or whole SSE events; after the end, only empty pieces or errors. The script runs
 /// once as a `/v1/responses` exchange and once as a `/v1/responses/compact` one.
 pub fn exchange(data: &[u8]) {
-    use responses_extproc::exchange::Operation;
+    use responses_core::exchange::Operation;
     exchange_as(data, Operation::Create);
     exchange_as(data, Operation::Compact);
 }
 
-fn exchange_as(data: &[u8], operation: responses_extproc::exchange::Operation) {
-    use responses_extproc::exchange::{
+fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
+    use responses_core::exchange::{
         AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
         Settings,
     };
-    use responses_extproc::translate::seal::Keyring;
+    use responses_core::translate::seal::Keyring;
     use std::sync::Arc;
 
     let compact = operation == Operation::Compact;

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
 
-use crate::client::ReasoningEventsPolicy;
-use crate::translate::seal::Keyring;
-use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
+use responses_core::client::ReasoningEventsPolicy;
+use responses_core::translate::seal::Keyring;
+use responses_core::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -200,7 +200,7 @@ pub struct Config {
     pub reasoning_keys: Option<String>,
 
     /// Largest upstream JSON body buffered for translation (bytes).
-    #[arg(long, default_value_t = crate::exchange::DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
+    #[arg(long, default_value_t = responses_core::exchange::DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
 
     /// Threads serving exchanges. 1 by default, a current-thread runtime: no work stealing
@@ -345,8 +345,11 @@ impl Config {
     }
 
     /// The exchange rules' settings (shared by every adapter); `keyring` from [`Config::keyring`].
-    pub fn exchange_settings(&self, keyring: Option<Arc<Keyring>>) -> crate::exchange::Settings {
-        crate::exchange::Settings {
+    pub fn exchange_settings(
+        &self,
+        keyring: Option<Arc<Keyring>>,
+    ) -> responses_core::exchange::Settings {
+        responses_core::exchange::Settings {
             responses_path: self.responses_path.clone(),
             chat_path: self.chat_path.clone(),
             model_header: self.model_header.to_ascii_lowercase(),
@@ -361,8 +364,8 @@ impl Config {
     }
 
     /// The limits of one WebSocket connection.
-    pub fn ws_limits(&self) -> crate::connection::Limits {
-        crate::connection::Limits {
+    pub fn ws_limits(&self) -> responses_core::connection::Limits {
+        responses_core::connection::Limits {
             max_message_bytes: self.max_request_bytes,
             max_context_bytes: self.ws_max_context_bytes,
         }

@@ -1,12 +1,8 @@
-pub mod chat;
-pub mod client;
+//! The responses-extproc service: the adapters that drive the sans-IO core
+//! (`responses_core`) over gRPC (ext_proc) and the WebSocket transport, its settings,
+//! metrics and the `main` binary's building blocks.
+
 pub mod config;
-pub mod connection;
-pub mod environment;
-pub mod exchange;
 pub mod extproc;
 pub mod metrics;
-pub mod openresponses;
-pub mod sse;
-pub mod translate;
 pub mod websocket;

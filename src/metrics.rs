@@ -14,7 +14,7 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
-use crate::exchange::{Outcome, Summary};
+use responses_core::exchange::{Outcome, Summary};
 
 /// `gen_ai_operation_name`: a Responses request is answered by a chat completion.
 const OPERATION: &str = "chat";
@@ -313,8 +313,8 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::Operation;
-    use crate::openresponses::Usage;
+    use responses_core::exchange::Operation;
+    use responses_core::openresponses::Usage;
 
     fn summary(model: &str, outcome: Outcome, code: Option<&str>) -> Summary {
         Summary {

@@ -333,7 +333,7 @@ fn python_openai_sdk_gets_openai_reasoning_event_names_by_default() {
 /// the upstream was asked each time.
 #[test]
 fn python_openai_sdk_compact_then_a_new_chain() {
-    use responses_extproc::translate::compact::{CONTEXT_PREFIX, PROMPT, REQUEST};
+    use responses_core::translate::compact::{CONTEXT_PREFIX, PROMPT, REQUEST};
     const SUMMARY: &str = "Ada wants the number 42 remembered.";
     let python = python();
     let upstream = ScriptedUpstream::with_replies([
@@ -400,7 +400,7 @@ fn chat_sse(text: &str) -> Reply {
 /// from `responses.compact()`; what the upstream was asked each time.
 #[test]
 fn python_openai_sdk_websocket_connect() {
-    use responses_extproc::translate::compact::CONTEXT_PREFIX;
+    use responses_core::translate::compact::CONTEXT_PREFIX;
     const SUMMARY: &str = "Ada wants the number 42 remembered.";
     let python = python();
     let upstream = ScriptedUpstream::with_replies([
@@ -720,7 +720,7 @@ fn node_ai_sdk_reasoning() {
     let requests = stack.upstream_requests();
     assert_eq!(requests.len(), 2);
     // The AI SDK parses only OpenAI's reasoning event names; its user agent gets them
-    // (src/client.rs).
+    // (core/src/client.rs).
     let agent = requests[0].headers["user-agent"].to_str().unwrap();
     assert!(
         agent.starts_with("ai-sdk/open-responses/1.0.39 "),

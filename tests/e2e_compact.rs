@@ -172,7 +172,7 @@ async fn compact_failures_are_envelopes_and_nothing_raw_reaches_the_upstream() {
             chat["messages"][0]["content"]
                 .as_str()
                 .unwrap()
-                .starts_with(responses_extproc::translate::compact::PROMPT),
+                .starts_with(responses_core::translate::compact::PROMPT),
             "{chat}"
         );
         assert_eq!(
@@ -185,7 +185,7 @@ async fn compact_failures_are_envelopes_and_nothing_raw_reaches_the_upstream() {
 /// The README documents the exact texts the upstream gets.
 #[test]
 fn readme_states_the_prompt_and_the_context_prefix() {
-    use responses_extproc::translate::compact::{CONTEXT_PREFIX, PROMPT, REQUEST};
+    use responses_core::translate::compact::{CONTEXT_PREFIX, PROMPT, REQUEST};
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("README.md");
     for text in [PROMPT, REQUEST, CONTEXT_PREFIX.trim_end()] {

@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use responses_extproc::translate::response::completion;
-use responses_extproc::translate::seal::Keyring;
-use responses_extproc::translate::{translate_request, Meta, Options};
+use responses_core::translate::response::completion;
+use responses_core::translate::seal::Keyring;
+use responses_core::translate::{translate_request, Meta, Options};
 use serde_json::{json, Value};
 
 struct Row {

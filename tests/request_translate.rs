@@ -5,11 +5,11 @@
 mod common;
 
 use common::schema::assert_valid;
-use responses_extproc::openresponses::{ApiError, ErrorKind};
-use responses_extproc::translate::request::Translated;
-use responses_extproc::translate::response::completion;
-use responses_extproc::translate::seal::Keyring;
-use responses_extproc::translate::{translate_request, Meta, Options};
+use responses_core::openresponses::{ApiError, ErrorKind};
+use responses_core::translate::request::Translated;
+use responses_core::translate::response::completion;
+use responses_core::translate::seal::Keyring;
+use responses_core::translate::{translate_request, Meta, Options};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -1325,7 +1325,7 @@ fn strict_mode_rejects_unknown_fields() {
 /// own are forwarded, provider extensions dropped, and strict mode refuses them.
 #[test]
 fn compact_requests_share_the_unknown_field_rule() {
-    use responses_extproc::translate::compact;
+    use responses_core::translate::compact;
     let req = with(json!({"top_k": 20, "acme:trace": true}));
     let body = req.to_string();
     let chat: Value = serde_json::from_slice(
@@ -1789,7 +1789,7 @@ fn translation_is_deterministic() {
 
 // ---- The long tail: namespaces, hosted tools, roles, extensions, limits, sealed reasoning ----
 
-use responses_extproc::translate::{DeveloperRole, HostedTools};
+use responses_core::translate::{DeveloperRole, HostedTools};
 
 fn response_of(t: &Translated, chat_answer: Value) -> Value {
     let out = completion(&t.exchange, chat_answer.to_string().as_bytes(), NOW).unwrap();
@@ -2151,7 +2151,7 @@ fn max_tool_calls_caps_the_output() {
 
 #[test]
 fn streams_seal_reasoning_and_cap_tool_calls_too() {
-    use responses_extproc::translate::stream::StreamTranslator;
+    use responses_core::translate::stream::StreamTranslator;
     let req = with(
         json!({"stream": true, "include": ["reasoning.encrypted_content"],
                           "tools": [weather_tool(), time_tool()], "max_tool_calls": 1}),
@@ -2189,7 +2189,7 @@ fn streams_seal_reasoning_and_cap_tool_calls_too() {
 
 #[test]
 fn streamed_logprobs_count_toward_the_output_cap() {
-    use responses_extproc::translate::stream::StreamTranslator;
+    use responses_core::translate::stream::StreamTranslator;
     let tight = Options {
         max_output_bytes: 2_000,
         ..keyed()

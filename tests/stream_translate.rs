@@ -13,8 +13,8 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
-use responses_extproc::translate::stream::StreamTranslator;
-use responses_extproc::translate::{Exchange, Meta, Options, ReasoningEvents};
+use responses_core::translate::stream::StreamTranslator;
+use responses_core::translate::{Exchange, Meta, Options, ReasoningEvents};
 use serde_json::{json, Value};
 
 /// `Meta.now`: becomes `created_at`.
@@ -1816,7 +1816,7 @@ fn frames(body: &[u8]) -> Vec<&[u8]> {
 fn a_custom_tool_call_streams_as_custom_tool_call_events_with_the_input_decoded() {
     let request = json!({"model": MODEL, "input": "edit", "stream": true,
         "tools": [{"type": "custom", "name": "apply_patch"}]});
-    let t = responses_extproc::translate::translate_request(
+    let t = responses_core::translate::translate_request(
         request.to_string().as_bytes(),
         &Options::default(),
         Meta {

@@ -17,9 +17,9 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::{Config, StreamBodyMode};
-use crate::exchange;
 use crate::metrics::Metrics;
-use crate::translate::seal::Keyring;
+use responses_core::exchange;
+use responses_core::translate::seal::Keyring;
 pub use session::{Environment, Session, System};
 
 /// What the adapter needs from the configuration.

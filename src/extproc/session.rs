@@ -24,13 +24,13 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
-use crate::exchange::{
+use crate::metrics::Timing;
+use responses_core::exchange::{
     self, AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
 };
-use crate::metrics::Timing;
-use crate::translate::Meta;
+use responses_core::translate::Meta;
 
-pub use crate::environment::{Environment, System};
+pub use responses_core::environment::{Environment, System};
 
 /// The namespace of our dynamic metadata in Envoy (README "Envoy metadata").
 pub const METADATA_NAMESPACE: &str = "responses_extproc";
@@ -90,10 +90,10 @@ pub const HEADERS_READ: [&str; 9] = [
     "x-request-id",
     ":status",
     "content-type",
-    crate::client::IDENTITY_HEADERS[0],
-    crate::client::IDENTITY_HEADERS[1],
-    crate::client::IDENTITY_HEADERS[2],
-    crate::client::IDENTITY_HEADERS[3],
+    responses_core::client::IDENTITY_HEADERS[0],
+    responses_core::client::IDENTITY_HEADERS[1],
+    responses_core::client::IDENTITY_HEADERS[2],
+    responses_core::client::IDENTITY_HEADERS[3],
 ];
 
 /// Envoy's `details` of our immediate responses: they name us in its access logs and let its
@@ -762,7 +762,7 @@ mod tests {
 
     #[test]
     fn json_answer_over_the_body_cap_is_502_also_in_one_message() {
-        let exchange = crate::exchange::Settings {
+        let exchange = responses_core::exchange::Settings {
             max_body_bytes: 64,
             ..Default::default()
         };
@@ -1162,9 +1162,9 @@ mod tests {
         }
 
         fn small_caps(full_duplex: bool) -> Settings {
-            let exchange = crate::exchange::Settings {
+            let exchange = responses_core::exchange::Settings {
                 max_body_bytes: 256,
-                options: crate::translate::Options {
+                options: responses_core::translate::Options {
                     max_request_bytes: 256,
                     max_output_bytes: 256,
                     max_sse_frame_bytes: 128,

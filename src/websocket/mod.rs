@@ -1,6 +1,6 @@
 //! The WebSocket transport adapter: Envoy routes upgrade requests on the Responses path here
 //! (`upgrade_configs` on the route); each connection is driven by one
-//! [`Connection`](crate::connection::Connection), which holds every rule. This file only
+//! [`Connection`](responses_core::connection::Connection), which holds every rule. This file only
 //! moves bytes: client messages in, Chat requests out through Envoy's own listener (so its
 //! routes, load balancing, retries and rate limits apply), answers back in, events out.
 //!
@@ -25,13 +25,13 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::client;
-use crate::connection::{Connection, Limits, Start};
-use crate::environment::{Environment, System};
-use crate::exchange::{Settings, Summary};
 use crate::metrics::{Metrics, Timing};
-use crate::openresponses::ApiError;
-use crate::translate::Meta;
+use responses_core::client;
+use responses_core::connection::{Connection, Limits, Start};
+use responses_core::environment::{Environment, System};
+use responses_core::exchange::{Settings, Summary};
+use responses_core::openresponses::ApiError;
+use responses_core::translate::Meta;
 use upstream::{Upstream, UpstreamEvent};
 
 pub use upstream::FORWARDED_HEADERS;

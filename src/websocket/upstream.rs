@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
 use super::WsSettings;
-use crate::exchange::{UpstreamRequest, JSON};
+use responses_core::exchange::{UpstreamRequest, JSON};
 
 /// Handshake headers that go on to each Chat request: credentials, tracing, the client's
 /// name. Everything else of the handshake (cookies, `sec-websocket-*`) stays here.

@@ -106,7 +106,7 @@ pub fn assert_valid_event(event: &Value) {
         .as_str()
         .unwrap_or_else(|| panic!("streaming event without a string `type`: {event}"));
     // OpenAI's names for the two reasoning-text events (served to OpenAI's SDKs and Codex,
-    // src/client.rs): the same payload as the specification's events, checked as those.
+    // core/src/client.rs): the same payload as the specification's events, checked as those.
     let spec_ty = match ty {
         "response.reasoning_text.delta" => "response.reasoning.delta",
         "response.reasoning_text.done" => "response.reasoning.done",

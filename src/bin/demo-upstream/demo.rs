@@ -136,7 +136,7 @@ pub fn plan(body: &[u8]) -> Result<Completion, String> {
     let summarising = messages[0]
         .get("content")
         .and_then(Value::as_str)
-        .is_some_and(|c| c.starts_with(responses_extproc::translate::compact::PROMPT));
+        .is_some_and(|c| c.starts_with(responses_core::translate::compact::PROMPT));
     let text = if summarising {
         // All user messages but the last, which is the processor's request to summarise.
         let said: Vec<String> = messages[..messages.len() - 1]

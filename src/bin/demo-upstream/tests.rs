@@ -343,13 +343,13 @@ async fn http_stream_is_event_stream() {
 
 #[test]
 fn summarises_a_compact_request() {
-    let prompt = responses_extproc::translate::compact::PROMPT;
+    let prompt = responses_core::translate::compact::PROMPT;
     let c = plan_json(json!({"messages": [
         {"role": "system", "content": prompt},
         {"role": "user", "content": "My name is Ada."},
         {"role": "assistant", "content": "Hi."},
         {"role": "user", "content": [{"type": "text", "text": "Remember 42."}]},
-        {"role": "user", "content": responses_extproc::translate::compact::REQUEST}
+        {"role": "user", "content": responses_core::translate::compact::REQUEST}
     ]}));
     assert_eq!(
         text(&c),

@@ -3,7 +3,7 @@
 //! A client sends `{"type":"response.create", ...}` messages (the body of `POST
 //! /v1/responses` without its transport fields); each becomes one [`Exchange`], streamed, and
 //! its events go back as one text message each: the same objects as over SSE, numbered from
-//! 0 per response. The adapter (`crate::websocket`) only moves bytes: it sends the Chat
+//! 0 per response. The adapter (the service's `websocket` module) only moves bytes: it sends the Chat
 //! request this returns, feeds the answer back in, and sends the messages that come out.
 //!
 //! Connection-local state, nothing persisted: the last response that completed (or ended

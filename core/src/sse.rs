@@ -344,23 +344,23 @@ mod tests {
     const FIXTURES: [(&str, &[u8]); 5] = [
         (
             "vllm-0.32-text",
-            include_bytes!("../tests/fixtures/upstream/vllm-0.32-text.sse"),
+            include_bytes!("../../tests/fixtures/upstream/vllm-0.32-text.sse"),
         ),
         (
             "vllm-0.32-tool-required",
-            include_bytes!("../tests/fixtures/upstream/vllm-0.32-tool-required.sse"),
+            include_bytes!("../../tests/fixtures/upstream/vllm-0.32-tool-required.sse"),
         ),
         (
             "llama-server-text",
-            include_bytes!("../tests/fixtures/upstream/llama-server-text.sse"),
+            include_bytes!("../../tests/fixtures/upstream/llama-server-text.sse"),
         ),
         (
             "llama-server-reasoning",
-            include_bytes!("../tests/fixtures/upstream/llama-server-reasoning.sse"),
+            include_bytes!("../../tests/fixtures/upstream/llama-server-reasoning.sse"),
         ),
         (
             "llama-server-tool",
-            include_bytes!("../tests/fixtures/upstream/llama-server-tool.sse"),
+            include_bytes!("../../tests/fixtures/upstream/llama-server-tool.sse"),
         ),
     ];
 
