@@ -12,5 +12,6 @@ pub mod connection;
 pub mod environment;
 pub mod exchange;
 pub mod openresponses;
+pub mod settings;
 pub mod sse;
 pub mod translate;
