@@ -15,6 +15,7 @@ use prometheus::{
 };
 
 use responses_core::exchange::{Outcome, Summary};
+use responses_core::proxy::CAP_CODES;
 
 /// `gen_ai_operation_name`: a Responses request is answered by a chat completion.
 const OPERATION: &str = "chat";
@@ -104,16 +105,6 @@ pub struct Metrics {
     models: Bounded,
     error_codes: Bounded,
 }
-
-/// The caps an exchange can end at, by the error code it ends with.
-const CAP_CODES: &[&str] = &[
-    "request_too_large",
-    "content_too_large",
-    "too_many_input_items",
-    "upstream_response_too_large",
-    "upstream_event_too_large",
-    "response_too_large",
-];
 
 impl Metrics {
     pub fn new(labels: LabelPolicy) -> Self {

@@ -12,6 +12,7 @@ pub mod connection;
 pub mod environment;
 pub mod exchange;
 pub mod openresponses;
+pub mod proxy;
 pub mod settings;
 pub mod sse;
 pub mod translate;
