@@ -11,6 +11,7 @@ pub mod client;
 pub mod connection;
 pub mod environment;
 pub mod exchange;
+pub mod fault;
 pub mod openresponses;
 pub mod proxy;
 pub mod settings;
