@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, DemoUpstream, Envoy, Processor, Reply, ScriptedUpstream};
+use common::{client, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -58,8 +58,8 @@ fn envelope(answer: &(u16, String, Value), status: u16, code: &str) -> Value {
 #[tokio::test]
 async fn compact_with_the_demo_then_a_new_chain() {
     let demo = DemoUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(demo.port(), processor.port());
+    let stack = Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
 
     let window = json!({"model": "demo-model", "input": [
         {"role": "user", "content": "My name is Ada."},
@@ -67,7 +67,7 @@ async fn compact_with_the_demo_then_a_new_chain() {
          "content": [{"type": "output_text", "text": "Hello Ada.", "annotations": []}]},
         {"role": "user", "content": "Remember 42."}
     ]});
-    let (status, content_type, answer) = compact(&envoy, &window).await;
+    let (status, content_type, answer) = compact(envoy, &window).await;
     assert_eq!(
         (status, content_type.as_str()),
         (200, "application/json"),
@@ -93,7 +93,7 @@ async fn compact_with_the_demo_then_a_new_chain() {
     let mut input = output.clone();
     input.push(json!({"role": "user", "content": "Which number?"}));
     let (status, _, response) = send(
-        &envoy,
+        envoy,
         "POST",
         "/v1/responses",
         json!({"model": "demo-model", "input": input}).to_string(),
@@ -106,7 +106,7 @@ async fn compact_with_the_demo_then_a_new_chain() {
     );
 
     // Only POST: other methods are Envoy's 405 envelope.
-    let answer = send(&envoy, "GET", "/v1/responses/compact", String::new()).await;
+    let answer = send(envoy, "GET", "/v1/responses/compact", String::new()).await;
     envelope(&answer, 405, "method_not_allowed");
 }
 
@@ -116,40 +116,32 @@ async fn compact_failures_are_envelopes_and_nothing_raw_reaches_the_upstream() {
         Reply::json(503, &json!({"error": {"message": "overloaded"}})),
         Reply::raw(200, "text/event-stream", "data: [DONE]\n\n"),
     ]);
-    let processor = Processor::start(&["--max-request-bytes", "65536"]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &["--max-request-bytes", "65536"]);
+    let envoy = &stack.envoy;
     let ok = json!({"model": "m", "input": "hi"});
 
     // The upstream fails: its status class in an envelope.
-    envelope(&compact(&envoy, &ok).await, 503, "upstream_unavailable");
+    envelope(&compact(envoy, &ok).await, 503, "upstream_unavailable");
     // The upstream answers with a stream: a summary is sealed from one JSON answer only.
-    envelope(
-        &compact(&envoy, &ok).await,
-        502,
-        "upstream_invalid_response",
-    );
+    envelope(&compact(envoy, &ok).await, 502, "upstream_invalid_response");
 
     // Refused by the processor, the upstream never asked:
     // a stream (the compaction object is not streamable),
     let stream = json!({"model": "m", "input": "hi", "stream": true});
-    let error = envelope(
-        &compact(&envoy, &stream).await,
-        400,
-        "unsupported_parameter",
-    );
+    let error = envelope(&compact(envoy, &stream).await, 400, "unsupported_parameter");
     assert_eq!(error["param"], "stream");
     // an item that does not open,
     let forged = json!({"model": "m", "input": [
         {"type": "compaction", "encrypted_content": "AQJrMQ"}, {"role": "user", "content": "hi"}]});
     envelope(
-        &compact(&envoy, &forged).await,
+        &compact(envoy, &forged).await,
         400,
         "invalid_encrypted_content",
     );
     // the same size limit as /v1/responses.
     let big = json!({"model": "m", "input": "x".repeat(70_000)});
     for path in ["/v1/responses/compact", "/v1/responses"] {
-        let answer = send(&envoy, "POST", path, big.to_string()).await;
+        let answer = send(envoy, "POST", path, big.to_string()).await;
         let error = envelope(&answer, 413, "request_too_large");
         assert!(
             error["message"]
