@@ -419,3 +419,25 @@ proptest! {
         fake::run_script(path, headers_end, &steps);
     }
 }
+
+/// The fuzz target's decoding (`fake::script`), on the seeds of `fuzz/corpus/module`.
+#[test]
+fn fuzz_scripts_decode_into_whole_exchanges() {
+    let (end, steps) = fake::script(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x03, 0x45]);
+    let e = fake::run_script("/v1/responses", end, &steps);
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(
+        text.contains("event: response.completed\n"),
+        "{steps:?}: {text}"
+    );
+    let (end, steps) = fake::script(&[0x00, 0x00, 0x42, 0x02, 0x05, 0x03, 0x41]);
+    let e = fake::run_script("/v1/responses", end, &steps);
+    assert_eq!(e.client.reply.map(|r| r.status), Some(429), "{steps:?}");
+    let (end, steps) = fake::script(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x06, 0x00]);
+    let e = fake::run_script("/v1/responses", end, &steps);
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(
+        text.contains("event: response.failed\n"),
+        "{steps:?}: {text}"
+    );
+}
