@@ -19,19 +19,21 @@ if [ -f "$ROOT/deploy/install-clients.sh" ]; then
   bash "$ROOT/deploy/install-clients.sh" >&2
 fi
 
+# The module, built once in release with the `fault-injection` feature the panic test needs
+# (the core panics on a marker; a production build never has it), kept apart in
+# target/e2e-module (where the harness looks) so that no other build replaces it. The first run
+# needs it too: tests/deploy_manifests.rs validates the module's Istio patches with it loaded.
+echo "test: cargo build --release -p responses-module --features fault-injection"
+cargo build --release -p responses-module --features fault-injection
+mkdir -p target/e2e-module
+cp target/release/libresponses_module.so target/e2e-module/
+bash "$ROOT/.ci/module-symbols" target/e2e-module/libresponses_module.so
+
 cargo test --workspace --all-targets "$@"
 
 if [ -n "${SKIP_MODULE_E2E:-}" ]; then
   exit 0
 fi
-# The module, built once in release with the `fault-injection` feature the panic test needs
-# (the core panics on a marker; a production build never has it), kept apart in
-# target/e2e-module (where the harness looks) so that no other build replaces it.
-echo "test: module mode: cargo build --release -p responses-module --features fault-injection"
-cargo build --release -p responses-module --features fault-injection
-mkdir -p target/e2e-module
-cp target/release/libresponses_module.so target/e2e-module/
-bash "$ROOT/.ci/module-symbols" target/e2e-module/libresponses_module.so
 if [ $# -eq 0 ]; then
   set -- --test harness_smoke --test load
   for suite in tests/e2e_*.rs; do

@@ -129,6 +129,8 @@ pub type FilterConfigModulePtr = *const c_void;
 unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_log(level: LogLevel, message: ModuleBuffer);
     pub fn envoy_dynamic_module_callback_log_enabled(level: LogLevel) -> bool;
+    /// Envoy runs `--mode validate` (main thread only).
+    pub fn envoy_dynamic_module_callback_is_validation_mode() -> bool;
 
     pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
         config: FilterConfigEnvoyPtr,

@@ -82,18 +82,35 @@ fn ephemeral_key() -> [u8; 32] {
     })
 }
 
+/// Whether a config reads its key file (`reasoning_keys_file`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyFile {
+    Read,
+    /// `envoy --mode validate`: the settings are checked, the file is not read (the machine
+    /// validating a gateway's config need not hold its secrets); a random key stands in.
+    Skip,
+}
+
 impl FilterConfig {
     /// Reads the filter config (empty: every default), checks it as the processor checks its
     /// flags, loads the keys and defines the stats.
-    pub fn new(json: &[u8], define: &mut Define<'_>) -> Result<FilterConfig, String> {
+    pub fn new(
+        json: &[u8],
+        key_file: KeyFile,
+        define: &mut Define<'_>,
+    ) -> Result<FilterConfig, String> {
         let config: ExchangeConfig = if json.iter().all(u8::is_ascii_whitespace) {
             ExchangeConfig::default()
         } else {
             serde_json::from_slice(json).map_err(|e| format!("filter_config: {e}"))?
         };
         config.validate()?;
+        let mut keys = config.clone();
+        if key_file == KeyFile::Skip {
+            keys.reasoning_keys_file = None;
+        }
         let (keyring, key_source) =
-            config.keyring(|path| std::fs::read_to_string(path), ephemeral_key)?;
+            keys.keyring(|path| std::fs::read_to_string(path), ephemeral_key)?;
         let metrics = Metrics::define(define).ok_or("Envoy refused to define the stats")?;
         Ok(FilterConfig {
             settings: Arc::new(config.exchange_settings(Some(keyring))),
@@ -117,14 +134,14 @@ mod tests {
 
     #[test]
     fn the_config_is_the_processors_settings_in_json() {
-        let c = FilterConfig::new(b"", &mut ids()).unwrap();
+        let c = FilterConfig::new(b"", KeyFile::Read, &mut ids()).unwrap();
         let defaults = ExchangeConfig::default().exchange_settings(None);
         assert_eq!(c.settings.responses_path, defaults.responses_path);
         assert_eq!(c.settings.max_body_bytes, defaults.max_body_bytes);
         assert_eq!(c.key_source, KeySource::Ephemeral);
         // Two configs share the process's random key: a blob sealed under one opens under the
         // other (an Envoy config update keeps the key).
-        let again = FilterConfig::new(b"{}", &mut ids()).unwrap();
+        let again = FilterConfig::new(b"{}", KeyFile::Read, &mut ids()).unwrap();
         let seal = |c: &FilterConfig| {
             c.settings
                 .options
@@ -138,6 +155,7 @@ mod tests {
         let c = FilterConfig::new(
             br#"{"max_body_bytes": 2048, "strict": true, "model_header": "X-Model",
                  "reasoning_keys": "k1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}"#,
+            KeyFile::Read,
             &mut ids(),
         )
         .unwrap();
@@ -156,10 +174,15 @@ mod tests {
             (br#"{"reasoning_keys": "nope"}"#, "reasoning_keys"),
             (b"[1]", "filter_config"),
         ] {
-            let err = FilterConfig::new(json, &mut ids()).unwrap_err();
+            let err = FilterConfig::new(json, KeyFile::Read, &mut ids()).unwrap_err();
             assert!(err.contains(why), "{err}");
         }
-        let err = FilterConfig::new(b"{}", &mut |_, _, _| None).unwrap_err();
+        let err = FilterConfig::new(b"{}", KeyFile::Read, &mut |_, _, _| None).unwrap_err();
         assert!(err.contains("stats"), "{err}");
+        // A key file that is not there: refused, except when Envoy only validates its config.
+        let missing = br#"{"reasoning_keys_file": "/nonexistent/keys"}"#;
+        let err = FilterConfig::new(missing, KeyFile::Read, &mut ids()).unwrap_err();
+        assert!(err.contains("/nonexistent/keys"), "{err}");
+        assert!(FilterConfig::new(missing, KeyFile::Skip, &mut ids()).is_ok());
     }
 }

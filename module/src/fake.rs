@@ -11,7 +11,7 @@ use std::sync::Arc;
 use responses_core::environment::Environment;
 use responses_core::proxy::MetadataValue;
 
-use crate::config::FilterConfig;
+use crate::config::{FilterConfig, KeyFile};
 use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
 use crate::host::{Host, Level, MetricId, Side};
 
@@ -31,10 +31,14 @@ impl Environment for Fixed {
 /// A filter config from JSON, its stats numbered in definition order (names kept).
 pub fn config(json: &str) -> Arc<FilterConfig> {
     let mut names = Vec::new();
-    let config = FilterConfig::new(json.as_bytes(), &mut |kind, name, _labels| {
-        names.push((kind, name.to_owned()));
-        Some(MetricId(names.len() - 1))
-    });
+    let config = FilterConfig::new(
+        json.as_bytes(),
+        KeyFile::Read,
+        &mut |kind, name, _labels| {
+            names.push((kind, name.to_owned()));
+            Some(MetricId(names.len() - 1))
+        },
+    );
     Arc::new(config.unwrap_or_else(|e| panic!("config {json}: {e}")))
 }
 

@@ -14,7 +14,7 @@ use responses_core::environment::System;
 use responses_core::settings::KeySource;
 
 use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer};
-use crate::config::{FilterConfig, MetricKind};
+use crate::config::{FilterConfig, KeyFile, MetricKind};
 use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
 use crate::host::{self, Envoy, Level, MetricId};
 
@@ -110,7 +110,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
     let made = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: Envoy's buffers, valid during this hook.
         let (name, json) = unsafe { (name.as_bytes(), config.as_bytes()) };
-        let config = FilterConfig::new(json, &mut |kind, metric, labels| {
+        // SAFETY: no pointers; config_new runs on the main thread.
+        let key_file = if unsafe { abi::envoy_dynamic_module_callback_is_validation_mode() } {
+            KeyFile::Skip
+        } else {
+            KeyFile::Read
+        };
+        let config = FilterConfig::new(json, key_file, &mut |kind, metric, labels| {
             define_metric(config_envoy, kind, metric, labels)
         });
         let name = String::from_utf8_lossy(name);
