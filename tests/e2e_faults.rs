@@ -1008,3 +1008,36 @@ async fn a_panic_fails_one_exchange_and_the_translator_keeps_serving() {
         tail(&logs)
     );
 }
+
+/// Answers without a body (`content-length: 0`, so Envoy reports the end with the head): a
+/// stream request answered by an empty event stream gets the whole failed stream in its place
+/// (`upstream_stream_truncated`); an empty 500 gets an envelope with its status. Nothing but
+/// translated bytes reaches the client.
+#[tokio::test]
+async fn answers_without_a_body_are_replaced_whole() {
+    let upstream = ScriptedUpstream::with_replies([
+        Reply::raw(200, "text/event-stream", ""),
+        Reply::raw(500, "text/plain", ""),
+    ]);
+    let mut stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
+
+    let answer = post(envoy, &stream_request()).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.content_type.as_deref(), Some("text/event-stream"));
+    assert!(answer.cut.is_none(), "{answer:?}");
+    let events = assert_valid_sse(&answer.body);
+    let (last, failed) = events.last().expect("events");
+    assert_eq!(last, "response.failed", "{answer:?}");
+    assert_eq!(
+        failed["response"]["error"]["code"],
+        "upstream_stream_truncated"
+    );
+    assert!(answer.body.ends_with(DONE));
+
+    post(envoy, &json_request())
+        .await
+        .envelope(500, "server_error", "upstream_error");
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
+}
