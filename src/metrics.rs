@@ -15,7 +15,7 @@ use prometheus::{
 };
 
 use responses_core::exchange::{Outcome, Summary};
-use responses_core::proxy::CAP_CODES;
+use responses_core::proxy::{self, CAP_CODES};
 
 /// `gen_ai_operation_name`: a Responses request is answered by a chat completion.
 const OPERATION: &str = "chat";
@@ -239,11 +239,7 @@ impl Metrics {
     /// Records one finished (or cut) exchange.
     pub fn record(&self, summary: &Summary, timing: Timing) {
         let stream = if summary.stream { "true" } else { "false" };
-        let outcome = match summary.outcome {
-            Outcome::Translated => "translated",
-            Outcome::Failed => "failed",
-            Outcome::Open => "cut",
-        };
+        let outcome = proxy::recorded_outcome(summary.outcome);
         let code = summary.error_code.as_deref().unwrap_or("");
         self.exchanges
             .with_label_values(&[stream, outcome, self.error_codes.label(code)])
@@ -267,12 +263,7 @@ impl Metrics {
             .with_label_values(&[&models[..], &[stream, outcome]].concat())
             .observe(timing.total.as_secs_f64());
         if let Some(usage) = &summary.usage {
-            for (kind, n) in [
-                ("input", usage.input_tokens),
-                ("output", usage.output_tokens),
-                ("cached", usage.input_tokens_details.cached_tokens),
-                ("reasoning", usage.output_tokens_details.reasoning_tokens),
-            ] {
+            for (kind, n) in proxy::token_counts(usage) {
                 self.token_usage
                     .with_label_values(&[&models[..], &[kind]].concat())
                     .observe(n as f64);

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use crate::exchange::{
     self, AbortStep, Exchange, Outcome, Reply, Settings, Summary, UpstreamRequest,
 };
+use crate::openresponses::Usage;
 
 /// The namespace of the exchange's dynamic metadata in Envoy (README "Envoy metadata"): the
 /// access log and the token rate limit read it by this name.
@@ -97,6 +98,25 @@ pub fn outcome_name(outcome: Outcome) -> &'static str {
         Outcome::Translated => "translated",
         Outcome::Failed => "failed",
     }
+}
+
+/// The outcome label of an exchange in metrics, once it is recorded: `cut` for one still open
+/// (Envoy ended it first: client gone, upstream reset, a timeout).
+pub fn recorded_outcome(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Open => "cut",
+        other => outcome_name(other),
+    }
+}
+
+/// The token counts of an exchange's usage, by the label metrics give them.
+pub fn token_counts(u: &Usage) -> [(&'static str, u64); 4] {
+    [
+        ("input", u.input_tokens),
+        ("output", u.output_tokens),
+        ("cached", u.input_tokens_details.cached_tokens),
+        ("reasoning", u.output_tokens_details.reasoning_tokens),
+    ]
 }
 
 /// A value of Envoy's dynamic metadata.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{
-    self, AbortStep, BodyStep, Exchange, HeadStep, Outcome, Reply, RequestStep, ResponseHead,
+    self, AbortStep, BodyStep, Exchange, HeadStep, Reply, RequestStep, ResponseHead,
 };
 use responses_core::openresponses::ApiError;
 use responses_core::proxy::{self, HeaderEdit, DETAILS_ANSWER, DETAILS_REQUEST};
@@ -573,10 +573,7 @@ impl<E: Environment> Filter<E> {
         let m = self.config.metrics;
         let s = ex.summary();
         let stream = if s.stream { "true" } else { "false" };
-        let outcome = match s.outcome {
-            Outcome::Open => "cut",
-            other => proxy::outcome_name(other),
-        };
+        let outcome = proxy::recorded_outcome(s.outcome);
         host.count(m.exchanges, &[s.operation.as_str(), stream, outcome], 1);
         if let Some(code) = s
             .error_code
@@ -586,12 +583,7 @@ impl<E: Environment> Filter<E> {
             host.count(m.caps_hit, &[code], 1);
         }
         if let Some(u) = &s.usage {
-            for (kind, n) in [
-                ("input", u.input_tokens),
-                ("output", u.output_tokens),
-                ("cached", u.input_tokens_details.cached_tokens),
-                ("reasoning", u.output_tokens_details.reasoning_tokens),
-            ] {
+            for (kind, n) in proxy::token_counts(u) {
                 host.count(m.tokens, &[kind], n);
             }
         }
