@@ -60,9 +60,11 @@ pub fn forward_edits<'a>(settings: &'a Settings, up: &UpstreamRequest) -> [Heade
 }
 
 /// The answer's head when a stream is translated as it comes (`HeadStep::Stream`), or when a
-/// stream without a body is replaced whole (a translated `HeadStep::Reply`).
-pub fn stream_head_edits() -> [HeaderEdit<'static>; 3] {
+/// stream without a body is replaced whole (a translated `HeadStep::Reply`): a translated
+/// answer is a 200 whatever 2xx the upstream chose.
+pub fn stream_head_edits() -> [HeaderEdit<'static>; 4] {
     [
+        Set(":status", Cow::Borrowed("200")),
         Set("content-type", Cow::Borrowed(exchange::EVENT_STREAM)),
         Set("cache-control", Cow::Borrowed("no-cache")),
         Remove("content-length"),
@@ -74,9 +76,11 @@ pub fn gather_head_edits() -> [HeaderEdit<'static>; 1] {
     [Remove("content-length")]
 }
 
-/// The answer's head when a gathered answer is replaced by its translation.
-pub fn translated_reply_edits(r: &Reply) -> [HeaderEdit<'static>; 2] {
+/// The answer's head when a gathered answer is replaced by its translation (its status is the
+/// reply's, 200, whatever 2xx the upstream chose).
+pub fn translated_reply_edits(r: &Reply) -> [HeaderEdit<'static>; 3] {
     [
+        Set(":status", Cow::Owned(r.status.to_string())),
         Set("content-type", Cow::Borrowed(r.content_type)),
         Set("content-length", Cow::Owned(r.body.len().to_string())),
     ]

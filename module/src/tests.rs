@@ -441,3 +441,22 @@ fn fuzz_scripts_decode_into_whole_exchanges() {
         "{steps:?}: {text}"
     );
 }
+
+/// A translated answer is a 200, whatever 2xx the upstream answered with (the fuzz target
+/// found a 201 stream going out as 201).
+#[test]
+fn translated_answers_are_200_whatever_the_upstreams_2xx() {
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(201, "text/event-stream", false);
+    assert_eq!(header(&e.client.headers, ":status"), Some("200"));
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    e.response_headers(201, "application/json", false);
+    e.response_body(CHAT.as_bytes(), true);
+    assert_eq!(header(&e.client.headers, ":status"), Some("200"));
+    e.assert_fail_closed("/v1/chat/completions");
+}
