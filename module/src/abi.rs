@@ -76,6 +76,17 @@ pub struct ModuleHttpHeader {
     pub value_length: usize,
 }
 
+/// `envoy_dynamic_module_type_module_key_value_pair`: a key and a string value, owned by the
+/// module.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ModuleKeyValue {
+    pub key_ptr: *const c_char,
+    pub key_length: usize,
+    pub value_ptr: *const c_char,
+    pub value_length: usize,
+}
+
 /// `envoy_dynamic_module_type_envoy_http_header` (only in hooks this module never gets).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -235,11 +246,11 @@ unsafe extern "C" {
         key: ModuleBuffer,
         value: f64,
     );
-    pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_string(
+    pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_string_batch(
         filter: FilterEnvoyPtr,
         namespace: ModuleBuffer,
-        key: ModuleBuffer,
-        value: ModuleBuffer,
+        entries: *const ModuleKeyValue,
+        entries_length: usize,
     );
     pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_bool(
         filter: FilterEnvoyPtr,

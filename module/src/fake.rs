@@ -157,9 +157,11 @@ impl Host for FakeHost {
         self.resets += 1;
     }
 
-    fn set_metadata(&mut self, namespace: &str, key: &str, value: &MetadataValue) {
-        self.metadata
-            .insert((namespace.to_owned(), key.to_owned()), value.clone());
+    fn set_metadata(&mut self, namespace: &str, fields: &[(&str, MetadataValue)]) {
+        for (key, value) in fields {
+            self.metadata
+                .insert((namespace.to_owned(), key.to_string()), value.clone());
+        }
     }
 
     fn log_enabled(&self, _level: Level) -> bool {

@@ -541,9 +541,7 @@ impl<E: Environment> Filter<E> {
             return;
         }
         self.metadata_set = true;
-        for (key, value) in proxy::metadata(ex.summary()) {
-            host.set_metadata(proxy::METADATA_NAMESPACE, key, &value);
-        }
+        host.set_metadata(proxy::METADATA_NAMESPACE, &proxy::metadata(ex.summary()));
     }
 
     fn log_end(&self, host: &impl Host) {

@@ -46,7 +46,8 @@ pub trait Host {
     fn send_reply(&mut self, status: u16, content_type: &str, body: &[u8], details: &str);
     /// Ends the stream abruptly (the client sees a reset).
     fn reset(&mut self);
-    fn set_metadata(&mut self, namespace: &str, key: &str, value: &MetadataValue);
+    /// Sets these keys of the stream's dynamic metadata in `namespace`.
+    fn set_metadata(&mut self, namespace: &str, fields: &[(&str, MetadataValue)]);
     fn log_enabled(&self, level: Level) -> bool;
     fn log(&self, level: Level, message: &str);
     fn count(&mut self, metric: MetricId, labels: &[&str], by: u64);
@@ -231,35 +232,52 @@ impl Host for Envoy {
         }
     }
 
-    fn set_metadata(&mut self, namespace: &str, key: &str, value: &MetadataValue) {
+    fn set_metadata(&mut self, namespace: &str, fields: &[(&str, MetadataValue)]) {
         let ns = ModuleBuffer::from(namespace.as_bytes());
-        let key = ModuleBuffer::from(key.as_bytes());
+        // The strings in one call: 8 crossings instead of 13 (no difference measurable on
+        // the shared 2-core machine: 46-50 µs of Envoy CPU per JSON exchange either way).
+        let strings: Vec<abi::ModuleKeyValue> = fields
+            .iter()
+            .filter_map(|(key, value)| match value {
+                MetadataValue::Str(s) => Some(abi::ModuleKeyValue {
+                    key_ptr: key.as_ptr().cast(),
+                    key_length: key.len(),
+                    value_ptr: s.as_ptr().cast(),
+                    value_length: s.len(),
+                }),
+                _ => None,
+            })
+            .collect();
         // SAFETY: valid filter pointer; Envoy copies everything.
         unsafe {
-            match value {
-                MetadataValue::Str(s) => {
-                    abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_string(
-                        self.filter,
-                        ns,
-                        key,
-                        ModuleBuffer::from(s.as_bytes()),
-                    )
-                }
-                MetadataValue::Num(n) => {
-                    abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_number(
-                        self.filter,
-                        ns,
-                        key,
-                        *n,
-                    )
-                }
-                MetadataValue::Bool(b) => {
-                    abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_bool(
-                        self.filter,
-                        ns,
-                        key,
-                        *b,
-                    )
+            if !strings.is_empty() {
+                abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_string_batch(
+                    self.filter,
+                    ns,
+                    strings.as_ptr(),
+                    strings.len(),
+                );
+            }
+            for (key, value) in fields {
+                let key = ModuleBuffer::from(key.as_bytes());
+                match value {
+                    MetadataValue::Str(_) => {}
+                    MetadataValue::Num(n) => {
+                        abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_number(
+                            self.filter,
+                            ns,
+                            key,
+                            *n,
+                        )
+                    }
+                    MetadataValue::Bool(b) => {
+                        abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_bool(
+                            self.filter,
+                            ns,
+                            key,
+                            *b,
+                        )
+                    }
                 }
             }
         }
