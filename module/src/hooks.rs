@@ -167,20 +167,26 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
     config: EnvoyBuffer,
 ) -> *const std::ffi::c_void {
     static EMPTY: u8 = 0;
-    // SAFETY: Envoy's buffer, valid during this hook.
-    let json = unsafe { config.as_bytes() };
-    let trimmed: Vec<u8> = json
-        .iter()
-        .copied()
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
-    if trimmed.is_empty() || trimmed == b"{}" {
+    let accepted = catch_unwind(|| {
+        // SAFETY: Envoy's buffer, valid during this hook.
+        let json = unsafe { config.as_bytes() };
+        let trimmed: Vec<u8> = json
+            .iter()
+            .copied()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect();
+        trimmed.is_empty() || trimmed == b"{}"
+    })
+    .unwrap_or(false);
+    if accepted {
         return std::ptr::addr_of!(EMPTY).cast();
     }
-    host::log(
-        Level::Error,
-        "responses_module: per-route settings are not supported; enable or disable the filter per route with envoy.config.route.v3.FilterConfig",
-    );
+    let _ = catch_unwind(|| {
+        host::log(
+            Level::Error,
+            "responses_module: per-route settings are not supported; enable or disable the filter per route with envoy.config.route.v3.FilterConfig",
+        )
+    });
     std::ptr::null()
 }
 
