@@ -332,6 +332,8 @@ mod tests {
                 ..Usage::default()
             }),
             upstream_model: Some("upstream-m".into()),
+            finish_reason: Some("stop".into()),
+            params: Default::default(),
         }
     }
 
