@@ -334,6 +334,7 @@ mod tests {
             upstream_model: Some("upstream-m".into()),
             finish_reason: Some("stop".into()),
             params: Default::default(),
+            streamed_output: true,
         }
     }
 

@@ -204,6 +204,9 @@ pub struct Summary {
     pub finish_reason: Option<String>,
     /// The generation parameters the request set (once it was translated).
     pub params: Params,
+    /// A stream has sent output (text, reasoning or a tool call) to the client: set by the
+    /// call whose bytes carried the first of it (see [`Exchange::has_output`]).
+    pub streamed_output: bool,
 }
 
 /// Why a gathered answer is read whole.
@@ -272,6 +275,7 @@ impl Exchange {
                 upstream_model: None,
                 finish_reason: None,
                 params: Params::default(),
+                streamed_output: false,
             },
         }
     }
@@ -302,9 +306,10 @@ impl Exchange {
     }
 
     /// Output (text, reasoning or a tool call) has been sent to the client, for streams: the
-    /// moment of the first token, as the client sees it.
+    /// moment of the first token, as the client sees it, is the first call after which this
+    /// is true (also when that call's bytes ended the stream too).
     pub fn has_output(&self) -> bool {
-        matches!(&self.state, State::Streaming(t) if t.has_output())
+        self.summary.streamed_output
     }
 
     /// The answer's head has been sent to the client (a stream is open): from now on only
@@ -473,6 +478,7 @@ impl Exchange {
                     let last = translator.finish(now);
                     out = concat(out, last);
                 }
+                self.summary.streamed_output |= translator.has_output();
                 if translator.is_done() {
                     let State::Streaming(translator) =
                         std::mem::replace(&mut self.state, State::StreamEnded)
@@ -892,7 +898,9 @@ mod tests {
         );
         assert_eq!(ex.summary().finish_reason, None);
         ex.response_head(head(200, "text/event-stream"), 1);
+        assert!(!ex.has_output());
         ex.response_body(CHUNK.as_bytes(), false, 1);
+        assert!(ex.has_output(), "the first output went with this call");
         assert_eq!(
             ex.summary().finish_reason,
             None,
@@ -902,6 +910,16 @@ mod tests {
             "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
         ex.response_body(length.as_bytes(), true, 1);
         assert_eq!(ex.summary().finish_reason.as_deref(), Some("length"));
+        // The first output and the end in one call: the output is still reported.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        ex.response_body(format!("{CHUNK}{END}").as_bytes(), true, 1);
+        assert!(ex.is_finished() && ex.has_output());
+        // Folded for a JSON request: nothing was streamed.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        ex.response_body(format!("{CHUNK}{END}").as_bytes(), true, 1);
+        assert!(!ex.has_output());
         let ex = forwarded(json!({"model": "m", "input": "hi", "top_p": 0.5,
             "presence_penalty": -1, "frequency_penalty": 1.5}));
         assert_eq!(

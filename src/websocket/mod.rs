@@ -349,7 +349,12 @@ async fn drive(
                 };
                 if let Some(clock) = &mut turn {
                     clock.busy += core.elapsed();
-                    if clock.first_output.is_none() && conn.exchange().is_some_and(|e| e.has_output()) {
+                    // An ended response is the connection's last summary.
+                    let output = match conn.exchange() {
+                        Some(e) => e.has_output(),
+                        None => conn.last_summary().is_some_and(|s| s.streamed_output),
+                    };
+                    if clock.first_output.is_none() && output {
                         clock.first_output = Some(clock.started.elapsed());
                     }
                 }
