@@ -65,8 +65,8 @@ struct TracedStack {
 }
 
 impl TracedStack {
-    /// `extra_args`: more flags for the processor.
-    fn start(extra_args: &[&str]) -> TracedStack {
+    /// `extra_args`, `extra_env`: more flags and environment for the processor.
+    fn start(extra_args: &[&str], extra_env: &[(&str, &str)]) -> TracedStack {
         let receiver = OtlpReceiver::start();
         let upstream = ScriptedUpstream::start();
         let listener = free_port();
@@ -86,11 +86,10 @@ impl TracedStack {
             &ws_upstream,
         ];
         args.extend_from_slice(extra_args);
-        let processor = Processor::start_with_env(
-            &args,
-            // Batches leave within 50 ms rather than the standard 5 s.
-            &[("OTEL_BSP_SCHEDULE_DELAY", "50")],
-        );
+        // Batches leave within 50 ms rather than the standard 5 s.
+        let mut env = vec![("OTEL_BSP_SCHEDULE_DELAY", "50")];
+        env.extend_from_slice(extra_env);
+        let processor = Processor::start_with_env(&args, &env);
         let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml")).unwrap();
         let config = common::envoy::substitute_ports(
             &config,
@@ -313,7 +312,7 @@ fn stream_reply() -> Reply {
 
 #[tokio::test]
 async fn http_exchanges_are_spans_under_envoys_ext_proc_span_with_the_answers_values() {
-    let stack = TracedStack::start(&[]);
+    let stack = TracedStack::start(&[], &[]);
 
     // A JSON exchange, with generation parameters set.
     stack
@@ -520,8 +519,12 @@ async fn ws_response(socket: &mut Socket) -> Vec<Value> {
 #[tokio::test]
 async fn websocket_responses_are_spans_under_envoys_upgrade_and_their_chat_requests_continue_the_trace(
 ) {
-    // With --trace-content: the bodies are on the spans too.
-    let stack = TracedStack::start(&["--trace-content"]);
+    // With --trace-content: the bodies are on the spans too; exported gzipped (the standard
+    // variable).
+    let stack = TracedStack::start(
+        &["--trace-content"],
+        &[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+    );
     stack.upstream.push(stream_reply());
     stack.upstream.push(Reply::json(
         503,

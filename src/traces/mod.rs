@@ -37,6 +37,10 @@ const PROVIDER: &str = "openai";
 pub const FIRST_TOKEN_EVENT: &str = "first_token";
 /// Bodies recorded with `--trace-content` are cut at this many bytes.
 const MAX_CONTENT_BYTES: usize = 64 * 1024;
+/// Attributes set outside [`attributes`].
+const TRANSPORT_ATTR: &str = "responses_extproc.transport";
+const REQUEST_BODY_ATTR: &str = "responses_extproc.request.body";
+const RESPONSE_BODY_ATTR: &str = "responses_extproc.response.body";
 
 /// Which adapter served the exchange (`responses_extproc.transport`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +104,12 @@ impl Traces {
                 ))
             }
         };
+        if let Some(e) = endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
+            return Err(format!(
+                "--otlp-endpoint {e}: expected http://host:port (plaintext: export to a collector \
+                 on loopback or in the cluster, which forwards over TLS)"
+            ));
+        }
         let resource = resource();
         let exporter = build_exporter(protocol, endpoint.as_deref(), &resource)?;
         let (processor, handle) =
@@ -168,10 +178,7 @@ impl Traces {
             .span_builder(OPERATION)
             .with_kind(SpanKind::Server)
             .with_start_time(started)
-            .with_attributes([KeyValue::new(
-                "responses_extproc.transport",
-                transport.as_str(),
-            )])
+            .with_attributes([KeyValue::new(TRANSPORT_ATTR, transport.as_str())])
             .start_with_context(&self.tracer, parent);
         ExchangeSpan {
             span,
@@ -229,7 +236,8 @@ fn build_exporter(
             b.build()
         }
     };
-    let mut exporter = built.map_err(|e| format!("--otlp-endpoint: {e}"))?;
+    let mut exporter = built
+        .map_err(|e| format!("the OTLP exporter (--otlp-endpoint, OTEL_EXPORTER_OTLP_*): {e}"))?;
     exporter.set_resource(resource);
     Ok(exporter)
 }
@@ -270,7 +278,7 @@ impl ExchangeSpan {
     pub fn record_request(&mut self, body: &[u8]) {
         if self.content && self.span.is_recording() {
             self.span
-                .set_attribute(KeyValue::new("responses_extproc.request.body", text(body)));
+                .set_attribute(KeyValue::new(REQUEST_BODY_ATTR, text(body)));
         }
     }
 
@@ -279,7 +287,7 @@ impl ExchangeSpan {
     pub fn record_answer(&mut self, body: &[u8]) {
         if self.content && self.span.is_recording() {
             self.span
-                .set_attribute(KeyValue::new("responses_extproc.response.body", text(body)));
+                .set_attribute(KeyValue::new(RESPONSE_BODY_ATTR, text(body)));
         }
     }
 
@@ -568,6 +576,62 @@ mod tests {
             get(&a, "responses_extproc.outcome"),
             Some(&Value::from("cut"))
         );
+    }
+
+    /// The README's table of the span's attributes lists exactly the attributes set here.
+    #[test]
+    fn the_readme_lists_every_attribute() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README.md");
+        let section = readme
+            .split("## Operations: traces")
+            .nth(1)
+            .expect("an 'Operations: traces' section");
+        let listed: std::collections::BTreeSet<String> = section
+            .lines()
+            .skip_while(|l| !l.starts_with("| attribute | value |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .flat_map(|row| {
+                let first = row.trim_matches('|').split('|').next().unwrap_or_default();
+                first
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let full = Summary {
+            operation: Operation::Create,
+            response_id: Some("resp_1".into()),
+            model: Some("m".into()),
+            stream: true,
+            outcome: Outcome::Failed,
+            status: Some(502),
+            error_code: Some("upstream_stream_truncated".into()),
+            usage: Some(Usage::default()),
+            upstream_model: Some("u".into()),
+            finish_reason: Some("stop".into()),
+            params: Params {
+                temperature: Some(1.0),
+                top_p: Some(1.0),
+                presence_penalty: Some(0.0),
+                frequency_penalty: Some(0.0),
+                max_output_tokens: Some(1),
+            },
+            streamed_output: true,
+        };
+        let timing = Timing {
+            first_output: Some(Duration::from_millis(1)),
+            ..Timing::default()
+        };
+        let mut set: std::collections::BTreeSet<String> = attributes(&full, &timing)
+            .into_iter()
+            .map(|kv| kv.key.as_str().to_owned())
+            .collect();
+        set.extend([TRANSPORT_ATTR, REQUEST_BODY_ATTR, RESPONSE_BODY_ATTR].map(str::to_owned));
+        assert_eq!(listed, set);
     }
 
     #[test]

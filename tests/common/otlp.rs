@@ -177,7 +177,10 @@ impl OtlpReceiver {
         let (server, port) = ServerThread::spawn("otlp-receiver", move |listener| async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             let _ = tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(service))
+                .add_service(
+                    TraceServiceServer::new(service)
+                        .accept_compressed(tonic::codec::CompressionEncoding::Gzip),
+                )
                 .serve_with_incoming(incoming)
                 .await;
         });
