@@ -83,7 +83,10 @@ impl Traces {
     /// `OTEL_TRACES_EXPORTER=none`. `metrics`: where dropped spans are counted.
     pub fn start(config: &Config, metrics: Option<Arc<Metrics>>) -> Result<Option<Traces>, String> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let endpoint = config.otlp_endpoint.clone();
+        let endpoint = config
+            .otlp_endpoint
+            .clone()
+            .filter(|e| !e.trim().is_empty());
         let from_env = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
             .is_some();
@@ -576,6 +579,26 @@ mod tests {
             get(&a, "responses_extproc.outcome"),
             Some(&Value::from("cut"))
         );
+    }
+
+    #[test]
+    fn off_by_default() {
+        let config = Config::default();
+        assert!(config.otlp_endpoint.is_none() && !config.trace_content);
+        let standard = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ];
+        if standard.iter().all(|v| std::env::var_os(v).is_none()) {
+            // No tracer, no exporter task (this test has no runtime to spawn one on).
+            assert!(matches!(Traces::start(&config, None), Ok(None)));
+        }
+        let https = Config {
+            otlp_endpoint: Some("https://collector:4317".into()),
+            ..Config::default()
+        };
+        let err = Traces::start(&https, None).unwrap_err();
+        assert!(err.contains("expected http://"), "{err}");
     }
 
     /// The README's table of the span's attributes lists exactly the attributes set here.
