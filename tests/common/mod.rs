@@ -6,7 +6,8 @@
 //! * [`upstream::ScriptedUpstream`]: a Chat Completions stand-in answering from a per-test script
 //!   and recording every request; [`upstream::DemoUpstream`]: the built-in demo, in-process;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
-//! * [`sse`]: SSE body parsing.
+//! * [`sse`]: SSE body parsing;
+//! * [`otlp::OtlpReceiver`]: an OTLP trace receiver recording the spans it is sent.
 //!
 //! Every test gets its own ports (servers bind port 0, or a fresh free port), so tests run in
 //! parallel. Every child process and server thread is stopped on Drop, also when a test panics.
@@ -16,6 +17,8 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod envoy;
+pub mod examples;
+pub mod otlp;
 pub mod processor;
 pub mod schema;
 pub mod sse;

@@ -213,6 +213,7 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
         .into_iter()
         .find(|c| c.index == 0)
         .ok_or_else(|| invalid("is not a Chat Completion"))?;
+    let finish_reason = choice.finish_reason;
     let summary = choice
         .message
         .content
@@ -261,5 +262,6 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
         body,
         usage,
         upstream_model: completion.model,
+        finish_reason,
     })
 }

@@ -118,6 +118,18 @@ pub struct Meta {
     pub id_seed: u128,
 }
 
+/// The generation parameters a request set, as sent upstream (`None`: not set, the upstream's
+/// default applies), for logs and traces.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Params {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// `max_output_tokens` (`max_completion_tokens` upstream).
+    pub max_output_tokens: Option<u64>,
+}
+
 /// Everything the response path needs to know about the request it answers.
 #[derive(Debug, Clone)]
 pub struct Exchange {
@@ -140,6 +152,8 @@ pub struct Exchange {
     pub(crate) options: Options,
     /// A `/v1/responses/compact` request: what its answer keeps verbatim.
     pub(crate) compact: Option<Box<compact::Kept>>,
+    /// The generation parameters the request set.
+    pub(crate) params: Params,
 }
 
 /// The one parameter of the Chat function that stands for a `custom` tool: its input text.
@@ -188,6 +202,7 @@ impl Exchange {
             custom_tools: Vec::new(),
             options,
             compact: None,
+            params: Params::default(),
         }
     }
 
@@ -207,6 +222,11 @@ impl Exchange {
     /// The client asked for a stream (`"stream": true`).
     pub fn is_stream(&self) -> bool {
         self.stream
+    }
+
+    /// The generation parameters the request set.
+    pub fn params(&self) -> Params {
+        self.params
     }
 
     /// The id of the `n`th output item, with the prefix of its type (`msg`, `fc`, `rs`).

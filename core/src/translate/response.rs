@@ -23,6 +23,8 @@ pub struct Completed {
     pub usage: Option<Usage>,
     /// The model the upstream says answered.
     pub upstream_model: Option<String>,
+    /// The upstream's `finish_reason` (`stop`, `length`, `tool_calls`, ...).
+    pub finish_reason: Option<String>,
 }
 
 /// [`completion`], with the usage and the upstream's model.
@@ -39,6 +41,7 @@ pub fn translate_completion(
         .find(|c| c.index == 0)
         .ok_or_else(not_a_completion)?;
     let (status, incomplete) = finish_status(choice.finish_reason.as_deref());
+    let finish_reason = choice.finish_reason;
     let item_status = if status == Status::Incomplete {
         ItemStatus::Incomplete
     } else {
@@ -128,6 +131,7 @@ pub fn translate_completion(
         body,
         usage: outcome.usage,
         upstream_model: completion.model,
+        finish_reason,
     })
 }
 

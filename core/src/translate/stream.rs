@@ -90,6 +90,8 @@ pub struct StreamReport {
     pub usage: Option<Usage>,
     /// The model the upstream says answered.
     pub upstream_model: Option<String>,
+    /// The upstream's `finish_reason`, once it came.
+    pub finish_reason: Option<String>,
 }
 
 /// A stream's final response folded into one object ([`StreamTranslator::final_response`]).
@@ -224,6 +226,7 @@ impl StreamTranslator {
             error: self.outcome.error.clone(),
             usage: self.outcome.usage,
             upstream_model: self.upstream_model.clone(),
+            finish_reason: self.finish_reason.clone(),
         }
     }
 

@@ -295,6 +295,13 @@ pub fn translate_object(
     exchange.seal_reasoning = seal_reasoning;
     exchange.namespaced = namespaced;
     exchange.custom_tools = custom_tools;
+    exchange.params = super::Params {
+        temperature: chat.temperature,
+        top_p: chat.top_p,
+        presence_penalty: chat.presence_penalty,
+        frequency_penalty: chat.frequency_penalty,
+        max_output_tokens: chat.max_completion_tokens,
+    };
     Ok(Translated {
         body: Bytes::from(chat.encode()),
         exchange,
