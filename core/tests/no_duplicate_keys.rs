@@ -112,9 +112,11 @@ fn exchange(op: Operation, request: &Value, content_type: &str, answer: &[u8]) -
 }
 
 fn completion(message: Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({"id": "c", "object": "chat.completion", "model": "m",
+    serde_json::to_vec(
+        &json!({"id": "c", "object": "chat.completion", "model": "m",
         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}))
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}),
+    )
     .unwrap()
 }
 
@@ -130,9 +132,7 @@ fn tools() -> Value {
 
 /// What the upstream says in each scenario, as one JSON message and as a stream.
 fn scenarios() -> Vec<(&'static str, Value, Vec<Value>)> {
-    let call = |id: &str, name: &str, args: &str| {
-        json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
-    };
+    let call = |id: &str, name: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}});
     let streamed_call = |i: u32, id: &str, name: &str, args: &str| {
         json!({"index": 0, "delta": {"tool_calls": [{"index": i, "id": id, "type": "function",
                "function": {"name": name, "arguments": args}}]}, "finish_reason": null})
@@ -176,12 +176,7 @@ fn responses_and_events_have_no_duplicate_keys() {
                 // Only the WebSocket transport echoes one; over HTTP it is a 400 (checked too).
                 req["previous_response_id"] = json!(p);
             }
-            let json_answer = exchange(
-                Operation::Create,
-                &req,
-                JSON,
-                &completion(message.clone()),
-            );
+            let json_answer = exchange(Operation::Create, &req, JSON, &completion(message.clone()));
             req["stream"] = json!(true);
             let events = exchange(
                 Operation::Create,
@@ -234,9 +229,8 @@ fn websocket_frames_have_no_duplicate_keys() {
         panic!("the first response was not forwarded")
     };
     let mut frames = conn.upstream_head(200, SSE, 1).messages;
-    let stream = chat_stream(&[
-        json!({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}),
-    ]);
+    let stream =
+        chat_stream(&[json!({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"})]);
     frames.extend(conn.upstream_body(stream.as_bytes(), true, 2).messages);
     let id = check(frames.last().unwrap(), "terminal event")["response"]["id"].clone();
     // A continuation echoes `previous_response_id` (once).
