@@ -272,7 +272,7 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
             "computer_call" | "computer_call_output" => {
                 return Err(bad_value(
                     &item.field_path("type"),
-                    format!("Invalid '{path}.type': '{kind}' items belong to computer use, which a Chat Completions upstream does not offer."),
+                    format!("Invalid '{path}.type': '{kind}' items belong to computer use, which a Chat Completions model server does not offer."),
                 )
                 .with_code("unsupported_parameter"))
             }

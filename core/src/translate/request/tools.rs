@@ -99,7 +99,7 @@ pub(crate) fn tools(
                 return Err(bad_value(
                     &t.field_path("type"),
                     format!(
-                        "Unsupported tool type '{kind}' in '{path}': computer use needs screenshots as tool results and a model trained on OpenAI's computer actions, which a Chat Completions upstream does not offer."
+                        "Unsupported tool type '{kind}' in '{path}': computer use needs screenshots as tool results and a model trained on OpenAI's computer actions, which a Chat Completions model server does not offer."
                     ),
                 )
                 .with_code("unsupported_tool"))
@@ -112,7 +112,7 @@ pub(crate) fn tools(
                 return Err(bad_value(
                     &t.field_path("type"),
                     format!(
-                        "Unsupported tool type '{kind}' in '{path}': it runs on OpenAI's platform, and a Chat Completions upstream can only call the tools the client runs (function, custom, namespace, shell, local_shell, apply_patch)."
+                        "Unsupported tool type '{kind}' in '{path}': it runs on OpenAI's platform, and a Chat Completions model server can only call the tools the client runs (function, custom, namespace, shell, local_shell, apply_patch)."
                     ),
                 )
                 .with_code("unsupported_tool"))
