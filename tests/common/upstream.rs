@@ -424,3 +424,57 @@ impl DemoUpstream {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 }
+
+/// The demo upstream, in-process, recording every request it answers (to check what a
+/// translated request carried, as [`ScriptedUpstream`] does, with the demo's answers).
+pub struct RecordingDemo {
+    port: u16,
+    requests: Arc<Mutex<Vec<RecordedRequest>>>,
+    _server: ServerThread,
+}
+
+impl RecordingDemo {
+    pub fn start() -> RecordingDemo {
+        let requests: Arc<Mutex<Vec<RecordedRequest>>> = Arc::default();
+        let log = requests.clone();
+        let app = demo::router().layer(axum::middleware::from_fn(
+            move |request: Request, next: axum::middleware::Next| {
+                let log = log.clone();
+                async move {
+                    let (parts, body) = request.into_parts();
+                    let body = axum::body::to_bytes(body, usize::MAX)
+                        .await
+                        .unwrap_or_default();
+                    log.lock().unwrap().push(RecordedRequest {
+                        method: parts.method.to_string(),
+                        path: parts
+                            .uri
+                            .path_and_query()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default(),
+                        headers: parts.headers.clone(),
+                        body: body.clone(),
+                    });
+                    next.run(Request::from_parts(parts, Body::from(body))).await
+                }
+            },
+        ));
+        let (server, port) = ServerThread::spawn("recording-demo", move |listener| async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        RecordingDemo {
+            port,
+            requests,
+            _server: server,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
