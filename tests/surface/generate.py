@@ -239,7 +239,7 @@ def minimal(t: dict, path: str, key: str) -> object:
 # Fields that carry an item's content: in its minimal form even where a source makes them
 # optional (openai-node's `call_id?` on tool outputs, an image's `image_url`).
 CONTENT_KEYS = {
-    "call_id", "role", "content", "name", "arguments", "output", "encrypted_content", "input",
+    "call_id", "role", "name", "arguments", "output", "encrypted_content", "input",
     "text", "refusal", "image_url", "file_data", "summary", "tools",
 }
 
@@ -252,6 +252,10 @@ def minimal_obj(obj: dict, path: str) -> dict:
         if f["req"] or k == "type" and d or k in CONTENT_KEYS:
             out[k] = minimal(f["t"], f"{p}.{k}", k)
     return out
+
+
+# Keys that stand for another: setting one drops the other from the minimal form.
+EXCLUSIVE = {"file_url": ("file_data",), "file_id": ("file_data", "image_url")}
 
 
 class Cases:
@@ -294,6 +298,13 @@ def item_context(item: object) -> list:
         if calls.get(call):
             ctx.append(calls[call])
     return ctx
+
+
+def item_after(item: object) -> list:
+    """What follows an input item: reasoning goes with the assistant message after it."""
+    if isinstance(item, dict) and item.get("type") == "reasoning":
+        return [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]}]
+    return []
 
 
 # The tools a `tool_choice` may name (function, custom, and the built-ins it can pick).
@@ -362,6 +373,10 @@ def walk(out: Cases, source: str, tree: dict) -> None:
                 if x is _DROP:
                     o.pop(k, None)
                 else:
+                    # One source per file or image: a case of one replaces the other.
+                    for other in EXCLUSIVE.get(k, ()):
+                        if x is not None:
+                            o.pop(other, None)
                     o[k] = x
                 req, param = wrap(o)
                 return req, f"{param}.{k}"
@@ -374,7 +389,8 @@ def walk(out: Cases, source: str, tree: dict) -> None:
                 req, param = wrap([])
                 return req, param
             ctx = item_context(x) if path == "input[]" else []
-            req, param = wrap(ctx + [x])
+            after = item_after(x) if path == "input[]" else []
+            req, param = wrap(ctx + [x] + after)
             return req, f"{param}[{len(ctx)}]"
 
         for m in members(item):
