@@ -1019,6 +1019,78 @@ fn null_optional_fields_count_as_absent() {
     );
 }
 
+/// `null` is absent everywhere, whatever the key: top level (neither forwarded nor refused,
+/// strict mode included), items, content parts, tools, nested objects, tool_choice. This is
+/// what `model_dump()` writes for every field a client never set, newer ones included.
+#[test]
+fn null_means_absent_at_every_level() {
+    let req = json!({"model": "m", "newer_top_level_field": null, "stream_options": null,
+        "input": [
+            {"type": "message", "role": "user", "newer": null, "status": null, "id": null,
+             "content": [{"type": "input_text", "text": "hi", "newer": null},
+                         {"type": "input_image", "image_url": "https://x/i.png", "detail": null,
+                          "file_id": null, "newer": null}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+             "newer": null, "status": null, "id": null},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok", "newer": null},
+            {"type": "reasoning", "summary": null, "content": null, "encrypted_content": null,
+             "newer": null}],
+        "tools": [{"type": "function", "name": "f", "description": null, "parameters": null,
+                   "strict": null, "newer": null}],
+        "tool_choice": {"type": "allowed_tools", "mode": null, "newer": null,
+                        "tools": [{"type": "function", "name": "f", "newer": null}]},
+        "reasoning": {"effort": null, "summary": null, "newer": null},
+        "text": {"format": null, "verbosity": null, "newer": null}});
+    let expected = json!({"model": "m",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"},
+                {"type": "image_url", "image_url": {"url": "https://x/i.png"}}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "tool_choice": "auto"});
+    assert_eq!(chat(req.clone()), expected);
+    assert_eq!(chat_with(req, &strict()), expected);
+}
+
+/// Except where the field carries the content: a call's `call_id`, its arguments, an output,
+/// an image's only source, a message's content. `null` there is a missing field.
+#[test]
+fn null_on_a_field_that_carries_the_content_is_missing() {
+    let cases = [
+        (
+            json!({"type": "function_call", "call_id": null, "name": "f", "arguments": "{}"}),
+            "input[0].call_id",
+        ),
+        (
+            json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": null}),
+            "input[0].arguments",
+        ),
+        (
+            json!({"type": "function_call_output", "call_id": "c", "output": null}),
+            "input[0].output",
+        ),
+        (
+            json!({"type": "message", "role": "user", "content": null}),
+            "input[0].content",
+        ),
+        (
+            json!({"type": "message", "role": "user", "content": [
+            {"type": "input_image", "image_url": null, "file_id": null}]}),
+            "input[0].content[0].image_url",
+        ),
+        (
+            json!({"type": "custom_tool_call", "call_id": "c", "name": "n", "input": null}),
+            "input[0].input",
+        ),
+    ];
+    for (item, param) in cases {
+        let e = error(json!({"model": "m", "input": [item]}));
+        assert_400(&e, Some(param), "missing_required_parameter");
+    }
+}
+
 #[test]
 fn stream_true_asks_for_usage() {
     assert_eq!(

@@ -265,7 +265,7 @@ impl Connection {
         };
         for &(field, agrees) in TRANSPORT_FIELDS {
             match (body.remove(field), agrees) {
-                (None, _) => {}
+                (None | Some(Value::Null), _) => {}
                 (Some(Value::Bool(v)), Some(ok)) if v == ok => {}
                 (Some(_), _) => {
                     return Err(ApiError::invalid(
@@ -278,7 +278,7 @@ impl Connection {
                 }
             }
         }
-        if body.contains_key("stream_id") {
+        if body.get("stream_id").is_some_and(|v| !v.is_null()) {
             return Err(ApiError::invalid(
                 "stream_id",
                 "Lanes ('stream_id') are not supported: this server runs one response at a time per connection, in order.",

@@ -302,6 +302,19 @@ fn transport_fields_are_rejected_unless_they_agree_with_the_socket() {
     );
     let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
     assert_eq!(chat["stream"], json!(true));
+    // A client's dump of its own request: every transport field `null`, which is absent.
+    let mut conn = connection();
+    let up = forward(
+        &mut conn,
+        &create(
+            json!({"model": "m", "input": "x", "stream": null, "background": null,
+                       "stream_options": null, "stream_id": null, "generate": null,
+                       "previous_response_id": null}),
+        ),
+        1,
+    );
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(chat["stream"], json!(true));
 }
 
 #[test]

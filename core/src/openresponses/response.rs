@@ -165,8 +165,8 @@ pub struct ResponseError {
 }
 
 /// The request parameters a response echoes, with the spec's defaults filled in.
-/// Built once per request by the request translator.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Built once per request by the request translator; [`ResponseResource`] borrows its fields.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Echo {
     pub instructions: Option<String>,
     /// Function tools in Responses form (`type`, `name`, `description`, `parameters`, `strict`).
@@ -222,6 +222,10 @@ impl Default for Echo {
 }
 
 /// The response object. Borrowing keeps the hot path free of copies.
+///
+/// One flat struct, on purpose: each key is a Rust field, so no key can be written twice
+/// (a `#[serde(flatten)]` of the echo once wrote `previous_response_id` twice, once from the
+/// resource and once from the echo). No field is renamed, so the field names are the keys.
 #[derive(Debug, Serialize)]
 pub struct ResponseResource<'a> {
     pub id: &'a str,
@@ -235,6 +239,78 @@ pub struct ResponseResource<'a> {
     pub output: &'a [OutputItem],
     pub error: Option<&'a ResponseError>,
     pub usage: Option<&'a Usage>,
-    #[serde(flatten)]
-    pub echo: &'a Echo,
+    // The request's parameters, echoed (`Echo`).
+    pub instructions: Option<&'a str>,
+    pub tools: &'a [Value],
+    pub tool_choice: &'a Value,
+    pub truncation: &'a str,
+    pub parallel_tool_calls: bool,
+    pub text: &'a Value,
+    pub top_p: f64,
+    pub presence_penalty: f64,
+    pub frequency_penalty: f64,
+    pub top_logprobs: u64,
+    pub temperature: f64,
+    pub reasoning: Option<&'a Value>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub store: bool,
+    pub background: bool,
+    pub service_tier: &'a str,
+    pub metadata: &'a Value,
+    pub safety_identifier: Option<&'a str>,
+    pub prompt_cache_key: Option<&'a str>,
+}
+
+/// The parts of a response that change as it progresses (the rest is the request's echo).
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseState<'a> {
+    pub id: &'a str,
+    pub created_at: u64,
+    pub completed_at: Option<u64>,
+    pub status: Status,
+    pub incomplete_details: Option<&'a IncompleteDetails>,
+    pub model: &'a str,
+    pub output: &'a [OutputItem],
+    pub error: Option<&'a ResponseError>,
+    pub usage: Option<&'a Usage>,
+}
+
+impl<'a> ResponseResource<'a> {
+    /// A response in `state`, echoing the request's parameters.
+    pub fn new(state: ResponseState<'a>, echo: &'a Echo) -> Self {
+        ResponseResource {
+            id: state.id,
+            object: "response",
+            created_at: state.created_at,
+            completed_at: state.completed_at,
+            status: state.status,
+            incomplete_details: state.incomplete_details,
+            model: state.model,
+            previous_response_id: echo.previous_response_id.as_deref(),
+            output: state.output,
+            error: state.error,
+            usage: state.usage,
+            instructions: echo.instructions.as_deref(),
+            tools: &echo.tools,
+            tool_choice: &echo.tool_choice,
+            truncation: &echo.truncation,
+            parallel_tool_calls: echo.parallel_tool_calls,
+            text: &echo.text,
+            top_p: echo.top_p,
+            presence_penalty: echo.presence_penalty,
+            frequency_penalty: echo.frequency_penalty,
+            top_logprobs: echo.top_logprobs,
+            temperature: echo.temperature,
+            reasoning: echo.reasoning.as_ref(),
+            max_output_tokens: echo.max_output_tokens,
+            max_tool_calls: echo.max_tool_calls,
+            store: echo.store,
+            background: echo.background,
+            service_tier: &echo.service_tier,
+            metadata: &echo.metadata,
+            safety_identifier: echo.safety_identifier.as_deref(),
+            prompt_cache_key: echo.prompt_cache_key.as_deref(),
+        }
+    }
 }

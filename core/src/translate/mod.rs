@@ -18,7 +18,7 @@ pub mod stream;
 
 use crate::openresponses::{
     CustomToolCallItem, Echo, FunctionCallItem, IncompleteDetails, ItemStatus, OutputItem,
-    ResponseError, ResponseResource, Status, Usage,
+    ResponseError, ResponseResource, ResponseState, Status, Usage,
 };
 
 pub use request::translate as translate_request;
@@ -292,20 +292,20 @@ impl Exchange {
         state: &'a Outcome,
         output: &'a [OutputItem],
     ) -> ResponseResource<'a> {
-        ResponseResource {
-            id: &self.id,
-            object: "response",
-            created_at: self.created_at,
-            completed_at: state.completed_at,
-            status: state.status,
-            incomplete_details: state.incomplete.as_ref(),
-            model: &self.model,
-            previous_response_id: self.echo.previous_response_id.as_deref(),
-            output,
-            error: state.error.as_ref(),
-            usage: state.usage.as_ref(),
-            echo: &self.echo,
-        }
+        ResponseResource::new(
+            ResponseState {
+                id: &self.id,
+                created_at: self.created_at,
+                completed_at: state.completed_at,
+                status: state.status,
+                incomplete_details: state.incomplete.as_ref(),
+                model: &self.model,
+                output,
+                error: state.error.as_ref(),
+                usage: state.usage.as_ref(),
+            },
+            &self.echo,
+        )
     }
 }
 

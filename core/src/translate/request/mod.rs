@@ -146,7 +146,7 @@ pub fn translate_object(
     let tool_names: Vec<&str> = tools.iter().map(|t| t.function.name.as_str()).collect();
     let choice = req.take("tool_choice");
     let choice = match choice {
-        Some(c) => Some(tool_choice(&c, &tool_names)?),
+        Some(c) => Some(tool_choice(c, &tool_names)?),
         None => None,
     };
     let mut chat_tools = tools;
@@ -344,7 +344,8 @@ pub(super) fn leftover_fields(
     req: &mut Obj<'_>,
     options: &Options,
 ) -> Result<Map<String, Value>, ApiError> {
-    req.map.retain(|k, _| !is_extension(k));
+    // `null` is absent here as everywhere: nothing to forward, nothing to refuse.
+    req.map.retain(|k, v| !is_extension(k) && !v.is_null());
     if options.strict {
         if let Some(key) = req.map.keys().next() {
             return Err(ApiError::invalid(key.as_str(), format!(

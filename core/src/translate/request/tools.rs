@@ -5,7 +5,7 @@ use serde_json::{json, Map, Value};
 
 use crate::chat::request::{FunctionKind, Tool, ToolFunction};
 use crate::openresponses::{ApiError, Echo};
-use crate::translate::fields::{bad_value, index, join, missing, wrong_type, Obj};
+use crate::translate::fields::{bad_value, index, join, missing, Obj};
 use crate::translate::{flat_name, HostedTools, NamespacedTool, Options};
 
 /// Tools → Chat's nested function tools; fills `echo.tools` and, for `namespace` and `custom`
@@ -247,9 +247,10 @@ fn push_function(
 }
 
 /// `tool_choice` → Chat's form; for `allowed_tools`, also the names the tool list shrinks to;
-/// and the choice as the response echoes it.
+/// and the choice as the response echoes it. Keys other than those read here are ignored
+/// (a choice names a tool; nothing else in it changes what the model may do).
 pub(crate) fn tool_choice(
-    choice: &Value,
+    choice: Value,
     tool_names: &[&str],
 ) -> Result<(Value, Option<Vec<String>>, Value), ApiError> {
     let named = |name: &str, path: &str| -> Result<(), ApiError> {
@@ -262,74 +263,60 @@ pub(crate) fn tool_choice(
             ))
         }
     };
-    match choice {
+    let mut o = match choice {
         Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
-            Ok((choice.clone(), None, choice.clone()))
+            let choice = Value::String(s);
+            return Ok((choice.clone(), None, choice));
         }
-        Value::String(s) => Err(bad_value(
+        Value::String(s) => return Err(bad_value(
             "tool_choice",
             format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object."),
         )),
-        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-            Some(kind @ ("function" | "custom")) => {
-                let name = match o.get("name") {
-                    Some(Value::String(n)) => n,
-                    Some(other) => return Err(wrong_type("tool_choice.name", "a string", other)),
-                    None => return Err(missing("tool_choice.name")),
-                };
-                named(name, "tool_choice.name")?;
-                Ok((
-                    json!({"type": "function", "function": {"name": name}}),
-                    None,
-                    json!({"type": kind, "name": name}),
-                ))
+        other => Obj::new(other, "tool_choice")?,
+    };
+    let kind = o.required_string("type")?;
+    match kind.as_str() {
+        "function" | "custom" => {
+            let name = o.required_string("name")?;
+            named(&name, "tool_choice.name")?;
+            Ok((
+                json!({"type": "function", "function": {"name": name}}),
+                None,
+                json!({"type": kind, "name": name}),
+            ))
+        }
+        "allowed_tools" => {
+            let mode = o
+                .enumeration("mode", &["auto", "required", "none"])?
+                .unwrap_or("auto");
+            let list = o
+                .array("tools")?
+                .ok_or_else(|| missing("tool_choice.tools"))?;
+            if list.is_empty() {
+                return Err(bad_value(
+                    "tool_choice.tools",
+                    "Invalid 'tool_choice.tools': list at least one function.",
+                ));
             }
-            Some("allowed_tools") => {
-                let mode = match o.get("mode").and_then(Value::as_str) {
-                    Some(m @ ("auto" | "required" | "none")) => m,
-                    None if o.get("mode").is_none() => "auto",
-                    _ => {
-                        return Err(bad_value(
-                            "tool_choice.mode",
-                            "Invalid 'tool_choice.mode': expected 'auto', 'required' or 'none'.",
-                        ))
-                    }
-                };
-                let list = match o.get("tools") {
-                    Some(Value::Array(a)) => a,
-                    Some(other) => return Err(wrong_type("tool_choice.tools", "an array", other)),
-                    None => return Err(missing("tool_choice.tools")),
-                };
-                if list.is_empty() {
-                    return Err(bad_value(
-                        "tool_choice.tools",
-                        "Invalid 'tool_choice.tools': list at least one function.",
-                    ));
-                }
-                let mut allowed = Vec::with_capacity(list.len());
-                for (i, t) in list.iter().enumerate() {
-                    let path = format!("tool_choice.tools[{i}].name");
-                    let name = t
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| missing(&path))?;
-                    named(name, &path)?;
-                    allowed.push(name.to_owned());
-                }
-                // The response echoes the complete form (`mode` is required there).
-                let echoed = json!({
-                    "type": "allowed_tools",
-                    "mode": mode,
-                    "tools": allowed.iter().map(|n| json!({"type": "function", "name": n})).collect::<Vec<_>>(),
-                });
-                Ok((Value::String(mode.into()), Some(allowed), echoed))
+            let mut allowed = Vec::with_capacity(list.len());
+            for (i, t) in list.into_iter().enumerate() {
+                let path = format!("tool_choice.tools[{i}]");
+                let mut t = Obj::new(t, &path)?;
+                let name = t.required_string("name")?;
+                named(&name, &t.field_path("name"))?;
+                allowed.push(name);
             }
-            Some(other) => Err(bad_value(
-                "tool_choice.type",
-                format!("Unsupported 'tool_choice.type': '{other}'. Supported: 'function', 'custom', 'allowed_tools'."),
-            )),
-            None => Err(missing("tool_choice.type")),
-        },
-        other => Err(wrong_type("tool_choice", "a string or an object", other)),
+            // The response echoes the complete form (`mode` is required there).
+            let echoed = json!({
+                "type": "allowed_tools",
+                "mode": mode,
+                "tools": allowed.iter().map(|n| json!({"type": "function", "name": n})).collect::<Vec<_>>(),
+            });
+            Ok((Value::String(mode.into()), Some(allowed), echoed))
+        }
+        other => Err(bad_value(
+            "tool_choice.type",
+            format!("Unsupported 'tool_choice.type': '{other}'. Supported: 'function', 'custom', 'allowed_tools'."),
+        )),
     }
 }
