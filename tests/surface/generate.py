@@ -63,6 +63,7 @@ BY_PATH: list[tuple[str, object]] = [
     (r"^tool_choice\.[a-z_]+\.name$", "get_weather"),
     (r"^tool_choice\.allowed_tools\.tools\[\]", None),  # from the tree (see allowed_tools)
     (r"\.custom_tool_call\.input$", "*** Begin Patch\n*** End Patch\n"),
+    (r"\.reasoning\.content\[\]\.reasoning_text\.text$", "Thinking it over."),
     (r"\.parameters$", PARAMETERS),
     (r"\.(schema|input_schema|output_schema)$", {"type": "object", "properties": {}}),
 ]
@@ -239,7 +240,7 @@ def minimal(t: dict, path: str, key: str) -> object:
 # Fields that carry an item's content: in its minimal form even where a source makes them
 # optional (openai-node's `call_id?` on tool outputs, an image's `image_url`).
 CONTENT_KEYS = {
-    "call_id", "role", "name", "arguments", "output", "encrypted_content", "input",
+    "call_id", "role", "name", "arguments", "output", "input",
     "text", "refusal", "image_url", "file_data", "summary", "tools",
 }
 
@@ -326,18 +327,22 @@ def walk(out: Cases, source: str, tree: dict) -> None:
                 if kind and kind not in ("function", "custom", "allowed_tools"):
                     tools.append({"type": kind})
                 req["tools"] = tools
-            req[key] = x
+            if x is _DROP:
+                req.pop(key, None)
+            else:
+                req[key] = x
             return req, key
 
         return wrap
 
-    def field_cases(t: dict, req_flag: bool, path: str, key: str, wrap, parent: dict | None) -> None:
+    def field_cases(t: dict, req_flag: bool, path: str, key: str, wrap, parent: dict | None, drop=None) -> None:
         """Cases for one field at `path` whose value goes through `wrap`; `parent` is the
-        containing object's minimal instance (for `without`)."""
+        containing object's minimal instance; `drop` makes the request to compare with
+        (default: without the field)."""
 
         def emit(value):
             request, param = wrap(value)
-            without, _ = wrap(_DROP)
+            without = drop() if drop and value is not None else wrap(_DROP)[0]
             out.add(source, path, value, request, without, param)
 
         ms = members(t)
@@ -361,7 +366,7 @@ def walk(out: Cases, source: str, tree: dict) -> None:
             elif m["k"] == "map" and any(x["k"] == "obj" for x in members(m["of"])):
                 for x in members(m["of"]):
                     if x["k"] == "obj":
-                        obj_cases(x, path + ".*", lambda v, w=wrap: w({"k": v}))
+                        obj_cases(x, path + ".*", lambda v, w=wrap: w({} if v is _DROP else {"k": v}))
 
     def obj_cases(obj: dict, path: str, wrap) -> None:
         d = discriminator(obj)
@@ -381,13 +386,16 @@ def walk(out: Cases, source: str, tree: dict) -> None:
                 req, param = wrap(o)
                 return req, f"{param}.{k}"
 
-            field_cases(f["t"], f["req"], f"{p}.{k}", k, child, base)
+            # A variant's `type` stands for the whole object: compared with the request
+            # without that object (an item, a tool, a format), not with a typeless one.
+            drop = (lambda: wrap(_DROP)[0]) if k == "type" and d else None
+            field_cases(f["t"], f["req"], f"{p}.{k}", k, child, base, drop)
 
     def arr_cases(item: dict, path: str, wrap, key: str) -> None:
         def elem(x):
             if x is _DROP:
-                req, param = wrap([])
-                return req, param
+                # The array without the item (input keeps its user message).
+                return wrap([dict(USER)] if path == "input[]" else [])
             ctx = item_context(x) if path == "input[]" else []
             after = item_after(x) if path == "input[]" else []
             req, param = wrap(ctx + [x] + after)
@@ -410,14 +418,7 @@ def walk(out: Cases, source: str, tree: dict) -> None:
     for key, f in tree["f"].items():
         wrap = root_wrap(key)
 
-        def top(x, key=key, wrap=wrap):
-            if x is _DROP:
-                req = dict(BASE)
-                req.pop(key, None)
-                return req, key
-            return wrap(x)
-
-        field_cases(f["t"], f["req"], key, key, top, None)
+        field_cases(f["t"], f["req"], key, key, wrap, None)
 
 
 class _Drop:
