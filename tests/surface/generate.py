@@ -61,7 +61,7 @@ BY_PATH: list[tuple[str, object]] = [
     (r"\.compaction\.encrypted_content$", "$SEALED_COMPACTION"),
     (r"encrypted_content$", "$SEALED_REASONING"),
     (r"^tool_choice\.[a-z_]+\.name$", "get_weather"),
-    (r"^tool_choice\.allowed_tools\.tools\[\]", None),  # from the tree (see allowed_tools)
+    (r"^tool_choice\.allowed_tools\.tools\[\]$", {"type": "function", "name": "get_weather"}),
     (r"\.custom_tool_call\.input$", "*** Begin Patch\n*** End Patch\n"),
     (r"\.reasoning\.content\[\]\.reasoning_text\.text$", "Thinking it over."),
     (r"\.parameters$", PARAMETERS),
@@ -241,7 +241,7 @@ def minimal(t: dict, path: str, key: str) -> object:
 # optional (openai-node's `call_id?` on tool outputs, an image's `image_url`).
 CONTENT_KEYS = {
     "call_id", "role", "name", "arguments", "output", "input",
-    "text", "refusal", "image_url", "file_data", "summary", "tools",
+    "text", "refusal", "image_url", "file_data", "summary", "tools", "schema",
 }
 
 
