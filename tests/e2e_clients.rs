@@ -734,6 +734,15 @@ fn node_openai_sdk_streaming() {
     run_client(&stack, &node, "tests/clients/node/openai_stream.mjs");
 }
 
+/// Every output kind from every source, fed back as received and as a JSON round trip, over
+/// HTTP, SSE and the WebSocket (`openai_round_trips.mjs`): each continuation completes.
+#[test]
+fn node_openai_sdk_round_trips_every_output_kind() {
+    let node = node();
+    let stack = ClientStack::triggers_ws();
+    run_client(&stack, &node, "tests/clients/node/openai_round_trips.mjs");
+}
+
 #[test]
 fn node_openai_sdk_reasoning_events_are_the_ones_it_declares() {
     let node = node();
