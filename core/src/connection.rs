@@ -475,7 +475,17 @@ impl Connection {
         }
     }
 
-    fn keep(&mut self, id: String, turn: Turn, terminal: Bytes) {
+    fn keep(&mut self, id: String, mut turn: Turn, terminal: Bytes) {
+        // A compaction's output (its sealed summary) stands for everything it summarised.
+        let compacted = turn
+            .input
+            .last()
+            .and_then(|item| item.get("type"))
+            .is_some_and(|t| t == "compaction_trigger");
+        if compacted {
+            turn.input.clear();
+            turn.input_bytes = 0;
+        }
         let bytes = turn.input_bytes + terminal.len();
         if bytes > self.limits.max_context_bytes {
             self.context = None;

@@ -126,7 +126,8 @@ fn tools() -> Value {
         {"type": "function", "name": "f", "parameters": {"type": "object"}},
         {"type": "custom", "name": "c"},
         {"type": "namespace", "name": "ns", "description": "d",
-         "tools": [{"type": "function", "name": "g"}]},
+         "tools": [{"type": "function", "name": "g"}, {"type": "custom", "name": "h"}]},
+        {"type": "shell"}, {"type": "local_shell"}, {"type": "apply_patch"},
     ])
 }
 
@@ -158,6 +159,28 @@ fn scenarios() -> Vec<(&'static str, Value, Vec<Value>)> {
                 streamed_call(0, "a", "f", "{}"),
                 streamed_call(1, "b", "c", "{\"input\":\"x\"}"),
                 streamed_call(2, "d", "ns__g", "{}"),
+                json!({"index": 0, "delta": {}, "finish_reason": "tool_calls"}),
+            ],
+        ),
+        (
+            "built-in calls and a namespaced custom call",
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                call("s", "shell", "{\"commands\":[\"ls\"]}"),
+                call("l", "local_shell", "{\"command\":[\"ls\"]}"),
+                call("p", "apply_patch", "{\"type\":\"delete_file\",\"path\":\"a\"}"),
+                call("x", "apply_patch", "not json"),
+                call("h", "ns__h", "{\"input\":\"x\"}")]}),
+            vec![
+                streamed_call(0, "s", "shell", "{\"commands\":[\"ls\"]}"),
+                streamed_call(1, "l", "local_shell", "{\"command\":[\"ls\"]}"),
+                streamed_call(
+                    2,
+                    "p",
+                    "apply_patch",
+                    "{\"type\":\"delete_file\",\"path\":\"a\"}",
+                ),
+                streamed_call(3, "x", "apply_patch", "not json"),
+                streamed_call(4, "h", "ns__h", "{\"input\":\"x\"}"),
                 json!({"index": 0, "delta": {}, "finish_reason": "tool_calls"}),
             ],
         ),
@@ -200,6 +223,27 @@ fn compaction_and_errors_have_no_duplicate_keys() {
         &completion(json!({"role": "assistant", "content": "a summary"})),
     );
     assert_eq!(docs[0]["object"], "response.compaction");
+    // Codex's remote compaction: one sealed item, as JSON and as a stream.
+    let mut trigger = json!({"model": "m", "input": [{"role": "user", "content": "hi"},
+                                                     {"type": "compaction_trigger"}]});
+    let docs = exchange(
+        Operation::Create,
+        &trigger,
+        JSON,
+        &completion(json!({"role": "assistant", "content": "a summary"})),
+    );
+    assert_eq!(docs[0]["output"][0]["type"], "compaction");
+    trigger["stream"] = json!(true);
+    let events = exchange(
+        Operation::Create,
+        &trigger,
+        SSE,
+        chat_stream(&[
+            json!({"index": 0, "delta": {"content": "a summary"}, "finish_reason": "stop"}),
+        ])
+        .as_bytes(),
+    );
+    assert_eq!(events.len(), 5, "{events:?}");
     // An upstream error, a stream that fails, a refused request.
     for (content_type, answer) in [
         (JSON, &b"{\"error\":{\"message\":\"x\",\"code\":\"y\"}}"[..]),

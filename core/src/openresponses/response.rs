@@ -36,6 +36,15 @@ pub enum OutputItem {
     /// `apply_patch`). Not in the OpenResponses schema: only clients that declared a custom
     /// tool can get one.
     CustomToolCall(CustomToolCallItem),
+    /// A call of the client-executed `shell` tool (OpenAI's built-in; only clients that
+    /// declared one get it).
+    ShellCall(ShellCallItem),
+    /// A call of the client-executed `local_shell` tool (OpenAI's built-in).
+    LocalShellCall(LocalShellCallItem),
+    /// A call of the client-executed `apply_patch` tool (OpenAI's built-in).
+    ApplyPatchCall(ApplyPatchCallItem),
+    /// The sealed summary of a `compaction_trigger` request: its only output item.
+    Compaction(CompactionItem),
 }
 
 impl OutputItem {
@@ -45,8 +54,22 @@ impl OutputItem {
             OutputItem::FunctionCall(f) => &f.id,
             OutputItem::Reasoning(r) => &r.id,
             OutputItem::CustomToolCall(c) => &c.id,
+            OutputItem::ShellCall(c) => &c.id,
+            OutputItem::LocalShellCall(c) => &c.id,
+            OutputItem::ApplyPatchCall(c) => &c.id,
+            OutputItem::Compaction(c) => &c.id,
         }
     }
+}
+
+/// What an assistant message is: talk on the way to tool calls, or the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// A message followed by tool calls in the same response.
+    Commentary,
+    /// Any other message.
+    FinalAnswer,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +79,10 @@ pub struct MessageItem {
     /// Always `assistant` on output.
     pub role: String,
     pub content: Vec<OutputContent>,
+    /// Known once the message ends (a Chat upstream does not say in advance whether tool
+    /// calls follow): absent on a streamed message's `response.output_item.added`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,8 +117,81 @@ pub struct CustomToolCallItem {
     pub id: String,
     pub call_id: String,
     pub name: String,
+    /// The `namespace` tool this custom tool belongs to, as the client declared it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// The tool's free-text input.
     pub input: String,
+}
+
+/// OpenAI's `shell_call` item (openai-python's `ResponseFunctionShellToolCall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShellCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub action: ShellAction,
+    pub status: ItemStatus,
+}
+
+/// The commands of a `shell_call`, and their limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShellAction {
+    pub commands: Vec<String>,
+    pub timeout_ms: Option<u64>,
+    pub max_output_length: Option<u64>,
+}
+
+/// OpenAI's `local_shell_call` item (openai-python's `LocalShellCall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalShellCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub action: LocalShellAction,
+    pub status: ItemStatus,
+}
+
+/// The command of a `local_shell_call` (`type: "exec"`, its only kind).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "exec")]
+pub struct LocalShellAction {
+    pub command: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub timeout_ms: Option<u64>,
+    pub user: Option<String>,
+    pub working_directory: Option<String>,
+}
+
+/// OpenAI's `apply_patch_call` item (openai-python's `ResponseApplyPatchToolCall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApplyPatchCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub operation: ApplyPatchOperation,
+    pub status: ApplyPatchStatus,
+}
+
+/// One file operation of an `apply_patch_call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ApplyPatchOperation {
+    CreateFile { path: String, diff: String },
+    UpdateFile { path: String, diff: String },
+    DeleteFile { path: String },
+}
+
+/// An `apply_patch_call`'s status has no `incomplete` (OpenAI's type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplyPatchStatus {
+    InProgress,
+    Completed,
+}
+
+/// A `compaction` item: a summary of the conversation so far, sealed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionItem {
+    pub id: String,
+    pub encrypted_content: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
