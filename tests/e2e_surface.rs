@@ -238,14 +238,18 @@ fn table() -> Vec<Row> {
 }
 
 /// The rows for a path (and value, unless null).
-/// (A null case goes by the path alone: rows of one pattern that differ by value say the
-/// same about null, and count once.)
+/// A row naming the value wins over rows for any value. (A null case goes by the path alone:
+/// rows of one pattern that differ by value say the same about null, and count once.)
 fn rows_for<'a>(rows: &'a [Row], path: &str, value: &Value) -> Vec<&'a Row> {
     let mut out: Vec<&Row> = rows
         .iter()
         .filter(|r| r.regex.matches(path))
         .filter(|r| value.is_null() || r.values.is_empty() || r.values.contains(value))
         .collect();
+    // A row naming the value wins over rows for any value.
+    if out.iter().any(|r| r.values.contains(value)) {
+        out.retain(|r| r.values.contains(value));
+    }
     if value.is_null() {
         out.dedup_by(|a, b| a.pattern == b.pattern && a.null == b.null);
     }

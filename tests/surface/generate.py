@@ -113,7 +113,8 @@ def value_for(path: str, key: str, kind: str) -> object:
         }.get(kind, False)
         if ok:
             return copy.deepcopy(v)
-    return {"str": "x", "int": 1, "num": 0.5, "bool": True, "map": {"k": "v"}, "any": {}}[kind]
+    # Numbers: 1 fits integer fields too (openai-node types every number `number`).
+    return {"str": "x", "int": 1, "num": 1, "bool": True, "map": {"k": "v"}, "any": {}}[kind]
 
 
 # ---- the three type trees ----
@@ -281,7 +282,8 @@ def item_context(item: object) -> list:
     ctx: list = [dict(USER)]
     if isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"].endswith("_output"):
         call = item["type"][: -len("_output")]
-        call_id = item.get("call_id", "call_1")
+        # A local_shell_call_output names its call by `id`.
+        call_id = item.get("id" if call == "local_shell_call" else "call_id", "call_1")
         calls = {
             "function_call": {"type": "function_call", "call_id": call_id, "name": "get_weather", "arguments": "{}"},
             "custom_tool_call": {"type": "custom_tool_call", "call_id": call_id, "name": "apply_patch", "input": "x"},
@@ -324,7 +326,8 @@ def walk(out: Cases, source: str, tree: dict) -> None:
             if key == "tool_choice":
                 tools = list(CHOICE_TOOLS)
                 kind = x.get("type") if isinstance(x, dict) else None
-                if kind and kind not in ("function", "custom", "allowed_tools"):
+                # The tool the choice names, declared (computer tools are refused on their own).
+                if kind and kind not in ("function", "custom", "allowed_tools", "computer", "computer_use_preview"):
                     tools.append({"type": kind})
                 req["tools"] = tools
             if x is _DROP:
