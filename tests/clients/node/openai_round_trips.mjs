@@ -158,11 +158,15 @@ async function run() {
     for (const source of SOURCES) {
       try {
         const items = await outputOf(client, kind, source);
-        origins.push(
-          hasKind(items, KINDS[kind].want)
-            ? { kind, source, items }
-            : { kind, source, why: `no ${KINDS[kind].want} item in ${JSON.stringify(items.map((i) => i.type))}` },
-        );
+        // The demo's messages never come before a call: each is the final answer.
+        const phases = items.filter((i) => i.type === 'message').map((i) => i.phase);
+        if (!hasKind(items, KINDS[kind].want)) {
+          origins.push({ kind, source, why: `no ${KINDS[kind].want} item in ${JSON.stringify(items.map((i) => i.type))}` });
+        } else if (phases.some((p) => p !== 'final_answer')) {
+          origins.push({ kind, source, why: `message phase ${JSON.stringify(phases)}, not final_answer` });
+        } else {
+          origins.push({ kind, source, items });
+        }
       } catch (e) {
         origins.push({ kind, source, why: String(e?.message ?? e).slice(0, 300) });
       }

@@ -4,6 +4,8 @@ the continuation must complete. Run by tests/e2e_clients.rs against Envoy + the 
 (with the WebSocket transport and a reasoning key) + the demo upstream with its test triggers
 (tests/common/upstream.rs: `refuse` in the last user message → a refusal, `think` → reasoning).
 
+* every message a source gives carries `phase: "final_answer"` (the demo never writes text
+  before a call);
 * kinds: message, refusal, function call, custom tool call, reasoning, sealed reasoning
   (`include: ["reasoning.encrypted_content"]`), the items of `responses.compact()`, the
   client-executed built-in calls (shell, local_shell, apply_patch) and the `compaction` item a
@@ -202,8 +204,12 @@ def run() -> None:
             for source in SOURCES:
                 try:
                     items = output_of(client, kind, source)
+                    phases = {getattr(i, "phase", None) for i in items if i.type == "message"}
                     if not has_kind(items, KINDS[kind]["want"]):
                         origins.append((kind, source, None, f"no {KINDS[kind]['want']} item in {[i.type for i in items]}"))
+                    elif phases - {"final_answer"}:
+                        # The demo's messages never come before a call: each is the final answer.
+                        origins.append((kind, source, None, f"message phase {phases}, not final_answer"))
                     else:
                         origins.append((kind, source, items, ""))
                 except Exception as e:  # noqa: BLE001 - every failure is reported
