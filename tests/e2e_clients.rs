@@ -36,9 +36,12 @@ struct ClientStack {
     // Drop order: Envoy first, then the processor, then the upstream.
     envoy: Envoy,
     processor: Processor,
-    /// One of the two is set.
+    /// One of the three is set.
     _demo: Option<DemoUpstream>,
     scripted: Option<ScriptedUpstream>,
+    _triggers: Option<common::RecordingDemo>,
+    /// The processor's reasoning key file, when it has one.
+    _keys: Option<TempDir>,
 }
 
 impl ClientStack {
@@ -52,6 +55,8 @@ impl ClientStack {
             processor,
             _demo: Some(demo),
             scripted: None,
+            _triggers: None,
+            _keys: None,
         }
     }
 
@@ -64,6 +69,8 @@ impl ClientStack {
             processor,
             _demo: None,
             scripted: Some(upstream),
+            _triggers: None,
+            _keys: None,
         }
     }
 
@@ -75,6 +82,31 @@ impl ClientStack {
             processor: stack.processor,
             _demo: None,
             scripted: Some(upstream),
+            _triggers: None,
+            _keys: None,
+        }
+    }
+
+    /// The demo with its test triggers (`refuse`, `think`: tests/common/upstream.rs), the
+    /// WebSocket transport and a reasoning key (sealed reasoning, compaction).
+    fn triggers_ws() -> ClientStack {
+        let keys = TempDir::new("client-keys");
+        let key_file = keys.path().join("keys");
+        std::fs::write(
+            &key_file,
+            "k1:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n",
+        )
+        .expect("write the key file");
+        let demo = common::RecordingDemo::with_triggers();
+        let key_arg = key_file.to_str().expect("a UTF-8 temp path");
+        let stack = common::WsStack::start(demo.port(), &["--reasoning-keys-file", key_arg]);
+        ClientStack {
+            envoy: stack.envoy,
+            processor: stack.processor,
+            _demo: None,
+            scripted: None,
+            _triggers: Some(demo),
+            _keys: Some(keys),
         }
     }
 
@@ -261,6 +293,19 @@ fn python_openai_sdk_streaming() {
     let python = python();
     let stack = ClientStack::demo();
     run_client(&stack, &python, "tests/clients/python/openai_stream.py");
+}
+
+/// Every output kind from every source, fed back in every dump style, over HTTP, SSE and the
+/// WebSocket (`openai_round_trips.py`): each continuation completes.
+#[test]
+fn python_openai_sdk_round_trips_every_output_kind() {
+    let python = python();
+    let stack = ClientStack::triggers_ws();
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_round_trips.py",
+    );
 }
 
 /// A vLLM-style reasoning upstream: `reasoning_content` in two chunks, then text.
@@ -701,6 +746,15 @@ fn node_openai_sdk_streaming() {
     let node = node();
     let stack = ClientStack::demo();
     run_client(&stack, &node, "tests/clients/node/openai_stream.mjs");
+}
+
+/// Every output kind from every source, fed back as received and as a JSON round trip, over
+/// HTTP, SSE and the WebSocket (`openai_round_trips.mjs`): each continuation completes.
+#[test]
+fn node_openai_sdk_round_trips_every_output_kind() {
+    let node = node();
+    let stack = ClientStack::triggers_ws();
+    run_client(&stack, &node, "tests/clients/node/openai_round_trips.mjs");
 }
 
 #[test]

@@ -32,8 +32,9 @@ async fn send(envoy: &Envoy, method: &str, path: &str, body: String) -> (u16, St
         .unwrap_or_default()
         .to_owned();
     let bytes = response.bytes().await.expect("body");
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    let text = String::from_utf8_lossy(&bytes);
+    let value = common::json::parse_strict(&text)
+        .unwrap_or_else(|e| panic!("not strict JSON ({e}): {text}"));
     (status, content_type, value)
 }
 

@@ -54,7 +54,8 @@ async fn recv(socket: &mut Socket) -> Value {
             .expect("a readable message");
         match message {
             Message::Text(text) => {
-                return serde_json::from_str(&text).expect("each message is one JSON object")
+                return common::json::parse_strict(&text)
+                    .expect("each message is one JSON object, each key once")
             }
             Message::Ping(_) | Message::Pong(_) => continue,
             other => panic!("expected a text message, got {other:?}"),
@@ -430,7 +431,7 @@ async fn the_message_size_limit_from_both_sides() {
         .expect("an answer in time")
     {
         Some(Ok(Message::Text(text))) => {
-            let event: Value = serde_json::from_str(&text).expect("JSON");
+            let event: Value = common::json::strict(&text);
             assert_eq!(error_code(&event), "request_too_large");
             let end = closed(&mut ws).await;
             assert!(matches!(end, Some(CloseCode::Size) | None), "{end:?}");
