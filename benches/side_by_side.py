@@ -36,6 +36,13 @@ traffic). Nothing here asserts speed; it measures.
 The trickle scenarios print a second table: streams/s, the upstream events per stream, and the
 CPU per streamed event of Envoy and of the processor, and what each mode adds per event over
 bare Envoy proxying the same stream untranslated.
+
+The "traced" scenarios are the same exchanges with traces on: the processor runs with
+--otlp-endpoint and exports a span per exchange to an OTLP/gRPC sink (benches/otlp_sink.py,
+grpcio installed into .venv; it takes the exports without decoding them, its CPU is printed
+under the table). Envoy does not trace there, so the rows compare the processor's CPU per
+exchange with traces off and on. For "off costs nothing", compare the untraced rows with an
+older build: BENCH_PROCESSOR_BIN=/path/to/it BENCH_ONLY=ext_proc.
 """
 
 import json
@@ -66,6 +73,8 @@ PROCESSOR_ARGS = os.environ.get("BENCH_PROCESSOR_ARGS", "").split()  # e.g. "--w
 PROCESSOR_BIN = os.environ.get("BENCH_PROCESSOR_BIN", f"{ROOT}/target/release/responses-extproc")
 MODULE_DIR = os.environ.get("BENCH_MODULE_DIR", f"{ROOT}/target/release")
 MODULE_CONFIG = "envoy/envoy-module.yaml"
+# The OTLP sink of the traced scenarios runs on grpcio, pinned (installed into .venv).
+GRPCIO = "grpcio==1.85.1"
 TICK = os.sysconf("SC_CLK_TCK")
 
 # What openai-python 3.54 sends with each request (its standard headers): the request-headers
@@ -116,6 +125,8 @@ class Scenario:
     module: bool = False
     # Many concurrent paced streams (wrk -c BENCH_TRICKLE_CONNECTIONS); CPU per event.
     trickle: bool = False
+    # Traces on: the processor exports a span per exchange to an OTLP sink.
+    traced: bool = False
 
 
 SCENARIOS = [
@@ -140,10 +151,14 @@ SCENARIOS = [
     Scenario("module floor: the filter on every route (not ours)", MODULE_CONFIG, "json",
              "/v1/chat/completions", CHAT_JSON, False, "bare Envoy, JSON",
              '"object":"chat.completion"', filter_everywhere=True, module=True),
+    Scenario("ext_proc, /v1/responses JSON, traced", FILTER_CONFIG, "json", "/v1/responses",
+             RESPONSES_JSON, True, "bare Envoy, JSON", '"object":"response"', traced=True),
     Scenario("bare Envoy, SSE", "benches/envoy-bare.yaml", "sse", "/v1/chat/completions",
              CHAT_JSON, False, "bare Envoy, SSE", "data: [DONE]"),
     Scenario("ext_proc, /v1/responses SSE", FILTER_CONFIG, "sse", "/v1/responses",
              RESPONSES_SSE, True, "bare Envoy, SSE", "event: response.completed"),
+    Scenario("ext_proc, /v1/responses SSE, traced", FILTER_CONFIG, "sse", "/v1/responses",
+             RESPONSES_SSE, True, "bare Envoy, SSE", "event: response.completed", traced=True),
     Scenario("module, /v1/responses SSE", MODULE_CONFIG, "sse", "/v1/responses",
              RESPONSES_SSE, False, "bare Envoy, SSE", "event: response.completed", module=True),
     Scenario("bare Envoy, trickle SSE", "benches/envoy-bare.yaml", "trickle",
@@ -171,6 +186,7 @@ class Result:
     machine_busy: float  # share of all cores busy during the run (0..1)
     others_us: float  # CPU of wrk and nginx per exchange: the fixed costs of the setup
     notes: list = field(default_factory=list)
+    sink_us: float | None = None  # CPU of the OTLP sink per exchange (traced scenarios)
 
 
 def log(msg):
@@ -181,6 +197,16 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def ensure_sink_python():
+    """The Python that runs benches/otlp_sink.py: .venv's, with grpcio."""
+    python = os.path.join(ROOT, ".venv", "bin", "python")
+    if subprocess.run([python, "-c", "import grpc"], capture_output=True).returncode != 0:
+        log(f"installing {GRPCIO} into .venv (the OTLP sink of the traced scenarios)")
+        subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        GRPCIO], check=True)
+    return python
 
 
 def ensure_tools():
@@ -386,16 +412,25 @@ def check_answer(url, scenario):
         raise SystemExit(f"bench: {scenario.name}: unexpected answer {status}: {body[:300]}")
 
 
-def run(scenario, envoy_bin, ports, tmp, nginx):
+def run(scenario, envoy_bin, ports, tmp, nginx, sink_python):
     listen, admin, extproc = free_port(), free_port(), free_port()
     socket_path = os.path.join(tmp, "extproc.sock")
     config = envoy_config(scenario, tmp, listen, admin, extproc, ports[scenario.upstream], socket_path)
     procs = []
+    sink = None
     try:
         processor = None
+        tracing = []
+        if scenario.traced:
+            sink_port = free_port()
+            sink = subprocess.Popen([sink_python, os.path.join(ROOT, "benches", "otlp_sink.py"),
+                                     str(sink_port)], stdout=subprocess.PIPE, text=True,
+                                    stderr=open(f"{tmp}/sink.log", "w"))
+            wait_port(sink_port)
+            tracing = ["--otlp-endpoint", f"http://127.0.0.1:{sink_port}"]
         if scenario.processor:
             addr = f"unix:{socket_path}" if scenario.uds else f"127.0.0.1:{extproc}"
-            processor = subprocess.Popen([PROCESSOR_BIN, "--listen", addr, *PROCESSOR_ARGS],
+            processor = subprocess.Popen([PROCESSOR_BIN, "--listen", addr, *tracing, *PROCESSOR_ARGS],
                                          env={**os.environ, "RUST_LOG": "warn"},
                                          stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/processor.log", "w"))
             procs.append(processor)
@@ -413,6 +448,7 @@ def run(scenario, envoy_bin, ports, tmp, nginx):
         run_wrk(url, script, WARMUP, connections)
         e0 = cpu_seconds(envoy.pid)
         p0 = cpu_seconds(processor.pid) if processor else 0
+        s0 = cpu_seconds(sink.pid) if sink else 0
         m0 = machine_ticks()
         o0 = children_seconds() + nginx_seconds(nginx)
         x0 = extproc_messages_sent(admin) if processor else 0
@@ -422,15 +458,19 @@ def run(scenario, envoy_bin, ports, tmp, nginx):
         o1 = children_seconds() + nginx_seconds(nginx)
         e1 = cpu_seconds(envoy.pid)
         p1 = cpu_seconds(processor.pid) if processor else 0
+        s1 = cpu_seconds(sink.pid) if sink else 0
         ticks = max(1, m1[2] - m0[2])
         busy = (m1[0] - m0[0]) / ticks
         stolen = (m1[1] - m0[1]) / ticks
         if stolen > 0.05:
             log(f"{scenario.name}: {stolen:.0%} of the CPU was stolen by the host: re-run on a quieter machine")
-        return Result(rps, p50, p99, requests, errors, (e1 - e0) / requests * 1e6,
-                      (p1 - p0) / requests * 1e6 if processor else None,
-                      (x1 - x0) / requests if processor else None, busy,
-                      (o1 - o0) / requests * 1e6)
+        result = Result(rps, p50, p99, requests, errors, (e1 - e0) / requests * 1e6,
+                        (p1 - p0) / requests * 1e6 if processor else None,
+                        (x1 - x0) / requests if processor else None, busy,
+                        (o1 - o0) / requests * 1e6)
+        if sink:
+            result.sink_us = (s1 - s0) / requests * 1e6
+        return result
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -439,12 +479,24 @@ def run(scenario, envoy_bin, ports, tmp, nginx):
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if sink:
+            # After the processor's shutdown flushed its last spans.
+            sink.send_signal(signal.SIGTERM)
+            exports, size = (sink.communicate(timeout=10)[0].split() + ["0", "0"])[:2]
+            if int(exports) == 0:
+                raise SystemExit(f"bench: {scenario.name}: the OTLP sink received no spans")
+            with open(f"{tmp}/processor.log") as f:
+                if "dropping" in f.read():
+                    log(f"{scenario.name}: the processor dropped spans (see its log)")
+            log(f"{scenario.name}: the sink received {exports} exports, {int(size) / 1e6:.1f} MB")
         if os.path.exists(socket_path):
             os.unlink(socket_path)
 
 
 def main():
     envoy_bin = ensure_tools()
+    selected = [s for s in SCENARIOS if not ONLY or ONLY in s.name or s.name == s.baseline]
+    sink_python = ensure_sink_python() if any(s.traced for s in selected) else None
     tmp = tempfile.mkdtemp(prefix="side-by-side-")
     nginx, ports = start_nginx(tmp)
     trickle, ports["trickle"], events = start_trickle(tmp)
@@ -454,7 +506,7 @@ def main():
             if ONLY and ONLY not in s.name and s.name != s.baseline:
                 continue
             log(f"{s.name}: {SECONDS} s")
-            results[s.name] = run(s, envoy_bin, ports, tmp, nginx)
+            results[s.name] = run(s, envoy_bin, ports, tmp, nginx, sink_python)
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(10)
@@ -492,6 +544,10 @@ def main():
             added = "-" if s.name == s.baseline else f"{envoy_ev - bare_ev + proc_ev:.2f}"
             print(f"| {s.name} | {r.rps:,.0f} | {r.p50_ms:.0f} | {events} | {envoy_ev:.2f} | {proc} | "
                   f"{added} | {r.errors} | {r.machine_busy:.0%} |")
+    for name, r in results.items():
+        if r.sink_us is not None:
+            print(f"\n{name}: the OTLP sink took {r.sink_us:.0f} µs of CPU per exchange "
+                  "(not counted in the columns above)")
     shutil.rmtree(tmp, ignore_errors=True)
     if any(r.errors for r in results.values()):
         raise SystemExit("bench: some answers were errors (see the table)")

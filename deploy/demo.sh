@@ -6,6 +6,7 @@
 #   UPSTREAM_URL=http://127.0.0.1:8000 bash deploy/demo.sh   # with your vLLM / llama-server
 #   DEMO_ONESHOT=1 bash deploy/demo.sh                    # print the two answers, then exit
 #   MODE=module bash deploy/demo.sh                       # the translation inside Envoy
+#   OTLP_ENDPOINT=127.0.0.1:4317 bash deploy/demo.sh      # traces to your OTLP/gRPC collector
 #
 # It installs Envoy into .venv (deploy/install-envoy.sh), builds the release binary, starts
 # the demo upstream (unless UPSTREAM_URL is set), the processor and Envoy, sends one plain and
@@ -19,6 +20,9 @@
 # 50051 (processor), 9464 (processor metrics), 18080 (demo upstream); they must be free.
 # UPSTREAM_URL must be http://host[:port] (https is not supported here: the upstream cluster
 # in envoy/envoy.yaml has no TLS transport socket).
+# OTLP_ENDPOINT=host:port (an OTLP/gRPC receiver: an OpenTelemetry Collector, Jaeger, ...)
+# turns traces on: Envoy's tracer (envoy/examples/tracing.yaml spliced in) and the processor
+# (--otlp-endpoint) both export there, every request traced.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -107,6 +111,19 @@ case "$MODE" in
   *) die "MODE must be extproc (the default) or module, not '$MODE'" ;;
 esac
 
+# OTLP_ENDPOINT=[http://]host:port: traces to that collector.
+OTLP_HOST=""
+OTLP_PORT=""
+if [ -n "${OTLP_ENDPOINT:-}" ]; then
+  hostport="${OTLP_ENDPOINT#http://}"
+  hostport="${hostport%%/*}"
+  OTLP_HOST="${hostport%:*}"
+  OTLP_PORT="${hostport##*:}"
+  if ! [[ "$OTLP_HOST" != "$hostport" && "$OTLP_PORT" =~ ^[0-9]+$ && "$OTLP_HOST" =~ ^[A-Za-z0-9.-]+$ ]]; then
+    die "OTLP_ENDPOINT must look like host:port (an OTLP/gRPC receiver), not '$OTLP_ENDPOINT'"
+  fi
+fi
+
 PORTS=(10000 9901 50051 50052)
 [ -n "$UPSTREAM_HOST" ] || PORTS+=(18080)
 for port in "${PORTS[@]}"; do
@@ -170,6 +187,34 @@ block = anchor + f"""          access_log:
 """ + "".join(f"                  {k}: {v}\n" for k, v in fields.items())
 open(path, "w").write(config.replace(anchor, block))
 PY
+if [ -n "$OTLP_HOST" ]; then
+  # envoy/examples/tracing.yaml's two pieces, pointed at the collector.
+  python3 - "$CONFIG" "$ROOT/envoy/examples/tracing.yaml" "$OTLP_HOST" "$OTLP_PORT" <<'PY'
+import sys
+path, example, host, port = sys.argv[1:5]
+example = open(example).read()
+def piece(key, indent):
+    lines = example.split(key + ": |\n", 1)[1].split("\n")
+    out = []
+    for line in lines:
+        if line and not line.startswith("  "):
+            break
+        out.append(" " * indent + line[2:] if line else "")
+    return "\n".join(out).rstrip() + "\n"
+config = open(path).read()
+anchor = "          stat_prefix: responses\n"
+assert config.count(anchor) == 1, "envoy.yaml: stat_prefix line not found once"
+config = config.replace(anchor, anchor + piece("hcm_tracing", 10))
+cluster = piece("cluster", 2)
+assert cluster.count("address: 127.0.0.1") == 1 and cluster.count("port_value: 4317") == 1
+cluster = cluster.replace("address: 127.0.0.1", f"address: {host}").replace(
+    "port_value: 4317", f"port_value: {port}")
+before = "  # The Chat Completions server"
+assert config.count(before) == 1, "envoy.yaml: the upstream cluster's comment not found once"
+open(path, "w").write(config.replace(before, cluster + before))
+PY
+  say "demo: traces to $OTLP_HOST:$OTLP_PORT (Envoy and the processor)"
+fi
 if [ -n "$UPSTREAM_HOST" ]; then
   # The upstream cluster is the last one in envoy.yaml: rewrite its address and port only.
   sed -i -e "/^  - name: upstream\$/,\$ s/address: 127\\.0\\.0\\.1\$/address: $UPSTREAM_HOST/" \
@@ -185,6 +230,7 @@ if [ -z "$UPSTREAM_HOST" ]; then
   start upstream "$ROOT/target/release/demo-upstream" --listen 127.0.0.1:18080
   wait_for "the demo upstream on :18080" listening 18080
 fi
+[ -z "$OTLP_HOST" ] || PROCESSOR_ARGS+=(--otlp-endpoint "http://$OTLP_HOST:$OTLP_PORT")
 start processor "$BIN" "${PROCESSOR_ARGS[@]}"
 wait_for "the processor on :50051" listening 50051
 start envoy "$ENVOY_BIN" -c "$CONFIG" --use-dynamic-base-id --log-level warn

@@ -117,6 +117,18 @@ pub struct Config {
     )]
     pub metrics_max_models: usize,
 
+    /// Export one span per exchange (OpenTelemetry GenAI conventions, in the caller's trace)
+    /// over OTLP to this collector, e.g. http://127.0.0.1:4317 (gRPC; with
+    /// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, the base URL of /v1/traces). Off when unset,
+    /// unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    #[arg(long, env = "RESPONSES_EXTPROC_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Debug aid: record request and answer bodies on the spans. They contain prompts and
+    /// completions; never enable it on production traffic.
+    #[arg(long, env = "RESPONSES_EXTPROC_TRACE_CONTENT")]
+    pub trace_content: bool,
+
     /// Serve the WebSocket transport of `/v1/responses` on this address (`HOST:PORT`); Envoy
     /// routes upgrade requests here (envoy/envoy.yaml, cluster `responses_ws`). Off if unset.
     #[arg(long, env = "RESPONSES_EXTPROC_WS_LISTEN")]

@@ -1,8 +1,9 @@
 //! The responses-extproc service: the adapters that drive the sans-IO core
 //! (`responses_core`) over gRPC (ext_proc) and the WebSocket transport, its settings,
-//! metrics and the `main` binary's building blocks.
+//! metrics, traces and the `main` binary's building blocks.
 
 pub mod config;
 pub mod extproc;
 pub mod metrics;
+pub mod traces;
 pub mod websocket;

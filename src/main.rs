@@ -9,6 +9,7 @@ use std::future::Future;
 use responses_extproc::config::{Cli, Config, KeySource, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
 use responses_extproc::metrics::Metrics;
+use responses_extproc::traces::Traces;
 use responses_extproc::websocket::{Server as WsServer, WsSettings};
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
@@ -89,6 +90,10 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(serve_metrics(listener, metrics.clone()));
         settings.metrics = Some(metrics);
     }
+    // Traces (--otlp-endpoint, or the standard OTEL_EXPORTER_OTLP_* variables); the exporter
+    // runs on this runtime.
+    let traces = Traces::start(&config, settings.metrics.clone())?.map(Arc::new);
+    settings.traces = traces.clone();
     let ws = match config.ws_listen {
         Some(addr) => {
             let listener = TcpListener::bind(addr).await?;
@@ -100,6 +105,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
                 max_age: config.ws_max_age,
                 idle_timeout: config.ws_idle_timeout,
                 metrics: settings.metrics.clone(),
+                traces: settings.traces.clone(),
                 log_content: config.log_content,
             };
             tracing::info!(
@@ -217,6 +223,10 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Listen::Unix(path) = &config.listen {
         let _ = std::fs::remove_file(path);
+    }
+    // The spans of the last exchanges, if the collector takes them quickly.
+    if let Some(traces) = &traces {
+        traces.shutdown(std::time::Duration::from_secs(5)).await;
     }
     tracing::info!("stopped");
     Ok(())

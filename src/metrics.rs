@@ -102,6 +102,8 @@ pub struct Metrics {
     translation: HistogramVec,
     streams_in_flight: IntGauge,
     websocket_connections: IntGauge,
+    spans_exported: IntCounterVec,
+    spans_dropped: IntCounterVec,
     models: Bounded,
     error_codes: Bounded,
 }
@@ -190,6 +192,17 @@ impl Metrics {
             "Exchanges that ended at a size cap, by the cap's error code.",
             &["cap"],
         );
+        // Traces (--otlp-endpoint): what the exporter sent and what it had to drop.
+        let spans_exported = counter(
+            "responses_extproc_spans_exported_total",
+            "Spans the OTLP exporter delivered to the collector (traces, --otlp-endpoint).",
+            &[],
+        );
+        let spans_dropped = counter(
+            "responses_extproc_spans_dropped_total",
+            "Spans dropped instead of exported: queue_full (the collector is slower than the exchanges), export_failed (the collector refused or did not answer), shutdown.",
+            &["reason"],
+        );
         let gauge = |name: &str, help: &str| {
             let g = IntGauge::new(name, help).expect("valid gauge");
             registry
@@ -216,6 +229,8 @@ impl Metrics {
             translation,
             streams_in_flight,
             websocket_connections,
+            spans_exported,
+            spans_dropped,
             models: Bounded::new(labels.allowed_models, labels.max_models),
             // Our codes are a fixed set; an upstream's own codes are not.
             error_codes: Bounded::new(None, 64),
@@ -234,6 +249,16 @@ impl Metrics {
     /// The gauge a WebSocket adapter keeps: +1 on accept, -1 on close.
     pub fn websocket_connections(&self) -> &IntGauge {
         &self.websocket_connections
+    }
+
+    /// Spans the trace exporter delivered.
+    pub fn spans_exported(&self, n: u64) {
+        self.spans_exported.with_label_values::<&str>(&[]).inc_by(n);
+    }
+
+    /// Spans the trace exporter dropped, and why (`queue_full`, `export_failed`, `shutdown`).
+    pub fn spans_dropped(&self, reason: &str, n: u64) {
+        self.spans_dropped.with_label_values(&[reason]).inc_by(n);
     }
 
     /// Records one finished (or cut) exchange.
@@ -314,6 +339,9 @@ mod tests {
                 ..Usage::default()
             }),
             upstream_model: Some("upstream-m".into()),
+            finish_reason: Some("stop".into()),
+            params: Default::default(),
+            streamed_output: true,
         }
     }
 

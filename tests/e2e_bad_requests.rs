@@ -127,7 +127,7 @@ fn check(case: &Case, status: u16, content_type: Option<&str>, body: &[u8]) -> V
     if content_type != Some("application/json") {
         wrong.push(format!("content-type {content_type:?}"));
     }
-    let envelope: Value = match serde_json::from_slice(body) {
+    let envelope: Value = match common::json::parse_strict(&String::from_utf8_lossy(body)) {
         Ok(v) => v,
         Err(e) => {
             wrong.push(format!(
@@ -282,7 +282,7 @@ async fn malformed_requests_get_error_envelopes_and_never_reach_the_upstream() {
         }
         let response = request.send().await.expect("good request");
         assert_eq!(response.status(), 200, "content-type {content_type:?}");
-        let answer: Value = response.json().await.expect("JSON answer");
+        let answer: Value = common::json::strict(&response.text().await.expect("an answer"));
         assert_eq!(answer["output"][0]["content"][0]["text"], "ok");
         let sent = &upstream.requests()[before];
         assert_eq!(sent.path, "/v1/chat/completions");

@@ -35,9 +35,12 @@ const INSTALL_HINT: &str = "run `bash deploy/install-clients.sh` (installs the p
 struct ClientStack {
     // Drop order: Envoy and the processor first, then the upstream.
     stack: Stack,
-    /// One of the two is set.
+    /// One of the three is set.
     _demo: Option<DemoUpstream>,
     scripted: Option<ScriptedUpstream>,
+    _triggers: Option<common::RecordingDemo>,
+    /// The processor's reasoning key file, when it has one.
+    _keys: Option<TempDir>,
 }
 
 impl ClientStack {
@@ -48,6 +51,8 @@ impl ClientStack {
             stack: Stack::start(demo.port(), &[]),
             _demo: Some(demo),
             scripted: None,
+            _triggers: None,
+            _keys: None,
         }
     }
 
@@ -57,6 +62,8 @@ impl ClientStack {
             stack: Stack::start(upstream.port(), processor_args),
             _demo: None,
             scripted: Some(upstream),
+            _triggers: None,
+            _keys: None,
         }
     }
 
@@ -66,6 +73,29 @@ impl ClientStack {
             stack: Stack::with_websocket(upstream.port(), processor_args),
             _demo: None,
             scripted: Some(upstream),
+            _triggers: None,
+            _keys: None,
+        }
+    }
+
+    /// The demo with its test triggers (`refuse`, `think`: tests/common/upstream.rs), the
+    /// WebSocket transport and a reasoning key (sealed reasoning, compaction).
+    fn triggers_ws() -> ClientStack {
+        let keys = TempDir::new("client-keys");
+        let key_file = keys.path().join("keys");
+        std::fs::write(
+            &key_file,
+            "k1:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n",
+        )
+        .expect("write the key file");
+        let demo = common::RecordingDemo::with_triggers();
+        let key_arg = key_file.to_str().expect("a UTF-8 temp path");
+        ClientStack {
+            stack: Stack::with_websocket(demo.port(), &["--reasoning-keys-file", key_arg]),
+            _demo: None,
+            scripted: None,
+            _triggers: Some(demo),
+            _keys: Some(keys),
         }
     }
 
@@ -252,6 +282,19 @@ fn python_openai_sdk_streaming() {
     let python = python();
     let stack = ClientStack::demo();
     run_client(&stack, &python, "tests/clients/python/openai_stream.py");
+}
+
+/// Every output kind from every source, fed back in every dump style, over HTTP, SSE and the
+/// WebSocket (`openai_round_trips.py`): each continuation completes.
+#[test]
+fn python_openai_sdk_round_trips_every_output_kind() {
+    let python = python();
+    let stack = ClientStack::triggers_ws();
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_round_trips.py",
+    );
 }
 
 /// A vLLM-style reasoning upstream: `reasoning_content` in two chunks, then text.
@@ -591,6 +634,20 @@ fn python_openai_sdk_custom_tool_round_trip() {
 
 // ---- the openai-agents SDK ----
 
+/// The built-in tools (`shell`, `local_shell`, `apply_patch`) round trips, Codex's
+/// `compaction_trigger` and the `phase` of output messages, with openai-python's typed models,
+/// against the demo.
+#[test]
+fn python_openai_sdk_builtin_tools_compaction_trigger_and_phase() {
+    let python = python();
+    let stack = ClientStack::demo();
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_builtin_tools.py",
+    );
+}
+
 #[test]
 fn python_openai_agents_tool_loop() {
     let python = python();
@@ -678,6 +735,15 @@ fn node_openai_sdk_streaming() {
     let node = node();
     let stack = ClientStack::demo();
     run_client(&stack, &node, "tests/clients/node/openai_stream.mjs");
+}
+
+/// Every output kind from every source, fed back as received and as a JSON round trip, over
+/// HTTP, SSE and the WebSocket (`openai_round_trips.mjs`): each continuation completes.
+#[test]
+fn node_openai_sdk_round_trips_every_output_kind() {
+    let node = node();
+    let stack = ClientStack::triggers_ws();
+    run_client(&stack, &node, "tests/clients/node/openai_round_trips.mjs");
 }
 
 #[test]
@@ -1190,4 +1256,181 @@ async fn codex_0_169_request_shape_completes_a_tool_loop_with_the_demo() {
         .collect::<Vec<_>>()
         .join(" ");
     assert_eq!(text, format!("The tool returned: {normalised}"));
+}
+
+// ---- Codex's built-in tools and 2026 items, sent raw ----
+
+/// A stream that says `text`, then calls `shell` and `apply_patch` (arguments in pieces).
+fn upstream_text_then_builtin_calls() -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-b1", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+                   "model": "gpt-5.5", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let shell = json!({"commands": ["ls -la", "cat README.md"], "timeout_ms": 10000}).to_string();
+    let patch =
+        json!({"type": "update_file", "path": "README.md", "diff": "@@\n-hello\n+hello world"})
+            .to_string();
+    let (a, b) = shell.split_at(12);
+    Reply::sse([
+        chunk(
+            json!({"role": "assistant", "content": "Let me look."}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_sh", "type": "function",
+                   "function": {"name": "shell", "arguments": a}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 1, "id": "call_ap", "type": "function",
+                   "function": {"name": "apply_patch", "arguments": patch}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ])
+}
+
+/// Codex with OpenAI's built-in `shell` and `apply_patch` tools and a tool declared by an
+/// `additional_tools` item: what the upstream gets (functions with the actions' parameters,
+/// the calls and their outputs as tool calls and tool messages) and what the client gets
+/// (the built-in call items and their events, the message before them as commentary).
+#[tokio::test]
+async fn codex_builtin_tools_round_trip_through_envoy() {
+    let upstream = ScriptedUpstream::with_replies([
+        upstream_text_then_builtin_calls(),
+        upstream_text("Done."),
+    ]);
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
+    let tools =
+        json!([{"type": "shell", "environment": {"type": "local"}}, {"type": "apply_patch"}]);
+    let extra = json!({"type": "additional_tools", "role": "developer", "tools": [
+        {"type": "function", "name": "view_image", "parameters": {"type": "object",
+         "properties": {"path": {"type": "string"}}, "required": ["path"]}}]});
+    let ask = user_message("Fix the README.");
+    let request = |input: Value| {
+        json!({"model": "gpt-5.5", "instructions": "You are Codex.", "input": input,
+               "tools": tools, "tool_choice": "auto", "parallel_tool_calls": true,
+               "reasoning": {"effort": "xhigh", "summary": "auto", "context": "all_turns"},
+               "store": false, "stream": true, "service_tier": "fast",
+               "include": ["reasoning.encrypted_content"]})
+    };
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&request(json!([ask, extra])))
+        .send()
+        .await
+        .expect("turn 1");
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.expect("turn 1 body");
+    let events = common::sse::parse_sse_json(&text);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    let shell_commands = [
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
+    ];
+    assert_eq!(
+        names.iter().filter(|n| shell_commands.contains(n)).count(),
+        6,
+        "two commands, three events each: {names:?}"
+    );
+    let completed = &event(&events, "response.completed")[0]["response"];
+    let output = completed["output"].as_array().expect("output");
+    let kinds: Vec<&str> = output.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["message", "shell_call", "apply_patch_call"],
+        "{completed}"
+    );
+    assert_eq!(output[0]["phase"], "commentary");
+    assert_eq!(
+        output[1]["action"],
+        json!({"commands": ["ls -la", "cat README.md"], "timeout_ms": 10000, "max_output_length": null})
+    );
+    assert_eq!(output[2]["operation"]["type"], "update_file");
+    assert_eq!(completed["service_tier"], "fast");
+    assert_eq!(completed["reasoning"]["effort"], "xhigh");
+
+    // What the upstream got: the built-ins as functions, the additional tool with them.
+    let chat = upstream.requests()[0].json();
+    let tool_names: Vec<&str> = chat["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(tool_names, ["shell", "apply_patch", "view_image"], "{chat}");
+    assert_eq!(
+        chat["tools"][0]["function"]["parameters"]["required"],
+        json!(["commands"])
+    );
+    assert_eq!(chat["reasoning_effort"], "xhigh");
+    assert!(chat.get("service_tier").is_none(), "{chat}");
+
+    // Turn 2: the items back as the client got them, with the built-ins' outputs.
+    let outputs = json!([
+        {"type": "shell_call_output", "call_id": "call_sh", "output": [
+            {"stdout": "README.md\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
+        {"type": "apply_patch_call_output", "call_id": "call_ap", "status": "completed"}]);
+    let mut input = vec![ask.clone(), extra.clone()];
+    input.extend(output.iter().cloned());
+    input.extend(outputs.as_array().unwrap().iter().cloned());
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&request(Value::Array(input)))
+        .send()
+        .await
+        .expect("turn 2");
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.expect("turn 2 body");
+    assert!(text.contains("event: response.completed"), "{text}");
+    let chat = upstream.requests()[1].json();
+    let messages = chat["messages"].as_array().expect("messages");
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "tool"],
+        "{chat}"
+    );
+    assert_eq!(messages[2]["content"], "Let me look.");
+    let calls = messages[2]["tool_calls"].as_array().expect("tool calls");
+    assert_eq!(calls[0]["function"]["name"], "shell");
+    assert_eq!(
+        calls[0]["function"]["arguments"],
+        json!({"commands": ["ls -la", "cat README.md"], "timeout_ms": 10000}).to_string()
+    );
+    assert_eq!(calls[1]["function"]["name"], "apply_patch");
+    assert_eq!(messages[3]["tool_call_id"], "call_sh");
+    assert_eq!(
+        messages[3]["content"],
+        "[{\"stdout\":\"README.md\\n\",\"stderr\":\"\",\"outcome\":{\"type\":\"exit\",\"exit_code\":0}}]"
+    );
+    assert_eq!(
+        messages[4]["content"],
+        "{\"status\":\"completed\",\"output\":null}"
+    );
+
+    // A computer tool is refused before the upstream is asked.
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "gpt-5.5", "input": "click", "tools": [{"type": "computer"}]}))
+        .send()
+        .await
+        .expect("computer");
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.expect("envelope");
+    assert_eq!(body["error"]["code"], "unsupported_tool", "{body}");
+    assert_eq!(upstream.requests().len(), 2);
 }

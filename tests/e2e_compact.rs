@@ -1,5 +1,5 @@
-//! `POST /v1/responses/compact` through the real Envoy (`envoy/envoy.yaml`) and the
-//! `responses-extproc` binary: with the demo upstream (compact, then a new chain from its
+//! `POST /v1/responses/compact` through the real Envoy and the translator of either mode
+//! (`tests/common/stack.rs`): with the demo upstream (compact, then a new chain from its
 //! output), and against a scripted upstream that records what it gets (failures become
 //! envelopes, the request limits of /v1/responses hold, nothing raw reaches the upstream).
 //! openai-python's `responses.compact()` is driven in `e2e_clients.rs`.
@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack};
+use common::{client, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack, TempDir};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -32,8 +32,9 @@ async fn send(envoy: &Envoy, method: &str, path: &str, body: String) -> (u16, St
         .unwrap_or_default()
         .to_owned();
     let bytes = response.bytes().await.expect("body");
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    let text = String::from_utf8_lossy(&bytes);
+    let value = common::json::parse_strict(&text)
+        .unwrap_or_else(|e| panic!("not strict JSON ({e}): {text}"));
     (status, content_type, value)
 }
 
@@ -182,5 +183,152 @@ fn readme_states_the_prompt_and_the_context_prefix() {
         .expect("README.md");
     for text in [PROMPT, REQUEST, CONTEXT_PREFIX.trim_end()] {
         assert!(readme.contains(text), "README.md lacks: {text}");
+    }
+}
+
+/// Codex's remote compaction (v2): a `compaction_trigger` at the end of an ordinary
+/// `/v1/responses` request, streamed or not. The upstream gets the summarising request (no
+/// tools, even though the client sent its own); the client gets exactly one sealed
+/// `compaction` item, then the completion.
+#[tokio::test]
+async fn a_compaction_trigger_is_answered_with_one_sealed_item() {
+    let chat = |text: &str| {
+        Reply::json(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 6, "total_tokens": 46}}),
+        )
+    };
+    let stream = Reply::sse([
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"The user \"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"is Ada.\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":6,\"total_tokens\":46}}\n\n",
+        "data: [DONE]\n\n",
+    ]);
+    let upstream = ScriptedUpstream::with_replies([chat("The user is Ada."), stream]);
+    // A key file, so that a second translator (the stack of the next turn) opens the item.
+    let keys = TempDir::new("compact-keys");
+    let key_file = keys.path().join("keys");
+    std::fs::write(
+        &key_file,
+        "k:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n",
+    )
+    .expect("write the key file");
+    let key_args = ["--reasoning-keys-file", key_file.to_str().expect("UTF-8")];
+    let stack = Stack::start(upstream.port(), &key_args);
+    let envoy = &stack.envoy;
+    let mut request = json!({"model": "m", "instructions": "You are Codex.",
+        "tools": [{"type": "function", "name": "shell"}], "parallel_tool_calls": true,
+        "input": [{"role": "user", "content": "I am Ada."},
+                  {"role": "assistant", "content": "Hello Ada.", "phase": "final_answer"},
+                  {"type": "compaction_trigger"}]});
+
+    let (status, _, response) = send(envoy, "POST", "/v1/responses", request.to_string()).await;
+    assert_eq!(status, 200, "{response}");
+    let output = response["output"].as_array().unwrap();
+    assert_eq!(output.len(), 1, "{response}");
+    assert_eq!(output[0]["type"], "compaction");
+    assert_eq!(response["status"], "completed");
+    assert_eq!(response["usage"]["output_tokens"], 6);
+
+    request["stream"] = json!(true);
+    let answer = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&request)
+        .timeout(TIMEOUT)
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(answer.status(), 200);
+    // (OpenAI's `compaction` item is not in the OpenResponses schema: parsed, not validated.)
+    let events = common::sse::parse_sse_json(&answer.text().await.expect("events"));
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let completed = &events[4].1["response"];
+    assert_eq!(completed["output"][0]["type"], "compaction");
+    assert_eq!(completed["usage"]["output_tokens"], 6);
+
+    // What the upstream got, twice: the summarising request, without tools.
+    for r in upstream.requests() {
+        let chat = r.json();
+        let messages = chat["messages"].as_array().unwrap();
+        assert!(
+            messages[0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with(responses_core::translate::compact::PROMPT),
+            "{chat}"
+        );
+        assert_eq!(
+            messages.last().unwrap()["content"],
+            responses_core::translate::compact::REQUEST
+        );
+        assert_eq!(messages[1], json!({"role": "user", "content": "I am Ada."}));
+        assert!(chat.get("tools").is_none(), "{chat}");
+        assert!(chat.get("parallel_tool_calls").is_none(), "{chat}");
+    }
+
+    // The item continues the conversation, as /v1/responses/compact's does.
+    let item = output[0].clone();
+    let upstream_next = DemoUpstream::start();
+    let next = Stack::start(upstream_next.port(), &key_args);
+    let (status, _, response) = send(
+        &next.envoy,
+        "POST",
+        "/v1/responses",
+        json!({"model": "m", "input": [item, {"role": "user", "content": "Who am I?"}]})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["output"][0]["content"][0]["text"],
+        "Hello! This is the demo upstream. You said: Who am I?"
+    );
+}
+
+/// What newer versions of the official suite check of the compaction endpoint: the response
+/// schema of `response.compaction`, and a request without `model` refused.
+#[tokio::test]
+async fn compact_needs_a_model_and_answers_the_compaction_schema() {
+    let demo = DemoUpstream::start();
+    let stack = Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
+    let error = envelope(
+        &compact(envoy, &json!({"input": "hi"})).await,
+        400,
+        "missing_required_parameter",
+    );
+    assert_eq!(error["param"], "model");
+    let (status, _, answer) = compact(envoy, &json!({"model": "m", "input": "hi"})).await;
+    assert_eq!(status, 200);
+    // Every field of the compaction object, each of its type.
+    let fields: Vec<&str> = answer
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(fields, ["id", "object", "created_at", "output", "usage"]);
+    assert_eq!(answer["object"], "response.compaction");
+    assert!(answer["created_at"].is_u64());
+    for key in ["input_tokens", "output_tokens", "total_tokens"] {
+        assert!(answer["usage"][key].is_u64(), "{answer}");
+    }
+    let output = answer["output"].as_array().unwrap();
+    assert_eq!(output.last().unwrap()["type"], "compaction");
+    for item in output {
+        assert!(item["id"].is_string(), "{item}");
     }
 }

@@ -91,8 +91,8 @@ impl Answer {
             "{self:?}"
         );
         assert!(self.cut.is_none(), "{self:?}");
-        let v: Value =
-            serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"));
+        let v: Value = common::json::parse_strict(&self.body)
+            .unwrap_or_else(|e| panic!("not strict JSON ({e}): {self:?}"));
         let error = v["error"].clone();
         assert_eq!(v.as_object().map(|o| o.len()), Some(1), "{v}");
         assert_eq!(error["type"], kind, "{v}");

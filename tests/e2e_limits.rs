@@ -41,9 +41,9 @@ impl Answer {
     }
 
     fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+        common::json::parse_strict(&self.text()).unwrap_or_else(|e| {
             panic!(
-                "not JSON ({e}): {} {} {}",
+                "not strict JSON ({e}): {} {} {}",
                 self.status,
                 self.content_type,
                 preview(&self.text())

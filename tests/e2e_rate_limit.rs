@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::examples::{piece, splice};
 use common::{client, repo_root, wait_until, Reply, ScriptedUpstream, ServerThread, Stack};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -65,36 +66,6 @@ impl RateLimitService for TokenBudget {
             ..Default::default()
         }))
     }
-}
-
-/// The block scalar `key: |` of the example file, dedented, then indented by `indent`.
-fn piece(example: &str, key: &str, indent: usize) -> String {
-    let mut lines = example
-        .lines()
-        .skip_while(|l| *l != format!("{key}: |"))
-        .skip(1)
-        .take_while(|l| l.starts_with("  ") || l.is_empty());
-    let pad = " ".repeat(indent);
-    let mut out = String::new();
-    for line in lines.by_ref() {
-        if !line.is_empty() {
-            out.push_str(&pad);
-            out.push_str(&line[2..]);
-        }
-        out.push('\n');
-    }
-    assert!(!out.trim().is_empty(), "no `{key}: |` block in the example");
-    out
-}
-
-fn splice(config: String, anchor: &str, piece: &str, before: bool) -> String {
-    assert_eq!(config.matches(anchor).count(), 1, "anchor `{anchor}`");
-    let replacement = if before {
-        format!("{piece}{anchor}")
-    } else {
-        format!("{anchor}{piece}")
-    };
-    config.replacen(anchor, &replacement, 1)
 }
 
 #[tokio::test]

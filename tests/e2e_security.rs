@@ -331,7 +331,7 @@ async fn assert_translated(envoy: &Envoy, id_prefix: &str, input: &str) {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    let response: Value = serde_json::from_str(&body).expect("JSON answer");
+    let response: Value = common::json::strict(&body);
     assert_valid("ResponseResource", &response);
     assert_eq!(response["status"], "completed", "{body}");
     assert_eq!(

@@ -54,7 +54,8 @@ async fn recv(socket: &mut Socket) -> Value {
             .expect("a readable message");
         match message {
             Message::Text(text) => {
-                return serde_json::from_str(&text).expect("each message is one JSON object")
+                return common::json::parse_strict(&text)
+                    .expect("each message is one JSON object, each key once")
             }
             Message::Ping(_) | Message::Pong(_) => continue,
             other => panic!("expected a text message, got {other:?}"),
@@ -233,6 +234,82 @@ async fn unknown_and_evicted_ids_are_previous_response_not_found() {
     assert_eq!(upstream.requests().len(), 2);
 }
 
+/// The official suite's `websocket-failed-continuation-evicts-cache`: a continuation whose
+/// tool output answers no call of the kept context fails (OpenAI's message), and the id it
+/// named is gone; an output answering a call of the kept response continues.
+#[tokio::test]
+async fn an_output_without_its_call_fails_the_continuation_and_evicts_the_context() {
+    let call = Reply::sse([
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n",
+    ]);
+    let upstream = ScriptedUpstream::with_replies([chat_sse("one"), call, chat_sse("sunny")]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+
+    ask(
+        &mut ws,
+        json!({"model": "m", "store": false, "input": "one"}),
+    )
+    .await;
+    let id = last_response(&response(&mut ws).await)["id"].clone();
+    ask(
+        &mut ws,
+        json!({"model": "m", "store": false, "previous_response_id": id, "input": [
+            {"type": "function_call_output", "call_id": "call_openresponses_missing",
+             "output": "No matching tool call exists in the previous response."}]}),
+    )
+    .await;
+    let failed = recv(&mut ws).await;
+    assert_eq!(failed["type"], "error", "{failed}");
+    assert_eq!(failed["status"], 400);
+    assert_eq!(failed["error"]["param"], "input[2].call_id", "{failed}");
+    assert!(
+        failed["error"]["message"].as_str().unwrap().starts_with(
+            "No tool call found for function call output with call_id call_openresponses_missing."
+        ),
+        "{failed}"
+    );
+    ask(
+        &mut ws,
+        json!({"model": "m", "store": false, "previous_response_id": id, "input": "stale"}),
+    )
+    .await;
+    assert_eq!(
+        error_code(&recv(&mut ws).await),
+        "previous_response_not_found"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "the failed turn never went upstream"
+    );
+
+    // A call of the kept response is answered by an output in the continuation.
+    ask(
+        &mut ws,
+        json!({"model": "m", "input": "weather?",
+               "tools": [{"type": "function", "name": "get_weather"}]}),
+    )
+    .await;
+    let id = last_response(&response(&mut ws).await)["id"].clone();
+    ask(
+        &mut ws,
+        json!({"model": "m", "previous_response_id": id, "input": [
+            {"type": "function_call_output", "call_id": "call_w", "output": "sunny"}]}),
+    )
+    .await;
+    assert_eq!(
+        types(&response(&mut ws).await).last(),
+        Some(&"response.completed")
+    );
+    let chat = upstream.requests()[2].json();
+    assert_eq!(
+        chat["messages"][2],
+        json!({"role": "tool", "tool_call_id": "call_w", "content": "sunny"})
+    );
+}
+
 #[tokio::test]
 async fn responses_sent_back_to_back_are_answered_in_order() {
     let upstream = ScriptedUpstream::start();
@@ -354,7 +431,7 @@ async fn the_message_size_limit_from_both_sides() {
         .expect("an answer in time")
     {
         Some(Ok(Message::Text(text))) => {
-            let event: Value = serde_json::from_str(&text).expect("JSON");
+            let event: Value = common::json::strict(&text);
             assert_eq!(error_code(&event), "request_too_large");
             let end = closed(&mut ws).await;
             assert!(matches!(end, Some(CloseCode::Size) | None), "{end:?}");

@@ -92,6 +92,18 @@ fn the_clients_table_matches_the_pins_and_the_tests() {
             );
         }
     }
+    // Helpers pinned beside the Node SDK and named in the table: the pinned version.
+    let section = read("README.md");
+    let section = section.split("\n## Clients\n").nth(1).unwrap_or_default();
+    let node: serde_json::Value =
+        serde_json::from_str(&read("tests/clients/node/package.json")).unwrap();
+    for helper in ["ws", "typescript"] {
+        let pin = node["dependencies"][helper].as_str().unwrap_or_default();
+        assert!(
+            section.contains(&format!("`{helper}` {pin}")),
+            "the Clients section names `{helper}` {pin} (tests/clients/node/package.json)"
+        );
+    }
     // Every pinned client has its row.
     for client in [
         "openai (PyPI)",

@@ -486,9 +486,10 @@ fn function_call_output_with_text_parts() {
 #[test]
 fn function_call_output_with_non_text_parts_is_rejected() {
     let e = error(json!({"model": "m", "input": [
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "a",
          "output": [{"type": "input_image", "image_url": "https://x/i.png"}]}]}));
-    assert_400(&e, Some("input[0].output[0].type"), "invalid_value");
+    assert_400(&e, Some("input[1].output[0].type"), "invalid_value");
 }
 
 #[test]
@@ -515,15 +516,15 @@ fn function_call_items_need_their_fields() {
         "invalid_type",
     );
     assert_400(
-        &error(json!({"model": "m", "input": [
+        &error(json!({"model": "m", "input": [fc,
             {"type": "function_call_output", "call_id": "a"}]})),
-        Some("input[0].output"),
+        Some("input[1].output"),
         "missing_required_parameter",
     );
     assert_400(
-        &error(json!({"model": "m", "input": [
+        &error(json!({"model": "m", "input": [fc,
             {"type": "function_call_output", "call_id": "a", "output": 42}]})),
-        Some("input[0].output"),
+        Some("input[1].output"),
         "invalid_type",
     );
 }
@@ -1019,6 +1020,78 @@ fn null_optional_fields_count_as_absent() {
     );
 }
 
+/// `null` is absent everywhere, whatever the key: top level (neither forwarded nor refused,
+/// strict mode included), items, content parts, tools, nested objects, tool_choice. This is
+/// what `model_dump()` writes for every field a client never set, newer ones included.
+#[test]
+fn null_means_absent_at_every_level() {
+    let req = json!({"model": "m", "newer_top_level_field": null, "stream_options": null,
+        "input": [
+            {"type": "message", "role": "user", "newer": null, "status": null, "id": null,
+             "content": [{"type": "input_text", "text": "hi", "newer": null},
+                         {"type": "input_image", "image_url": "https://x/i.png", "detail": null,
+                          "file_id": null, "newer": null}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}",
+             "newer": null, "status": null, "id": null},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok", "newer": null},
+            {"type": "reasoning", "summary": null, "content": null, "encrypted_content": null,
+             "newer": null}],
+        "tools": [{"type": "function", "name": "f", "description": null, "parameters": null,
+                   "strict": null, "newer": null}],
+        "tool_choice": {"type": "allowed_tools", "mode": null, "newer": null,
+                        "tools": [{"type": "function", "name": "f", "newer": null}]},
+        "reasoning": {"effort": null, "summary": null, "newer": null},
+        "text": {"format": null, "verbosity": null, "newer": null}});
+    let expected = json!({"model": "m",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"},
+                {"type": "image_url", "image_url": {"url": "https://x/i.png"}}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+        "tools": [{"type": "function", "function": {"name": "f"}}],
+        "tool_choice": "auto"});
+    assert_eq!(chat(req.clone()), expected);
+    assert_eq!(chat_with(req, &strict()), expected);
+}
+
+/// Except where the field carries the content: a call's `call_id`, its arguments, an output,
+/// an image's only source, a message's content. `null` there is a missing field.
+#[test]
+fn null_on_a_field_that_carries_the_content_is_missing() {
+    let cases = [
+        (
+            json!({"type": "function_call", "call_id": null, "name": "f", "arguments": "{}"}),
+            "input[0].call_id",
+        ),
+        (
+            json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": null}),
+            "input[0].arguments",
+        ),
+        (
+            json!({"type": "function_call_output", "call_id": null, "output": "x"}),
+            "input[0].call_id",
+        ),
+        (
+            json!({"type": "message", "role": "user", "content": null}),
+            "input[0].content",
+        ),
+        (
+            json!({"type": "message", "role": "user", "content": [
+            {"type": "input_image", "image_url": null, "file_id": null}]}),
+            "input[0].content[0].image_url",
+        ),
+        (
+            json!({"type": "custom_tool_call", "call_id": "c", "name": "n", "input": null}),
+            "input[0].input",
+        ),
+    ];
+    for (item, param) in cases {
+        let e = error(json!({"model": "m", "input": [item]}));
+        assert_400(&e, Some(param), "missing_required_parameter");
+    }
+}
+
 #[test]
 fn stream_true_asks_for_usage() {
     assert_eq!(
@@ -1130,11 +1203,15 @@ fn invalid_text_format_is_rejected() {
 #[test]
 fn reasoning_effort_maps_to_reasoning_effort() {
     field_error(
-        json!({"reasoning": {"effort": "minimal"}}),
+        json!({"reasoning": {"effort": 3}}),
         "reasoning.effort",
-        "invalid_value",
+        "invalid_type",
     );
-    for effort in ["none", "low", "medium", "high", "xhigh"] {
+    // Every effort of openai-python 3.54's `ReasoningEffort`, and whatever comes next: the
+    // upstream decides what its model supports.
+    for effort in [
+        "none", "minimal", "low", "medium", "high", "xhigh", "max", "future",
+    ] {
         let c = chat(with(
             json!({"reasoning": {"effort": effort, "summary": "auto"}}),
         ));
@@ -1143,9 +1220,19 @@ fn reasoning_effort_maps_to_reasoning_effort() {
     }
     let c = chat(with(json!({"reasoning": {"summary": "detailed"}})));
     assert!(c.get("reasoning_effort").is_none(), "{c}");
+    // OpenAI's serving choices with no Chat equivalent: validated, not sent.
+    let c = chat(with(
+        json!({"reasoning": {"effort": "low", "context": "all_turns",
+        "mode": "pro", "generate_summary": "auto"}}),
+    ));
+    assert_eq!(
+        c,
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+               "reasoning_effort": "low"})
+    );
     field_error(
-        json!({"reasoning": {"effort": "max"}}),
-        "reasoning.effort",
+        json!({"reasoning": {"context": "forever"}}),
+        "reasoning.context",
         "invalid_value",
     );
     field_error(
@@ -1197,7 +1284,7 @@ fn logprobs_include_and_top_logprobs() {
 #[test]
 fn unknown_include_values_are_rejected() {
     field_error(
-        json!({"include": ["message.output_text.logprobs", "file_search_call.results"]}),
+        json!({"include": ["message.output_text.logprobs", "file_search_call.result"]}),
         "include[1]",
         "invalid_value",
     );
@@ -1239,11 +1326,7 @@ fn echo_only_fields_are_not_sent_upstream() {
         "truncation",
         "invalid_value",
     );
-    field_error(
-        json!({"service_tier": "gold"}),
-        "service_tier",
-        "invalid_value",
-    );
+    field_error(json!({"service_tier": 1}), "service_tier", "invalid_type");
 }
 
 #[test]
@@ -1571,12 +1654,7 @@ fn message_items_need_a_valid_role_and_content() {
 
 #[test]
 fn unknown_item_types_are_rejected() {
-    for kind in [
-        "web_search_call",
-        "computer_call_output",
-        "mcp_call",
-        "messages",
-    ] {
+    for kind in ["web_search_call", "mcp_call", "messages", "program"] {
         let e = error(json!({"model": "m", "input": [
             {"role": "user", "content": "hi"}, {"type": kind, "foo": 1}]}));
         assert_400(&e, Some("input[1].type"), "invalid_value");
@@ -1944,8 +2022,8 @@ fn custom_tools_that_cannot_be_mapped_are_400() {
         "invalid_value",
     );
     assert_400(
-        &error(tool(json!({"defer_loading": true}))),
-        Some("tools[0].defer_loading"),
+        &error(tool(json!({"cache_control": {}}))),
+        Some("tools[0].cache_control"),
         "unknown_parameter",
     );
     assert_400(
@@ -2232,4 +2310,592 @@ fn codex_client_metadata_is_not_forwarded() {
         "client_metadata",
         "invalid_type",
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 2026 surface of openai-python 3.54 / openai-node 7.57: what clients send back
+// ---------------------------------------------------------------------------------------------
+
+/// What `model_dump()` of each output kind writes (every field of the SDK's model, `null`
+/// when unset), plus what the SDKs' `parse()` and stream helpers add, goes back upstream as
+/// if the client had sent only the fields that mean something.
+#[test]
+fn the_sdks_dumps_of_every_output_kind_continue() {
+    let dumped = json!([
+        {"type": "message", "role": "user", "content": "weather?", "phase": null},
+        {"id": "rs_1", "type": "reasoning", "summary": [], "status": null,
+         "content": [{"type": "reasoning_text", "text": "look it up"}], "encrypted_content": null},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "phase": "commentary",
+         "content": [{"type": "output_text", "text": "Checking.", "annotations": [],
+                      "logprobs": null, "parsed": null}]},
+        {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "get_weather",
+         "arguments": "{\"city\":\"Paris\"}", "status": "completed", "namespace": null,
+         "async": null, "caller": null, "parsed_arguments": {"city": "Paris"}},
+        {"id": "ctc_1", "type": "custom_tool_call", "call_id": "c2", "name": "note",
+         "input": "x", "namespace": null, "async": false, "caller": {"type": "direct"}},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny", "id": null,
+         "status": null, "name": "get_weather", "namespace": null, "caller": null},
+        {"type": "custom_tool_call_output", "call_id": "c2", "output": "ok", "caller": null},
+        {"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
+         "phase": "final_answer",
+         "content": [{"type": "output_text", "text": "Sunny.", "annotations": [],
+                      "logprobs": [], "parsed": {"answer": "Sunny."}},
+                     {"type": "refusal", "refusal": "no more"}]}
+    ]);
+    assert_eq!(
+        messages(dumped),
+        json!([
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": "Checking.", "reasoning_content": "look it up",
+             "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+                {"id": "c2", "type": "function",
+                 "function": {"name": "note", "arguments": "{\"input\":\"x\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+            {"role": "assistant", "content": "Sunny.", "refusal": "no more"}
+        ])
+    );
+    // `phase` is one of the SDKs' two values.
+    let e = error(json!({"model": "m", "input": [
+        {"role": "assistant", "content": "x", "phase": "thinking"}]}));
+    assert_400(&e, Some("input[0].phase"), "invalid_value");
+    // `caller` is a caller.
+    let e = error(json!({"model": "m", "input": [
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}",
+         "caller": {"type": "robot"}}]}));
+    assert_400(&e, Some("input[0].caller.type"), "invalid_value");
+}
+
+/// The user message `responses.compact()` keeps, as openai-python dumps it: `phase: null`,
+/// and `annotations` / `logprobs` inside its `input_text`.
+#[test]
+fn the_kept_message_of_a_compaction_goes_back_as_dumped() {
+    assert_eq!(
+        messages(json!([{"id": "msg_1", "type": "message", "role": "user",
+            "status": "completed", "phase": null,
+            "content": [{"type": "input_text", "text": "hi", "annotations": null,
+                         "logprobs": null, "prompt_cache_breakpoint": null}]}])),
+        json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    );
+    assert_eq!(
+        messages(json!([{"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "hi", "annotations": [],
+                         "logprobs": []}]}])),
+        json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    );
+}
+
+#[test]
+fn content_part_hints_are_accepted_and_detail_original_is_high() {
+    let breakpoint = json!({"mode": "explicit", "ttl": "30m"});
+    assert_eq!(
+        messages(json!([{"role": "user", "content": [
+            {"type": "input_text", "text": "see", "prompt_cache_breakpoint": breakpoint},
+            {"type": "input_image", "image_url": "https://x/i.png", "detail": "original",
+             "file_id": null, "prompt_cache_breakpoint": breakpoint},
+            {"type": "input_file", "file_url": "https://x/f.pdf", "detail": "low",
+             "file_id": null, "prompt_cache_breakpoint": null}]}])),
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "see"},
+            {"type": "image_url", "image_url": {"url": "https://x/i.png", "detail": "high"}},
+            {"type": "file", "file": {"file_url": "https://x/f.pdf"}}]}])
+    );
+    let e = error(json!({"model": "m", "input": [{"role": "user", "content": [
+        {"type": "input_file", "file_url": "https://x/f.pdf", "detail": "original"}]}]}));
+    assert_400(&e, Some("input[0].content[0].detail"), "invalid_value");
+    let e = error(json!({"model": "m", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "x", "prompt_cache_breakpoint": "here"}]}]}));
+    assert_400(
+        &e,
+        Some("input[0].content[0].prompt_cache_breakpoint"),
+        "invalid_type",
+    );
+}
+
+#[test]
+fn tool_hints_are_accepted_and_namespaces_hold_custom_tools() {
+    let req = json!({"model": "m", "input": "hi", "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": true,
+         "allowed_callers": ["direct", "programmatic"], "defer_loading": true,
+         "output_schema": {"type": "object"}, "async": false},
+        {"type": "custom", "name": "c", "allowed_callers": null, "defer_loading": false,
+         "async": true},
+        {"type": "namespace", "name": "ns", "description": "d", "tools": [
+            {"type": "function", "name": "g", "async": true, "output_schema": null},
+            {"type": "custom", "name": "h", "description": "free text"}]}]});
+    let t = run(&req, &keyed()).unwrap();
+    let c: Value = serde_json::from_slice(&t.body).unwrap();
+    let names: Vec<&str> = c["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f", "c", "ns__g", "ns__h"]);
+    assert_eq!(
+        c["tools"][0],
+        json!({"type": "function", "function": {"name": "f",
+               "parameters": {"type": "object"}, "strict": true}})
+    );
+    assert_eq!(
+        c["tools"][3]["function"]["parameters"]["required"],
+        json!(["input"])
+    );
+    // A namespaced custom tool's call comes back as a custom_tool_call with its namespace.
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "ns__h", "arguments": "{\"input\":\"text\"}"}}]}}]}),
+    );
+    assert_eq!(r["output"][0]["type"], "custom_tool_call");
+    assert_eq!(r["output"][0]["name"], "h");
+    assert_eq!(r["output"][0]["namespace"], "ns");
+    assert_eq!(r["output"][0]["input"], "text");
+    // And goes upstream flat again.
+    assert_eq!(
+        messages(
+            json!([{"type": "custom_tool_call", "call_id": "c1", "name": "h",
+            "namespace": "ns", "input": "text"}])
+        )[0]["tool_calls"][0]["function"]["name"],
+        "ns__h"
+    );
+    let e = error(with(json!({"tools": [{"type": "function", "name": "f",
+        "allowed_callers": ["anyone"]}]})));
+    assert_400(&e, Some("tools[0].allowed_callers[0]"), "invalid_value");
+    let e = error(with(json!({"tools": [{"type": "namespace", "name": "ns",
+        "description": "d", "tools": [{"type": "shell"}]}]})));
+    assert_400(&e, Some("tools[0].tools[0].type"), "invalid_value");
+}
+
+#[test]
+fn service_tiers_are_echoed_as_sent_and_hosted_includes_accepted() {
+    for tier in [
+        "auto",
+        "default",
+        "flex",
+        "scale",
+        "priority",
+        "fast",
+        "ultrafast",
+    ] {
+        let t = run(&with(json!({"service_tier": tier})), &Options::default()).unwrap();
+        let r = response_of(
+            &t,
+            json!({"choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"content": "ok"}}]}),
+        );
+        assert_eq!(r["service_tier"], tier);
+    }
+    let c = chat(with(json!({"include": [
+        "file_search_call.results", "web_search_call.results",
+        "web_search_call.action.sources", "message.input_image.image_url",
+        "computer_call_output.output.image_url", "code_interpreter_call.outputs",
+        "reasoning.encrypted_content"]})));
+    assert_eq!(
+        c,
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    );
+}
+
+/// A tool output must answer a call of the context (OpenAI: `No tool call found for function
+/// call output with call_id ...`), for every kind of output.
+#[test]
+fn an_output_without_its_call_is_400_naming_the_item() {
+    let outputs = [
+        json!({"type": "function_call_output", "call_id": "nope", "output": "x"}),
+        json!({"type": "custom_tool_call_output", "call_id": "nope", "output": "x"}),
+        json!({"type": "shell_call_output", "call_id": "nope", "output": []}),
+        json!({"type": "apply_patch_call_output", "call_id": "nope", "status": "completed"}),
+    ];
+    for output in outputs {
+        let e = error(json!({"model": "m", "input": [
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            output.clone()]}));
+        assert_400(&e, Some("input[2].call_id"), "invalid_value");
+        assert!(
+            e.message.starts_with("No tool call found for ")
+                && e.message.contains("with call_id nope")
+                && e.message.contains("'input[2]'"),
+            "{e}"
+        );
+    }
+    let e = error(json!({"model": "m", "input": [
+        {"type": "local_shell_call_output", "id": "nope", "output": "{}"}]}));
+    assert_400(&e, Some("input[0].id"), "invalid_value");
+    // The output before its call does not answer it either.
+    let e = error(json!({"model": "m", "input": [
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]}));
+    assert_400(&e, Some("input[0].call_id"), "invalid_value");
+}
+
+// ---- Client-executed built-in tools: shell, local_shell, apply_patch ----
+
+#[test]
+fn builtin_tools_become_functions_with_the_actions_parameters() {
+    let req = json!({"model": "m", "input": "hi", "tools": [
+        {"type": "shell", "environment": {"type": "local"}},
+        {"type": "local_shell"},
+        {"type": "apply_patch", "allowed_callers": ["direct"]}],
+        "tool_choice": {"type": "apply_patch"}});
+    let t = run(&req, &keyed()).unwrap();
+    let c: Value = serde_json::from_slice(&t.body).unwrap();
+    let tools = c["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 3);
+    assert_eq!(tools[0]["function"]["name"], "shell");
+    assert_eq!(
+        tools[0]["function"]["parameters"]["properties"]["commands"],
+        json!({"type": "array", "items": {"type": "string"},
+               "description": "The shell commands to run, in order."})
+    );
+    assert_eq!(
+        tools[0]["function"]["parameters"]["required"],
+        json!(["commands"])
+    );
+    assert_eq!(tools[1]["function"]["name"], "local_shell");
+    assert_eq!(
+        tools[1]["function"]["parameters"]["required"],
+        json!(["command"])
+    );
+    assert_eq!(tools[2]["function"]["name"], "apply_patch");
+    assert_eq!(
+        tools[2]["function"]["parameters"]["properties"]["type"]["enum"],
+        json!(["create_file", "update_file", "delete_file"])
+    );
+    assert_eq!(
+        c["tool_choice"],
+        json!({"type": "function", "function": {"name": "apply_patch"}})
+    );
+    // Echoed as sent; the built-ins are not echoed in `tools` (the schema has no such form).
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": "ok"}}]}),
+    );
+    assert_eq!(r["tool_choice"], json!({"type": "apply_patch"}));
+    assert_eq!(r["tools"], json!([]));
+}
+
+#[test]
+fn a_shell_in_a_hosted_container_is_a_hosted_tool_and_computer_is_always_400() {
+    let hosted = json!({"type": "shell", "environment": {"type": "container_auto"}});
+    let c = chat(with(json!({"tools": [hosted.clone()]})));
+    assert!(c.get("tools").is_none(), "{c}");
+    let reject = Options {
+        hosted_tools: responses_core::translate::HostedTools::Reject,
+        ..Options::default()
+    };
+    let e = error_raw(
+        with(json!({"tools": [hosted]})).to_string().as_bytes(),
+        &reject,
+    );
+    assert_400(&e, Some("tools[0].type"), "unsupported_tool");
+    for kind in ["computer", "computer_use_preview"] {
+        let e = error(with(json!({"tools": [{"type": kind}]})));
+        assert_400(&e, Some("tools[0].type"), "unsupported_tool");
+        assert!(e.message.contains("computer use"), "{e}");
+    }
+    // A function named like a built-in, beside it: one name, two tools.
+    let e = error(with(json!({"tools": [{"type": "shell"},
+        {"type": "function", "name": "shell"}]})));
+    assert_400(&e, Some("tools[1].name"), "invalid_value");
+}
+
+#[test]
+fn builtin_calls_come_back_as_their_call_items() {
+    let req = json!({"model": "m", "input": "hi", "tools": [
+        {"type": "shell"}, {"type": "local_shell"}, {"type": "apply_patch"}]});
+    let t = run(&req, &keyed()).unwrap();
+    let call = |id: &str, name: &str, args: Value| {
+        json!({"id": id, "type": "function",
+               "function": {"name": name, "arguments": args.to_string()}})
+    };
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"content": "Let me look.", "tool_calls": [
+            call("c1", "shell", json!({"commands": ["ls -la", "pwd"], "timeout_ms": 5000})),
+            call("c2", "local_shell", json!({"command": ["ls"], "env": {"A": "1"}})),
+            call("c3", "apply_patch", json!({"type": "create_file", "path": "a.txt",
+                                             "diff": "+hello"})),
+            call("c4", "apply_patch", json!({"type": "delete_file", "path": "b.txt"})),
+            call("c5", "shell", json!({"cmd": 1}))]}}]}),
+    );
+    let out = r["output"].as_array().unwrap();
+    assert_eq!(out[0]["type"], "message");
+    assert_eq!(out[0]["phase"], "commentary");
+    assert_eq!(
+        out[1],
+        json!({"type": "shell_call", "id": out[1]["id"], "call_id": "c1",
+               "action": {"commands": ["ls -la", "pwd"], "timeout_ms": 5000,
+                          "max_output_length": null},
+               "status": "completed"})
+    );
+    assert!(out[1]["id"].as_str().unwrap().starts_with("sh_"));
+    assert_eq!(
+        out[2],
+        json!({"type": "local_shell_call", "id": out[2]["id"], "call_id": "c2",
+               "action": {"type": "exec", "command": ["ls"], "env": {"A": "1"},
+                          "timeout_ms": null, "user": null, "working_directory": null},
+               "status": "completed"})
+    );
+    assert_eq!(
+        out[3],
+        json!({"type": "apply_patch_call", "id": out[3]["id"], "call_id": "c3",
+               "operation": {"type": "create_file", "path": "a.txt", "diff": "+hello"},
+               "status": "completed"})
+    );
+    assert_eq!(
+        out[4]["operation"],
+        json!({"type": "delete_file", "path": "b.txt"})
+    );
+    // Arguments that do not fit the action: the model's call as it wrote it.
+    assert_eq!(
+        out[5],
+        json!({"type": "function_call", "id": out[5]["id"], "call_id": "c5",
+               "name": "shell", "arguments": "{\"cmd\":1}", "status": "completed"})
+    );
+}
+
+#[test]
+fn builtin_history_becomes_assistant_tool_calls_and_tool_messages() {
+    let history = json!([
+        {"type": "message", "role": "user", "content": "look around"},
+        {"type": "shell_call", "id": "sh_1", "call_id": "c1", "status": "completed",
+         "action": {"commands": ["ls"], "timeout_ms": null, "max_output_length": 100},
+         "environment": null, "caller": null, "created_by": null},
+        {"type": "local_shell_call", "id": "lsh_1", "call_id": "c2", "status": "completed",
+         "action": {"type": "exec", "command": ["pwd"], "env": {}, "timeout_ms": null,
+                    "user": null, "working_directory": "/tmp"}},
+        {"type": "apply_patch_call", "id": "apc_1", "call_id": "c3", "status": "completed",
+         "operation": {"type": "update_file", "path": "a.txt", "diff": "-a\n+b"}},
+        {"type": "shell_call_output", "id": "sho_1", "call_id": "c1", "status": "completed",
+         "max_output_length": 100, "output": [
+            {"stdout": "a.txt\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+            {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}, "created_by": null}]},
+        {"type": "local_shell_call_output", "id": "lsh_1", "output": "{\"output\":\"/tmp\"}",
+         "status": null},
+        {"type": "apply_patch_call_output", "call_id": "c3", "status": "failed",
+         "output": "no such file"}
+    ]);
+    assert_eq!(
+        messages(history),
+        json!([
+            {"role": "user", "content": "look around"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "shell",
+                    "arguments": "{\"commands\":[\"ls\"],\"max_output_length\":100}"}},
+                {"id": "c2", "type": "function", "function": {"name": "local_shell",
+                    "arguments": "{\"command\":[\"pwd\"],\"env\":{},\"working_directory\":\"/tmp\"}"}},
+                {"id": "c3", "type": "function", "function": {"name": "apply_patch",
+                    "arguments": "{\"type\":\"update_file\",\"path\":\"a.txt\",\"diff\":\"-a\\n+b\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content":
+                "[{\"stdout\":\"a.txt\\n\",\"stderr\":\"\",\"outcome\":{\"type\":\"exit\",\"exit_code\":0}},{\"stdout\":\"\",\"stderr\":\"\",\"outcome\":{\"type\":\"timeout\"}}]"},
+            {"role": "tool", "tool_call_id": "c2", "content": "{\"output\":\"/tmp\"}"},
+            {"role": "tool", "tool_call_id": "c3",
+             "content": "{\"status\":\"failed\",\"output\":\"no such file\"}"}
+        ])
+    );
+    // Their content is checked like any call's.
+    for (item, param, code) in [
+        (
+            json!({"type": "shell_call", "call_id": "c", "action": {"commands": "ls"}}),
+            "input[0].action.commands",
+            "invalid_type",
+        ),
+        (
+            json!({"type": "shell_call", "call_id": "c", "action": null}),
+            "input[0].action",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"type": "apply_patch_call", "call_id": "c", "status": "completed",
+                "operation": {"type": "update_file", "path": "a"}}),
+            "input[0].operation.diff",
+            "missing_required_parameter",
+        ),
+        (
+            json!({"type": "apply_patch_call", "call_id": "c", "status": "completed",
+                "operation": {"type": "rename_file", "path": "a"}}),
+            "input[0].operation.type",
+            "invalid_value",
+        ),
+        (
+            json!({"type": "local_shell_call", "call_id": "c",
+                "action": {"type": "exec", "command": ["ls"], "env": {"A": 1}}}),
+            "input[0].action.env.A",
+            "invalid_type",
+        ),
+    ] {
+        let e = error(json!({"model": "m", "input": [item]}));
+        assert_400(&e, Some(param), code);
+    }
+}
+
+// ---- Codex's 2026 items: additional_tools, compaction_trigger ----
+
+#[test]
+fn additional_tools_join_the_requests_tools() {
+    let req = json!({"model": "m", "tools": [weather_tool()], "input": [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "additional_tools", "role": "developer", "id": null,
+         "tools": [time_tool(), {"type": "shell"}]}],
+        "tool_choice": {"type": "function", "name": "get_time"}});
+    let c = chat(req);
+    let names: Vec<&str> = c["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_weather", "get_time", "shell"]);
+    assert_eq!(c["messages"], json!([{"role": "user", "content": "hi"}]));
+    assert_eq!(c["tool_choice"]["function"]["name"], "get_time");
+    // Errors name the tool where it was declared.
+    let e = error(json!({"model": "m", "input": [
+        {"type": "additional_tools", "role": "developer", "tools": [{"type": "function"}]}]}));
+    assert_400(
+        &e,
+        Some("input[0].tools[0].name"),
+        "missing_required_parameter",
+    );
+    let e = error(json!({"model": "m", "input": [
+        {"type": "additional_tools", "role": "user", "tools": []}]}));
+    assert_400(&e, Some("input[0].role"), "invalid_value");
+    let e = error(json!({"model": "m", "tools": [weather_tool()], "input": [
+        {"type": "additional_tools", "role": "developer", "tools": [weather_tool()]}]}));
+    assert_400(&e, Some("input[0].tools[0].name"), "invalid_value");
+}
+
+#[test]
+fn a_compaction_trigger_asks_the_upstream_for_a_summary() {
+    let req = json!({"model": "m", "instructions": "be brief", "stream": true,
+        "tools": [weather_tool()], "tool_choice": "required",
+        "text": {"format": {"type": "json_object"}},
+        "input": [
+            {"type": "message", "role": "user", "content": "I am Ada"},
+            {"type": "message", "role": "assistant", "content": "Hello Ada"},
+            {"type": "compaction_trigger", "id": null, "metadata": null}]});
+    let c = chat(req);
+    assert_eq!(
+        c,
+        json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+            "messages": [
+                {"role": "system", "content": format!("{}\n\nThe assistant was following these instructions, which it will be given again (do not repeat them in the summary):\nbe brief", responses_core::translate::compact::PROMPT)},
+                {"role": "user", "content": "I am Ada"},
+                {"role": "assistant", "content": "Hello Ada"},
+                {"role": "user", "content": responses_core::translate::compact::REQUEST}]})
+    );
+    let e = error(json!({"model": "m", "input": [
+        {"type": "compaction_trigger"}, {"role": "user", "content": "hi"}]}));
+    assert_400(&e, Some("input[0]"), "invalid_value");
+    // The summary travels sealed: without keys there is nothing to answer with.
+    let e = error(json!({"model": "m", "input": [
+        {"role": "user", "content": "hi"}, {"type": "compaction_trigger"}]}));
+    assert_eq!(e.code.as_deref(), Some("compaction_unavailable"), "{e}");
+}
+
+#[test]
+fn a_compaction_triggers_answer_is_one_sealed_compaction_item_that_opens_later() {
+    let req = json!({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "I am Ada"},
+        {"type": "compaction_trigger"}]});
+    let t = run(&req, &keyed()).unwrap();
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": "The user is Ada.", "reasoning_content": "hmm"}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}}),
+    );
+    assert_eq!(r["status"], "completed");
+    let out = r["output"].as_array().unwrap();
+    assert_eq!(out.len(), 1, "{r}");
+    assert_eq!(out[0]["type"], "compaction");
+    assert!(out[0]["id"].as_str().unwrap().starts_with("cmp_"));
+    assert_eq!(r["usage"]["output_tokens"], 4);
+    // The item goes back like /v1/responses/compact's: its summary heads the conversation.
+    let next = messages(json!([out[0].clone(), {"role": "user", "content": "Who am I?"}]));
+    assert_eq!(
+        next[0]["content"],
+        format!(
+            "{}The user is Ada.",
+            responses_core::translate::compact::CONTEXT_PREFIX
+        )
+    );
+    // No summary: 502.
+    let out = completion(
+        &t.exchange,
+        json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": " "}}]})
+            .to_string()
+            .as_bytes(),
+        NOW,
+    )
+    .unwrap_err();
+    assert_eq!(
+        (out.status, out.code.as_deref()),
+        (502, Some("upstream_invalid_response"))
+    );
+}
+
+#[test]
+fn output_messages_say_their_phase() {
+    let t = run(&with(json!({"tools": [weather_tool()]})), &keyed()).unwrap();
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": "Sunny."}}]}),
+    );
+    assert_eq!(r["output"][0]["phase"], "final_answer");
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"content": "Let me check.", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{}"}}]}}]}),
+    );
+    assert_eq!(r["output"][0]["phase"], "commentary");
+    // A refusal is an answer too.
+    let r = response_of(
+        &t,
+        json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"content": null, "refusal": "no"}}]}),
+    );
+    assert_eq!(r["output"][0]["phase"], "final_answer");
+}
+
+/// Options of OpenAI's platform that the SDKs type on a request (not OpenResponses fields):
+/// serving choices are validated and not forwarded to a Chat server, moderation is refused,
+/// `user` is Chat's `user`.
+#[test]
+fn openai_platform_options_are_read_not_forwarded() {
+    let c = chat(with(json!({
+        "prompt_cache_retention": "24h",
+        "prompt_cache_options": {"mode": "explicit", "ttl": "30m", "prewarm": null},
+        "access_programs": {"cyber": "standard"},
+        "background_options": {"completion_window": "2h"},
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+        "image": {"context_compression": "auto"},
+        "moderation": null,
+        "user": "u-1"})));
+    assert_eq!(
+        c,
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "u-1"})
+    );
+    field_error(
+        json!({"moderation": {"model": "omni-moderation-latest"}}),
+        "moderation",
+        "unsupported_parameter",
+    );
+    field_error(
+        json!({"context_management": {"type": "compaction"}}),
+        "context_management",
+        "invalid_type",
+    );
+    // `safety_identifier` wins over the older `user`.
+    let c = chat(with(json!({"user": "old", "safety_identifier": "new"})));
+    assert_eq!(c["user"], "new");
 }

@@ -255,6 +255,8 @@ fn check(out: &[u8]) -> Vec<Value> {
                         assert_eq!(item["status"], "in_progress");
                         assert_eq!(item["content"], json!([]));
                         assert_eq!(item["role"], "assistant");
+                        // Whether tool calls follow is not known yet.
+                        assert!(item.get("phase").is_none(), "phase on added: {item}");
                     }
                     "function_call" => {
                         assert_eq!(item["status"], "in_progress");
@@ -392,6 +394,22 @@ fn check(out: &[u8]) -> Vec<Value> {
                     assert_eq!(text, p.acc, "{t} text != concatenated deltas");
                     p.text_done = true;
                 }
+            }
+        }
+    }
+
+    // Every message says its phase when it ends; the last item of a response, when it is a
+    // message, is the answer (`commentary` before calls: `messages_say_their_phase...`).
+    for (n, it) in items.iter().enumerate() {
+        if it.kind == "message" {
+            let done = it.done.as_ref().expect("message done");
+            let phase = done["phase"].as_str().unwrap_or_default();
+            assert!(
+                ["commentary", "final_answer"].contains(&phase),
+                "phase of {done}"
+            );
+            if n + 1 == items.len() {
+                assert_eq!(phase, "final_answer", "the last message: {done}");
             }
         }
     }
@@ -1910,4 +1928,264 @@ fn pushed_bytes_become_a_vec_without_a_copy() {
         let vec = Vec::from(out);
         assert_eq!(vec.as_ptr(), at, "copied");
     }
+}
+
+// ---- Issue 18: built-in tools, compaction_trigger, phase ----
+
+/// The translator for `request` (a `/v1/responses` body), with reasoning keys.
+fn translator_for(request: Value) -> StreamTranslator {
+    let options = Options {
+        keyring: Some(std::sync::Arc::new(
+            responses_core::translate::seal::Keyring::single("k1", [5; 32]).unwrap(),
+        )),
+        ..Options::default()
+    };
+    let t = responses_core::translate::translate_request(
+        request.to_string().as_bytes(),
+        &options,
+        Meta {
+            now: NOW,
+            id_seed: SEED,
+        },
+    )
+    .unwrap();
+    StreamTranslator::new(t.exchange)
+}
+
+/// A Chat chunk of `choices[0]` (`delta`, `finish_reason`) as one SSE frame.
+fn chunk_frame(delta: Value, finish: Value) -> String {
+    format!(
+        "data: {}\n\n",
+        json!({"id": "c", "object": "chat.completion.chunk", "model": MODEL,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    )
+}
+
+/// All events of `body` through `t` (whole, then finish), in order.
+fn events_of(mut t: StreamTranslator, body: &str) -> Vec<Value> {
+    let mut out = t.push(body.as_bytes(), END).to_vec();
+    out.extend_from_slice(&t.finish(END));
+    let events: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["sequence_number"], i, "{e}");
+    }
+    events
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn messages_say_their_phase_when_they_end() {
+    let events = check(&translate(
+        &fixture("streams/text-then-tool-call.sse"),
+        Options::default(),
+    ));
+    let done: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.done")
+        .collect();
+    assert_eq!(done[0]["item"]["type"], "message");
+    assert_eq!(done[0]["item"]["phase"], "commentary");
+    let events = check(&translate(&fixture("streams/text.sse"), Options::default()));
+    assert_eq!(terminal(&events)["output"][0]["phase"], "final_answer");
+}
+
+#[test]
+fn builtin_tool_calls_stream_as_their_call_items_and_events() {
+    let t = translator_for(json!({"model": MODEL, "input": "go", "stream": true,
+        "tools": [{"type": "shell"}, {"type": "apply_patch"}, {"type": "local_shell"},
+                  {"type": "function", "name": "f"}]}));
+    let shell = json!({"commands": ["ls", "cat a.txt"]}).to_string();
+    let patch = json!({"type": "create_file", "path": "a.txt", "diff": "+hi"}).to_string();
+    let call = |i: u32, id: Option<&str>, name: Option<&str>, args: &str| {
+        let mut tc = json!({"index": i, "function": {"arguments": args}});
+        if let Some(id) = id {
+            tc["id"] = json!(id);
+            tc["type"] = json!("function");
+        }
+        if let Some(n) = name {
+            tc["function"]["name"] = json!(n);
+        }
+        chunk_frame(json!({"tool_calls": [tc]}), Value::Null)
+    };
+    // Interleaved: the shell call's arguments in two pieces around a function call.
+    let mut body = chunk_frame(json!({"content": "On it."}), Value::Null);
+    body += &call(0, Some("c_sh"), Some("shell"), &shell[..10]);
+    body += &call(1, Some("c_f"), Some("f"), "{}");
+    body += &call(0, None, None, &shell[10..]);
+    body += &call(2, Some("c_ap"), Some("apply_patch"), &patch);
+    body += &call(
+        3,
+        Some("c_ls"),
+        Some("local_shell"),
+        "{\"command\":\"pwd\"}",
+    );
+    body += &chunk_frame(json!({}), json!("tool_calls"));
+    body += "data: [DONE]\n\n";
+    let events = events_of(t, &body);
+    assert_eq!(
+        types(&events),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added", // 0 message
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added", // 1 function f, announced by its name
+            "response.function_call_arguments.delta",
+            // 2 shell, whole once its arguments are (the calls close in upstream order)
+            "response.output_item.added",
+            "response.shell_call_command.added",
+            "response.shell_call_command.delta",
+            "response.shell_call_command.done",
+            "response.shell_call_command.added",
+            "response.shell_call_command.delta",
+            "response.shell_call_command.done",
+            "response.output_item.done",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.output_item.added", // 3 apply_patch
+            "response.output_item.done",
+            "response.output_item.added", // 4 local_shell
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    assert_eq!(events[7]["item"]["phase"], "commentary");
+    let shell_added = &events[10]["item"];
+    assert_eq!(shell_added["type"], "shell_call");
+    assert_eq!(shell_added["status"], "in_progress");
+    assert_eq!(shell_added["call_id"], "c_sh");
+    assert_eq!(
+        shell_added["action"]["commands"],
+        json!(["ls", "cat a.txt"])
+    );
+    assert_eq!(
+        (
+            &events[14]["command_index"],
+            &events[15]["delta"],
+            &events[16]["command"]
+        ),
+        (&json!(1), &json!("cat a.txt"), &json!("cat a.txt"))
+    );
+    assert_eq!(events[11]["command"], "");
+    assert_eq!(events[11]["output_index"], 2);
+    assert_eq!(events[17]["item"]["status"], "completed");
+    assert_eq!(events[19]["item"]["type"], "function_call");
+    assert_eq!(events[20]["item"]["status"], "in_progress");
+    assert_eq!(
+        events[21]["item"],
+        json!({"type": "apply_patch_call", "id": events[21]["item"]["id"], "call_id": "c_ap",
+               "operation": {"type": "create_file", "path": "a.txt", "diff": "+hi"},
+               "status": "completed"})
+    );
+    assert_eq!(
+        events[23]["item"]["action"],
+        json!({"type": "exec", "command": ["pwd"], "env": {}, "timeout_ms": null,
+               "user": null, "working_directory": null})
+    );
+    // The terminal output is the done items, in output_index order.
+    let mut done: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.done")
+        .collect();
+    done.sort_by_key(|e| e["output_index"].as_u64());
+    let done: Vec<&Value> = done.iter().map(|e| &e["item"]).collect();
+    assert_eq!(events.last().unwrap()["response"]["output"], json!(done));
+    for (n, e) in events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.added")
+        .enumerate()
+    {
+        assert_eq!(e["output_index"], n);
+    }
+}
+
+#[test]
+fn a_builtin_call_whose_arguments_do_not_fit_streams_as_a_function_call() {
+    let t = translator_for(json!({"model": MODEL, "input": "go", "stream": true,
+        "tools": [{"type": "apply_patch"}]}));
+    let mut body = chunk_frame(
+        json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+               "function": {"name": "apply_patch", "arguments": "{\"path\": 3}"}}]}),
+        Value::Null,
+    );
+    body += &chunk_frame(json!({}), json!("tool_calls"));
+    body += "data: [DONE]\n\n";
+    let events = events_of(t, &body);
+    assert_eq!(
+        types(&events)[2..],
+        [
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    assert_eq!(events[2]["item"]["arguments"], "");
+    assert_eq!(events[5]["item"]["name"], "apply_patch");
+    assert_eq!(events[5]["item"]["arguments"], "{\"path\": 3}");
+}
+
+#[test]
+fn a_compaction_trigger_streams_one_sealed_compaction_item() {
+    let request = json!({"model": MODEL, "stream": true, "input": [
+        {"role": "user", "content": "I am Ada"}, {"type": "compaction_trigger"}]});
+    let mut body = chunk_frame(json!({"reasoning_content": "summarise"}), Value::Null);
+    body += &chunk_frame(json!({"content": "The user "}), Value::Null);
+    body += &chunk_frame(json!({"content": "is Ada."}), json!("stop"));
+    body += "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":4,\"total_tokens\":11}}\n\n";
+    body += "data: [DONE]\n\n";
+    let events = events_of(translator_for(request.clone()), &body);
+    assert_eq!(
+        types(&events),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let item = &events[3]["item"];
+    assert_eq!(item["type"], "compaction");
+    assert_eq!(events[2]["item"], *item);
+    let r = &events[4]["response"];
+    assert_eq!(r["output"], json!([item]));
+    assert_eq!(r["usage"]["output_tokens"], 4);
+    // The sealed summary is the upstream's text.
+    let keyring = responses_core::translate::seal::Keyring::single("k1", [5; 32]).unwrap();
+    assert_eq!(
+        keyring
+            .open_for(
+                responses_core::translate::seal::Purpose::Compaction,
+                item["encrypted_content"].as_str().unwrap()
+            )
+            .unwrap(),
+        "The user is Ada."
+    );
+    // No text: the stream fails, nothing is sealed.
+    let body = chunk_frame(json!({"content": ""}), json!("stop")) + "data: [DONE]\n\n";
+    let events = events_of(translator_for(request), &body);
+    assert_eq!(
+        types(&events)[2..],
+        ["error", "response.failed"],
+        "{events:?}"
+    );
+    assert_eq!(
+        events[3]["response"]["error"]["code"],
+        "upstream_invalid_response"
+    );
 }

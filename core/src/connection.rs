@@ -265,7 +265,7 @@ impl Connection {
         };
         for &(field, agrees) in TRANSPORT_FIELDS {
             match (body.remove(field), agrees) {
-                (None, _) => {}
+                (None | Some(Value::Null), _) => {}
                 (Some(Value::Bool(v)), Some(ok)) if v == ok => {}
                 (Some(_), _) => {
                     return Err(ApiError::invalid(
@@ -278,7 +278,7 @@ impl Connection {
                 }
             }
         }
-        if body.contains_key("stream_id") {
+        if body.get("stream_id").is_some_and(|v| !v.is_null()) {
             return Err(ApiError::invalid(
                 "stream_id",
                 "Lanes ('stream_id') are not supported: this server runs one response at a time per connection, in order.",
@@ -475,7 +475,17 @@ impl Connection {
         }
     }
 
-    fn keep(&mut self, id: String, turn: Turn, terminal: Bytes) {
+    fn keep(&mut self, id: String, mut turn: Turn, terminal: Bytes) {
+        // A compaction's output (its sealed summary) stands for everything it summarised.
+        let compacted = turn
+            .input
+            .last()
+            .and_then(|item| item.get("type"))
+            .is_some_and(|t| t == "compaction_trigger");
+        if compacted {
+            turn.input.clear();
+            turn.input_bytes = 0;
+        }
         let bytes = turn.input_bytes + terminal.len();
         if bytes > self.limits.max_context_bytes {
             self.context = None;

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Usage};
 use crate::translate::stream::StreamTranslator;
-use crate::translate::{self, compact, response, Meta, Options, ReasoningEvents};
+use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
 
 /// What a request asks of us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +200,13 @@ pub struct Summary {
     pub usage: Option<Usage>,
     /// The model the upstream says answered.
     pub upstream_model: Option<String>,
+    /// The upstream's `finish_reason` (`stop`, `length`, `tool_calls`, ...), once it came.
+    pub finish_reason: Option<String>,
+    /// The generation parameters the request set (once it was translated).
+    pub params: Params,
+    /// A stream has sent output (text, reasoning or a tool call) to the client: set by the
+    /// call whose bytes carried the first of it (see [`Exchange::has_output`]).
+    pub streamed_output: bool,
 }
 
 /// Why a gathered answer is read whole.
@@ -266,6 +273,9 @@ impl Exchange {
                 error_code: None,
                 usage: None,
                 upstream_model: None,
+                finish_reason: None,
+                params: Params::default(),
+                streamed_output: false,
             },
         }
     }
@@ -296,9 +306,10 @@ impl Exchange {
     }
 
     /// Output (text, reasoning or a tool call) has been sent to the client, for streams: the
-    /// moment of the first token, as the client sees it.
+    /// moment of the first token, as the client sees it, is the first call after which this
+    /// is true (also when that call's bytes ended the stream too).
     pub fn has_output(&self) -> bool {
-        matches!(&self.state, State::Streaming(t) if t.has_output())
+        self.summary.streamed_output
     }
 
     /// The answer's head has been sent to the client (a stream is open): from now on only
@@ -377,6 +388,7 @@ impl Exchange {
                 self.summary.response_id = Some(t.exchange.id().to_owned());
                 self.summary.model = Some(t.exchange.model().to_owned());
                 self.summary.stream = t.exchange.is_stream();
+                self.summary.params = t.exchange.params();
                 let up = UpstreamRequest {
                     body: t.body,
                     model: t.exchange.model().to_owned(),
@@ -470,6 +482,7 @@ impl Exchange {
                     let last = translator.finish(now);
                     out = concat(out, last);
                 }
+                self.summary.streamed_output |= translator.has_output();
                 if translator.is_done() {
                     let State::Streaming(translator) =
                         std::mem::replace(&mut self.state, State::StreamEnded)
@@ -575,6 +588,7 @@ impl Exchange {
                 Ok(out) => {
                     self.summary.usage = out.usage;
                     self.summary.upstream_model = out.upstream_model;
+                    self.summary.finish_reason = out.finish_reason;
                     self.translated(200, JSON, out.body)
                 }
                 Err(err) => self.fail(&err),
@@ -583,6 +597,7 @@ impl Exchange {
                 Ok(out) => {
                     self.summary.usage = out.usage;
                     self.summary.upstream_model = out.upstream_model;
+                    self.summary.finish_reason = out.finish_reason;
                     self.translated(200, JSON, out.body)
                 }
                 Err(err) => self.fail(&err),
@@ -596,6 +611,7 @@ impl Exchange {
                 };
                 self.summary.usage = folded.report.usage;
                 self.summary.upstream_model = folded.report.upstream_model;
+                self.summary.finish_reason = folded.report.finish_reason;
                 match folded.report.error {
                     None => self.translated(200, JSON, folded.body),
                     Some(e) => self.fail(&ApiError::server(502, &e.code, e.message)),
@@ -638,6 +654,7 @@ impl Exchange {
         self.summary.status = Some(200);
         self.summary.usage = report.usage;
         self.summary.upstream_model = report.upstream_model;
+        self.summary.finish_reason = report.finish_reason;
         match report.error {
             Some(e) => {
                 self.summary.outcome = Outcome::Failed;
@@ -867,6 +884,57 @@ mod tests {
         let v: Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(v["output"][0]["content"][0]["text"], "yo");
         assert_eq!(ex.summary().outcome, Outcome::Translated);
+        assert_eq!(ex.summary().finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn the_summary_has_the_parameters_set_and_the_finish_reason() {
+        let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true,
+            "temperature": 0.25, "max_output_tokens": 64}));
+        assert_eq!(
+            ex.summary().params,
+            Params {
+                temperature: Some(0.25),
+                max_output_tokens: Some(64),
+                ..Params::default()
+            },
+            "only what the request set"
+        );
+        assert_eq!(ex.summary().finish_reason, None);
+        ex.response_head(head(200, "text/event-stream"), 1);
+        assert!(!ex.has_output());
+        ex.response_body(CHUNK.as_bytes(), false, 1);
+        assert!(ex.has_output(), "the first output went with this call");
+        assert_eq!(
+            ex.summary().finish_reason,
+            None,
+            "not before the stream ends"
+        );
+        let length =
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
+        ex.response_body(length.as_bytes(), true, 1);
+        assert_eq!(ex.summary().finish_reason.as_deref(), Some("length"));
+        // The first output and the end in one call: the output is still reported.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        ex.response_body(format!("{CHUNK}{END}").as_bytes(), true, 1);
+        assert!(ex.is_finished() && ex.has_output());
+        // Folded for a JSON request: nothing was streamed.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        ex.response_body(format!("{CHUNK}{END}").as_bytes(), true, 1);
+        assert!(!ex.has_output());
+        let ex = forwarded(json!({"model": "m", "input": "hi", "top_p": 0.5,
+            "presence_penalty": -1, "frequency_penalty": 1.5}));
+        assert_eq!(
+            ex.summary().params,
+            Params {
+                top_p: Some(0.5),
+                presence_penalty: Some(-1.0),
+                frequency_penalty: Some(1.5),
+                ..Params::default()
+            }
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::{Config, StreamBodyMode};
 use crate::metrics::Metrics;
+use crate::traces::Traces;
 use responses_core::exchange;
 use responses_core::translate::seal::Keyring;
 pub use session::{Environment, Session, System};
@@ -33,6 +34,8 @@ pub struct Settings {
     pub stream_body_mode: StreamBodyMode,
     /// Where finished exchanges are recorded (`--metrics-listen`); none: not recorded.
     pub metrics: Option<Arc<Metrics>>,
+    /// The tracer (`--otlp-endpoint`); none: no spans.
+    pub traces: Option<Arc<Traces>>,
 }
 
 impl Settings {
@@ -43,6 +46,7 @@ impl Settings {
             log_content: config.log_content,
             stream_body_mode: config.stream_body_mode,
             metrics: None,
+            traces: None,
         }
     }
 }
@@ -77,9 +81,18 @@ impl ExternalProcessor for Processor {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
+        let mut session = Session::new(self.settings.clone(), System);
+        // With tracing on Envoy opens this stream with its span's context in the gRPC
+        // metadata (`traceparent`, `tracestate`): the exchange's span continues that trace.
+        if let Some(traces) = &self.settings.traces {
+            let metadata = request.metadata();
+            session.set_trace_parent(
+                traces.parent(|name| metadata.get(name).and_then(|v| v.to_str().ok())),
+            );
+        }
         let driver = Driver {
             inbound: request.into_inner(),
-            session: Session::new(self.settings.clone(), System),
+            session,
             pending: VecDeque::new(),
             ended: false,
         };

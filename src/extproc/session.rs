@@ -18,13 +18,15 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     body_mutation::Mutation, common_response::ResponseStatus, processing_request::Request,
-    BodyMutation, CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+    processing_response, BodyMutation, CommonResponse, HttpBody, HttpHeaders, ProcessingRequest,
+    ProcessingResponse,
 };
 
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
 use crate::metrics::Timing;
+use crate::traces::{self, ExchangeSpan, Transport};
 use responses_core::exchange::{
     self, AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
 };
@@ -78,6 +80,18 @@ pub struct Session<E = System> {
     request_id: String,
     /// What the metrics need to know of this exchange.
     clock: Clock,
+    /// The exchange's span, when traces are on.
+    trace: Trace,
+}
+
+/// The exchange's span: the caller's context until the exchange is ours, then the span,
+/// until it is ended with the exchange.
+#[derive(Debug, Default)]
+enum Trace {
+    #[default]
+    Off,
+    Parent(opentelemetry::Context),
+    Open(Box<ExchangeSpan>),
 }
 
 /// The exchange's timing, for metrics.
@@ -102,7 +116,14 @@ impl<E: Environment> Session<E> {
             phase: Phase::Start,
             request_id: String::new(),
             clock: Clock::default(),
+            trace: Trace::Off,
         }
+    }
+
+    /// The caller's trace context (traces on): the exchange's span, if it is ours, is its
+    /// child.
+    pub fn set_trace_parent(&mut self, parent: opentelemetry::Context) {
+        self.trace = Trace::Parent(parent);
     }
 
     /// Whether this exchange is being translated (for metrics and tests).
@@ -143,6 +164,10 @@ impl<E: Environment> Session<E> {
         let Phase::Ours(ex) = &self.phase else {
             return answers;
         };
+        if let (Trace::Parent(parent), Some(t)) = (&self.trace, &self.settings.traces) {
+            let span = t.start_exchange(parent, Transport::ExtProc, started.elapsed());
+            self.trace = Trace::Open(Box::new(span));
+        }
         let clock = &mut self.clock;
         if clock.first_output.is_none() && ex.has_output() {
             clock.first_output = Some(started.elapsed());
@@ -156,6 +181,17 @@ impl<E: Environment> Session<E> {
         // The answer that ends a translated exchange carries its summary as Envoy metadata.
         if was_open && ex.is_finished() {
             if let Some(last) = answers.last_mut() {
+                if let Trace::Open(span) = &mut self.trace {
+                    if let (true, Some(body)) = (span.wants_content(), answer_body(last)) {
+                        // A stream's last bytes: its terminal event holds the response.
+                        let answer = if body.first() == Some(&b'{') {
+                            body
+                        } else {
+                            traces::terminal_event(body)
+                        };
+                        span.record_answer(answer);
+                    }
+                }
                 last.dynamic_metadata = Some(metadata(ex.summary()));
             }
             self.record();
@@ -166,21 +202,24 @@ impl<E: Environment> Session<E> {
     /// Records the exchange in the metrics, once: when it ends, or when Envoy ends it first
     /// (then as `cut`).
     pub fn record(&mut self) {
-        let (Some(m), Some(ex), false) =
-            (&self.settings.metrics, self.exchange(), self.clock.recorded)
-        else {
+        let (Phase::Ours(ex), false) = (&self.phase, self.clock.recorded) else {
             return;
         };
+        self.clock.recorded = true;
         let timing = Timing {
             total: self.clock.started.map(|t| t.elapsed()).unwrap_or_default(),
             first_output: self.clock.first_output,
             translation: self.clock.busy,
         };
-        m.record(ex.summary(), timing);
-        if self.clock.streaming {
-            m.stream_ended();
+        if let Some(m) = &self.settings.metrics {
+            m.record(ex.summary(), timing);
+            if self.clock.streaming {
+                m.stream_ended();
+            }
         }
-        self.clock.recorded = true;
+        if let Trace::Open(span) = std::mem::take(&mut self.trace) {
+            span.finish(ex.summary(), &timing);
+        }
     }
 
     fn answer(&mut self, req: Request) -> Vec<ProcessingResponse> {
@@ -262,6 +301,11 @@ impl<E: Environment> Session<E> {
         };
         if self.settings.log_content && b.end_of_stream {
             log_content(&self.request_id, "client request (last piece)", &b.body);
+        }
+        if let Trace::Open(span) = &mut self.trace {
+            if b.end_of_stream && span.wants_content() {
+                span.record_request(&b.body);
+            }
         }
         let step = ex.request_body(&b.body, b.end_of_stream, meta);
         self.request_step(step)
@@ -443,6 +487,22 @@ impl<E: Environment> Session<E> {
             now: self.env.now(),
             id_seed: self.env.id_seed(),
         }
+    }
+}
+
+/// The body an answer gives the client: an immediate response's, or a body mutation's.
+fn answer_body(answer: &ProcessingResponse) -> Option<&[u8]> {
+    use processing_response::Response as R;
+    let common = match answer.response.as_ref()? {
+        R::ImmediateResponse(i) => return Some(&i.body),
+        R::RequestHeaders(h) | R::ResponseHeaders(h) => h.response.as_ref()?,
+        R::RequestBody(b) | R::ResponseBody(b) => b.response.as_ref()?,
+        _ => return None,
+    };
+    match common.body_mutation.as_ref()?.mutation.as_ref()? {
+        Mutation::Body(b) => Some(b),
+        Mutation::StreamedResponse(s) => Some(&s.body),
+        _ => None,
     }
 }
 
@@ -1133,6 +1193,7 @@ mod tests {
                 },
                 // Recorded too: no message sequence may upset the metrics either.
                 metrics: Some(Arc::new(crate::metrics::Metrics::new(Default::default()))),
+                traces: None,
             }
         }
 

@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::{Metrics, Timing};
+use crate::traces::{ExchangeSpan, Traces, Transport};
 use responses_core::client;
 use responses_core::connection::{Connection, Limits, Start};
 use responses_core::environment::{Environment, System};
@@ -69,6 +70,8 @@ pub struct WsSettings {
     pub max_age: Duration,
     pub idle_timeout: Duration,
     pub metrics: Option<Arc<Metrics>>,
+    /// The tracer (`--otlp-endpoint`): a span per response, in the handshake's trace.
+    pub traces: Option<Arc<Traces>>,
     /// `--log-content`: client messages, Chat requests and upstream chunks at debug level.
     pub log_content: bool,
 }
@@ -151,6 +154,13 @@ async fn upgrade(
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let names = client::reasoning_events(shared.settings.exchange.reasoning_events, header);
     let forwarded = upstream::forwarded_headers(&headers);
+    // With tracing on, each response's span continues the handshake's trace (Envoy's span
+    // for the upgrade, when Envoy traces).
+    let trace_parent = shared
+        .settings
+        .traces
+        .as_ref()
+        .map(|t| t.parent(|name| headers.get(name).and_then(|v| v.to_str().ok())));
     let limits = shared.settings.limits;
     // Messages up to twice the limit are read and refused by the connection (see read_limit).
     // tungstenite zeroes its read buffer's free space (up to this size) on every read
@@ -161,7 +171,7 @@ async fn upgrade(
         .max_frame_size(read_limit(limits.max_message_bytes))
         .on_upgrade(move |socket| async move {
             let connection = Connection::new(shared.settings.exchange.clone(), limits, names);
-            drive(socket, connection, shared, forwarded, permit).await;
+            drive(socket, connection, shared, forwarded, trace_parent, permit).await;
         })
 }
 
@@ -189,8 +199,16 @@ async fn drive(
     mut conn: Connection,
     shared: Arc<Shared>,
     forwarded: Vec<(header::HeaderName, header::HeaderValue)>,
+    trace_parent: Option<opentelemetry::Context>,
     _permit: OwnedSemaphorePermit,
 ) {
+    // Opens the span of a response that started at `started` (traces on).
+    let open_span = |started: Instant| {
+        let (Some(traces), Some(parent)) = (&shared.settings.traces, &trace_parent) else {
+            return None;
+        };
+        Some(traces.start_exchange(parent, Transport::WebSocket, started.elapsed()))
+    };
     let metrics = shared.settings.metrics.clone();
     if let Some(m) = &metrics {
         m.websocket_connections().inc();
@@ -224,6 +242,10 @@ async fn drive(
                     if shared.settings.log_content {
                         log_content("client message", &text);
                     }
+                    let mut span = open_span(started);
+                    if let Some(s) = span.as_mut().filter(|s| s.wants_content()) {
+                        s.record_request(&text);
+                    }
                     match conn.on_text(&text, meta()) {
                         Start::Forward(req) => {
                             let summary = conn.exchange().map(|e| e.summary());
@@ -237,8 +259,14 @@ async fn drive(
                             if shared.settings.log_content {
                                 log_content("upstream request", &req.body);
                             }
-                            turn = Some(TurnClock::new(started));
-                            upstream = Some(shared.upstream.call(req, &forwarded));
+                            // The Chat request continues the response's trace, so that
+                            // Envoy's spans for it are children of the response's span.
+                            let trace_headers = span
+                                .as_ref()
+                                .map(ExchangeSpan::propagation_headers)
+                                .unwrap_or_default();
+                            turn = Some(TurnClock::new(started, span));
+                            upstream = Some(shared.upstream.call(req, &forwarded, &trace_headers));
                             Vec::new()
                         }
                         Start::Answered(frames) => {
@@ -250,7 +278,9 @@ async fn drive(
                                     .unwrap_or(""),
                                 "preloaded context (generate: false)"
                             );
-                            record(&metrics, conn.last_summary(), Some(TurnClock::new(started)));
+                            let mut clock = TurnClock::new(started, span);
+                            clock.answered(&frames.messages);
+                            record(&metrics, conn.last_summary(), Some(clock));
                             frames.messages
                         }
                         Start::Reject(r) => {
@@ -260,6 +290,14 @@ async fn drive(
                                 code = r.code.as_deref().unwrap_or(""),
                                 "rejected message"
                             );
+                            if let Some(mut span) = span {
+                                span.record_answer(&r.frame);
+                                let timing = Timing {
+                                    total: started.elapsed(),
+                                    ..Timing::default()
+                                };
+                                span.refused(r.status, r.code.as_deref(), &timing);
+                            }
                             vec![r.frame]
                         }
                     }
@@ -349,13 +387,21 @@ async fn drive(
                 };
                 if let Some(clock) = &mut turn {
                     clock.busy += core.elapsed();
-                    if clock.first_output.is_none() && conn.exchange().is_some_and(|e| e.has_output()) {
+                    // An ended response is the connection's last summary.
+                    let output = match conn.exchange() {
+                        Some(e) => e.has_output(),
+                        None => conn.last_summary().is_some_and(|s| s.streamed_output),
+                    };
+                    if clock.first_output.is_none() && output {
                         clock.first_output = Some(clock.started.elapsed());
                     }
                 }
                 let done = frames.done;
                 if done {
                     upstream = None;
+                    if let Some(clock) = &mut turn {
+                        clock.answered(&frames.messages);
+                    }
                     if let Some(s) = conn.last_summary() {
                         tracing::info!(
                             transport = "websocket",
@@ -452,35 +498,51 @@ fn is_too_large(e: &axum::Error) -> bool {
 }
 
 /// When the turn in flight started and first showed output, and the time spent in the
-/// core, for metrics.
+/// core, for metrics; and its span (traces on).
 struct TurnClock {
     started: Instant,
     first_output: Option<Duration>,
     busy: Duration,
+    span: Option<ExchangeSpan>,
 }
 
 impl TurnClock {
-    fn new(started: Instant) -> Self {
+    fn new(started: Instant, span: Option<ExchangeSpan>) -> Self {
         TurnClock {
             started,
             first_output: None,
             busy: started.elapsed(),
+            span,
+        }
+    }
+
+    /// The turn's last messages were sent: the last one (its terminal event, or its error)
+    /// goes on the span with `--trace-content`.
+    fn answered(&mut self, messages: &[Bytes]) {
+        if let (Some(span), Some(last)) = (&mut self.span, messages.last()) {
+            if span.wants_content() {
+                span.record_answer(last);
+            }
         }
     }
 }
 
+/// Records an ended (or cut) response in the metrics and ends its span.
 fn record(metrics: &Option<Arc<Metrics>>, summary: Option<&Summary>, clock: Option<TurnClock>) {
-    let (Some(m), Some(summary), Some(clock)) = (metrics, summary, clock) else {
+    let (Some(summary), Some(clock)) = (summary, clock) else {
         return;
     };
-    m.record(
-        summary,
-        Timing {
-            total: clock.started.elapsed(),
-            first_output: clock.first_output,
-            translation: clock.busy,
-        },
-    );
+    let timing = Timing {
+        total: clock.started.elapsed(),
+        first_output: clock.first_output,
+        translation: clock.busy,
+    };
+    if let Some(m) = metrics {
+        m.record(summary, timing);
+    }
+    if let Some(span) = clock.span {
+        span.finish(summary, &timing);
+    }
 }
 
 /// `--log-content` only: the text holds prompts and completions.

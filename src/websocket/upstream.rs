@@ -91,8 +91,14 @@ impl Upstream {
         })
     }
 
-    /// Sends the Chat request.
-    pub fn call(&self, req: UpstreamRequest, forwarded: &[(HeaderName, HeaderValue)]) -> Call {
+    /// Sends the Chat request with the handshake's `forwarded` headers; `trace` (the
+    /// response's span context, traces on) replaces their `traceparent` and `tracestate`.
+    pub fn call(
+        &self,
+        req: UpstreamRequest,
+        forwarded: &[(HeaderName, HeaderValue)],
+        trace: &[(HeaderName, HeaderValue)],
+    ) -> Call {
         let mut builder = self
             .client
             .post(&self.url)
@@ -108,7 +114,15 @@ impl Upstream {
         if let Ok(model) = HeaderValue::from_str(&req.model) {
             builder = builder.header(self.model_header.clone(), model);
         }
-        for (name, value) in forwarded {
+        // The response's span (a child of the handshake's trace) is the Chat request's parent.
+        let handshake_trace = |name: &HeaderName| {
+            !trace.is_empty() && (name == "traceparent" || name == "tracestate")
+        };
+        for (name, value) in forwarded
+            .iter()
+            .filter(|(name, _)| !handshake_trace(name))
+            .chain(trace)
+        {
             builder = builder.header(name.clone(), value.clone());
         }
         Call::Waiting(Box::pin(builder.body(req.body).send()))

@@ -8,7 +8,9 @@
 //! * [`upstream::ScriptedUpstream`]: a Chat Completions stand-in answering from a per-test script
 //!   and recording every request; [`upstream::DemoUpstream`]: the built-in demo, in-process;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
-//! * [`sse`]: SSE body parsing.
+//! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
+//!   through, which refuses duplicate keys;
+//! * [`otlp::OtlpReceiver`]: an OTLP trace receiver recording the spans it is sent.
 //!
 //! Every test gets its own ports (servers bind port 0, or a fresh free port), so tests run in
 //! parallel. Every child process and server thread is stopped on Drop, also when a test panics.
@@ -18,6 +20,9 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod envoy;
+pub mod examples;
+pub mod json;
+pub mod otlp;
 pub mod processor;
 pub mod schema;
 pub mod sse;
@@ -32,7 +37,7 @@ use std::time::{Duration, Instant};
 pub use envoy::Envoy;
 pub use processor::{Listen, PassthroughProcessor, Processor, Spawn};
 pub use stack::{mode, only_ext_proc, Mode, Stack};
-pub use upstream::{DemoUpstream, Gate, RecordedRequest, Reply, ScriptedUpstream};
+pub use upstream::{DemoUpstream, Gate, RecordedRequest, RecordingDemo, Reply, ScriptedUpstream};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {

@@ -127,6 +127,7 @@ pub fn assert_valid_event(event: &Value) {
 /// Checks a whole Responses SSE body and returns its events as `(event name, data)`:
 /// * framing: LF line endings only, every event ended by a blank line, one `data:` line of
 ///   one-line JSON per event (the official compliance suite's reader needs all of that);
+/// * each event is JSON without a key given twice in one object;
 /// * each event's `event:` name equals its `type` (when the `event:` line is present);
 /// * each event is valid against its `*StreamingEvent` schema;
 /// * `sequence_number`s strictly increase.
@@ -159,8 +160,8 @@ pub fn assert_valid_sse(body: &str) -> Vec<(String, Value)> {
             assert_eq!(i + 1, events.len(), "[DONE] is not the last event:\n{body}");
             continue;
         }
-        let value: Value = serde_json::from_str(data)
-            .unwrap_or_else(|e| panic!("event {i} data is not JSON ({e}): {data}"));
+        let value: Value = super::json::parse_strict(data)
+            .unwrap_or_else(|e| panic!("event {i} data is not strict JSON ({e}): {data}"));
         let ty = value["type"].as_str().unwrap_or_default().to_string();
         if let Some(event) = event {
             assert_eq!(*event, ty, "event name differs from data.type: {data}");

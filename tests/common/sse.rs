@@ -49,14 +49,15 @@ pub fn parse_sse(body: &str) -> Vec<SseEvent> {
 }
 
 /// The JSON events of an SSE body as `(event name, data)`; the name is the `event:` field, or
-/// the data's `type` when there is none. `[DONE]` is skipped. Panics on non-JSON data.
+/// the data's `type` when there is none. `[DONE]` is skipped. Panics on non-JSON data and on
+/// a key given twice in one object.
 pub fn parse_sse_json(body: &str) -> Vec<(String, Value)> {
     parse_sse(body)
         .into_iter()
         .filter(|e| e.data != "[DONE]")
         .map(|e| {
-            let value: Value = serde_json::from_str(&e.data)
-                .unwrap_or_else(|err| panic!("SSE data is not JSON ({err}): {}", e.data));
+            let value: Value = super::json::parse_strict(&e.data)
+                .unwrap_or_else(|err| panic!("SSE data is not strict JSON ({err}): {}", e.data));
             let name = e
                 .event
                 .unwrap_or_else(|| value["type"].as_str().unwrap_or_default().to_string());

@@ -424,3 +424,165 @@ impl DemoUpstream {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 }
+
+/// The demo upstream, in-process, recording every request it answers (to check what a
+/// translated request carried, as [`ScriptedUpstream`] does, with the demo's answers).
+pub struct RecordingDemo {
+    port: u16,
+    requests: Arc<Mutex<Vec<RecordedRequest>>>,
+    _server: ServerThread,
+}
+
+impl RecordingDemo {
+    pub fn start() -> RecordingDemo {
+        RecordingDemo::serve(demo::router())
+    }
+
+    /// With the triggers of [`triggers`]: the output kinds the demo never makes.
+    pub fn with_triggers() -> RecordingDemo {
+        RecordingDemo::serve(triggers::router())
+    }
+
+    fn serve(router: axum::Router) -> RecordingDemo {
+        let requests: Arc<Mutex<Vec<RecordedRequest>>> = Arc::default();
+        let log = requests.clone();
+        let app = router.layer(axum::middleware::from_fn(
+            move |request: Request, next: axum::middleware::Next| {
+                let log = log.clone();
+                async move {
+                    let (parts, body) = request.into_parts();
+                    let body = axum::body::to_bytes(body, usize::MAX)
+                        .await
+                        .unwrap_or_default();
+                    log.lock().unwrap().push(RecordedRequest {
+                        method: parts.method.to_string(),
+                        path: parts
+                            .uri
+                            .path_and_query()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default(),
+                        headers: parts.headers.clone(),
+                        body: body.clone(),
+                    });
+                    next.run(Request::from_parts(parts, Body::from(body))).await
+                }
+            },
+        ));
+        let (server, port) = ServerThread::spawn("recording-demo", move |listener| async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        RecordingDemo {
+            port,
+            requests,
+            _server: server,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// The demo's answers, plus two triggers on the text of the last message when it is the
+/// user's (test-only, for output kinds the demo never makes): `refuse` → the answer comes as
+/// Chat's `refusal`; `think` → reasoning (`reasoning_content`, as vLLM sends it) before the
+/// answer. Streams are sent at once (no pause between chunks).
+pub mod triggers {
+    use axum::body::{Body, Bytes};
+    use axum::http::{header, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::{json, Value};
+
+    use super::demo;
+
+    pub const REASONING: &str = "Let me think about it.";
+
+    pub fn router() -> axum::Router {
+        axum::Router::new()
+            .route("/v1/chat/completions", axum::routing::post(chat))
+            .fallback_service(demo::router())
+            .layer(axum::extract::DefaultBodyLimit::max(16 << 20))
+    }
+
+    fn last_user_text(request: &Value) -> Option<String> {
+        let last = request["messages"].as_array()?.last()?;
+        if last["role"] != "user" {
+            return None;
+        }
+        Some(match &last["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        })
+    }
+
+    async fn chat(body: Bytes) -> Response {
+        let completion = match demo::plan(&body) {
+            Ok(c) => c,
+            Err(message) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(demo::error_json(&message, None)),
+                )
+                    .into_response()
+            }
+        };
+        let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let text = last_user_text(&request).unwrap_or_default();
+        let refuse = text.contains("refuse");
+        let think = text.contains("think");
+        let (id, created) = ("chatcmpl-trigger", 1_700_000_000);
+        if !completion.stream {
+            let mut answer = demo::completion_json(&completion, id, created);
+            let message = &mut answer["choices"][0]["message"];
+            if refuse && message["content"].is_string() {
+                message["refusal"] = message["content"].take();
+            }
+            if think {
+                message["reasoning_content"] = json!(REASONING);
+            }
+            return axum::Json(answer).into_response();
+        }
+        let mut frames = Vec::new();
+        for (i, frame) in demo::stream_frames(&completion, id, created)
+            .into_iter()
+            .enumerate()
+        {
+            let data = frame.trim_start_matches("data: ").trim_end();
+            let Ok(mut chunk) = serde_json::from_str::<Value>(data) else {
+                frames.push(frame);
+                continue;
+            };
+            if refuse {
+                if let Some(delta) = chunk
+                    .pointer_mut("/choices/0/delta")
+                    .and_then(Value::as_object_mut)
+                {
+                    if let Some(content) = delta.remove("content") {
+                        delta.insert("refusal".into(), content);
+                    }
+                }
+            }
+            frames.push(format!("data: {chunk}\n\n"));
+            if think && i == 0 {
+                let mut reasoning = chunk.clone();
+                reasoning["choices"][0]["delta"] = json!({"reasoning_content": REASONING});
+                frames.push(format!("data: {reasoning}\n\n"));
+            }
+        }
+        (
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            Body::from(frames.concat()),
+        )
+            .into_response()
+    }
+}

@@ -194,7 +194,31 @@ fn an_unknown_id_leaves_the_context_in_place() {
 fn a_failed_continuation_evicts_the_context() {
     // Failing upstream (an error status), failing translation (a 400) and a failed stream
     // each evict what they continued.
-    let failures: [fn(&mut Connection, &str) -> Frames; 3] = [
+    let failures: [fn(&mut Connection, &str) -> Frames; 4] = [
+        // The official suite's `websocket-failed-continuation-evicts-cache`: an output whose
+        // call is in neither the kept context nor the request.
+        |conn, id| {
+            let bad = create(json!({"model": "m", "previous_response_id": id, "input": [
+                {"type": "function_call_output", "call_id": "call_openresponses_missing",
+                 "output": "No matching tool call exists in the previous response."}]}));
+            match conn.on_text(&bad, meta(2)) {
+                Start::Reject(r) => {
+                    let frame: serde_json::Value = serde_json::from_slice(&r.frame).unwrap();
+                    assert_eq!(frame["error"]["param"], "input[2].call_id", "{frame}");
+                    assert!(frame["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("No tool call found for function call output with call_id call_openresponses_missing."));
+                    Frames {
+                        messages: vec![r.frame],
+                        done: true,
+                    }
+                }
+                Start::Forward(_) | Start::Answered(_) => {
+                    panic!("an output without its call was not refused")
+                }
+            }
+        },
         |conn, id| {
             forward(
                 conn,
@@ -258,6 +282,79 @@ fn a_failed_continuation_evicts_the_context() {
     }
 }
 
+/// The kept context counts as the request's items: an output may answer a call the kept
+/// response made.
+#[test]
+fn an_output_may_answer_a_call_of_the_kept_context() {
+    let mut conn = connection();
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "input": "weather?",
+                       "tools": [{"type": "function", "name": "get_weather"}]})),
+        1,
+    );
+    conn.upstream_head(200, SSE, 1);
+    let call = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,",
+        "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",",
+        "\"arguments\":\"{}\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let frames = conn.upstream_body(call.as_bytes(), true, 2);
+    let id = events(&frames).last().unwrap()["response"]["id"].clone();
+    let up = forward(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": id, "input": [
+            {"type": "function_call_output", "call_id": "call_w", "output": "sunny"}]})),
+        2,
+    );
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(
+        chat["messages"][2],
+        json!({"role": "tool", "tool_call_id": "call_w", "content": "sunny"})
+    );
+}
+
+/// A compaction (Codex's `compaction_trigger`) replaces what it summarised: continuing it
+/// sends the sealed summary, not the window again.
+#[test]
+fn the_context_of_a_compaction_is_its_summary() {
+    let settings = Arc::new(Settings {
+        options: crate::translate::Options {
+            keyring: Some(Arc::new(
+                crate::translate::seal::Keyring::single("k1", [9; 32]).unwrap(),
+            )),
+            ..crate::translate::Options::default()
+        },
+        ..Settings::default()
+    });
+    let mut conn = Connection::new(settings, limits(), ReasoningEvents::Spec);
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "input": [
+            {"role": "user", "content": "I am Ada"}, {"type": "compaction_trigger"}]})),
+        1,
+    );
+    let done = answer(&mut conn, "The user is Ada.");
+    let last = done.last().unwrap();
+    assert_eq!(last["response"]["output"][0]["type"], "compaction");
+    let id = last["response"]["id"].clone();
+    let up = forward(
+        &mut conn,
+        &create(json!({"model": "m", "previous_response_id": id, "input": "Who am I?"})),
+        2,
+    );
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(
+        chat["messages"],
+        json!([
+            {"role": "system", "content": format!("{}The user is Ada.", crate::translate::compact::CONTEXT_PREFIX)},
+            {"role": "user", "content": "Who am I?"}
+        ])
+    );
+}
+
 #[test]
 fn a_failed_fresh_response_keeps_the_context() {
     let mut conn = connection();
@@ -298,6 +395,19 @@ fn transport_fields_are_rejected_unless_they_agree_with_the_socket() {
     let up = forward(
         &mut conn,
         &create(json!({"model": "m", "input": "x", "stream": true, "background": false})),
+        1,
+    );
+    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(chat["stream"], json!(true));
+    // A client's dump of its own request: every transport field `null`, which is absent.
+    let mut conn = connection();
+    let up = forward(
+        &mut conn,
+        &create(
+            json!({"model": "m", "input": "x", "stream": null, "background": null,
+                       "stream_options": null, "stream_id": null, "generate": null,
+                       "previous_response_id": null}),
+        ),
         1,
     );
     let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();

@@ -158,6 +158,25 @@ pub enum Event<'a> {
         output_index: usize,
         input: &'a str,
     },
+    /// OpenAI's events for the commands of a `shell_call` (not in the OpenResponses schema).
+    #[serde(rename = "response.shell_call_command.added")]
+    ShellCallCommandAdded {
+        output_index: usize,
+        command_index: usize,
+        command: &'a str,
+    },
+    #[serde(rename = "response.shell_call_command.delta")]
+    ShellCallCommandDelta {
+        output_index: usize,
+        command_index: usize,
+        delta: &'a str,
+    },
+    #[serde(rename = "response.shell_call_command.done")]
+    ShellCallCommandDone {
+        output_index: usize,
+        command_index: usize,
+        command: &'a str,
+    },
     #[serde(rename = "error")]
     Error { error: ErrorPayload<'a> },
 }
@@ -187,6 +206,9 @@ impl Event<'_> {
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
             Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
+            Event::ShellCallCommandAdded { .. } => "response.shell_call_command.added",
+            Event::ShellCallCommandDelta { .. } => "response.shell_call_command.delta",
+            Event::ShellCallCommandDone { .. } => "response.shell_call_command.done",
             Event::Error { .. } => "error",
         }
     }

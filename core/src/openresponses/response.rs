@@ -36,6 +36,15 @@ pub enum OutputItem {
     /// `apply_patch`). Not in the OpenResponses schema: only clients that declared a custom
     /// tool can get one.
     CustomToolCall(CustomToolCallItem),
+    /// A call of the client-executed `shell` tool (OpenAI's built-in; only clients that
+    /// declared one get it).
+    ShellCall(ShellCallItem),
+    /// A call of the client-executed `local_shell` tool (OpenAI's built-in).
+    LocalShellCall(LocalShellCallItem),
+    /// A call of the client-executed `apply_patch` tool (OpenAI's built-in).
+    ApplyPatchCall(ApplyPatchCallItem),
+    /// The sealed summary of a `compaction_trigger` request: its only output item.
+    Compaction(CompactionItem),
 }
 
 impl OutputItem {
@@ -45,8 +54,22 @@ impl OutputItem {
             OutputItem::FunctionCall(f) => &f.id,
             OutputItem::Reasoning(r) => &r.id,
             OutputItem::CustomToolCall(c) => &c.id,
+            OutputItem::ShellCall(c) => &c.id,
+            OutputItem::LocalShellCall(c) => &c.id,
+            OutputItem::ApplyPatchCall(c) => &c.id,
+            OutputItem::Compaction(c) => &c.id,
         }
     }
+}
+
+/// What an assistant message is: talk on the way to tool calls, or the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// A message followed by tool calls in the same response.
+    Commentary,
+    /// Any other message.
+    FinalAnswer,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +79,10 @@ pub struct MessageItem {
     /// Always `assistant` on output.
     pub role: String,
     pub content: Vec<OutputContent>,
+    /// Known once the message ends (a Chat upstream does not say in advance whether tool
+    /// calls follow): absent on a streamed message's `response.output_item.added`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,8 +117,81 @@ pub struct CustomToolCallItem {
     pub id: String,
     pub call_id: String,
     pub name: String,
+    /// The `namespace` tool this custom tool belongs to, as the client declared it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// The tool's free-text input.
     pub input: String,
+}
+
+/// OpenAI's `shell_call` item (openai-python's `ResponseFunctionShellToolCall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShellCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub action: ShellAction,
+    pub status: ItemStatus,
+}
+
+/// The commands of a `shell_call`, and their limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShellAction {
+    pub commands: Vec<String>,
+    pub timeout_ms: Option<u64>,
+    pub max_output_length: Option<u64>,
+}
+
+/// OpenAI's `local_shell_call` item (openai-python's `LocalShellCall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalShellCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub action: LocalShellAction,
+    pub status: ItemStatus,
+}
+
+/// The command of a `local_shell_call` (`type: "exec"`, its only kind).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename = "exec")]
+pub struct LocalShellAction {
+    pub command: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub timeout_ms: Option<u64>,
+    pub user: Option<String>,
+    pub working_directory: Option<String>,
+}
+
+/// OpenAI's `apply_patch_call` item (openai-python's `ResponseApplyPatchToolCall`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApplyPatchCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub operation: ApplyPatchOperation,
+    pub status: ApplyPatchStatus,
+}
+
+/// One file operation of an `apply_patch_call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ApplyPatchOperation {
+    CreateFile { path: String, diff: String },
+    UpdateFile { path: String, diff: String },
+    DeleteFile { path: String },
+}
+
+/// An `apply_patch_call`'s status has no `incomplete` (OpenAI's type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplyPatchStatus {
+    InProgress,
+    Completed,
+}
+
+/// A `compaction` item: a summary of the conversation so far, sealed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionItem {
+    pub id: String,
+    pub encrypted_content: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,8 +265,8 @@ pub struct ResponseError {
 }
 
 /// The request parameters a response echoes, with the spec's defaults filled in.
-/// Built once per request by the request translator.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Built once per request by the request translator; [`ResponseResource`] borrows its fields.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Echo {
     pub instructions: Option<String>,
     /// Function tools in Responses form (`type`, `name`, `description`, `parameters`, `strict`).
@@ -222,6 +322,10 @@ impl Default for Echo {
 }
 
 /// The response object. Borrowing keeps the hot path free of copies.
+///
+/// One flat struct, on purpose: each key is a Rust field, so no key can be written twice
+/// (a `#[serde(flatten)]` of the echo once wrote `previous_response_id` twice, once from the
+/// resource and once from the echo). No field is renamed, so the field names are the keys.
 #[derive(Debug, Serialize)]
 pub struct ResponseResource<'a> {
     pub id: &'a str,
@@ -235,6 +339,78 @@ pub struct ResponseResource<'a> {
     pub output: &'a [OutputItem],
     pub error: Option<&'a ResponseError>,
     pub usage: Option<&'a Usage>,
-    #[serde(flatten)]
-    pub echo: &'a Echo,
+    // The request's parameters, echoed (`Echo`).
+    pub instructions: Option<&'a str>,
+    pub tools: &'a [Value],
+    pub tool_choice: &'a Value,
+    pub truncation: &'a str,
+    pub parallel_tool_calls: bool,
+    pub text: &'a Value,
+    pub top_p: f64,
+    pub presence_penalty: f64,
+    pub frequency_penalty: f64,
+    pub top_logprobs: u64,
+    pub temperature: f64,
+    pub reasoning: Option<&'a Value>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub store: bool,
+    pub background: bool,
+    pub service_tier: &'a str,
+    pub metadata: &'a Value,
+    pub safety_identifier: Option<&'a str>,
+    pub prompt_cache_key: Option<&'a str>,
+}
+
+/// The parts of a response that change as it progresses (the rest is the request's echo).
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseState<'a> {
+    pub id: &'a str,
+    pub created_at: u64,
+    pub completed_at: Option<u64>,
+    pub status: Status,
+    pub incomplete_details: Option<&'a IncompleteDetails>,
+    pub model: &'a str,
+    pub output: &'a [OutputItem],
+    pub error: Option<&'a ResponseError>,
+    pub usage: Option<&'a Usage>,
+}
+
+impl<'a> ResponseResource<'a> {
+    /// A response in `state`, echoing the request's parameters.
+    pub fn new(state: ResponseState<'a>, echo: &'a Echo) -> Self {
+        ResponseResource {
+            id: state.id,
+            object: "response",
+            created_at: state.created_at,
+            completed_at: state.completed_at,
+            status: state.status,
+            incomplete_details: state.incomplete_details,
+            model: state.model,
+            previous_response_id: echo.previous_response_id.as_deref(),
+            output: state.output,
+            error: state.error,
+            usage: state.usage,
+            instructions: echo.instructions.as_deref(),
+            tools: &echo.tools,
+            tool_choice: &echo.tool_choice,
+            truncation: &echo.truncation,
+            parallel_tool_calls: echo.parallel_tool_calls,
+            text: &echo.text,
+            top_p: echo.top_p,
+            presence_penalty: echo.presence_penalty,
+            frequency_penalty: echo.frequency_penalty,
+            top_logprobs: echo.top_logprobs,
+            temperature: echo.temperature,
+            reasoning: echo.reasoning.as_ref(),
+            max_output_tokens: echo.max_output_tokens,
+            max_tool_calls: echo.max_tool_calls,
+            store: echo.store,
+            background: echo.background,
+            service_tier: &echo.service_tier,
+            metadata: &echo.metadata,
+            safety_identifier: echo.safety_identifier.as_deref(),
+            prompt_cache_key: echo.prompt_cache_key.as_deref(),
+        }
+    }
 }

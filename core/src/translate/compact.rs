@@ -14,13 +14,13 @@ use serde_json::{json, Value};
 use super::fields::{bad_value, missing};
 use super::request::{
     check_part_size, input_messages, leftover_fields, merge_leading_system, parse_body,
-    reject_stateful, system_message, Translated,
+    reject_stateful, system_message, Input, Translated,
 };
 use super::response::Completed;
 use super::seal::{self, Purpose};
 use super::{usage, Exchange, Meta, Options};
 use crate::chat;
-use crate::openresponses::{ApiError, Usage};
+use crate::openresponses::{ApiError, CompactionItem, Usage};
 
 /// The system instruction of the summarising request (the first system message, merged with
 /// the summaries of earlier compactions when the window carries some).
@@ -109,29 +109,19 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         req.take(key);
     }
 
-    let mut prompt = PROMPT.to_owned();
-    if let Some(instructions) = req.string("instructions")? {
-        check_part_size("instructions", instructions.len(), options)?;
-        prompt.push_str("\n\n");
-        prompt.push_str(INSTRUCTIONS_NOTE);
-        prompt.push_str(&instructions);
+    let instructions = req.string("instructions")?;
+    if let Some(i) = &instructions {
+        check_part_size("instructions", i.len(), options)?;
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
     let kept = latest_user_message(&input);
-    let mut context = Vec::new();
-    let mut conversation = Vec::new();
-    input_messages(input, &mut conversation, &mut context, options)?;
-
-    let mut messages = vec![system_message(prompt, options)];
-    messages.append(&mut context);
-    messages.append(&mut conversation);
-    messages.push(chat::request::Message::User {
-        content: chat::request::Content::Text(REQUEST.to_owned()),
-    });
+    // A `compaction_trigger` asks for what this endpoint does anyway.
+    let window = input_messages(input, options)?;
+    let messages = summarising_messages(instructions.as_deref(), window, options);
 
     let mut chat = chat::Request {
         model: model.clone(),
-        messages: merge_leading_system(messages),
+        messages,
         // Always one JSON answer: the summary is sealed whole.
         stream: Some(false),
         ..chat::Request::default()
@@ -145,6 +135,33 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         body: Bytes::from(chat.encode()),
         exchange,
     })
+}
+
+/// The Chat messages of a summarising request: the prompt (and the client's instructions,
+/// as a note), the window's earlier summaries, the window, and the request to summarise it.
+pub(crate) fn summarising_messages(
+    instructions: Option<&str>,
+    window: Input,
+    options: &Options,
+) -> Vec<chat::request::Message> {
+    let mut prompt = PROMPT.to_owned();
+    if let Some(instructions) = instructions {
+        prompt.push_str("\n\n");
+        prompt.push_str(INSTRUCTIONS_NOTE);
+        prompt.push_str(instructions);
+    }
+    let Input {
+        messages: mut conversation,
+        mut context,
+        ..
+    } = window;
+    let mut messages = vec![system_message(prompt, options)];
+    messages.append(&mut context);
+    messages.append(&mut conversation);
+    messages.push(chat::request::Message::User {
+        content: chat::request::Content::Text(REQUEST.to_owned()),
+    });
+    merge_leading_system(messages)
 }
 
 /// The window's latest user message, as an output message item.
@@ -177,15 +194,39 @@ fn latest_user_message(input: &Value) -> Option<Value> {
 enum OutputItem {
     /// A kept message, verbatim.
     Message(Value),
-    Compaction(CompactionItem),
+    Compaction(crate::openresponses::OutputItem),
 }
 
-#[derive(Debug, Serialize)]
-struct CompactionItem {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    id: String,
-    encrypted_content: String,
+/// The summary `summary`, sealed into the `compaction` item that is output item `n` of
+/// `exchange` (`None` without keys: the request was refused then).
+pub(crate) fn sealed(exchange: &Exchange, n: usize, summary: &str) -> Option<CompactionItem> {
+    let keyring = exchange.options.keyring.as_ref()?;
+    Some(CompactionItem {
+        id: exchange.item_id("cmp", n),
+        encrypted_content: keyring.seal_for(
+            Purpose::Compaction,
+            summary,
+            seal::nonce(exchange.id_seed, n as u64),
+        ),
+    })
+}
+
+/// The upstream answered a summarising request without a summary.
+pub(crate) fn no_summary() -> ApiError {
+    ApiError::server(
+        502,
+        "upstream_invalid_response",
+        "The upstream's answer to the summarising request has no text.",
+    )
+}
+
+/// The exchange cannot seal (a library caller without keys).
+fn cannot_seal() -> ApiError {
+    ApiError::server(
+        500,
+        "internal_error",
+        "The exchange could not be completed: no keys to seal the compaction.",
+    )
 }
 
 #[derive(Debug, Serialize)]
@@ -213,12 +254,13 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
         .into_iter()
         .find(|c| c.index == 0)
         .ok_or_else(|| invalid("is not a Chat Completion"))?;
+    let finish_reason = choice.finish_reason;
     let summary = choice
         .message
         .content
         .filter(|t| !t.trim().is_empty())
-        .ok_or_else(|| invalid("has no text"))?;
-    let (Some(kept), Some(keyring)) = (&exchange.compact, &exchange.options.keyring) else {
+        .ok_or_else(no_summary)?;
+    let Some(kept) = &exchange.compact else {
         return Err(ApiError::server(
             500,
             "internal_error",
@@ -227,21 +269,15 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
     };
     let mut output = Vec::new();
     if let Some(mut message) = kept.message.clone() {
-        if message.get("id").is_none() {
+        if message.get("id").is_none_or(Value::is_null) {
             message["id"] = exchange.item_id("msg", 0).into();
         }
         output.push(OutputItem::Message(message));
     }
-    let n = output.len();
-    output.push(OutputItem::Compaction(CompactionItem {
-        kind: "compaction",
-        id: exchange.item_id("cmp", n),
-        encrypted_content: keyring.seal_for(
-            Purpose::Compaction,
-            &summary,
-            seal::nonce(exchange.id_seed, n as u64),
-        ),
-    }));
+    let item = sealed(exchange, output.len(), &summary).ok_or_else(cannot_seal)?;
+    output.push(OutputItem::Compaction(
+        crate::openresponses::OutputItem::Compaction(item),
+    ));
     let usage = completion.usage.as_ref().map(usage);
     let object = Compaction {
         id: &exchange.id,
@@ -261,5 +297,6 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
         body,
         usage,
         upstream_model: completion.model,
+        finish_reason,
     })
 }

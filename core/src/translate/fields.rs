@@ -195,8 +195,16 @@ impl<'p> Obj<'p> {
     }
 
     /// Fails on the first field left unread: for objects whose every field we know.
+    ///
+    /// The one rule for unknown keys inside the request (items, parts, tools, nested
+    /// objects): a key whose value is `null` is absent, whatever its name. Clients dump their
+    /// own models back (`model_dump()` writes `null` for every field the client never set,
+    /// including fields newer than this server), and an absent field cannot change what the
+    /// request means. A field that carries the content (`call_id`, an image's URL) is read
+    /// with a `required_*` reader, for which `null` is missing: 400
+    /// `missing_required_parameter`.
     pub fn deny_unknown(&self) -> Result<(), ApiError> {
-        match self.map.keys().next() {
+        match self.map.iter().find(|(_, v)| !v.is_null()).map(|(k, _)| k) {
             None => Ok(()),
             Some(k) => {
                 let path = self.field_path(k);

@@ -8,6 +8,7 @@
 //! response path needs (ids, echoed parameters, options) to [`response`] for JSON answers
 //! and to [`stream::StreamTranslator`] for SSE answers.
 
+mod calls;
 pub mod compact;
 mod fields;
 pub mod json;
@@ -17,9 +18,11 @@ pub mod seal;
 pub mod stream;
 
 use crate::openresponses::{
-    CustomToolCallItem, Echo, FunctionCallItem, IncompleteDetails, ItemStatus, OutputItem,
-    ResponseError, ResponseResource, Status, Usage,
+    Echo, IncompleteDetails, OutputItem, ResponseError, ResponseResource, ResponseState, Status,
+    Usage,
 };
+
+pub(crate) use calls::{flat_name, OfferedTool, ToolKind};
 
 pub use request::translate as translate_request;
 pub use request::translate_object as translate_request_object;
@@ -118,6 +121,18 @@ pub struct Meta {
     pub id_seed: u128,
 }
 
+/// The generation parameters a request set, as sent upstream (`None`: not set, the upstream's
+/// default applies), for logs and traces.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Params {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// `max_output_tokens` (`max_completion_tokens` upstream).
+    pub max_output_tokens: Option<u64>,
+}
+
 /// Everything the response path needs to know about the request it answers.
 #[derive(Debug, Clone)]
 pub struct Exchange {
@@ -131,45 +146,16 @@ pub struct Exchange {
     pub(crate) logprobs: bool,
     /// The client asked for `reasoning.encrypted_content` (and a keyring is configured).
     pub(crate) seal_reasoning: bool,
-    /// Tools of a `namespace`, flattened for the upstream: restored on the way back.
-    pub(crate) namespaced: Vec<NamespacedTool>,
-    /// Names of the client's `custom` tools (free-text input), offered to the upstream as
-    /// functions with one string parameter ([`CUSTOM_TOOL_INPUT`]): their calls go back as
-    /// `custom_tool_call` items.
-    pub(crate) custom_tools: Vec<String>,
+    /// The tools offered upstream whose calls need more than their name to come back
+    /// (in a `namespace`, `custom`, built-in): their calls become the client's own items.
+    pub(crate) tools: Vec<OfferedTool>,
+    /// A `compaction_trigger` request: the output is one sealed `compaction` item.
+    pub(crate) compaction: bool,
     pub(crate) options: Options,
     /// A `/v1/responses/compact` request: what its answer keeps verbatim.
     pub(crate) compact: Option<Box<compact::Kept>>,
-}
-
-/// The one parameter of the Chat function that stands for a `custom` tool: its input text.
-pub(crate) const CUSTOM_TOOL_INPUT: &str = "input";
-
-/// The free-text input of a custom tool call, from the Chat call's arguments
-/// (`{"input": "..."}`). A model that wrote something else gets it verbatim: the tool sees
-/// what the model meant rather than an error.
-pub(crate) fn custom_tool_input(arguments: &str) -> String {
-    #[derive(serde::Deserialize)]
-    struct Args {
-        input: String,
-    }
-    match serde_json::from_str::<Args>(arguments) {
-        Ok(a) => a.input,
-        Err(_) => arguments.to_owned(),
-    }
-}
-
-/// A function of a `namespace` tool, as the upstream knows it (`flat`) and as the client does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct NamespacedTool {
-    pub flat: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-/// The upstream name of function `name` in `namespace`.
-pub(crate) fn flat_name(namespace: &str, name: &str) -> String {
-    format!("{namespace}__{name}")
+    /// The generation parameters the request set.
+    pub(crate) params: Params,
 }
 
 impl Exchange {
@@ -184,10 +170,11 @@ impl Exchange {
             echo: Echo::default(),
             logprobs: false,
             seal_reasoning: false,
-            namespaced: Vec::new(),
-            custom_tools: Vec::new(),
+            tools: Vec::new(),
+            compaction: false,
             options,
             compact: None,
+            params: Params::default(),
         }
     }
 
@@ -209,65 +196,14 @@ impl Exchange {
         self.stream
     }
 
+    /// The generation parameters the request set.
+    pub fn params(&self) -> Params {
+        self.params
+    }
+
     /// The id of the `n`th output item, with the prefix of its type (`msg`, `fc`, `rs`).
     pub(crate) fn item_id(&self, prefix: &str, n: usize) -> String {
         format!("{prefix}_{:032x}{n:04x}", self.id_seed)
-    }
-
-    /// The client's `(namespace, name)` of an upstream function name, if it was flattened.
-    pub(crate) fn restore_name(&self, upstream: &str) -> Option<(&str, &str)> {
-        self.namespaced
-            .iter()
-            .find(|t| t.flat == upstream)
-            .map(|t| (t.namespace.as_str(), t.name.as_str()))
-    }
-
-    /// A function call item for an upstream tool call, with its namespace restored.
-    pub(crate) fn function_call(
-        &self,
-        n: usize,
-        call_id: Option<String>,
-        upstream_name: String,
-        arguments: String,
-        status: ItemStatus,
-    ) -> FunctionCallItem {
-        let (namespace, name) = match self.restore_name(&upstream_name) {
-            Some((ns, name)) => (Some(ns.to_owned()), name.to_owned()),
-            None => (None, upstream_name),
-        };
-        FunctionCallItem {
-            id: self.item_id("fc", n),
-            call_id: call_id
-                .filter(|id| !id.is_empty())
-                .unwrap_or_else(|| self.item_id("call", n)),
-            name,
-            namespace,
-            arguments,
-            status,
-        }
-    }
-
-    /// Whether an upstream function name stands for one of the client's `custom` tools.
-    pub(crate) fn is_custom_tool(&self, upstream: &str) -> bool {
-        self.custom_tools.iter().any(|t| t == upstream)
-    }
-
-    /// A `custom_tool_call` item; `input` is filled in when the call is complete.
-    pub(crate) fn custom_tool_call(
-        &self,
-        n: usize,
-        call_id: Option<String>,
-        name: String,
-        input: String,
-    ) -> CustomToolCallItem {
-        CustomToolCallItem {
-            id: self.item_id("ctc", n),
-            call_id: call_id
-                .filter(|id| !id.is_empty())
-                .unwrap_or_else(|| self.item_id("call", n)),
-            name,
-            input,
-        }
     }
 
     /// Seals reasoning text for `encrypted_content`, when the client asked for it.
@@ -292,20 +228,20 @@ impl Exchange {
         state: &'a Outcome,
         output: &'a [OutputItem],
     ) -> ResponseResource<'a> {
-        ResponseResource {
-            id: &self.id,
-            object: "response",
-            created_at: self.created_at,
-            completed_at: state.completed_at,
-            status: state.status,
-            incomplete_details: state.incomplete.as_ref(),
-            model: &self.model,
-            previous_response_id: self.echo.previous_response_id.as_deref(),
-            output,
-            error: state.error.as_ref(),
-            usage: state.usage.as_ref(),
-            echo: &self.echo,
-        }
+        ResponseResource::new(
+            ResponseState {
+                id: &self.id,
+                created_at: self.created_at,
+                completed_at: state.completed_at,
+                status: state.status,
+                incomplete_details: state.incomplete.as_ref(),
+                model: &self.model,
+                output,
+                error: state.error.as_ref(),
+                usage: state.usage.as_ref(),
+            },
+            &self.echo,
+        )
     }
 }
 

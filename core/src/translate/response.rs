@@ -7,8 +7,8 @@ use serde_json::Value;
 use super::{finish_status, logprobs, usage, Exchange, Outcome};
 use crate::chat;
 use crate::openresponses::{
-    ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, ReasoningItem, ReasoningText,
-    Status, Usage,
+    ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, Phase, ReasoningItem,
+    ReasoningText, Status, Usage,
 };
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
@@ -23,6 +23,8 @@ pub struct Completed {
     pub usage: Option<Usage>,
     /// The model the upstream says answered.
     pub upstream_model: Option<String>,
+    /// The upstream's `finish_reason` (`stop`, `length`, `tool_calls`, ...).
+    pub finish_reason: Option<String>,
 }
 
 /// [`completion`], with the usage and the upstream's model.
@@ -39,6 +41,7 @@ pub fn translate_completion(
         .find(|c| c.index == 0)
         .ok_or_else(not_a_completion)?;
     let (status, incomplete) = finish_status(choice.finish_reason.as_deref());
+    let finish_reason = choice.finish_reason;
     let item_status = if status == Status::Incomplete {
         ItemStatus::Incomplete
     } else {
@@ -47,66 +50,25 @@ pub fn translate_completion(
 
     let mut output = Vec::new();
     let message = choice.message;
-    if let Some(reasoning) = message.reasoning_text() {
-        let n = output.len();
-        output.push(OutputItem::Reasoning(ReasoningItem {
-            id: exchange.item_id("rs", n),
-            summary: Vec::new(),
-            content: vec![ReasoningText {
-                text: reasoning.to_owned(),
-            }],
-            encrypted_content: exchange.seal(n, reasoning),
-        }));
+    if exchange.compaction {
+        // A `compaction_trigger` request: the summary, sealed, is the only output item.
+        let summary = message
+            .content
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(super::compact::no_summary)?;
+        let item = super::compact::sealed(exchange, 0, &summary).ok_or_else(|| {
+            ApiError::server(500, "internal_error", "no keys to seal the compaction")
+        })?;
+        output.push(OutputItem::Compaction(item));
+    } else {
+        answer_items(
+            exchange,
+            message,
+            choice.logprobs.as_ref(),
+            item_status,
+            &mut output,
+        );
     }
-    let mut content = Vec::new();
-    let text = message.content.filter(|t| !t.is_empty());
-    let refusal = message.refusal.filter(|r| !r.is_empty());
-    // An answer with nothing else still gets its (empty) text, so `output` is never empty.
-    if text.is_some() || (refusal.is_none() && message.tool_calls.is_empty()) {
-        let logprobs = if exchange.logprobs {
-            logprobs(choice.logprobs.as_ref())
-        } else {
-            Vec::new()
-        };
-        content.push(OutputContent::OutputText {
-            text: text.unwrap_or_default(),
-            annotations: Vec::new(),
-            logprobs,
-        });
-    }
-    if let Some(refusal) = refusal {
-        content.push(OutputContent::Refusal { refusal });
-    }
-    if !content.is_empty() {
-        output.push(OutputItem::Message(MessageItem {
-            id: exchange.item_id("msg", output.len()),
-            status: item_status,
-            role: "assistant".into(),
-            content,
-        }));
-    }
-    for (calls, call) in message.tool_calls.into_iter().enumerate() {
-        // `max_tool_calls`: calls beyond the limit are dropped (a Chat upstream cannot be told).
-        if exchange.over_tool_call_limit(calls) {
-            break;
-        }
-        let n = output.len();
-        let name = call.function.name.unwrap_or_default();
-        let arguments = call.function.arguments.unwrap_or_default();
-        output.push(if exchange.is_custom_tool(&name) {
-            let input = super::custom_tool_input(&arguments);
-            OutputItem::CustomToolCall(exchange.custom_tool_call(n, call.id, name, input))
-        } else {
-            OutputItem::FunctionCall(exchange.function_call(
-                n,
-                call.id,
-                name,
-                arguments,
-                item_status,
-            ))
-        });
-    }
-
     let outcome = Outcome {
         status,
         completed_at: Some(now),
@@ -128,7 +90,73 @@ pub fn translate_completion(
         body,
         usage: outcome.usage,
         upstream_model: completion.model,
+        finish_reason,
     })
+}
+
+/// The output items of one Chat answer: its reasoning, its message (text and refusal), its
+/// tool calls (up to `max_tool_calls`), as the client declared the tools.
+fn answer_items(
+    exchange: &Exchange,
+    message: chat::Message,
+    lp: Option<&chat::Logprobs>,
+    item_status: ItemStatus,
+    output: &mut Vec<OutputItem>,
+) {
+    if let Some(reasoning) = message.reasoning_text() {
+        let n = output.len();
+        output.push(OutputItem::Reasoning(ReasoningItem {
+            id: exchange.item_id("rs", n),
+            summary: Vec::new(),
+            content: vec![ReasoningText {
+                text: reasoning.to_owned(),
+            }],
+            encrypted_content: exchange.seal(n, reasoning),
+        }));
+    }
+    let mut content = Vec::new();
+    let text = message.content.filter(|t| !t.is_empty());
+    let refusal = message.refusal.filter(|r| !r.is_empty());
+    // An answer with nothing else still gets its (empty) text, so `output` is never empty.
+    if text.is_some() || (refusal.is_none() && message.tool_calls.is_empty()) {
+        let logprobs = if exchange.logprobs {
+            logprobs(lp)
+        } else {
+            Vec::new()
+        };
+        content.push(OutputContent::OutputText {
+            text: text.unwrap_or_default(),
+            annotations: Vec::new(),
+            logprobs,
+        });
+    }
+    if let Some(refusal) = refusal {
+        content.push(OutputContent::Refusal { refusal });
+    }
+    if !content.is_empty() {
+        output.push(OutputItem::Message(MessageItem {
+            id: exchange.item_id("msg", output.len()),
+            status: item_status,
+            role: "assistant".into(),
+            content,
+            // Talk on the way to tool calls, or the answer.
+            phase: Some(if message.tool_calls.is_empty() {
+                Phase::FinalAnswer
+            } else {
+                Phase::Commentary
+            }),
+        }));
+    }
+    for (calls, call) in message.tool_calls.into_iter().enumerate() {
+        // `max_tool_calls`: calls beyond the limit are dropped (a Chat upstream cannot be told).
+        if exchange.over_tool_call_limit(calls) {
+            break;
+        }
+        let n = output.len();
+        let name = call.function.name.unwrap_or_default();
+        let arguments = call.function.arguments.unwrap_or_default();
+        output.push(exchange.call_item(n, call.id, name, arguments, item_status));
+    }
 }
 
 fn not_a_completion() -> ApiError {

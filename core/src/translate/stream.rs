@@ -33,13 +33,15 @@ use bytes::{Bytes, BytesMut};
 /// opening and closing events).
 const OUTPUT_PER_INPUT_BYTE: usize = 2;
 
+use super::calls::custom_tool_input;
 use super::response::error_fields;
-use super::{finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
+use super::{compact, finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    Event, EventWriter, ItemStatus, LogProb, MessageItem, OutputContent, OutputItem, Part,
-    ReasoningItem, ReasoningText, ResponseError, Status, Usage,
+    ApplyPatchStatus, Event, EventWriter, ItemStatus, LogProb, MessageItem, OutputContent,
+    OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText, ResponseError, Status,
+    Usage,
 };
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -74,7 +76,8 @@ struct Call {
     item: Option<usize>,
     id: Option<String>,
     name: String,
-    /// Arguments received before the call could be announced.
+    /// Arguments received before the call could be announced; a built-in's whole arguments
+    /// (its call is announced complete, see `calls::ToolKind::is_builtin`).
     pending: String,
     closed: bool,
     /// Over `max_tool_calls`: never announced.
@@ -90,6 +93,8 @@ pub struct StreamReport {
     pub usage: Option<Usage>,
     /// The model the upstream says answered.
     pub upstream_model: Option<String>,
+    /// The upstream's `finish_reason`, once it came.
+    pub finish_reason: Option<String>,
 }
 
 /// A stream's final response folded into one object ([`StreamTranslator::final_response`]).
@@ -119,6 +124,8 @@ pub struct StreamTranslator {
     output_bytes: usize,
     /// The `model` of the upstream's chunks.
     upstream_model: Option<String>,
+    /// A `compaction_trigger` request: the summary so far, sealed and sent at the end.
+    summary: String,
 }
 
 impl StreamTranslator {
@@ -138,6 +145,7 @@ impl StreamTranslator {
             finish_reason: None,
             output_bytes: 0,
             upstream_model: None,
+            summary: String::new(),
         }
     }
 
@@ -224,6 +232,7 @@ impl StreamTranslator {
             error: self.outcome.error.clone(),
             usage: self.outcome.usage,
             upstream_model: self.upstream_model.clone(),
+            finish_reason: self.finish_reason.clone(),
         }
     }
 
@@ -332,6 +341,16 @@ impl StreamTranslator {
                     now,
                 );
                 return;
+            }
+            if self.exchange.compaction {
+                // The summary is sealed whole: nothing of it streams, nothing else is output.
+                if let Some(text) = delta.content.as_deref() {
+                    self.summary.push_str(text);
+                }
+                if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                    self.finish_reason = Some(reason);
+                }
+                continue;
             }
             if let Some(r) = delta.reasoning_text() {
                 self.reasoning_delta(r);
@@ -444,6 +463,8 @@ impl StreamTranslator {
                     status: ItemStatus::InProgress,
                     role: "assistant".into(),
                     content: Vec::new(),
+                    // Not known yet: whether tool calls follow (see `close_current`).
+                    phase: None,
                 }));
                 self.events.write(
                     &mut self.out,
@@ -619,6 +640,8 @@ impl StreamTranslator {
                 self.current = Current::None;
                 if let OutputItem::Message(m) = &mut self.output[item] {
                     m.status = status;
+                    // A message closed by a tool call is `commentary` (see `tool_call_delta`).
+                    m.phase.get_or_insert(MessagePhase::FinalAnswer);
                 }
                 self.item_done(item);
             }
@@ -636,25 +659,19 @@ impl StreamTranslator {
     }
 
     fn tool_call_delta(&mut self, tc: chat::ToolCall) {
-        // Text before a tool call is a finished thought: close it first.
-        self.close_current(ItemStatus::Completed);
-        let slot = match self.calls.iter().position(|c| c.upstream_index == tc.index) {
-            Some(s) => s,
-            None => {
-                // `max_tool_calls`: calls beyond the limit are dropped, deltas and all.
-                let kept = self.calls.iter().filter(|c| !c.dropped).count();
-                self.calls.push(Call {
-                    upstream_index: tc.index,
-                    item: None,
-                    id: None,
-                    name: String::new(),
-                    pending: String::new(),
-                    closed: false,
-                    dropped: self.exchange.over_tool_call_limit(kept),
-                });
-                self.calls.len() - 1
+        let slot = self.call_slot(tc.index);
+        // Text before a tool call is a finished thought: close it first. When this starts a
+        // call that will be an item after it, the text was on the way to the call:
+        // `commentary`.
+        let call = &self.calls[slot];
+        if call.item.is_none() && !call.closed && !call.dropped {
+            if let Current::Message { item, .. } = self.current {
+                if let OutputItem::Message(m) = &mut self.output[item] {
+                    m.phase = Some(MessagePhase::Commentary);
+                }
             }
-        };
+        }
+        self.close_current(ItemStatus::Completed);
         let call = &mut self.calls[slot];
         if call.closed || call.dropped {
             return;
@@ -672,11 +689,31 @@ impl StreamTranslator {
             Some(item) => self.arguments_delta(item, &args),
             None => {
                 call.pending.push_str(&args);
-                if !call.name.is_empty() {
+                // A built-in's call is announced whole, when it closes.
+                if !call.name.is_empty() && !self.exchange.tool_kind(&call.name).is_builtin() {
                     self.announce_call(slot);
                 }
             }
         }
+    }
+
+    /// The slot of the upstream's call `index`, made on its first delta.
+    fn call_slot(&mut self, index: u32) -> usize {
+        if let Some(slot) = self.calls.iter().position(|c| c.upstream_index == index) {
+            return slot;
+        }
+        // `max_tool_calls`: calls beyond the limit are dropped, deltas and all.
+        let kept = self.calls.iter().filter(|c| !c.dropped).count();
+        self.calls.push(Call {
+            upstream_index: index,
+            item: None,
+            id: None,
+            name: String::new(),
+            pending: String::new(),
+            closed: false,
+            dropped: self.exchange.over_tool_call_limit(kept),
+        });
+        self.calls.len() - 1
     }
 
     /// Emits `output_item.added` for a call whose name is known, then its pending arguments.
@@ -692,22 +729,13 @@ impl StreamTranslator {
         let name = std::mem::take(&mut call.name);
         // A custom tool's item holds the raw Chat arguments until the call is complete, then
         // its decoded input (see `close_calls`).
-        let added = if self.exchange.is_custom_tool(&name) {
-            OutputItem::CustomToolCall(self.exchange.custom_tool_call(
-                item,
-                Some(call_id),
-                name,
-                String::new(),
-            ))
-        } else {
-            OutputItem::FunctionCall(self.exchange.function_call(
-                item,
-                Some(call_id),
-                name,
-                String::new(),
-                ItemStatus::InProgress,
-            ))
-        };
+        let added = self.exchange.call_item(
+            item,
+            Some(call_id),
+            name,
+            String::new(),
+            ItemStatus::InProgress,
+        );
         self.output.push(added);
         self.events.write(
             &mut self.out,
@@ -749,6 +777,13 @@ impl StreamTranslator {
             if self.calls[slot].closed || self.calls[slot].dropped {
                 continue;
             }
+            if self.calls[slot].item.is_none()
+                && self.exchange.tool_kind(&self.calls[slot].name).is_builtin()
+            {
+                self.calls[slot].closed = true;
+                self.builtin_call(slot, status);
+                continue;
+            }
             if self.calls[slot].item.is_none() {
                 self.announce_call(slot);
             }
@@ -769,7 +804,7 @@ impl StreamTranslator {
                     );
                 }
                 OutputItem::CustomToolCall(c) => {
-                    c.input = super::custom_tool_input(&c.input);
+                    c.input = custom_tool_input(&c.input);
                     if !c.input.is_empty() {
                         self.events.write(
                             &mut self.out,
@@ -795,8 +830,121 @@ impl StreamTranslator {
         }
     }
 
+    /// A built-in tool's call, complete: its item (or a function call, when the arguments
+    /// do not fit the built-in's action), announced and closed with its events at once.
+    fn builtin_call(&mut self, slot: usize, status: ItemStatus) {
+        let item = self.output.len();
+        let call = &mut self.calls[slot];
+        call.item = Some(item);
+        let arguments = std::mem::take(&mut call.pending);
+        let name = std::mem::take(&mut call.name);
+        let call_id = call.id.clone();
+        let done = self
+            .exchange
+            .call_item(item, call_id, name, arguments, status);
+        // `output_item.added` shows it in progress, as every item starts.
+        let mut added = done.clone();
+        match &mut added {
+            OutputItem::ShellCall(c) => c.status = ItemStatus::InProgress,
+            OutputItem::LocalShellCall(c) => c.status = ItemStatus::InProgress,
+            OutputItem::ApplyPatchCall(c) => c.status = ApplyPatchStatus::InProgress,
+            OutputItem::FunctionCall(f) => {
+                f.status = ItemStatus::InProgress;
+                f.arguments.clear();
+            }
+            _ => {}
+        }
+        self.output.push(added);
+        self.events.write(
+            &mut self.out,
+            &Event::OutputItemAdded {
+                output_index: item,
+                item: &self.output[item],
+            },
+        );
+        self.output[item] = done;
+        match &self.output[item] {
+            OutputItem::ShellCall(c) => {
+                for (command_index, command) in c.action.commands.iter().enumerate() {
+                    let events = [
+                        Event::ShellCallCommandAdded {
+                            output_index: item,
+                            command_index,
+                            command: "",
+                        },
+                        Event::ShellCallCommandDelta {
+                            output_index: item,
+                            command_index,
+                            delta: command,
+                        },
+                        Event::ShellCallCommandDone {
+                            output_index: item,
+                            command_index,
+                            command,
+                        },
+                    ];
+                    for ev in &events {
+                        self.events.write(&mut self.out, ev);
+                    }
+                }
+            }
+            OutputItem::FunctionCall(f) => {
+                if !f.arguments.is_empty() {
+                    self.events.write(
+                        &mut self.out,
+                        &Event::FunctionCallArgumentsDelta {
+                            item_id: &f.id,
+                            output_index: item,
+                            delta: &f.arguments,
+                        },
+                    );
+                }
+                self.events.write(
+                    &mut self.out,
+                    &Event::FunctionCallArgumentsDone {
+                        item_id: &f.id,
+                        output_index: item,
+                        arguments: &f.arguments,
+                    },
+                );
+            }
+            _ => {}
+        }
+        self.item_done(item);
+    }
+
+    /// A `compaction_trigger` request's one output item: the summary, sealed. False (and the
+    /// stream failed) when there is no summary to seal.
+    fn seal_summary(&mut self, now: u64) -> bool {
+        let summary = std::mem::take(&mut self.summary);
+        let item = (!summary.trim().is_empty())
+            .then(|| compact::sealed(&self.exchange, 0, &summary))
+            .flatten();
+        let Some(item) = item else {
+            self.fail(
+                "upstream_invalid_response",
+                "The upstream's answer to the summarising request has no text.",
+                now,
+            );
+            return false;
+        };
+        self.output.push(OutputItem::Compaction(item));
+        self.events.write(
+            &mut self.out,
+            &Event::OutputItemAdded {
+                output_index: 0,
+                item: &self.output[0],
+            },
+        );
+        self.item_done(0);
+        true
+    }
+
     /// The answer is complete: close what is open and send the terminal event.
     fn complete(&mut self, now: u64) {
+        if self.exchange.compaction && !self.seal_summary(now) {
+            return;
+        }
         let (status, incomplete) = finish_status(self.finish_reason.as_deref());
         let item_status = self.item_status();
         self.close_current(item_status);

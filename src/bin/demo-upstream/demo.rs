@@ -7,7 +7,9 @@
 //! * the request has `tools` and the last message is a `user` message → one call to the first
 //!   tool (or the one named by `tool_choice`), id [`TOOL_CALL_ID`], arguments filling every
 //!   `required` property of the tool's parameter schema with a fixed value
-//!   ([`FIXED_STRING_ARG`] for strings), `finish_reason: "tool_calls"`;
+//!   ([`FIXED_STRING_ARG`] for strings), `finish_reason: "tool_calls"`; the functions that
+//!   stand for the client-executed built-ins get fixed, meaningful arguments instead
+//!   ([`builtin_arguments`]: `shell` runs `echo hello`, `apply_patch` creates `hello.txt`);
 //! * the last message is a `tool` message → `The tool returned: <content>`;
 //! * the first message is the processor's summarising instruction (a
 //!   `/v1/responses/compact` request) → `Summary of the conversation: the user said: <each
@@ -120,7 +122,9 @@ pub fn plan(body: &[u8]) -> Result<Completion, String> {
     };
     if let Some(tool) = tool {
         let name = tool_name(tool).unwrap_or("tool").to_string();
-        let arguments = fill_required_arguments(tool_parameters(tool)).to_string();
+        let arguments = builtin_arguments(&name)
+            .unwrap_or_else(|| fill_required_arguments(tool_parameters(tool)))
+            .to_string();
         let completion_tokens = word_count(&arguments).max(1);
         return Ok(Completion {
             model,
@@ -280,6 +284,17 @@ fn tool_name(tool: &Value) -> Option<&str> {
 fn tool_parameters(tool: &Value) -> Option<&Value> {
     tool.pointer("/function/parameters")
         .or_else(|| tool.get("parameters"))
+}
+
+/// The arguments of a call of the function that stands for a client-executed built-in tool
+/// (the processor names it after the tool's type): a command or a patch a client can run.
+pub fn builtin_arguments(name: &str) -> Option<Value> {
+    Some(match name {
+        "shell" => json!({"commands": ["echo hello"]}),
+        "local_shell" => json!({"command": ["echo", "hello"]}),
+        "apply_patch" => json!({"type": "create_file", "path": "hello.txt", "diff": "+hello\n"}),
+        _ => return None,
+    })
 }
 
 /// A JSON object with a fixed value for every `required` property of a parameter schema.

@@ -362,3 +362,29 @@ fn summarises_a_compact_request() {
     );
     assert!(text(&c).starts_with("Hello!"));
 }
+
+/// The functions the processor offers for the client-executed built-ins get arguments a
+/// client can run (and the processor turns into `shell_call`, `apply_patch_call`, ...).
+#[test]
+fn builtin_functions_get_runnable_arguments() {
+    for (name, arguments) in [
+        ("shell", json!({"commands": ["echo hello"]})),
+        ("local_shell", json!({"command": ["echo", "hello"]})),
+        (
+            "apply_patch",
+            json!({"type": "create_file", "path": "hello.txt", "diff": "+hello\n"}),
+        ),
+    ] {
+        let c = plan_json(json!({"messages": [{"role": "user", "content": "go"}],
+            "tools": [weather_tool(), {"type": "function", "function": {"name": name,
+                "parameters": {"type": "object", "properties": {}, "required": []}}}],
+            "tool_choice": {"type": "function", "function": {"name": name}}}));
+        assert_eq!(
+            c.answer,
+            Answer::ToolCall {
+                name: name.to_owned(),
+                arguments: arguments.to_string()
+            }
+        );
+    }
+}

@@ -6,6 +6,108 @@
 // last, one call "call_demo_1" of the first tool with every required string argument set to
 // "San Francisco, CA"; after a tool result R, "The tool returned: R". Tokens are words.
 import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+
+// ---- every body and event is read for duplicate keys ----
+//
+// A JSON object with a key twice is valid to JSON.parse (the last one wins) but fails strict
+// readers. Every response body (JSON), SSE event and WebSocket message a script receives is
+// also read by `checkNoDuplicateKeys`: `fetch` (which the SDK uses) is wrapped to read a copy
+// of each body as it arrives, and so is every `ws` socket's message event. Problems are kept in
+// DUPLICATE_KEYS and fail the script in `main`.
+export const DUPLICATE_KEYS = [];
+
+// Throws on a key given twice in one object of `text` (a JSON text); returns nothing.
+export function checkNoDuplicateKeys(text) {
+  let i = 0;
+  const ws = () => {
+    while (i < text.length && ' \t\n\r'.includes(text[i])) i++;
+  };
+  const string = () => {
+    const start = i++;
+    while (text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
+    i++;
+    return JSON.parse(text.slice(start, i));
+  };
+  const value = () => {
+    ws();
+    const c = text[i];
+    if (c === '{') {
+      i++;
+      const keys = new Set();
+      ws();
+      if (text[i] === '}') return void i++;
+      for (;;) {
+        ws();
+        const key = string();
+        if (keys.has(key)) throw new Error(`duplicate key ${JSON.stringify(key)}`);
+        keys.add(key);
+        ws();
+        i++; // ':'
+        value();
+        ws();
+        if (text[i++] === '}') return;
+      }
+    }
+    if (c === '[') {
+      i++;
+      ws();
+      if (text[i] === ']') return void i++;
+      for (;;) {
+        value();
+        ws();
+        if (text[i++] === ']') return;
+      }
+    }
+    if (c === '"') return void string();
+    while (i < text.length && !',]} \t\n\r'.includes(text[i])) i++;
+  };
+  JSON.parse(text); // well-formed first
+  value();
+}
+
+function note(what, text) {
+  try {
+    checkNoDuplicateKeys(text);
+  } catch (e) {
+    DUPLICATE_KEYS.push(`${what}: ${e.message}: ${text.slice(0, 300)}`);
+  }
+}
+
+async function readCopy(body, url, sse) {
+  const decoder = new TextDecoder();
+  let buf = '';
+  for await (const chunk of body) {
+    buf += decoder.decode(chunk, { stream: true });
+    if (sse) {
+      const lines = buf.split('\n');
+      buf = lines.pop();
+      for (const line of lines) {
+        const data = line.startsWith('data:') ? line.slice(5).trim() : '';
+        if (data && data !== '[DONE]') note(`SSE event of ${url}`, data);
+      }
+    }
+  }
+  if (!sse && buf.trim()) note(`body of ${url}`, buf);
+}
+
+const originalFetch = globalThis.fetch;
+globalThis.fetch = async (input, init) => {
+  const response = await originalFetch(input, init);
+  const type = response.headers.get('content-type') ?? '';
+  const sse = type.includes('event-stream');
+  if (!response.body || !(sse || type.includes('json'))) return response;
+  const [mine, theirs] = response.body.tee();
+  const url = typeof input === 'string' ? input : input.url ?? String(input);
+  readCopy(mine, url, sse).catch((e) => DUPLICATE_KEYS.push(`reading ${url}: ${e}`));
+  return new Response(theirs, { status: response.status, statusText: response.statusText, headers: response.headers });
+};
+
+const originalEmit = WebSocket.prototype.emit;
+WebSocket.prototype.emit = function emit(event, ...args) {
+  if (event === 'message') note('WebSocket message', args[0].toString());
+  return originalEmit.call(this, event, ...args);
+};
 
 export const BASE_URL = process.env.OPENAI_BASE_URL ?? '';
 export const MODEL = 'demo-model';
@@ -110,7 +212,12 @@ export async function main(run) {
     await run();
   } catch (e) {
     console.log(`FAIL: ${e?.stack ?? e}`);
-    process.exit(1);
+    process.exitCode = 1;
   }
+  if (DUPLICATE_KEYS.length) {
+    console.log(`FAIL: ${DUPLICATE_KEYS.length} bodies or events with a duplicate key, e.g. ${DUPLICATE_KEYS[0]}`);
+    process.exitCode = 1;
+  }
+  if (process.exitCode) process.exit(1);
   console.log('ok');
 }

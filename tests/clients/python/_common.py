@@ -14,11 +14,14 @@ The demo is deterministic:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import typing
 
+import httpx2 as httpx
 import pydantic
+from openai.resources.responses.responses import ResponsesConnection
 from openai.types.responses import Response, ResponseStreamEvent
 
 BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
@@ -44,6 +47,129 @@ WEATHER_TOOL = {
 
 class Mismatch(AssertionError):
     pass
+
+
+# ---- every body and event is read for duplicate keys ----
+#
+# A JSON object with a key twice is valid to `json.loads` (the last one wins) but fails strict
+# readers. Every response body (JSON), SSE event and WebSocket message any script receives
+# goes through `strict_loads` here, on top of the SDK's own parsing: the httpx transports
+# (sync and async, so openai-agents too) and the SDK's WebSocket connection are wrapped.
+DUPLICATE_KEYS: list[str] = []
+
+
+def _no_duplicates(pairs: list) -> dict:
+    seen: dict = {}
+    for k, v in pairs:
+        if k in seen:
+            raise ValueError(f"duplicate key {k!r}")
+        seen[k] = v
+    return seen
+
+
+def strict_loads(text: str | bytes, what: str) -> object:
+    """`json.loads` that records (in DUPLICATE_KEYS) and raises on a key given twice."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except ValueError as e:
+        if "duplicate key" in str(e):
+            DUPLICATE_KEYS.append(f"{what}: {e}: {text[:300]!r}")
+            # DUPLICATE_KEYS=record: noted (and failing the script at the end) without failing
+            # the request, to see what else fails.
+            if os.environ.get("DUPLICATE_KEYS") != "record":
+                raise Mismatch(f"{what}: {e}") from None
+            return json.loads(text)
+        raise
+
+
+class _Checker:
+    """Reads a body as it streams by: each SSE `data:` line, or the whole JSON body."""
+
+    def __init__(self, url: str, sse: bool) -> None:
+        self.url, self.sse, self.buf = url, sse, b""
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if self.sse:
+            *lines, self.buf = self.buf.split(b"\n")
+            for line in lines:
+                if line.startswith(b"data:") and line[5:].strip() not in (b"[DONE]", b""):
+                    strict_loads(line[5:].strip(), f"SSE event of {self.url}")
+
+    def end(self) -> None:
+        if not self.sse and self.buf.strip():
+            strict_loads(self.buf, f"body of {self.url}")
+
+
+def _wants_check(response: httpx.Response) -> bool | None:
+    ctype = response.headers.get("content-type", "")
+    if "event-stream" in ctype:
+        return True
+    if "json" in ctype:
+        return False
+    return None
+
+
+class _SyncStrict(httpx.SyncByteStream):
+    def __init__(self, inner, checker: _Checker) -> None:
+        self.inner, self.checker = inner, checker
+
+    def __iter__(self):
+        for chunk in self.inner:
+            self.checker.feed(chunk)
+            yield chunk
+        self.checker.end()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _AsyncStrict(httpx.AsyncByteStream):
+    def __init__(self, inner, checker: _Checker) -> None:
+        self.inner, self.checker = inner, checker
+
+    async def __aiter__(self):
+        async for chunk in self.inner:
+            self.checker.feed(chunk)
+            yield chunk
+        self.checker.end()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+_sync_handle = httpx.HTTPTransport.handle_request
+_async_handle = httpx.AsyncHTTPTransport.handle_async_request
+
+
+def _strict_sync(self, request):
+    response = _sync_handle(self, request)
+    sse = _wants_check(response)
+    if sse is not None:
+        response.stream = _SyncStrict(response.stream, _Checker(str(request.url), sse))
+    return response
+
+
+async def _strict_async(self, request):
+    response = await _async_handle(self, request)
+    sse = _wants_check(response)
+    if sse is not None:
+        response.stream = _AsyncStrict(response.stream, _Checker(str(request.url), sse))
+    return response
+
+
+httpx.HTTPTransport.handle_request = _strict_sync  # type: ignore[method-assign]
+httpx.AsyncHTTPTransport.handle_async_request = _strict_async  # type: ignore[method-assign]
+
+_parse_ws_event = ResponsesConnection.parse_event
+
+
+def _strict_ws_event(self, data):
+    strict_loads(data, "WebSocket message")
+    return _parse_ws_event(self, data)
+
+
+ResponsesConnection.parse_event = _strict_ws_event  # type: ignore[method-assign]
 
 
 def check(cond: bool, what: str, seen: object = None) -> None:
@@ -183,5 +309,10 @@ def main(run: typing.Callable[[], None]) -> None:
         run()
     except Mismatch as e:
         print(f"FAIL: {e}", flush=True)
+        sys.exit(1)
+    finally:
+        if DUPLICATE_KEYS:
+            print(f"FAIL: {len(DUPLICATE_KEYS)} bodies or events with a duplicate key, e.g. {DUPLICATE_KEYS[0]}", flush=True)
+    if DUPLICATE_KEYS:
         sys.exit(1)
     print("ok", flush=True)

@@ -1,34 +1,82 @@
 //! `input` items → Chat messages (messages and their content parts, tool calls and their
-//! outputs, reasoning, compaction summaries), with the size caps on each part.
+//! outputs, reasoning, compaction summaries), with the size caps on each part; and what the
+//! items declare besides messages (`additional_tools`, a `compaction_trigger`).
 
-use serde_json::{json, Value};
+use std::collections::HashMap;
 
+use serde_json::{json, Map, Value};
+
+use super::tools::Declared;
 use crate::chat::request::{
     Assistant, Content, File, Function, FunctionKind, ImageUrl, Message, Part, ToolCall, VideoUrl,
 };
 use crate::openresponses::ApiError;
+use crate::translate::calls::{builtin_arguments, CUSTOM_TOOL_INPUT};
 use crate::translate::fields::{bad_value, index, missing, wrong_type, Obj};
 use crate::translate::{flat_name, DeveloperRole, Options};
 
-/// The input items as Chat messages, in order. Summaries opened from `compaction` items go to
-/// `context` instead: the caller puts them at the head, next to the instructions, because
-/// most chat templates accept system messages only there.
-pub(crate) fn input_messages(
-    input: Value,
-    messages: &mut Vec<Message>,
-    context: &mut Vec<Message>,
-    options: &Options,
-) -> Result<(), ApiError> {
+/// The input items, translated.
+#[derive(Default)]
+pub(crate) struct Input {
+    /// The conversation as Chat messages, in order.
+    pub messages: Vec<Message>,
+    /// Summaries opened from `compaction` items: the caller puts them at the head, next to
+    /// the instructions, because most chat templates accept system messages only there.
+    pub context: Vec<Message>,
+    /// Tools declared by `additional_tools` items, merged into the request's `tools`.
+    pub tools: Vec<Declared>,
+    /// The input ends with a `compaction_trigger`: the answer is a sealed summary.
+    pub compaction_trigger: bool,
+}
+
+/// The `message` phases clients send back (`phase` is OpenAI's label of assistant messages).
+const PHASES: &[&str] = &["commentary", "final_answer"];
+
+/// The calls seen so far, so that each output answers one (by `call_id`; a `local_shell_call`
+/// also by its item `id`, which is what a `local_shell_call_output` names).
+#[derive(Default)]
+struct Calls {
+    /// Any id an output may name → the call's `call_id`.
+    ids: HashMap<String, String>,
+}
+
+impl Calls {
+    fn add(&mut self, call_id: &str, item_id: Option<&str>) {
+        self.ids.insert(call_id.to_owned(), call_id.to_owned());
+        if let Some(id) = item_id {
+            self.ids
+                .entry(id.to_owned())
+                .or_insert_with(|| call_id.to_owned());
+        }
+    }
+
+    /// The `call_id` of the call an output at `path` names; a 400 naming the item when no
+    /// earlier item is that call (OpenAI's answer, in OpenAI's words).
+    fn answered(&self, id: &str, what: &str, path: &str, field: &str) -> Result<String, ApiError> {
+        self.ids.get(id).cloned().ok_or_else(|| {
+            bad_value(
+                &format!("{path}.{field}"),
+                format!(
+                    "No tool call found for {what} with call_id {id}. '{path}' answers a call that no earlier item of 'input' makes: send the call item before its output."
+                ),
+            )
+        })
+    }
+}
+
+/// The input items as Chat messages, in order.
+pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, ApiError> {
+    let mut out = Input::default();
     let items = match input {
         Value::String(s) if s.is_empty() => {
             return Err(bad_value("input", "Invalid 'input': must not be empty."))
         }
         Value::String(s) => {
             check_part_size("input", s.len(), options)?;
-            messages.push(Message::User {
+            out.messages.push(Message::User {
                 content: Content::Text(s),
             });
-            return Ok(());
+            return Ok(out);
         }
         Value::Array(a) if a.is_empty() => {
             return Err(bad_value(
@@ -50,6 +98,9 @@ pub(crate) fn input_messages(
         Value::Array(a) => a,
         other => return Err(wrong_type("input", "a string or an array of items", &other)),
     };
+    let last = items.len() - 1;
+    let messages = &mut out.messages;
+    let mut calls = Calls::default();
     // Reasoning text waiting for the assistant message that follows it.
     let mut pending_reasoning: Option<String> = None;
     for (i, item) in items.into_iter().enumerate() {
@@ -62,7 +113,8 @@ pub(crate) fn input_messages(
             Some(Value::String(s)) => s,
             Some(other) => return Err(wrong_type(&item.field_path("type"), "a string", &other)),
         };
-        item.string("id")?;
+        // Every item may carry the id the API gave it, and the status it had.
+        let item_id = item.string("id")?;
         match kind.as_str() {
             // Provider extensions (`slug:type`) mean nothing to a Chat upstream: dropped.
             kind if is_extension(kind) => {}
@@ -84,7 +136,11 @@ pub(crate) fn input_messages(
                     None => name,
                 };
                 item.string("status")?;
+                call_hints(&mut item)?;
+                // Added by the SDKs' `parse()` and stream helpers: the arguments, parsed.
+                item.take("parsed_arguments");
                 item.deny_unknown()?;
+                calls.add(&call_id, None);
                 push_tool_call(messages, &mut pending_reasoning, call_id, name, arguments);
             }
             // A call of a `custom` tool: the upstream made it as a function whose one
@@ -94,13 +150,37 @@ pub(crate) fn input_messages(
                 let name = item.required_string("name")?;
                 let input = item.required_string("input")?;
                 check_part_size(&item.field_path("input"), input.len(), options)?;
+                let name = match item.string("namespace")? {
+                    Some(ns) => flat_name(&ns, &name),
+                    None => name,
+                };
                 item.string("status")?;
+                call_hints(&mut item)?;
                 item.deny_unknown()?;
-                let arguments = json!({ crate::translate::CUSTOM_TOOL_INPUT: input }).to_string();
+                calls.add(&call_id, None);
+                let arguments = json!({ CUSTOM_TOOL_INPUT: input }).to_string();
                 push_tool_call(messages, &mut pending_reasoning, call_id, name, arguments);
+            }
+            // Calls of the client-executed built-ins: the function the upstream called, with
+            // the action as its arguments (see `calls::builtin_function`).
+            "shell_call" | "local_shell_call" | "apply_patch_call" => {
+                let call_id = item.required_string("call_id")?;
+                let (name, action) = builtin_call(&mut item, &kind)?;
+                let action_path = item.field_path(action);
+                let fields = item
+                    .object(action)?
+                    .ok_or_else(|| missing(&action_path))?;
+                let fields = builtin_action(fields, &kind, &action_path)?;
+                let arguments = builtin_arguments(fields);
+                check_part_size(&action_path, arguments.len(), options)?;
+                item.deny_unknown()?;
+                calls.add(&call_id, item_id.as_deref());
+                push_tool_call(messages, &mut pending_reasoning, call_id, name.to_owned(), arguments);
             }
             "function_call_output" | "custom_tool_call_output" => {
                 let call_id = item.required_string("call_id")?;
+                let what = kind.replace('_', " ");
+                let call_id = calls.answered(&call_id, &what, &path, "call_id")?;
                 let output_path = item.field_path("output");
                 let output = match item.take("output") {
                     Some(Value::String(s)) => s,
@@ -110,10 +190,23 @@ pub(crate) fn input_messages(
                 };
                 check_part_size(&output_path, output.len(), options)?;
                 item.string("status")?;
+                // The tool's name and namespace: the call already says them.
+                item.string("name")?;
+                item.string("namespace")?;
+                caller(&mut item)?;
                 item.deny_unknown()?;
                 messages.push(Message::Tool {
                     tool_call_id: call_id,
                     content: output,
+                });
+            }
+            "shell_call_output" | "local_shell_call_output" | "apply_patch_call_output" => {
+                let (call_id, content) = builtin_output(&mut item, &kind, item_id, &calls, &path)?;
+                check_part_size(&item.field_path("output"), content.len(), options)?;
+                item.deny_unknown()?;
+                messages.push(Message::Tool {
+                    tool_call_id: call_id,
+                    content,
                 });
             }
             "reasoning" => {
@@ -135,10 +228,37 @@ pub(crate) fn input_messages(
                 item.string("created_by")?;
                 item.deny_unknown()?;
                 let summary = crate::translate::compact::open(&blob, &blob_path, options)?;
-                context.push(system_message(
+                out.context.push(system_message(
                     crate::translate::compact::context_text(&summary),
                     options,
                 ));
+            }
+            // Tools declared mid-conversation (Codex): Chat has one list of tools per
+            // request, so they join the request's `tools`.
+            "additional_tools" => {
+                let role_path = item.field_path("role");
+                item.enumeration("role", &["developer"])?
+                    .ok_or_else(|| missing(&role_path))?;
+                let tools_path = item.field_path("tools");
+                let tools = item.array("tools")?.ok_or_else(|| missing(&tools_path))?;
+                item.deny_unknown()?;
+                out.tools.extend(tools.into_iter().enumerate().map(|(j, tool)| Declared {
+                    path: index(&tools_path, j),
+                    tool,
+                }));
+            }
+            // Codex's remote compaction (v2): summarise everything before it.
+            "compaction_trigger" => {
+                if i != last {
+                    return Err(bad_value(
+                        &path,
+                        format!("Invalid '{path}': a 'compaction_trigger' must be the last item of 'input'."),
+                    ));
+                }
+                // Codex's bookkeeping about the compaction; nothing for the model.
+                item.take("metadata");
+                item.deny_unknown()?;
+                out.compaction_trigger = true;
             }
             "item_reference" => {
                 return Err(bad_value(
@@ -149,17 +269,222 @@ pub(crate) fn input_messages(
                 )
                 .with_code("unsupported_parameter"))
             }
+            "computer_call" | "computer_call_output" => {
+                return Err(bad_value(
+                    &item.field_path("type"),
+                    format!("Invalid '{path}.type': '{kind}' items belong to computer use, which a Chat Completions model server does not offer."),
+                )
+                .with_code("unsupported_parameter"))
+            }
             other => {
                 return Err(bad_value(
                     &item.field_path("type"),
                     format!(
-                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'reasoning', 'compaction'."
+                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'shell_call', 'shell_call_output', 'local_shell_call', 'local_shell_call_output', 'apply_patch_call', 'apply_patch_call_output', 'reasoning', 'compaction', 'additional_tools', 'compaction_trigger'. The other items come from tools that run on OpenAI's platform."
                     ),
                 ))
             }
         }
     }
+    Ok(out)
+}
+
+/// Who made a call and how the client runs it: OpenAI's bookkeeping (`caller`: the model or
+/// a program on OpenAI's platform; `async`), validated and ignored.
+fn call_hints(item: &mut Obj<'_>) -> Result<(), ApiError> {
+    caller(item)?;
+    item.bool("async")?;
     Ok(())
+}
+
+fn caller(item: &mut Obj<'_>) -> Result<(), ApiError> {
+    let path = item.field_path("caller");
+    if let Some(c) = item.object("caller")? {
+        let mut c = Obj {
+            map: c,
+            path: &path,
+        };
+        c.enumeration("type", &["direct", "program"])?
+            .ok_or_else(|| missing(&c.field_path("type")))?;
+        c.string("caller_id")?;
+        c.deny_unknown()?;
+    }
+    Ok(())
+}
+
+/// A built-in call item's own fields but its action; returns the built-in's function name
+/// and the key of its action (`action`, or `operation` for `apply_patch_call`).
+fn builtin_call(item: &mut Obj<'_>, kind: &str) -> Result<(&'static str, &'static str), ApiError> {
+    item.string("status")?;
+    let (name, action) = match kind {
+        "shell_call" => {
+            caller(item)?;
+            item.string("created_by")?;
+            // Where the client ran it: the client's business (a hosted container's call
+            // would not be in a Chat upstream's history).
+            item.object("environment")?;
+            ("shell", "action")
+        }
+        "local_shell_call" => ("local_shell", "action"),
+        _ => {
+            caller(item)?;
+            item.string("created_by")?;
+            ("apply_patch", "operation")
+        }
+    };
+    Ok((name, action))
+}
+
+/// A built-in call's action, checked against the built-in's shape; its fields become the
+/// Chat call's arguments.
+fn builtin_action(
+    action: Map<String, Value>,
+    kind: &str,
+    path: &str,
+) -> Result<Map<String, Value>, ApiError> {
+    let mut a = Obj { map: action, path };
+    let mut out = Map::new();
+    let strings = |a: &mut Obj<'_>, key: &str| -> Result<Value, ApiError> {
+        let p = a.field_path(key);
+        let list = a.array(key)?.ok_or_else(|| missing(&p))?;
+        for (i, s) in list.iter().enumerate() {
+            if !s.is_string() {
+                return Err(wrong_type(&index(&p, i), "a string", s));
+            }
+        }
+        Ok(Value::Array(list))
+    };
+    let integer = |a: &mut Obj<'_>, out: &mut Map<String, Value>, key: &str| {
+        a.integer(key, 0, u64::MAX).map(|n| {
+            if let Some(n) = n {
+                out.insert(key.to_owned(), n.into());
+            }
+        })
+    };
+    match kind {
+        "shell_call" => {
+            out.insert("commands".into(), strings(&mut a, "commands")?);
+            integer(&mut a, &mut out, "timeout_ms")?;
+            integer(&mut a, &mut out, "max_output_length")?;
+        }
+        "local_shell_call" => {
+            a.enumeration("type", &["exec"])?;
+            out.insert("command".into(), strings(&mut a, "command")?);
+            let env_path = a.field_path("env");
+            if let Some(env) = a.object("env")? {
+                if let Some((k, v)) = env.iter().find(|(_, v)| !v.is_string()) {
+                    return Err(wrong_type(&format!("{env_path}.{k}"), "a string", v));
+                }
+                out.insert("env".into(), Value::Object(env));
+            }
+            integer(&mut a, &mut out, "timeout_ms")?;
+            for key in ["user", "working_directory"] {
+                if let Some(s) = a.string(key)? {
+                    out.insert(key.into(), s.into());
+                }
+            }
+        }
+        _ => {
+            let kind_path = a.field_path("type");
+            let op = a
+                .enumeration("type", &["create_file", "update_file", "delete_file"])?
+                .ok_or_else(|| missing(&kind_path))?;
+            out.insert("type".into(), op.into());
+            out.insert("path".into(), a.required_string("path")?.into());
+            if op != "delete_file" {
+                out.insert("diff".into(), a.required_string("diff")?.into());
+            }
+        }
+    }
+    a.deny_unknown()?;
+    Ok(out)
+}
+
+/// A built-in call's output → the `call_id` it answers and the tool message's text: the
+/// output as the client sent it, in JSON (`shell_call_output`: its chunks of stdout, stderr
+/// and outcome; `apply_patch_call_output`: its status and log; `local_shell_call_output`:
+/// its JSON text as is).
+fn builtin_output(
+    item: &mut Obj<'_>,
+    kind: &str,
+    item_id: Option<String>,
+    calls: &Calls,
+    path: &str,
+) -> Result<(String, String), ApiError> {
+    let what = kind.replace('_', " ");
+    let output_path = item.field_path("output");
+    match kind {
+        "shell_call_output" => {
+            let call_id = item.required_string("call_id")?;
+            let call_id = calls.answered(&call_id, &what, path, "call_id")?;
+            let chunks = item.array("output")?.ok_or_else(|| missing(&output_path))?;
+            let mut out = Vec::with_capacity(chunks.len());
+            for (i, chunk) in chunks.into_iter().enumerate() {
+                let cpath = index(&output_path, i);
+                let mut c = Obj::new(chunk, &cpath)?;
+                let stdout = c.required_string("stdout")?;
+                let stderr = c.required_string("stderr")?;
+                let outcome_path = c.field_path("outcome");
+                let outcome = c.object("outcome")?.ok_or_else(|| missing(&outcome_path))?;
+                let mut o = Obj {
+                    map: outcome,
+                    path: &outcome_path,
+                };
+                let outcome = match o
+                    .enumeration("type", &["exit", "timeout"])?
+                    .ok_or_else(|| missing(&o.field_path("type")))?
+                {
+                    "exit" => {
+                        let code_path = o.field_path("exit_code");
+                        let code = match o.take("exit_code") {
+                            Some(Value::Number(n)) if n.is_i64() => n,
+                            Some(other) => {
+                                return Err(wrong_type(&code_path, "an integer", &other))
+                            }
+                            None => return Err(missing(&code_path)),
+                        };
+                        json!({"type": "exit", "exit_code": code})
+                    }
+                    _ => json!({"type": "timeout"}),
+                };
+                o.deny_unknown()?;
+                c.string("created_by")?;
+                c.deny_unknown()?;
+                out.push(json!({"stdout": stdout, "stderr": stderr, "outcome": outcome}));
+            }
+            item.integer("max_output_length", 0, u64::MAX)?;
+            item.string("status")?;
+            caller(item)?;
+            item.string("created_by")?;
+            Ok((call_id, Value::Array(out).to_string()))
+        }
+        "local_shell_call_output" => {
+            // Its `id` names the call (OpenAI's type has no `call_id`): the call's `call_id`
+            // or its item id.
+            let id_path = item.field_path("id");
+            let id = item_id
+                .or(item.string("call_id")?)
+                .ok_or_else(|| missing(&id_path))?;
+            let call_id = calls.answered(&id, &what, path, "id")?;
+            let output = item.required_string("output")?;
+            item.string("status")?;
+            Ok((call_id, output))
+        }
+        _ => {
+            let call_id = item.required_string("call_id")?;
+            let call_id = calls.answered(&call_id, &what, path, "call_id")?;
+            let status = item
+                .enumeration("status", &["completed", "failed"])?
+                .unwrap_or("completed");
+            let output = item.string("output")?;
+            caller(item)?;
+            item.string("created_by")?;
+            Ok((
+                call_id,
+                json!({"status": status, "output": output}).to_string(),
+            ))
+        }
+    }
 }
 
 /// Adds an assistant tool call. Consecutive calls (and the assistant text just before them)
@@ -251,8 +576,7 @@ fn text_of_parts(parts: Vec<Value>, path: &str, options: &Options) -> Result<Str
             "input_text" | "output_text" | "text" => {
                 let t = p.required_string("text")?;
                 check_part_size(&p.field_path("text"), t.len(), options)?;
-                p.take("annotations");
-                p.take("logprobs");
+                text_part_hints(&mut p)?;
                 p.deny_unknown()?;
                 text.push_str(&t);
             }
@@ -277,6 +601,10 @@ fn message(mut item: Obj<'_>, options: &Options) -> Result<Message, ApiError> {
         .enumeration("role", &["user", "assistant", "system", "developer"])?
         .ok_or_else(|| missing(&role_path))?;
     item.string("status")?;
+    // OpenAI's label of assistant messages (talk before tool calls, or the answer), which
+    // the SDKs ask clients to send back; a Chat template has no place for it. (It is also
+    // on the user message `responses.compact()` keeps, as `null`.)
+    item.enumeration("phase", PHASES)?;
     let content_path = item.field_path("content");
     let content = item.take("content").ok_or_else(|| missing(&content_path))?;
     item.deny_unknown()?;
@@ -334,8 +662,7 @@ fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Assistant, ApiErro
             }
         };
         let t = p.required_string(key)?;
-        p.take("annotations");
-        p.take("logprobs");
+        text_part_hints(&mut p)?;
         p.deny_unknown()?;
         slot.get_or_insert_with(String::new).push_str(&t);
     }
@@ -353,10 +680,16 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<
             "input_text" | "text" => {
                 let text = p.required_string("text")?;
                 check_part_size(&p.field_path("text"), text.len(), options)?;
+                text_part_hints(&mut p)?;
                 Part::Text { text }
             }
             "input_image" => {
-                let detail = p.enumeration("detail", &["auto", "low", "high"])?;
+                // `original` (the image as sent, no downscaling) is the most detail a Chat
+                // upstream can be asked for: `high`.
+                let detail = p
+                    .enumeration("detail", &["auto", "low", "high", "original"])?
+                    .map(|d| if d == "original" { "high" } else { d });
+                cache_breakpoint(&mut p)?;
                 if p.has("file_id") {
                     return Err(stored_file(&p.field_path("file_id")));
                 }
@@ -370,6 +703,9 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<
                 }
             }
             "input_file" => {
+                // How closely to read the file: Chat's file part has no such setting.
+                p.enumeration("detail", &["auto", "low", "high"])?;
+                cache_breakpoint(&mut p)?;
                 if p.has("file_id") {
                     return Err(stored_file(&p.field_path("file_id")));
                 }
@@ -414,6 +750,24 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<
         out.push(chat_part);
     }
     Ok(out)
+}
+
+/// What clients put on text parts besides the text, validated and ignored: `annotations`
+/// and `logprobs` (an `output_text` part sent back as it came, or the user message
+/// `responses.compact()` keeps), `parsed` (added by the SDKs' `parse()` and stream helpers:
+/// the text, parsed), and a prompt-cache breakpoint.
+fn text_part_hints(p: &mut Obj<'_>) -> Result<(), ApiError> {
+    p.array("annotations")?;
+    p.array("logprobs")?;
+    p.take("parsed");
+    cache_breakpoint(p)
+}
+
+/// `prompt_cache_breakpoint`: where OpenAI's prompt cache may cut. A Chat upstream caches
+/// prefixes its own way (vLLM's prefix caching needs no marks): validated and ignored.
+fn cache_breakpoint(p: &mut Obj<'_>) -> Result<(), ApiError> {
+    p.object("prompt_cache_breakpoint")?;
+    Ok(())
 }
 
 fn stored_file(path: &str) -> ApiError {

@@ -12,9 +12,9 @@ mod input;
 mod tools;
 
 pub(crate) use input::{
-    check_part_size, input_messages, is_extension, merge_leading_system, system_message,
+    check_part_size, input_messages, is_extension, merge_leading_system, system_message, Input,
 };
-use tools::{tool_choice, tools};
+use tools::{tool_choice, tools, Declared};
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
@@ -35,6 +35,15 @@ pub struct Translated {
 const INCLUDE_VALUES: &[&str] = &[
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
+    // The outputs of hosted tools and of stored images: this server's responses have no
+    // such items, so there is nothing to include (accepted, not an error: a client asking
+    // for them with every request still gets its answer).
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
 ];
 const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
 const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
@@ -93,6 +102,7 @@ pub fn translate_object(
     reject_stateful(&mut req)?;
     // Codex sends its installation/session ids here: client bookkeeping, not for the model.
     req.object("client_metadata")?;
+    openai_platform_options(&mut req)?;
 
     let model = req.required_string("model")?;
     if model.is_empty() {
@@ -122,31 +132,47 @@ pub fn translate_object(
     };
 
     // Messages: instructions first, then the input items in order.
-    let mut messages = Vec::new();
-    if let Some(instructions) = req.string("instructions")? {
-        check_part_size("instructions", instructions.len(), options)?;
-        messages.push(system_message(instructions.clone(), options));
-        echo.instructions = Some(instructions);
+    let instructions = req.string("instructions")?;
+    if let Some(i) = &instructions {
+        check_part_size("instructions", i.len(), options)?;
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
-    let mut context = Vec::new();
-    let mut conversation = Vec::new();
-    input_messages(input, &mut conversation, &mut context, options)?;
-    messages.append(&mut context);
-    messages.append(&mut conversation);
-    chat.messages = merge_leading_system(messages);
-
-    // Tools and how the model may use them.
-    let mut namespaced = Vec::new();
-    let mut custom_tools = Vec::new();
-    let tools = match req.array("tools")? {
-        Some(list) => tools(list, &mut echo, &mut namespaced, &mut custom_tools, options)?,
-        None => Vec::new(),
+    let mut input = input_messages(input, options)?;
+    let compaction = input.compaction_trigger;
+    let additional_tools = std::mem::take(&mut input.tools);
+    chat.messages = if compaction {
+        // Codex's remote compaction: a summarising request, answered with a sealed summary.
+        super::compact::summarising_messages(instructions.as_deref(), input, options)
+    } else {
+        let mut messages = Vec::new();
+        if let Some(i) = &instructions {
+            messages.push(system_message(i.clone(), options));
+        }
+        messages.append(&mut input.context);
+        messages.append(&mut input.messages);
+        merge_leading_system(messages)
     };
+    echo.instructions = instructions;
+
+    // Tools (the request's, then those `additional_tools` items declared) and how the model
+    // may use them.
+    let mut offered = Vec::new();
+    let mut declared: Vec<Declared> = req
+        .array("tools")?
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, tool)| Declared {
+            path: index("tools", i),
+            tool,
+        })
+        .collect();
+    declared.extend(additional_tools);
+    let tools = tools(declared, &mut echo, &mut offered, options)?;
     let tool_names: Vec<&str> = tools.iter().map(|t| t.function.name.as_str()).collect();
     let choice = req.take("tool_choice");
     let choice = match choice {
-        Some(c) => Some(tool_choice(&c, &tool_names)?),
+        Some(c) => Some(tool_choice(c, &tool_names)?),
         None => None,
     };
     let mut chat_tools = tools;
@@ -239,12 +265,19 @@ pub fn translate_object(
             map: reasoning,
             path: "reasoning",
         };
-        let effort = r.enumeration("effort", &["none", "low", "medium", "high", "xhigh"])?;
+        // Any effort is forwarded: the upstream knows which its model supports (`minimal`,
+        // `max`, and whatever comes next), and says so when it does not.
+        let effort = r.string("effort")?;
         let summary = r.enumeration("summary", &["auto", "concise", "detailed"])?;
-        r.string("generate_summary")?;
+        r.enumeration("generate_summary", &["auto", "concise", "detailed"])?;
+        // Which earlier reasoning the model keeps (`context`) and OpenAI's reasoning modes
+        // (`mode`): OpenAI's own serving choices, with no Chat equivalent; the reasoning that
+        // comes back in `input` is given to the upstream either way.
+        r.enumeration("context", &["auto", "current_turn", "all_turns"])?;
+        r.string("mode")?;
         r.deny_unknown()?;
-        if let Some(e) = effort {
-            chat.reasoning_effort = Some(e.to_owned());
+        if let Some(e) = &effort {
+            chat.reasoning_effort = Some(e.clone());
         }
         echo.reasoning = Some(json!({"effort": effort, "summary": summary}));
     }
@@ -253,8 +286,10 @@ pub fn translate_object(
     if let Some(t) = req.enumeration("truncation", &["auto", "disabled"])? {
         echo.truncation = t.into();
     }
-    if let Some(t) = req.enumeration("service_tier", &["auto", "default", "flex", "priority"])? {
-        echo.service_tier = t.into();
+    // Echoed as asked, known or not (`scale`, `fast`, `ultrafast`, ...): it is OpenAI's
+    // billing tier, and a Chat upstream serves every request the same way.
+    if let Some(t) = req.string("service_tier")? {
+        echo.service_tier = t;
     }
     if let Some(m) = req.take("metadata") {
         echo.metadata = metadata(m)?;
@@ -278,6 +313,10 @@ pub fn translate_object(
         chat.user = Some(id.clone());
         echo.safety_identifier = Some(id);
     }
+    // The SDKs' older name of `safety_identifier`; the newer one wins.
+    if let Some(user) = req.string("user")? {
+        chat.user.get_or_insert(user);
+    }
 
     if stream {
         chat.stream = Some(true);
@@ -287,14 +326,37 @@ pub fn translate_object(
     }
 
     chat.extra = leftover_fields(&mut req, options)?;
+    if compaction {
+        // A summary is plain text: no tools to call, no format, no logprobs.
+        chat.tools.clear();
+        chat.tool_choice = None;
+        chat.parallel_tool_calls = None;
+        chat.response_format = None;
+        chat.logprobs = None;
+        chat.top_logprobs = None;
+        if options.keyring.is_none() {
+            return Err(bad_value(
+                "input",
+                "Compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
+            )
+            .with_code("compaction_unavailable"));
+        }
+    }
 
     echo.store = false;
     let mut exchange = Exchange::new(&model, stream, meta, options.clone());
     exchange.echo = echo;
-    exchange.logprobs = logprobs;
+    exchange.logprobs = logprobs && !compaction;
     exchange.seal_reasoning = seal_reasoning;
-    exchange.namespaced = namespaced;
-    exchange.custom_tools = custom_tools;
+    exchange.tools = offered;
+    exchange.compaction = compaction;
+    exchange.params = super::Params {
+        temperature: chat.temperature,
+        top_p: chat.top_p,
+        presence_penalty: chat.presence_penalty,
+        frequency_penalty: chat.frequency_penalty,
+        max_output_tokens: chat.max_completion_tokens,
+    };
     Ok(Translated {
         body: Bytes::from(chat.encode()),
         exchange,
@@ -337,6 +399,32 @@ pub(super) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Options of OpenAI's own platform that openai-python and openai-node type on a request
+/// (not in the OpenResponses schema), read here rather than forwarded to a Chat server as
+/// unknown fields. Prompt caching (`prompt_cache_retention`, `prompt_cache_options`), access
+/// programs, background-mode options (`background` itself is refused when true), automatic
+/// server-side compaction (`context_management`, best effort like `truncation`: the upstream
+/// answers 400 when the input is too long) and image-context compression are serving
+/// choices a Chat upstream makes its own way: validated and ignored. `moderation` asks for
+/// content to be scored or blocked, which this server cannot do: refused rather than
+/// silently not done. `user` (the SDKs' older name of `safety_identifier`) is Chat's `user`.
+fn openai_platform_options(req: &mut Obj<'_>) -> Result<(), ApiError> {
+    req.string("prompt_cache_retention")?;
+    req.object("prompt_cache_options")?;
+    req.object("access_programs")?;
+    req.object("background_options")?;
+    req.array("context_management")?;
+    req.object("image")?;
+    if req.has("moderation") {
+        return Err(bad_value(
+            "moderation",
+            "Moderation runs on OpenAI's platform; this server cannot score or block content: omit 'moderation'.",
+        )
+        .with_code("unsupported_parameter"));
+    }
+    Ok(())
+}
+
 /// The fields left once every Responses field is taken: the upstream's own (vLLM's
 /// `chat_template_kwargs`), forwarded as they are, or refused in strict mode. Provider
 /// extensions (`slug:field`) belong to another provider's API and are never forwarded.
@@ -344,7 +432,8 @@ pub(super) fn leftover_fields(
     req: &mut Obj<'_>,
     options: &Options,
 ) -> Result<Map<String, Value>, ApiError> {
-    req.map.retain(|k, _| !is_extension(k));
+    // `null` is absent here as everywhere: nothing to forward, nothing to refuse.
+    req.map.retain(|k, v| !is_extension(k) && !v.is_null());
     if options.strict {
         if let Some(key) = req.map.keys().next() {
             return Err(ApiError::invalid(key.as_str(), format!(

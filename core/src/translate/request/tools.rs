@@ -1,43 +1,52 @@
-//! `tools` and `tool_choice` → Chat's function tools and choice (function, namespace and
-//! custom tools; hosted tools dropped or rejected).
+//! `tools` and `tool_choice` → Chat's function tools and choice (function, namespace, custom
+//! and client-executed built-in tools; hosted tools dropped or rejected).
 
 use serde_json::{json, Map, Value};
 
 use crate::chat::request::{FunctionKind, Tool, ToolFunction};
 use crate::openresponses::{ApiError, Echo};
-use crate::translate::fields::{bad_value, index, join, missing, wrong_type, Obj};
-use crate::translate::{flat_name, HostedTools, NamespacedTool, Options};
+use crate::translate::calls::{builtin_function, CUSTOM_TOOL_INPUT};
+use crate::translate::fields::{bad_value, join, missing, Obj};
+use crate::translate::{flat_name, HostedTools, OfferedTool, Options, ToolKind};
 
-/// Tools → Chat's nested function tools; fills `echo.tools` and, for `namespace` and `custom`
-/// tools, the names to restore on the way back. Hosted tools are dropped or rejected
-/// (`options`).
+/// A tool as the client sent it, and where (`tools[2]`, or `input[5].tools[0]` for a tool an
+/// `additional_tools` item declared).
+pub(crate) struct Declared {
+    pub path: String,
+    pub tool: Value,
+}
+
+/// Tools → Chat's nested function tools; fills `echo.tools` (plain functions) and `offered`
+/// (what the other functions stand for, to restore their calls). Hosted tools are dropped or
+/// rejected (`options`).
 pub(crate) fn tools(
-    list: Vec<Value>,
+    list: Vec<Declared>,
     echo: &mut Echo,
-    namespaced: &mut Vec<NamespacedTool>,
-    custom_tools: &mut Vec<String>,
+    offered: &mut Vec<OfferedTool>,
     options: &Options,
 ) -> Result<Vec<Tool>, ApiError> {
-    let mut chat_tools = Vec::with_capacity(list.len());
-    for (i, tool) in list.into_iter().enumerate() {
-        let path = index("tools", i);
+    let mut out = Tools {
+        chat: Vec::with_capacity(list.len()),
+        echo,
+        offered,
+    };
+    for Declared { path, tool } in list {
         let mut t = Obj::new(tool, &path)?;
         let kind = t.required_string("type")?;
         match kind.as_str() {
             "function" => {
                 let f = function_tool(t, &path)?;
-                push_function(f, Origin::Function, &path, &mut chat_tools, echo, namespaced)?;
+                out.push(f, None, ToolKind::Function, &path)?;
             }
             // Free-text input (Codex's `apply_patch`): a Chat server only calls functions, so
             // the upstream gets a function with one string parameter, and its calls go back
             // as `custom_tool_call` items.
             "custom" => {
                 let f = custom_tool(t, &path)?;
-                custom_tools.push(f.name.clone());
-                push_function(f, Origin::Custom, &path, &mut chat_tools, echo, namespaced)?;
+                out.push(f, None, ToolKind::Custom, &path)?;
             }
-            // A group of functions under one name (Codex's MCP tools): flattened for the
-            // upstream as `<namespace>__<name>`, restored on the function calls it makes.
+            // A group of functions and custom tools under one name (Codex's MCP tools):
+            // flattened for the upstream as `<namespace>__<name>`, restored on their calls.
             "namespace" => {
                 let ns = t.required_string("name")?;
                 check_tool_name(&ns, &t.field_path("name"))?;
@@ -46,19 +55,54 @@ pub(crate) fn tools(
                 let inner = t.array("tools")?.ok_or_else(|| missing(&tools_path))?;
                 t.deny_unknown()?;
                 for (j, f) in inner.into_iter().enumerate() {
-                    let fpath = index(&tools_path, j);
+                    let fpath = format!("{tools_path}[{j}]");
                     let mut ft = Obj::new(f, &fpath)?;
                     let fkind = ft.required_string("type")?;
-                    if fkind != "function" {
-                        return Err(bad_value(
-                            &ft.field_path("type"),
-                            format!("Invalid '{fpath}.type': a namespace holds function tools only, not '{fkind}'."),
-                        ));
-                    }
-                    let f = function_tool(ft, &fpath)?;
-                    let origin = Origin::Namespace(&ns);
-                    push_function(f, origin, &fpath, &mut chat_tools, echo, namespaced)?;
+                    let (f, kind) = match fkind.as_str() {
+                        "function" => (function_tool(ft, &fpath)?, ToolKind::Function),
+                        "custom" => (custom_tool(ft, &fpath)?, ToolKind::Custom),
+                        _ => {
+                            return Err(bad_value(
+                                &ft.field_path("type"),
+                                format!("Invalid '{fpath}.type': a namespace holds function and custom tools only, not '{fkind}'."),
+                            ))
+                        }
+                    };
+                    out.push(f, Some(&ns), kind, &fpath)?;
                 }
+            }
+            // Client-executed built-ins: the client runs them, so a Chat upstream can call
+            // them as functions whose parameters are the built-in action's fields; the calls
+            // come back as the built-in's call items (`calls`).
+            "shell" | "local_shell" | "apply_patch" if builtin_runs_on_the_client(&mut t)? => {
+                let Some(kind) = ToolKind::builtin(&kind) else {
+                    continue;
+                };
+                let (description, parameters) = builtin_function(kind);
+                let Value::Object(parameters) = parameters else {
+                    continue;
+                };
+                t.deny_unknown()?;
+                let f = FunctionTool {
+                    name: kind.builtin_name().unwrap_or_default().to_owned(),
+                    description: Some(description.to_owned()),
+                    parameters: Some(parameters),
+                    strict: None,
+                };
+                out.push(f, None, kind, &path)?;
+            }
+            // The computer tool acts on screens: its calls need a model trained on OpenAI's
+            // computer actions, and its outputs are screenshots, which Chat tool messages
+            // cannot carry. Refused whatever `--hosted-tools` says: dropping it would leave a
+            // client waiting for calls that never come.
+            "computer" | "computer_use_preview" => {
+                return Err(bad_value(
+                    &t.field_path("type"),
+                    format!(
+                        "Unsupported tool type '{kind}' in '{path}': computer use needs screenshots as tool results and a model trained on OpenAI's computer actions, which a Chat Completions model server does not offer."
+                    ),
+                )
+                .with_code("unsupported_tool"))
             }
             _ if options.hosted_tools == HostedTools::Drop => {
                 // Hosted tools (web_search, file_search, ...) run on OpenAI's side; a Chat
@@ -68,14 +112,77 @@ pub(crate) fn tools(
                 return Err(bad_value(
                     &t.field_path("type"),
                     format!(
-                        "Unsupported tool type '{kind}' in '{path}': a Chat Completions upstream can only call function and custom tools."
+                        "Unsupported tool type '{kind}' in '{path}': it runs on OpenAI's platform, and a Chat Completions model server can only call the tools the client runs (function, custom, namespace, shell, local_shell, apply_patch)."
                     ),
                 )
                 .with_code("unsupported_tool"))
             }
         }
     }
-    Ok(chat_tools)
+    Ok(out.chat)
+}
+
+/// Reads a built-in tool's fields; false when it runs on OpenAI's platform (a `shell` in a
+/// hosted container), where it is a hosted tool like any other.
+fn builtin_runs_on_the_client(t: &mut Obj<'_>) -> Result<bool, ApiError> {
+    allowed_callers(t)?;
+    let env_path = t.field_path("environment");
+    let Some(env) = t.object("environment")? else {
+        return Ok(true);
+    };
+    let mut env = Obj {
+        map: env,
+        path: &env_path,
+    };
+    let kind = env.required_string("type")?;
+    match kind.as_str() {
+        // The client's own machine: the tool runs there. Its skills are the client's.
+        "local" => {
+            env.array("skills")?;
+            env.deny_unknown()?;
+            Ok(true)
+        }
+        // OpenAI's containers.
+        _ => Ok(false),
+    }
+}
+
+/// Hints about how a tool may be called that a Chat upstream has no use for, validated and
+/// ignored: `allowed_callers` (programmatic tool calling runs on OpenAI's platform; here the
+/// model calls every tool itself).
+fn allowed_callers(t: &mut Obj<'_>) -> Result<(), ApiError> {
+    let path = t.field_path("allowed_callers");
+    for (i, caller) in t
+        .array("allowed_callers")?
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        match caller.as_str() {
+            Some("direct" | "programmatic") => {}
+            _ => {
+                return Err(bad_value(
+                    &format!("{path}[{i}]"),
+                    format!("Invalid '{path}[{i}]': expected 'direct' or 'programmatic'."),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The hints of function and custom tools, validated and ignored: `allowed_callers` (above),
+/// `defer_loading` (tool search runs on OpenAI's platform: every tool is sent at once),
+/// `async` (whether the client runs the call in the background is the client's business)
+/// and, for functions, `output_schema` (what the tool returns; the model sees the output).
+fn tool_hints(t: &mut Obj<'_>, output_schema: bool) -> Result<(), ApiError> {
+    allowed_callers(t)?;
+    t.bool("defer_loading")?;
+    t.bool("async")?;
+    if output_schema {
+        t.object("output_schema")?;
+    }
+    Ok(())
 }
 
 /// A validated function tool.
@@ -92,6 +199,7 @@ fn function_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
     let description = t.string("description")?;
     let parameters = t.object("parameters")?;
     let strict = t.bool("strict")?;
+    tool_hints(&mut t, true)?;
     t.deny_unknown()?;
     Ok(FunctionTool {
         name,
@@ -113,6 +221,7 @@ fn custom_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
         None => None,
         Some(f) => custom_tool_format(f, &format_path)?,
     };
+    tool_hints(&mut t, false)?;
     t.deny_unknown()?;
     let mut input = String::from("The tool's input: free text, not JSON.");
     if let Some(grammar) = &format {
@@ -123,12 +232,9 @@ fn custom_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
     parameters.insert("type".into(), "object".into());
     parameters.insert(
         "properties".into(),
-        json!({ crate::translate::CUSTOM_TOOL_INPUT: {"type": "string", "description": input} }),
+        json!({ CUSTOM_TOOL_INPUT: {"type": "string", "description": input} }),
     );
-    parameters.insert(
-        "required".into(),
-        json!([crate::translate::CUSTOM_TOOL_INPUT]),
-    );
+    parameters.insert("required".into(), json!([CUSTOM_TOOL_INPUT]));
     parameters.insert("additionalProperties".into(), false.into());
     let description = match (description, format) {
         (Some(d), Some(g)) => Some(format!("{d}\n\n{g}")),
@@ -141,7 +247,6 @@ fn custom_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
         strict: None,
     })
 }
-
 /// A custom tool's `format`: `text` (nothing to say), or a `grammar` (described in words).
 fn custom_tool_format(f: Map<String, Value>, path: &str) -> Result<Option<String>, ApiError> {
     let mut f = Obj::new(Value::Object(f), path)?;
@@ -187,69 +292,67 @@ fn check_tool_name(name: &str, path: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Where a Chat function comes from.
-#[derive(Clone, Copy)]
-enum Origin<'a> {
-    /// A `function` tool.
-    Function,
-    /// A function of this `namespace` tool, flattened.
-    Namespace(&'a str),
-    /// A `custom` tool.
-    Custom,
+/// The Chat tools being built, and what the response path needs to know about them.
+struct Tools<'a> {
+    chat: Vec<Tool>,
+    echo: &'a mut Echo,
+    offered: &'a mut Vec<OfferedTool>,
 }
 
-/// Adds one function to the Chat tools and to the echo (plain functions only: the schema's
-/// echoed `tools` has no namespace or custom form).
-fn push_function(
-    f: FunctionTool,
-    origin: Origin<'_>,
-    path: &str,
-    chat_tools: &mut Vec<Tool>,
-    echo: &mut Echo,
-    namespaced: &mut Vec<NamespacedTool>,
-) -> Result<(), ApiError> {
-    let upstream_name = match origin {
-        Origin::Namespace(ns) => flat_name(ns, &f.name),
-        Origin::Function | Origin::Custom => f.name.clone(),
-    };
-    let taken = chat_tools.iter().any(|t| t.function.name == upstream_name);
-    if taken {
-        return Err(bad_value(
-            &join(path, "name"),
-            format!("Duplicate tool name '{upstream_name}' in 'tools'."),
-        ));
+impl Tools<'_> {
+    /// Adds one function to the Chat tools, and to the echo (plain functions only: the
+    /// schema's echoed `tools` has no namespace, custom or built-in form) or to `offered`.
+    fn push(
+        &mut self,
+        f: FunctionTool,
+        namespace: Option<&str>,
+        kind: ToolKind,
+        path: &str,
+    ) -> Result<(), ApiError> {
+        let upstream = match namespace {
+            Some(ns) => flat_name(ns, &f.name),
+            None => f.name.clone(),
+        };
+        if self.chat.iter().any(|t| t.function.name == upstream) {
+            return Err(bad_value(
+                &join(path, "name"),
+                format!("Duplicate tool name '{upstream}' in 'tools'."),
+            ));
+        }
+        self.chat.push(Tool {
+            kind: FunctionKind::Function,
+            function: ToolFunction {
+                name: upstream.clone(),
+                description: f.description.clone(),
+                parameters: f.parameters.clone(),
+                strict: f.strict,
+            },
+        });
+        if namespace.is_none() && kind == ToolKind::Function {
+            self.echo.tools.push(json!({
+                "type": "function",
+                "name": f.name,
+                "description": f.description,
+                "parameters": f.parameters.map(Value::Object),
+                "strict": f.strict,
+            }));
+        } else {
+            self.offered.push(OfferedTool {
+                upstream,
+                name: f.name,
+                namespace: namespace.map(str::to_owned),
+                kind,
+            });
+        }
+        Ok(())
     }
-    chat_tools.push(Tool {
-        kind: FunctionKind::Function,
-        function: ToolFunction {
-            name: upstream_name.clone(),
-            description: f.description.clone(),
-            parameters: f.parameters.clone(),
-            strict: f.strict,
-        },
-    });
-    match origin {
-        Origin::Namespace(ns) => namespaced.push(NamespacedTool {
-            flat: upstream_name,
-            namespace: ns.to_owned(),
-            name: f.name,
-        }),
-        Origin::Custom => {}
-        Origin::Function => echo.tools.push(json!({
-            "type": "function",
-            "name": f.name,
-            "description": f.description,
-            "parameters": f.parameters.map(Value::Object),
-            "strict": f.strict,
-        })),
-    }
-    Ok(())
 }
 
 /// `tool_choice` → Chat's form; for `allowed_tools`, also the names the tool list shrinks to;
-/// and the choice as the response echoes it.
+/// and the choice as the response echoes it. Keys other than those read here are ignored
+/// (a choice names a tool; nothing else in it changes what the model may do).
 pub(crate) fn tool_choice(
-    choice: &Value,
+    choice: Value,
     tool_names: &[&str],
 ) -> Result<(Value, Option<Vec<String>>, Value), ApiError> {
     let named = |name: &str, path: &str| -> Result<(), ApiError> {
@@ -262,74 +365,69 @@ pub(crate) fn tool_choice(
             ))
         }
     };
-    match choice {
+    let mut o = match choice {
         Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
-            Ok((choice.clone(), None, choice.clone()))
+            let choice = Value::String(s);
+            return Ok((choice.clone(), None, choice));
         }
-        Value::String(s) => Err(bad_value(
+        Value::String(s) => return Err(bad_value(
             "tool_choice",
             format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object."),
         )),
-        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-            Some(kind @ ("function" | "custom")) => {
-                let name = match o.get("name") {
-                    Some(Value::String(n)) => n,
-                    Some(other) => return Err(wrong_type("tool_choice.name", "a string", other)),
-                    None => return Err(missing("tool_choice.name")),
-                };
-                named(name, "tool_choice.name")?;
-                Ok((
-                    json!({"type": "function", "function": {"name": name}}),
-                    None,
-                    json!({"type": kind, "name": name}),
-                ))
+        other => Obj::new(other, "tool_choice")?,
+    };
+    let kind = o.required_string("type")?;
+    match kind.as_str() {
+        "function" | "custom" => {
+            let name = o.required_string("name")?;
+            named(&name, "tool_choice.name")?;
+            Ok((
+                json!({"type": "function", "function": {"name": name}}),
+                None,
+                json!({"type": kind, "name": name}),
+            ))
+        }
+        "allowed_tools" => {
+            let mode = o
+                .enumeration("mode", &["auto", "required", "none"])?
+                .unwrap_or("auto");
+            let list = o
+                .array("tools")?
+                .ok_or_else(|| missing("tool_choice.tools"))?;
+            if list.is_empty() {
+                return Err(bad_value(
+                    "tool_choice.tools",
+                    "Invalid 'tool_choice.tools': list at least one function.",
+                ));
             }
-            Some("allowed_tools") => {
-                let mode = match o.get("mode").and_then(Value::as_str) {
-                    Some(m @ ("auto" | "required" | "none")) => m,
-                    None if o.get("mode").is_none() => "auto",
-                    _ => {
-                        return Err(bad_value(
-                            "tool_choice.mode",
-                            "Invalid 'tool_choice.mode': expected 'auto', 'required' or 'none'.",
-                        ))
-                    }
-                };
-                let list = match o.get("tools") {
-                    Some(Value::Array(a)) => a,
-                    Some(other) => return Err(wrong_type("tool_choice.tools", "an array", other)),
-                    None => return Err(missing("tool_choice.tools")),
-                };
-                if list.is_empty() {
-                    return Err(bad_value(
-                        "tool_choice.tools",
-                        "Invalid 'tool_choice.tools': list at least one function.",
-                    ));
-                }
-                let mut allowed = Vec::with_capacity(list.len());
-                for (i, t) in list.iter().enumerate() {
-                    let path = format!("tool_choice.tools[{i}].name");
-                    let name = t
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| missing(&path))?;
-                    named(name, &path)?;
-                    allowed.push(name.to_owned());
-                }
-                // The response echoes the complete form (`mode` is required there).
-                let echoed = json!({
-                    "type": "allowed_tools",
-                    "mode": mode,
-                    "tools": allowed.iter().map(|n| json!({"type": "function", "name": n})).collect::<Vec<_>>(),
-                });
-                Ok((Value::String(mode.into()), Some(allowed), echoed))
+            let mut allowed = Vec::with_capacity(list.len());
+            for (i, t) in list.into_iter().enumerate() {
+                let path = format!("tool_choice.tools[{i}]");
+                let mut t = Obj::new(t, &path)?;
+                let name = t.required_string("name")?;
+                named(&name, &t.field_path("name"))?;
+                allowed.push(name);
             }
-            Some(other) => Err(bad_value(
-                "tool_choice.type",
-                format!("Unsupported 'tool_choice.type': '{other}'. Supported: 'function', 'custom', 'allowed_tools'."),
-            )),
-            None => Err(missing("tool_choice.type")),
-        },
-        other => Err(wrong_type("tool_choice", "a string or an object", other)),
+            // The response echoes the complete form (`mode` is required there).
+            let echoed = json!({
+                "type": "allowed_tools",
+                "mode": mode,
+                "tools": allowed.iter().map(|n| json!({"type": "function", "name": n})).collect::<Vec<_>>(),
+            });
+            Ok((Value::String(mode.into()), Some(allowed), echoed))
+        }
+        // A client-executed built-in, by its type (its function has the type's name).
+        builtin @ ("shell" | "local_shell" | "apply_patch") => {
+            named(builtin, "tool_choice.type")?;
+            Ok((
+                json!({"type": "function", "function": {"name": builtin}}),
+                None,
+                json!({"type": builtin}),
+            ))
+        }
+        other => Err(bad_value(
+            "tool_choice.type",
+            format!("Unsupported 'tool_choice.type': '{other}'. Supported: 'function', 'custom', 'shell', 'local_shell', 'apply_patch', 'allowed_tools'."),
+        )),
     }
 }

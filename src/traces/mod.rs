@@ -1,0 +1,670 @@
+//! Traces (`--otlp-endpoint`): one span per exchange, a child of the caller's span (W3C trace
+//! context: the `traceparent` Envoy puts in the ext_proc stream's gRPC metadata, or on the
+//! WebSocket handshake), named and tagged as the OpenTelemetry GenAI conventions say, exported
+//! over OTLP by [`export`] (batched, bounded: a slow or absent collector costs dropped spans,
+//! never an exchange).
+//!
+//! Everything on the span comes from what the adapters already have at the end of an exchange:
+//! the core's [`Summary`] and the adapter's [`Timing`] (the same two the metrics record). The
+//! span is opened when the exchange becomes ours (so that the WebSocket transport can pass its
+//! context on to the Chat request it makes) and filled and ended once, when it ends.
+//!
+//! Off (no endpoint), none of this runs: the adapters hold `None`.
+
+mod export;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::http::{HeaderName, HeaderValue};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, Span};
+use opentelemetry_sdk::Resource;
+
+use crate::config::Config;
+use crate::metrics::{Metrics, Timing};
+use responses_core::exchange::{Outcome, Summary};
+
+/// `gen_ai.operation.name`: a Responses request is answered by a chat completion.
+const OPERATION: &str = "chat";
+/// `gen_ai.provider.name`: the upstream speaks OpenAI's Chat Completions (the conventions'
+/// "best knowledge" of the instrumentation; `gen_ai.response.model` tells the actual model).
+const PROVIDER: &str = "openai";
+/// The span event at the first output sent to the client.
+pub const FIRST_TOKEN_EVENT: &str = "first_token";
+/// Bodies recorded with `--trace-content` are cut at this many bytes.
+const MAX_CONTENT_BYTES: usize = 64 * 1024;
+/// Attributes set outside [`attributes`].
+const TRANSPORT_ATTR: &str = "responses_extproc.transport";
+const REQUEST_BODY_ATTR: &str = "responses_extproc.request.body";
+const RESPONSE_BODY_ATTR: &str = "responses_extproc.response.body";
+
+/// Which adapter served the exchange (`responses_extproc.transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    ExtProc,
+    WebSocket,
+}
+
+impl Transport {
+    fn as_str(self) -> &'static str {
+        match self {
+            Transport::ExtProc => "ext_proc",
+            Transport::WebSocket => "websocket",
+        }
+    }
+}
+
+/// The OTLP protocol (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+/// The tracer of the process, shared by every adapter.
+#[derive(Debug)]
+pub struct Traces {
+    tracer: SdkTracer,
+    provider: SdkTracerProvider,
+    propagator: TraceContextPropagator,
+    /// `--trace-content`: request and answer bodies on the spans.
+    content: bool,
+    exporter: export::Handle,
+}
+
+impl Traces {
+    /// The tracer `config` asks for, its exporter started on the current tokio runtime;
+    /// `None` when tracing is off: no `--otlp-endpoint` and none of the standard
+    /// `OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT` variables, or `OTEL_SDK_DISABLED=true`, or
+    /// `OTEL_TRACES_EXPORTER=none`. `metrics`: where dropped spans are counted.
+    pub fn start(config: &Config, metrics: Option<Arc<Metrics>>) -> Result<Option<Traces>, String> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let endpoint = config
+            .otlp_endpoint
+            .clone()
+            .filter(|e| !e.trim().is_empty());
+        let from_env = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .is_some();
+        let disabled = env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            || env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        if disabled || (endpoint.is_none() && !from_env) {
+            return Ok(None);
+        }
+        let protocol = match env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .as_deref()
+        {
+            None | Some("grpc") => Protocol::Grpc,
+            Some("http/protobuf") => Protocol::HttpProtobuf,
+            Some(other) => {
+                return Err(format!(
+                    "OTEL_EXPORTER_OTLP_PROTOCOL={other}: this server exports traces over grpc or http/protobuf"
+                ))
+            }
+        };
+        if let Some(e) = endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
+            return Err(format!(
+                "--otlp-endpoint {e}: expected http://host:port (plaintext: export to a collector \
+                 on loopback or in the cluster, which forwards over TLS)"
+            ));
+        }
+        let resource = resource();
+        let exporter = build_exporter(protocol, endpoint.as_deref(), &resource)?;
+        let (processor, handle) =
+            export::BatchExport::start(exporter, export::Limits::from_env(), metrics);
+        // The sampler honours OTEL_TRACES_SAMPLER (default: parent-based, always on): an
+        // exchange whose caller did not sample its trace is not recorded either.
+        let provider = SdkTracerProvider::builder()
+            .with_resource(resource)
+            .with_span_processor(processor)
+            .build();
+        let tracer = opentelemetry::trace::TracerProvider::tracer_with_scope(
+            &provider,
+            opentelemetry::InstrumentationScope::builder(env!("CARGO_PKG_NAME"))
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+        );
+        tracing::info!(
+            endpoint = endpoint.as_deref().unwrap_or("(from OTEL_EXPORTER_OTLP_*)"),
+            protocol = ?protocol,
+            content = config.trace_content,
+            "exporting traces over OTLP"
+        );
+        if config.trace_content {
+            tracing::warn!(
+                "--trace-content is on: prompts and completions are recorded on the spans"
+            );
+        }
+        Ok(Some(Traces {
+            tracer,
+            provider,
+            propagator: TraceContextPropagator::new(),
+            content: config.trace_content,
+            exporter: handle,
+        }))
+    }
+
+    /// The caller's trace context from its W3C headers (`traceparent`, `tracestate`), read by
+    /// `header`; an empty context (a new trace) when there is none or it is malformed.
+    pub fn parent<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Context {
+        // The lifetime marker ties the headers' borrow to the extractor's.
+        struct Headers<'h, F>(F, std::marker::PhantomData<&'h str>);
+        impl<'h, F: Fn(&str) -> Option<&'h str>> Extractor for Headers<'h, F> {
+            fn get(&self, key: &str) -> Option<&str> {
+                (self.0)(key)
+            }
+            fn keys(&self) -> Vec<&str> {
+                Vec::new()
+            }
+        }
+        self.propagator
+            .extract(&Headers(header, std::marker::PhantomData))
+    }
+
+    /// Opens the span of an exchange that started `elapsed` ago, as a child of `parent`.
+    pub fn start_exchange(
+        &self,
+        parent: &Context,
+        transport: Transport,
+        elapsed: Duration,
+    ) -> ExchangeSpan {
+        let started = SystemTime::now()
+            .checked_sub(elapsed)
+            .unwrap_or_else(SystemTime::now);
+        let span = self
+            .tracer
+            .span_builder(OPERATION)
+            .with_kind(SpanKind::Server)
+            .with_start_time(started)
+            .with_attributes([KeyValue::new(TRANSPORT_ATTR, transport.as_str())])
+            .start_with_context(&self.tracer, parent);
+        ExchangeSpan {
+            span,
+            started,
+            content: self.content,
+        }
+    }
+
+    /// Exports what is queued (for at most `timeout`) and stops the exporter.
+    pub async fn shutdown(&self, timeout: Duration) {
+        self.exporter.shutdown(timeout).await;
+        let _ = self.provider.shutdown();
+    }
+}
+
+/// `service.name` (`responses-extproc` unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES`
+/// names it), `service.version`, and whatever `OTEL_RESOURCE_ATTRIBUTES` adds.
+fn resource() -> Resource {
+    let named = std::env::var_os("OTEL_SERVICE_NAME").is_some()
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name="));
+    let mut builder = Resource::builder()
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    if !named {
+        builder = builder.with_service_name(env!("CARGO_PKG_NAME"));
+    }
+    builder.build()
+}
+
+/// The OTLP exporter; the standard `OTEL_EXPORTER_OTLP_*` variables (headers, timeout,
+/// compression, TLS, the endpoint when `--otlp-endpoint` is not given) are read by
+/// opentelemetry-otlp itself. `--otlp-endpoint` is a base URL, like
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`: over HTTP the exporter posts to `/v1/traces` under it.
+fn build_exporter(
+    protocol: Protocol,
+    endpoint: Option<&str>,
+    resource: &Resource,
+) -> Result<opentelemetry_otlp::SpanExporter, String> {
+    use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    let built = match protocol {
+        Protocol::Grpc => {
+            let mut b = SpanExporter::builder().with_tonic();
+            if let Some(e) = endpoint {
+                b = b.with_endpoint(e);
+            }
+            b.build()
+        }
+        Protocol::HttpProtobuf => {
+            let mut b = SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+            if let Some(e) = endpoint {
+                b = b.with_endpoint(format!("{}/v1/traces", e.trim_end_matches('/')));
+            }
+            b.build()
+        }
+    };
+    let mut exporter = built
+        .map_err(|e| format!("the OTLP exporter (--otlp-endpoint, OTEL_EXPORTER_OTLP_*): {e}"))?;
+    exporter.set_resource(resource);
+    Ok(exporter)
+}
+
+/// The span of one exchange, open until [`ExchangeSpan::finish`].
+#[derive(Debug)]
+pub struct ExchangeSpan {
+    span: Span,
+    started: SystemTime,
+    content: bool,
+}
+
+impl ExchangeSpan {
+    /// `traceparent` (and `tracestate`) continuing this span's trace, for a request the
+    /// exchange makes (the WebSocket transport's Chat request back through Envoy).
+    pub fn propagation_headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        struct Out(Vec<(HeaderName, HeaderValue)>);
+        impl Injector for Out {
+            fn set(&mut self, key: &str, value: String) {
+                if value.is_empty() {
+                    return;
+                }
+                if let (Ok(k), Ok(v)) = (
+                    HeaderName::from_bytes(key.as_bytes()),
+                    HeaderValue::from_str(&value),
+                ) {
+                    self.0.push((k, v));
+                }
+            }
+        }
+        let cx = Context::new().with_remote_span_context(self.span.span_context().clone());
+        let mut out = Out(Vec::with_capacity(2));
+        TraceContextPropagator::new().inject_context(&cx, &mut out);
+        out.0
+    }
+
+    /// `--trace-content`: the client's request as it arrived.
+    pub fn record_request(&mut self, body: &[u8]) {
+        if self.content && self.span.is_recording() {
+            self.span
+                .set_attribute(KeyValue::new(REQUEST_BODY_ATTR, text(body)));
+        }
+    }
+
+    /// `--trace-content`: the answer the client got (the response object, the stream's
+    /// terminal event, or the error).
+    pub fn record_answer(&mut self, body: &[u8]) {
+        if self.content && self.span.is_recording() {
+            self.span
+                .set_attribute(KeyValue::new(RESPONSE_BODY_ATTR, text(body)));
+        }
+    }
+
+    /// Whether `--trace-content` wants the bodies (so that adapters find them only then).
+    pub fn wants_content(&self) -> bool {
+        self.content && self.span.is_recording()
+    }
+
+    /// Tags the span with what the exchange reported and ends it `timing.total` after it
+    /// started.
+    pub fn finish(mut self, summary: &Summary, timing: &Timing) {
+        if self.span.is_recording() {
+            if let Some(model) = &summary.model {
+                self.span.update_name(format!("{OPERATION} {model}"));
+            }
+            self.span.set_attributes(attributes(summary, timing));
+            if let Some(first) = timing.first_output {
+                self.span.add_event_with_timestamp(
+                    FIRST_TOKEN_EVENT,
+                    self.started + first,
+                    Vec::new(),
+                );
+            }
+            match (summary.outcome, &summary.error_code) {
+                (Outcome::Translated, _) => {}
+                (Outcome::Failed, code) => self.span.set_status(Status::error(
+                    code.clone().unwrap_or_else(|| "failed".to_owned()),
+                )),
+                (Outcome::Open, _) => self.span.set_status(Status::error(
+                    "the exchange ended before its answer was complete (client gone, upstream reset or timeout)",
+                )),
+            }
+        }
+        self.span.end_with_timestamp(self.started + timing.total);
+    }
+
+    /// Ends the span of a message refused before it became an exchange (a WebSocket message
+    /// that is not a valid `response.create`).
+    pub fn refused(mut self, status: u16, code: Option<&str>, timing: &Timing) {
+        if self.span.is_recording() {
+            let code = code.unwrap_or("invalid_request").to_owned();
+            self.span.set_attributes([
+                KeyValue::new("gen_ai.operation.name", OPERATION),
+                KeyValue::new("gen_ai.provider.name", PROVIDER),
+                KeyValue::new("http.response.status_code", i64::from(status)),
+                KeyValue::new("responses_extproc.outcome", "failed"),
+                KeyValue::new("error.type", code.clone()),
+            ]);
+            self.span.set_status(Status::error(code));
+        }
+        self.span.end_with_timestamp(self.started + timing.total);
+    }
+}
+
+/// The span's attributes (see the README's table).
+fn attributes(s: &Summary, timing: &Timing) -> Vec<KeyValue> {
+    let mut a = Vec::with_capacity(24);
+    a.push(KeyValue::new("gen_ai.operation.name", OPERATION));
+    a.push(KeyValue::new("gen_ai.provider.name", PROVIDER));
+    a.push(KeyValue::new(
+        "responses_extproc.operation",
+        s.operation.as_str(),
+    ));
+    if let Some(model) = &s.model {
+        a.push(KeyValue::new("gen_ai.request.model", model.clone()));
+        a.push(KeyValue::new("gen_ai.request.stream", s.stream));
+    }
+    let p = &s.params;
+    for (key, value) in [
+        ("gen_ai.request.temperature", p.temperature),
+        ("gen_ai.request.top_p", p.top_p),
+        ("gen_ai.request.presence_penalty", p.presence_penalty),
+        ("gen_ai.request.frequency_penalty", p.frequency_penalty),
+    ] {
+        if let Some(v) = value {
+            a.push(KeyValue::new(key, v));
+        }
+    }
+    if let Some(n) = p.max_output_tokens {
+        a.push(KeyValue::new("gen_ai.request.max_tokens", int(n)));
+    }
+    if let Some(id) = &s.response_id {
+        a.push(KeyValue::new("gen_ai.response.id", id.clone()));
+    }
+    if let Some(model) = &s.upstream_model {
+        a.push(KeyValue::new("gen_ai.response.model", model.clone()));
+    }
+    if let Some(reason) = &s.finish_reason {
+        a.push(KeyValue::new(
+            "gen_ai.response.finish_reasons",
+            Value::Array(Array::String(vec![StringValue::from(reason.clone())])),
+        ));
+    }
+    if let Some(u) = &s.usage {
+        a.push(KeyValue::new(
+            "gen_ai.usage.input_tokens",
+            int(u.input_tokens),
+        ));
+        a.push(KeyValue::new(
+            "gen_ai.usage.output_tokens",
+            int(u.output_tokens),
+        ));
+        a.push(KeyValue::new(
+            "gen_ai.usage.cache_read.input_tokens",
+            int(u.input_tokens_details.cached_tokens),
+        ));
+        a.push(KeyValue::new(
+            "gen_ai.usage.reasoning.output_tokens",
+            int(u.output_tokens_details.reasoning_tokens),
+        ));
+    }
+    if let Some(first) = timing.first_output {
+        a.push(KeyValue::new(
+            "gen_ai.response.time_to_first_chunk",
+            first.as_secs_f64(),
+        ));
+    }
+    if let Some(status) = s.status {
+        a.push(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
+    }
+    a.push(KeyValue::new(
+        "responses_extproc.outcome",
+        match s.outcome {
+            Outcome::Translated => "translated",
+            Outcome::Failed => "failed",
+            Outcome::Open => "cut",
+        },
+    ));
+    match (s.outcome, &s.error_code) {
+        (Outcome::Failed, Some(code)) => a.push(KeyValue::new("error.type", code.clone())),
+        (Outcome::Failed, None) => a.push(KeyValue::new("error.type", "_OTHER")),
+        (Outcome::Open, _) => a.push(KeyValue::new("error.type", "cut")),
+        (Outcome::Translated, _) => {}
+    }
+    a.push(KeyValue::new(
+        "responses_extproc.translation.duration",
+        timing.translation.as_secs_f64(),
+    ));
+    a
+}
+
+/// OTLP integers are signed 64-bit.
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A body as attribute text: lossy UTF-8, cut at [`MAX_CONTENT_BYTES`].
+fn text(body: &[u8]) -> String {
+    let cut = body.len() > MAX_CONTENT_BYTES;
+    let mut s = String::from_utf8_lossy(&body[..body.len().min(MAX_CONTENT_BYTES)]).into_owned();
+    if cut {
+        s.push_str(&format!(" [cut: {} bytes in all]", body.len()));
+    }
+    s
+}
+
+/// The terminal event of a translated SSE stream in its last bytes (`data: {...}` before
+/// `data: [DONE]`), for `--trace-content`.
+pub fn terminal_event(sse: &[u8]) -> &[u8] {
+    let Some(start) = sse
+        .windows(7)
+        .rposition(|w| w == b"data: {")
+        .map(|i| i + "data: ".len())
+    else {
+        return sse;
+    };
+    let rest = &sse[start..];
+    let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use responses_core::exchange::Operation;
+    use responses_core::openresponses::Usage;
+    use responses_core::translate::Params;
+
+    fn get<'a>(a: &'a [KeyValue], key: &str) -> Option<&'a Value> {
+        a.iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| &kv.value)
+    }
+
+    #[test]
+    fn attributes_carry_what_the_exchange_reported() {
+        let mut usage = Usage {
+            input_tokens: 21,
+            output_tokens: 9,
+            total_tokens: 30,
+            ..Usage::default()
+        };
+        usage.input_tokens_details.cached_tokens = 16;
+        usage.output_tokens_details.reasoning_tokens = 4;
+        let summary = Summary {
+            operation: Operation::Create,
+            response_id: Some("resp_1".into()),
+            model: Some("m".into()),
+            stream: true,
+            outcome: Outcome::Translated,
+            status: Some(200),
+            error_code: None,
+            usage: Some(usage),
+            upstream_model: Some("llama".into()),
+            finish_reason: Some("length".into()),
+            params: Params {
+                temperature: Some(0.5),
+                max_output_tokens: Some(64),
+                ..Params::default()
+            },
+            streamed_output: true,
+        };
+        let timing = Timing {
+            total: Duration::from_millis(900),
+            first_output: Some(Duration::from_millis(250)),
+            translation: Duration::from_micros(40),
+        };
+        let a = attributes(&summary, &timing);
+        assert_eq!(get(&a, "gen_ai.request.model"), Some(&Value::from("m")));
+        assert_eq!(
+            get(&a, "gen_ai.response.model"),
+            Some(&Value::from("llama"))
+        );
+        assert_eq!(get(&a, "gen_ai.response.id"), Some(&Value::from("resp_1")));
+        assert_eq!(get(&a, "gen_ai.usage.input_tokens"), Some(&Value::I64(21)));
+        assert_eq!(get(&a, "gen_ai.usage.output_tokens"), Some(&Value::I64(9)));
+        assert_eq!(
+            get(&a, "gen_ai.usage.cache_read.input_tokens"),
+            Some(&Value::I64(16))
+        );
+        assert_eq!(
+            get(&a, "gen_ai.usage.reasoning.output_tokens"),
+            Some(&Value::I64(4))
+        );
+        assert_eq!(
+            get(&a, "gen_ai.response.finish_reasons"),
+            Some(&Value::Array(Array::String(vec!["length".into()])))
+        );
+        assert_eq!(
+            get(&a, "gen_ai.request.temperature"),
+            Some(&Value::F64(0.5))
+        );
+        assert_eq!(get(&a, "gen_ai.request.max_tokens"), Some(&Value::I64(64)));
+        // Parameters the request did not set are absent, not their defaults.
+        assert_eq!(get(&a, "gen_ai.request.top_p"), None);
+        assert_eq!(
+            get(&a, "gen_ai.response.time_to_first_chunk"),
+            Some(&Value::F64(0.25))
+        );
+        assert_eq!(get(&a, "error.type"), None);
+        assert_eq!(
+            get(&a, "responses_extproc.outcome"),
+            Some(&Value::from("translated"))
+        );
+    }
+
+    #[test]
+    fn failures_and_cuts_have_an_error_type() {
+        let mut summary = Summary {
+            operation: Operation::Create,
+            response_id: None,
+            model: None,
+            stream: false,
+            outcome: Outcome::Failed,
+            status: Some(400),
+            error_code: Some("invalid_json".into()),
+            usage: None,
+            upstream_model: None,
+            finish_reason: None,
+            params: Params::default(),
+            streamed_output: false,
+        };
+        let a = attributes(&summary, &Timing::default());
+        assert_eq!(get(&a, "error.type"), Some(&Value::from("invalid_json")));
+        assert_eq!(get(&a, "http.response.status_code"), Some(&Value::I64(400)));
+        // No model read: no model attributes, and no stream flag to speak of.
+        assert_eq!(get(&a, "gen_ai.request.model"), None);
+        assert_eq!(get(&a, "gen_ai.request.stream"), None);
+        summary.outcome = Outcome::Open;
+        let a = attributes(&summary, &Timing::default());
+        assert_eq!(get(&a, "error.type"), Some(&Value::from("cut")));
+        assert_eq!(
+            get(&a, "responses_extproc.outcome"),
+            Some(&Value::from("cut"))
+        );
+    }
+
+    #[test]
+    fn off_by_default() {
+        let config = Config::default();
+        assert!(config.otlp_endpoint.is_none() && !config.trace_content);
+        let standard = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ];
+        if standard.iter().all(|v| std::env::var_os(v).is_none()) {
+            // No tracer, no exporter task (this test has no runtime to spawn one on).
+            assert!(matches!(Traces::start(&config, None), Ok(None)));
+        }
+        let https = Config {
+            otlp_endpoint: Some("https://collector:4317".into()),
+            ..Config::default()
+        };
+        let err = Traces::start(&https, None).unwrap_err();
+        assert!(err.contains("expected http://"), "{err}");
+    }
+
+    /// The README's table of the span's attributes lists exactly the attributes set here.
+    #[test]
+    fn the_readme_lists_every_attribute() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README.md");
+        let section = readme
+            .split("## Operations: traces")
+            .nth(1)
+            .expect("an 'Operations: traces' section");
+        let listed: std::collections::BTreeSet<String> = section
+            .lines()
+            .skip_while(|l| !l.starts_with("| attribute | value |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .flat_map(|row| {
+                let first = row.trim_matches('|').split('|').next().unwrap_or_default();
+                first
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let full = Summary {
+            operation: Operation::Create,
+            response_id: Some("resp_1".into()),
+            model: Some("m".into()),
+            stream: true,
+            outcome: Outcome::Failed,
+            status: Some(502),
+            error_code: Some("upstream_stream_truncated".into()),
+            usage: Some(Usage::default()),
+            upstream_model: Some("u".into()),
+            finish_reason: Some("stop".into()),
+            params: Params {
+                temperature: Some(1.0),
+                top_p: Some(1.0),
+                presence_penalty: Some(0.0),
+                frequency_penalty: Some(0.0),
+                max_output_tokens: Some(1),
+            },
+            streamed_output: true,
+        };
+        let timing = Timing {
+            first_output: Some(Duration::from_millis(1)),
+            ..Timing::default()
+        };
+        let mut set: std::collections::BTreeSet<String> = attributes(&full, &timing)
+            .into_iter()
+            .map(|kv| kv.key.as_str().to_owned())
+            .collect();
+        set.extend([TRANSPORT_ATTR, REQUEST_BODY_ATTR, RESPONSE_BODY_ATTR].map(str::to_owned));
+        assert_eq!(listed, set);
+    }
+
+    #[test]
+    fn content_is_cut_and_the_terminal_event_found() {
+        let long = vec![b'x'; MAX_CONTENT_BYTES + 10];
+        let t = text(&long);
+        assert!(
+            t.starts_with("xxx") && t.ends_with(&format!("[cut: {} bytes in all]", long.len()))
+        );
+        let sse = b"event: response.output_text.done\ndata: {\"a\":1}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\"}\n\ndata: [DONE]\n\n";
+        assert_eq!(terminal_event(sse), b"{\"type\":\"response.completed\"}");
+    }
+}

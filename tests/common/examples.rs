@@ -1,0 +1,32 @@
+//! The pieces of an `envoy/examples/*.yaml` file (`key: |` blocks) spliced into a bootstrap.
+
+/// The block scalar `key: |` of the example file, dedented, then indented by `indent`.
+pub fn piece(example: &str, key: &str, indent: usize) -> String {
+    let mut lines = example
+        .lines()
+        .skip_while(|l| *l != format!("{key}: |"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ") || l.is_empty());
+    let pad = " ".repeat(indent);
+    let mut out = String::new();
+    for line in lines.by_ref() {
+        if !line.is_empty() {
+            out.push_str(&pad);
+            out.push_str(&line[2..]);
+        }
+        out.push('\n');
+    }
+    assert!(!out.trim().is_empty(), "no `{key}: |` block in the example");
+    out
+}
+
+/// `config` with `piece` put before (or after) `anchor`, which must occur exactly once.
+pub fn splice(config: String, anchor: &str, piece: &str, before: bool) -> String {
+    assert_eq!(config.matches(anchor).count(), 1, "anchor `{anchor}`");
+    let replacement = if before {
+        format!("{piece}{anchor}")
+    } else {
+        format!("{anchor}{piece}")
+    };
+    config.replacen(anchor, &replacement, 1)
+}
