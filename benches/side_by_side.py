@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
-"""Side by side: bare Envoy against Envoy with responses-extproc, same upstream, same run.
+"""Side by side: bare Envoy against Envoy with responses-extproc in both modes (the ext_proc
+processor beside it, the dynamic module inside it), same upstream, same run.
 
-    python3 benches/side_by_side.py            # 10 s per scenario (about 2 minutes in all)
+    python3 benches/side_by_side.py            # 10 s per scenario (about 4 minutes in all)
     BENCH_SECONDS=30 python3 benches/side_by_side.py
+    BENCH_ONLY=trickle python3 benches/side_by_side.py   # the trickle scenarios only
 
 Knobs (environment): BENCH_SECONDS, BENCH_WARMUP_SECONDS, BENCH_CONNECTIONS (wrk -c, 32),
-BENCH_ONLY (scenarios whose name contains this, with their baselines), BENCH_FILTER_CONFIG
-(another bootstrap for the filter scenarios), BENCH_PROCESSOR_ARGS (extra processor flags),
-BENCH_PROCESSOR_BIN (another processor build).
+BENCH_TRICKLE_CONNECTIONS (wrk -c of the trickle scenarios, 256), BENCH_ONLY (scenarios whose
+name contains this, with their baselines), BENCH_FILTER_CONFIG (another bootstrap for the
+ext_proc scenarios), BENCH_PROCESSOR_ARGS (extra processor flags), BENCH_PROCESSOR_BIN
+(another processor build), BENCH_MODULE_DIR (the directory of another libresponses_module.so).
 
 Brings up nginx (Debian) serving a fixed `chat.completion` (benches/fixtures/chat.json) and a
-fixed 64-event llama-server stream (benches/fixtures/chat.sse), then for each scenario a fresh
-Envoy (`--concurrency 1`; benches/envoy-bare.yaml for the baseline, the shipped
-envoy/envoy.yaml or one of envoy/examples/ otherwise) and the release processor, and drives
+fixed 64-event llama-server stream (benches/fixtures/chat.sse), and the demo upstream, which
+streams one word per event 20 ms apart like a model generating tokens (the *trickle*
+scenarios: many concurrent streams, each event written on its own), then for each scenario a
+fresh Envoy (`--concurrency 1`; benches/envoy-bare.yaml for the baseline, the shipped
+envoy/envoy.yaml or one of envoy/examples/ with the release processor, or
+envoy/envoy-module.yaml with the release module, found through
+ENVOY_DYNAMIC_MODULES_SEARCH_PATH), and drives
 it with wrk (Debian; 1 thread, 32 connections, as many requests as it can, each with the
 headers openai-python sends). It prints, per scenario: requests/s, p50/p99 latency, the ratio
 against bare Envoy, CPU microseconds per exchange of Envoy and of the processor (utime+stime
@@ -26,12 +33,16 @@ deploy/install-envoy.sh, and builds the release binaries. Every answer's status 
 object, a Responses event stream ending in response.completed, the Chat answer for other
 traffic). Nothing here asserts speed; it measures.
 
+The trickle scenarios print a second table: streams/s, the upstream events per stream, and the
+CPU per streamed event of Envoy and of the processor, and what each mode adds per event over
+bare Envoy proxying the same stream untranslated.
+
 The "traced" scenarios are the same exchanges with traces on: the processor runs with
 --otlp-endpoint and exports a span per exchange to an OTLP/gRPC sink (benches/otlp_sink.py,
 grpcio installed into .venv; it takes the exports without decoding them, its CPU is printed
 under the table). Envoy does not trace there, so the rows compare the processor's CPU per
 exchange with traces off and on. For "off costs nothing", compare the untraced rows with an
-older build: BENCH_PROCESSOR_BIN=/path/to/it BENCH_ONLY=filter.
+older build: BENCH_PROCESSOR_BIN=/path/to/it BENCH_ONLY=ext_proc.
 """
 
 import json
@@ -52,6 +63,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 WARMUP = int(os.environ.get("BENCH_WARMUP_SECONDS", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "32"))
+TRICKLE_CONNECTIONS = int(os.environ.get("BENCH_TRICKLE_CONNECTIONS", "256"))
 # Another bootstrap for the filter scenarios (same placeholders as envoy/envoy.yaml), to
 # measure a setting before shipping it.
 FILTER_CONFIG = os.environ.get("BENCH_FILTER_CONFIG", "envoy/envoy.yaml")
@@ -59,6 +71,8 @@ ONLY = os.environ.get("BENCH_ONLY")  # run only the scenarios whose name contain
 PROCESSOR_ARGS = os.environ.get("BENCH_PROCESSOR_ARGS", "").split()  # e.g. "--worker-threads 2"
 # Another processor binary (e.g. an older build, to compare), with BENCH_FILTER_CONFIG.
 PROCESSOR_BIN = os.environ.get("BENCH_PROCESSOR_BIN", f"{ROOT}/target/release/responses-extproc")
+MODULE_DIR = os.environ.get("BENCH_MODULE_DIR", f"{ROOT}/target/release")
+MODULE_CONFIG = "envoy/envoy-module.yaml"
 # The OTLP sink of the traced scenarios runs on grpcio, pinned (installed into .venv).
 GRPCIO = "grpcio==1.85.1"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -83,6 +97,12 @@ CLIENT_HEADERS = {
 RESPONSES_JSON = {"model": "bench-model", "input": "Say something."}
 RESPONSES_SSE = {"model": "bench-model", "input": "Say something.", "stream": True}
 CHAT_JSON = {"model": "bench-model", "messages": [{"role": "user", "content": "Say something."}]}
+# The demo upstream answers "Hello! This is the demo upstream. You said: <input>", one word per
+# event, 20 ms apart: this input makes 46 words, about a second per stream.
+TRICKLE_INPUT = " ".join(["tick"] * 38)
+TRICKLE_CHAT = {"model": "bench-model", "stream": True,
+                "messages": [{"role": "user", "content": TRICKLE_INPUT}]}
+TRICKLE_RESPONSES = {"model": "bench-model", "input": TRICKLE_INPUT, "stream": True}
 
 
 @dataclass
@@ -97,9 +117,14 @@ class Scenario:
     expect: str  # a substring of a correct answer
     uds: bool = False
     # Turn the filter on for every route (it is off by default in http_filters): each request
-    # then costs one gRPC stream and one message, answered "not ours". The floor of any
-    # ext_proc exchange, measured on the same traffic as bare Envoy.
+    # then costs one gRPC stream and one message, answered "not ours" (ext_proc), or one
+    # filter created and asked "not ours" (module). The floor of any exchange with the filter,
+    # measured on the same traffic as bare Envoy.
     filter_everywhere: bool = False
+    # The module inside Envoy instead of the processor beside it.
+    module: bool = False
+    # Many concurrent paced streams (wrk -c BENCH_TRICKLE_CONNECTIONS); CPU per event.
+    trickle: bool = False
     # Traces on: the processor exports a span per exchange to an OTLP sink.
     traced: bool = False
 
@@ -107,25 +132,44 @@ class Scenario:
 SCENARIOS = [
     Scenario("bare Envoy, JSON", "benches/envoy-bare.yaml", "json", "/v1/chat/completions",
              CHAT_JSON, False, "bare Envoy, JSON", '"object":"chat.completion"'),
-    Scenario("filter, /v1/responses JSON", FILTER_CONFIG, "json", "/v1/responses",
+    Scenario("ext_proc, /v1/responses JSON", FILTER_CONFIG, "json", "/v1/responses",
              RESPONSES_JSON, True, "bare Envoy, JSON", '"object":"response"'),
-    Scenario("filter over a Unix socket, JSON", "envoy/examples/extproc-uds.yaml", "json",
+    Scenario("ext_proc over a Unix socket, JSON", "envoy/examples/extproc-uds.yaml", "json",
              "/v1/responses", RESPONSES_JSON, True, "bare Envoy, JSON", '"object":"response"',
              uds=True),
-    Scenario("other traffic through the chain, JSON", FILTER_CONFIG, "json",
+    Scenario("module, /v1/responses JSON", MODULE_CONFIG, "json", "/v1/responses",
+             RESPONSES_JSON, False, "bare Envoy, JSON", '"object":"response"', module=True),
+    Scenario("ext_proc: other traffic through the chain, JSON", FILTER_CONFIG, "json",
              "/v1/chat/completions", CHAT_JSON, True, "bare Envoy, JSON",
              '"object":"chat.completion"'),
-    Scenario("floor: any ext_proc exchange (1 message, not ours)", FILTER_CONFIG, "json",
+    Scenario("module: other traffic through the chain, JSON", MODULE_CONFIG, "json",
+             "/v1/chat/completions", CHAT_JSON, False, "bare Envoy, JSON",
+             '"object":"chat.completion"', module=True),
+    Scenario("ext_proc floor: any exchange (1 message, not ours)", FILTER_CONFIG, "json",
              "/v1/chat/completions", CHAT_JSON, True, "bare Envoy, JSON",
              '"object":"chat.completion"', filter_everywhere=True),
-    Scenario("filter, /v1/responses JSON, traced", FILTER_CONFIG, "json", "/v1/responses",
+    Scenario("module floor: the filter on every route (not ours)", MODULE_CONFIG, "json",
+             "/v1/chat/completions", CHAT_JSON, False, "bare Envoy, JSON",
+             '"object":"chat.completion"', filter_everywhere=True, module=True),
+    Scenario("ext_proc, /v1/responses JSON, traced", FILTER_CONFIG, "json", "/v1/responses",
              RESPONSES_JSON, True, "bare Envoy, JSON", '"object":"response"', traced=True),
     Scenario("bare Envoy, SSE", "benches/envoy-bare.yaml", "sse", "/v1/chat/completions",
              CHAT_JSON, False, "bare Envoy, SSE", "data: [DONE]"),
-    Scenario("filter, /v1/responses SSE", FILTER_CONFIG, "sse", "/v1/responses",
+    Scenario("ext_proc, /v1/responses SSE", FILTER_CONFIG, "sse", "/v1/responses",
              RESPONSES_SSE, True, "bare Envoy, SSE", "event: response.completed"),
-    Scenario("filter, /v1/responses SSE, traced", FILTER_CONFIG, "sse", "/v1/responses",
+    Scenario("ext_proc, /v1/responses SSE, traced", FILTER_CONFIG, "sse", "/v1/responses",
              RESPONSES_SSE, True, "bare Envoy, SSE", "event: response.completed", traced=True),
+    Scenario("module, /v1/responses SSE", MODULE_CONFIG, "sse", "/v1/responses",
+             RESPONSES_SSE, False, "bare Envoy, SSE", "event: response.completed", module=True),
+    Scenario("bare Envoy, trickle SSE", "benches/envoy-bare.yaml", "trickle",
+             "/v1/chat/completions", TRICKLE_CHAT, False, "bare Envoy, trickle SSE",
+             "data: [DONE]", trickle=True),
+    Scenario("ext_proc, trickle SSE", FILTER_CONFIG, "trickle", "/v1/responses",
+             TRICKLE_RESPONSES, True, "bare Envoy, trickle SSE", "event: response.completed",
+             trickle=True),
+    Scenario("module, trickle SSE", MODULE_CONFIG, "trickle", "/v1/responses",
+             TRICKLE_RESPONSES, False, "bare Envoy, trickle SSE", "event: response.completed",
+             module=True, trickle=True),
 ]
 
 
@@ -176,8 +220,10 @@ def ensure_tools():
             subprocess.run(sudo + ["apt-get", "install", "-y", "-q"] + pkgs, check=True)
     envoy = subprocess.run(["bash", f"{ROOT}/deploy/install-envoy.sh"], check=True,
                            capture_output=True, text=True).stdout.strip()
-    log("building the release binaries")
+    log("building the release binaries and the module")
     subprocess.run(["cargo", "build", "--release", "--bins"], cwd=ROOT, check=True)
+    if MODULE_DIR == f"{ROOT}/target/release":
+        subprocess.run(["cargo", "build", "--release", "-p", "responses-module"], cwd=ROOT, check=True)
     return envoy
 
 
@@ -287,6 +333,22 @@ http {{
     return proc, ports
 
 
+def start_trickle(tmp):
+    """The demo upstream (release build): paced streams, one word per event."""
+    port = free_port()
+    proc = subprocess.Popen([f"{ROOT}/target/release/demo-upstream", "--listen", f"127.0.0.1:{port}"],
+                            env={**os.environ, "RUST_LOG": "warn"},
+                            stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/demo-upstream.log", "w"))
+    wait_port(port)
+    # Events per stream: what the upstream writes, each on its own (the [DONE] line included).
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 data=json.dumps(TRICKLE_CHAT).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        events = resp.read().decode().count("data: ")
+    return proc, port, events
+
+
 def envoy_config(scenario, tmp, listen, admin, extproc, upstream, socket_path):
     with open(os.path.join(ROOT, scenario.envoy_config)) as f:
         text = f.read()
@@ -294,6 +356,9 @@ def envoy_config(scenario, tmp, listen, admin, extproc, upstream, socket_path):
             ("port_value: 9901", f"port_value: {admin}"), ("port_value: 18080", f"port_value: {upstream}")]
     if scenario.processor and not scenario.uds:
         subs.append(("port_value: 50051", f"port_value: {extproc}"))
+    if scenario.module:
+        # The WebSocket cluster is not used here; keep it off the fixed port.
+        subs.append(("port_value: 50052", f"port_value: {free_port()}"))
     if scenario.uds:
         subs.append(("path: /run/responses-extproc/extproc.sock", f"path: {socket_path}"))
     if scenario.filter_everywhere:
@@ -318,8 +383,10 @@ def wrk_script(tmp, scenario):
     return path
 
 
-def run_wrk(url, script, seconds):
-    out = subprocess.run(["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", script, url],
+def run_wrk(url, script, seconds, connections):
+    # The trickle streams last about a second each: a timeout well above that.
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
+                          "--latency", "-s", script, url],
                          capture_output=True, text=True, check=True).stdout
     def ms(label):
         m = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
@@ -337,7 +404,7 @@ def check_answer(url, scenario):
     req = urllib.request.Request(url, data=json.dumps(scenario.body).encode(),
                                  headers={"content-type": "application/json", **CLIENT_HEADERS})
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=30) as resp:
             status, body = resp.status, resp.read().decode()
     except urllib.error.HTTPError as e:
         status, body = e.code, e.read().decode()
@@ -368,22 +435,24 @@ def run(scenario, envoy_bin, ports, tmp, nginx, sink_python):
                                          stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/processor.log", "w"))
             procs.append(processor)
             wait_path(socket_path) if scenario.uds else wait_port(extproc)
+        env = {**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": MODULE_DIR} if scenario.module else None
         envoy = subprocess.Popen([envoy_bin, "-c", config, "--concurrency", "1", "--log-level", "warn",
-                                  "--base-id", str(listen)],
+                                  "--base-id", str(listen)], env=env,
                                  stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/envoy.log", "w"))
         procs.append(envoy)
         wait_http(f"http://127.0.0.1:{admin}/ready")
         url = f"http://127.0.0.1:{listen}{scenario.path}"
         check_answer(url, scenario)
         script = wrk_script(tmp, scenario)
-        run_wrk(url, script, WARMUP)
+        connections = TRICKLE_CONNECTIONS if scenario.trickle else CONNECTIONS
+        run_wrk(url, script, WARMUP, connections)
         e0 = cpu_seconds(envoy.pid)
         p0 = cpu_seconds(processor.pid) if processor else 0
         s0 = cpu_seconds(sink.pid) if sink else 0
         m0 = machine_ticks()
         o0 = children_seconds() + nginx_seconds(nginx)
         x0 = extproc_messages_sent(admin) if processor else 0
-        rps, p50, p99, requests, errors = run_wrk(url, script, SECONDS)
+        rps, p50, p99, requests, errors = run_wrk(url, script, SECONDS, connections)
         x1 = extproc_messages_sent(admin) if processor else 0
         m1 = machine_ticks()
         o1 = children_seconds() + nginx_seconds(nginx)
@@ -430,6 +499,7 @@ def main():
     sink_python = ensure_sink_python() if any(s.traced for s in selected) else None
     tmp = tempfile.mkdtemp(prefix="side-by-side-")
     nginx, ports = start_nginx(tmp)
+    trickle, ports["trickle"], events = start_trickle(tmp)
     results = {}
     try:
         for s in SCENARIOS:
@@ -440,15 +510,18 @@ def main():
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(10)
+        trickle.send_signal(signal.SIGTERM)
+        trickle.wait(10)
     version = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
     version = re.search(r"version: \S+", version).group(0) if version else envoy_bin
     print(f"\nside by side: {os.cpu_count()} cores, Envoy {version} --concurrency 1, wrk -t1 "
-          f"-c{CONNECTIONS}, {SECONDS} s per scenario, {time.strftime('%Y-%m-%d')}\n")
+          f"-c{CONNECTIONS} (trickle: -c{TRICKLE_CONNECTIONS}), {SECONDS} s per scenario, "
+          f"{time.strftime('%Y-%m-%d')}\n")
     print("| scenario | req/s | vs bare | p50 ms | p99 ms | p99 vs bare | errors | Envoy µs/exchange "
           "| processor µs/exchange | wrk+nginx µs/exchange | ext_proc messages/exchange | machine busy |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in SCENARIOS:
-        if s.name not in results or s.baseline not in results:
+        if s.name not in results or s.baseline not in results or s.trickle:
             continue
         r, b = results[s.name], results[s.baseline]
         proc = f"{r.processor_us:.0f}" if r.processor_us is not None else "-"
@@ -456,6 +529,21 @@ def main():
         print(f"| {s.name} | {r.rps:,.0f} | {r.rps / b.rps:.2f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
               f"{r.p99_ms / b.p99_ms:.1f} | {r.errors} | {r.envoy_us:.0f} | {proc} | {r.others_us:.0f} | {msgs} | "
               f"{r.machine_busy:.0%} |")
+    trickles = [s for s in SCENARIOS if s.trickle and s.name in results and s.baseline in results]
+    if trickles:
+        print(f"\ntrickle: the demo upstream writes each of its {events} events on its own, 20 ms "
+              f"apart; {TRICKLE_CONNECTIONS} concurrent streams\n")
+        print("| scenario | streams/s | p50 ms | events/stream | Envoy µs/event | processor µs/event "
+              "| added µs/event (Envoy + processor, over bare) | errors | machine busy |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for s in trickles:
+            r, b = results[s.name], results[s.baseline]
+            envoy_ev, bare_ev = r.envoy_us / events, b.envoy_us / events
+            proc_ev = (r.processor_us or 0) / events
+            proc = f"{proc_ev:.2f}" if r.processor_us is not None else "-"
+            added = "-" if s.name == s.baseline else f"{envoy_ev - bare_ev + proc_ev:.2f}"
+            print(f"| {s.name} | {r.rps:,.0f} | {r.p50_ms:.0f} | {events} | {envoy_ev:.2f} | {proc} | "
+                  f"{added} | {r.errors} | {r.machine_busy:.0%} |")
     for name, r in results.items():
         if r.sink_us is not None:
             print(f"\n{name}: the OTLP sink took {r.sink_us:.0f} µs of CPU per exchange "

@@ -5,11 +5,16 @@
 #   bash deploy/demo.sh                                   # with the built-in demo upstream
 #   UPSTREAM_URL=http://127.0.0.1:8000 bash deploy/demo.sh   # with your vLLM / llama-server
 #   DEMO_ONESHOT=1 bash deploy/demo.sh                    # print the two answers, then exit
+#   MODE=module bash deploy/demo.sh                       # the translation inside Envoy
 #   OTLP_ENDPOINT=127.0.0.1:4317 bash deploy/demo.sh      # traces to your OTLP/gRPC collector
 #
 # It installs Envoy into .venv (deploy/install-envoy.sh), builds the release binary, starts
 # the demo upstream (unless UPSTREAM_URL is set), the processor and Envoy, sends one plain and
 # one streaming request, and then keeps everything running until Ctrl-C.
+# MODE=module: Envoy runs envoy/envoy-module.yaml and translates in-process with the dynamic
+# module (target/release/libresponses_module.so, found through ENVOY_DYNAMIC_MODULES_SEARCH_PATH);
+# the processor still runs, for the WebSocket transport only, with the same sealing keys (a key
+# file made for the demo, given to both).
 # Logs: target/demo/{upstream,processor,envoy}.log; Envoy's access log: target/demo/access.log.
 # Ports: 10000 (Envoy), 9901 (Envoy admin),
 # 50051 (processor), 9464 (processor metrics), 18080 (demo upstream); they must be free.
@@ -25,6 +30,7 @@ cd "$ROOT"
 LOG_DIR="$ROOT/target/demo"
 BIN="$ROOT/target/release/responses-extproc"
 BASE="http://127.0.0.1:10000"
+MODE="${MODE:-extproc}"
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "demo: $*"; exit 1; }
@@ -100,6 +106,11 @@ if [ -n "${UPSTREAM_URL:-}" ]; then
   fi
 fi
 
+case "$MODE" in
+  extproc | module) ;;
+  *) die "MODE must be extproc (the default) or module, not '$MODE'" ;;
+esac
+
 # OTLP_ENDPOINT=[http://]host:port: traces to that collector.
 OTLP_HOST=""
 OTLP_PORT=""
@@ -124,11 +135,31 @@ done
 mkdir -p "$LOG_DIR"
 ENVOY_BIN="$(bash "$ROOT/deploy/install-envoy.sh")"
 
-say "demo: cargo build --release"
-cargo build --release >&2
-
 CONFIG="$LOG_DIR/envoy.yaml"
-cp "$ROOT/envoy/envoy.yaml" "$CONFIG"
+PROCESSOR_ARGS=(--listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ws-listen 127.0.0.1:50052)
+if [ "$MODE" = module ]; then
+  say "demo: cargo build --release -p responses-extproc -p responses-module"
+  cargo build --release -p responses-extproc -p responses-module >&2
+  cp "$ROOT/envoy/envoy-module.yaml" "$CONFIG"
+  # One key file for both translators: what the module seals, the WebSocket processor opens.
+  KEYS="$LOG_DIR/reasoning-keys"
+  (umask 077 && printf 'demo:%s\n' "$(head -c 32 /dev/urandom | base64)" >"$KEYS")
+  PROCESSOR_ARGS+=(--reasoning-keys-file "$KEYS")
+  python3 - "$CONFIG" "$KEYS" <<'PY'
+import json, sys
+path, keys = sys.argv[1], sys.argv[2]
+config = open(path).read()
+empty = "                value: |\n                  {}\n"
+assert config.count(empty) == 1, "envoy-module.yaml: the filter_config value {} not found once"
+settings = json.dumps({"reasoning_keys_file": keys})
+open(path, "w").write(config.replace(empty, f"                value: |\n                  {settings}\n"))
+PY
+  export ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$ROOT/target/release"
+else
+  say "demo: cargo build --release"
+  cargo build --release >&2
+  cp "$ROOT/envoy/envoy.yaml" "$CONFIG"
+fi
 # An access log of every request, with what the processor reports for translated ones (its
 # dynamic metadata, README "Envoy metadata"): one JSON line each.
 ACCESS_LOG="$LOG_DIR/access.log"
@@ -199,7 +230,6 @@ if [ -z "$UPSTREAM_HOST" ]; then
   start upstream "$ROOT/target/release/demo-upstream" --listen 127.0.0.1:18080
   wait_for "the demo upstream on :18080" listening 18080
 fi
-PROCESSOR_ARGS=(--listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ws-listen 127.0.0.1:50052)
 [ -z "$OTLP_HOST" ] || PROCESSOR_ARGS+=(--otlp-endpoint "http://$OTLP_HOST:$OTLP_PORT")
 start processor "$BIN" "${PROCESSOR_ARGS[@]}"
 wait_for "the processor on :50051" listening 50051
@@ -207,7 +237,11 @@ start envoy "$ENVOY_BIN" -c "$CONFIG" --use-dynamic-base-id --log-level warn
 wait_for "Envoy on :10000" curl -s -o /dev/null --max-time 2 "$BASE/v1/responses"
 
 say ""
-say "demo: ready. A request:"
+if [ "$MODE" = module ]; then
+  say "demo: ready (module mode: the translation runs inside Envoy). A request:"
+else
+  say "demo: ready. A request:"
+fi
 say "\$ curl -s localhost:10000/v1/responses -H 'content-type: application/json' -d '{\"model\":\"m\",\"input\":\"hi\"}'"
 curl -s --max-time 60 "$BASE/v1/responses" -H 'content-type: application/json' \
   -d '{"model":"m","input":"hi"}'
@@ -225,11 +259,17 @@ for _ in $(seq 1 40); do
   sleep 0.25
 done
 say ""
-say "demo: Envoy's access log ($ACCESS_LOG), with the processor's usage metadata:"
+say "demo: Envoy's access log ($ACCESS_LOG), with the translator's usage metadata:"
 grep '"response_id":"resp_' "$ACCESS_LOG" >&2 || cat "$ACCESS_LOG" >&2
 say ""
-say "demo: the processor's metrics: http://127.0.0.1:9464/metrics (token usage, a few lines):"
-curl -s --max-time 10 http://127.0.0.1:9464/metrics | grep '^gen_ai_client_token_usage_sum' >&2 || true
+if [ "$MODE" = module ]; then
+  say "demo: the module's stats, in Envoy's: http://127.0.0.1:9901/stats/prometheus (tokens):"
+  curl -s --max-time 10 http://127.0.0.1:9901/stats/prometheus |
+    grep '^envoy_responses_module_tokens_total' >&2 || true
+else
+  say "demo: the processor's metrics: http://127.0.0.1:9464/metrics (token usage, a few lines):"
+  curl -s --max-time 10 http://127.0.0.1:9464/metrics | grep '^gen_ai_client_token_usage_sum' >&2 || true
+fi
 
 if [ -n "${DEMO_ONESHOT:-}" ]; then
   exit 0
@@ -246,6 +286,7 @@ demo: running until Ctrl-C (logs in target/demo/). Try:
     -d '{"model":"m","input":[{"role":"user","content":"My name is Ada."},{"role":"user","content":"Remember 42."}]}'
   curl -s localhost:10000/v1/models          # not translated: passes through
   curl -s localhost:9901/stats | grep ext_proc  # Envoy's ext_proc counters
+  curl -s localhost:9901/stats | grep responses_module  # module mode: the module's stats
   curl -s localhost:9464/metrics                # the processor's Prometheus metrics
 TXT
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs Envoy into .venv (for the end-to-end tests) and the client SDKs
-# the client end-to-end tests drive (deploy/install-clients.sh), then runs every test.
-# Extra arguments go to `cargo test` (e.g. `bash deploy/test.sh --test harness_smoke`).
+# the client end-to-end tests drive (deploy/install-clients.sh), then runs every test; then the
+# end-to-end suites a second time with the translation inside Envoy (the dynamic module,
+# RESPONSES_E2E_MODE=module, tests/common/stack.rs).
+# Extra arguments go to both `cargo test` runs (e.g. `bash deploy/test.sh --test harness_smoke`);
+# SKIP_MODULE_E2E=1 skips the second run.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,4 +19,26 @@ if [ -f "$ROOT/deploy/install-clients.sh" ]; then
   bash "$ROOT/deploy/install-clients.sh" >&2
 fi
 
+# The module, built once in release with the `fault-injection` feature the panic test needs
+# (the core panics on a marker; a production build never has it), kept apart in
+# target/e2e-module (where the harness looks) so that no other build replaces it. The first run
+# needs it too: tests/deploy_manifests.rs validates the module's Istio patches with it loaded.
+echo "test: cargo build --release -p responses-module --features fault-injection"
+cargo build --release -p responses-module --features fault-injection
+mkdir -p target/e2e-module
+cp target/release/libresponses_module.so target/e2e-module/
+bash "$ROOT/.ci/module-symbols" target/e2e-module/libresponses_module.so
+
 cargo test --workspace --all-targets "$@"
+
+if [ -n "${SKIP_MODULE_E2E:-}" ]; then
+  exit 0
+fi
+if [ $# -eq 0 ]; then
+  set -- --test harness_smoke --test load
+  for suite in tests/e2e_*.rs; do
+    set -- "$@" --test "$(basename "$suite" .rs)"
+  done
+fi
+echo "test: module mode: RESPONSES_E2E_MODE=module cargo test $*"
+RESPONSES_E2E_MODE=module cargo test "$@"

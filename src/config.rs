@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
 
-use responses_core::client::ReasoningEventsPolicy;
+use responses_core::settings::ExchangeConfig;
+pub use responses_core::settings::KeySource;
+use responses_core::translate::limits;
 use responses_core::translate::seal::Keyring;
-use responses_core::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -41,29 +42,6 @@ pub enum StreamBodyMode {
     Streamed,
     /// FULL_DUPLEX_STREAMED: chunks and answers flow independently (trailers sent too).
     FullDuplexStreamed,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DeveloperRoleName {
-    System,
-    Developer,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum HostedToolsPolicy {
-    Drop,
-    Reject,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReasoningEventNames {
-    /// OpenAI's names to OpenAI's SDKs and Codex (known by their standard headers), the
-    /// specification's to everyone else.
-    Auto,
-    /// `response.reasoning.delta` / `.done` (OpenResponses).
-    Spec,
-    /// `response.reasoning_text.delta` / `.done` (OpenAI).
-    Openai,
 }
 
 /// Options of the ext_proc server.
@@ -95,44 +73,11 @@ pub struct Config {
     #[arg(long, env = "RESPONSES_EXTPROC_LOG_CONTENT")]
     pub log_content: bool,
 
-    /// Request path that is translated; everything else passes through untouched.
-    #[arg(
-        long,
-        default_value = "/v1/responses",
-        env = "RESPONSES_EXTPROC_RESPONSES_PATH"
-    )]
-    pub responses_path: String,
-
-    /// Upstream path a translated request is sent to.
-    #[arg(
-        long,
-        default_value = "/v1/chat/completions",
-        env = "RESPONSES_EXTPROC_CHAT_PATH"
-    )]
-    pub chat_path: String,
-
-    /// Request header set to the model name, so Envoy routes can match on it.
-    #[arg(
-        long,
-        default_value = "x-responses-model",
-        env = "RESPONSES_EXTPROC_MODEL_HEADER"
-    )]
-    pub model_header: String,
-
-    /// Strict mode: reject `store: true` and unknown top-level fields with 400 instead of
-    /// serving them statelessly and forwarding them to the upstream.
-    #[arg(long, env = "RESPONSES_EXTPROC_STRICT")]
-    pub strict: bool,
-
-    /// Event names used for streamed reasoning text: `auto` serves each client the names it
-    /// parses; the request header x-responses-reasoning-events (spec|openai) overrides.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "auto",
-        env = "RESPONSES_EXTPROC_REASONING_EVENTS"
-    )]
-    pub reasoning_events: ReasoningEventNames,
+    /// The settings every adapter shares (routing, translation, caps, sealing keys):
+    /// defined once in the core, the Envoy module reads them from its filter config
+    /// under the same names (`--max-body-bytes` is `max_body_bytes`).
+    #[command(flatten)]
+    pub exchange: ExchangeConfig,
 
     /// Body mode for SSE answers: `streamed` or `full-duplex-streamed` (equal on token-paced
     /// streams, measured in envoy/envoy.yaml; full duplex helps only with unpaced upstreams).
@@ -143,65 +88,6 @@ pub struct Config {
         env = "RESPONSES_EXTPROC_STREAM_BODY_MODE"
     )]
     pub stream_body_mode: StreamBodyMode,
-
-    /// Largest single upstream SSE event held while waiting for its end (bytes).
-    #[arg(long, default_value_t = limits::MAX_SSE_FRAME_BYTES, env = "RESPONSES_EXTPROC_MAX_SSE_FRAME_BYTES")]
-    pub max_sse_frame_bytes: usize,
-
-    /// Largest text + arguments accumulated for one response (bytes); beyond it the
-    /// response fails cleanly.
-    #[arg(long, default_value_t = limits::MAX_OUTPUT_BYTES, env = "RESPONSES_EXTPROC_MAX_OUTPUT_BYTES")]
-    pub max_output_bytes: usize,
-
-    /// What `developer` messages become upstream: `system` (most chat templates) or
-    /// `developer` (for upstreams that know the role).
-    #[arg(
-        long,
-        value_enum,
-        default_value = "system",
-        env = "RESPONSES_EXTPROC_DEVELOPER_ROLE"
-    )]
-    pub developer_role: DeveloperRoleName,
-
-    /// Hosted tools (`web_search`, `file_search`, ...) cannot run on a Chat upstream: drop
-    /// them from the request, or reject the request with 400.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "drop",
-        env = "RESPONSES_EXTPROC_HOSTED_TOOLS"
-    )]
-    pub hosted_tools: HostedToolsPolicy,
-
-    /// Largest accepted `/v1/responses` body (bytes); larger → 413. Envoy's own buffer limit
-    /// (envoy.yaml) applies first.
-    #[arg(long, default_value_t = limits::MAX_REQUEST_BYTES, env = "RESPONSES_EXTPROC_MAX_REQUEST_BYTES")]
-    pub max_request_bytes: usize,
-
-    /// Most items accepted in `input`; more → 400.
-    #[arg(
-        long,
-        default_value_t = limits::MAX_INPUT_ITEMS,
-        env = "RESPONSES_EXTPROC_MAX_INPUT_ITEMS"
-    )]
-    pub max_input_items: usize,
-
-    /// Largest single content part (text, image/file data, tool output) in bytes; larger → 400.
-    #[arg(long, default_value_t = limits::MAX_PART_BYTES, env = "RESPONSES_EXTPROC_MAX_PART_BYTES")]
-    pub max_part_bytes: usize,
-
-    /// File of keys sealing reasoning for `include: ["reasoning.encrypted_content"]`: one
-    /// `KEY_ID:BASE64_32_BYTES` per line, the first one active (seals), all accepted (open).
-    #[arg(long, env = "RESPONSES_EXTPROC_REASONING_KEYS_FILE")]
-    pub reasoning_keys_file: Option<PathBuf>,
-
-    /// The same keys as text (environment only, so they stay out of process listings).
-    #[arg(skip = std::env::var("RESPONSES_EXTPROC_REASONING_KEYS").ok())]
-    pub reasoning_keys: Option<String>,
-
-    /// Largest upstream JSON body buffered for translation (bytes).
-    #[arg(long, default_value_t = responses_core::exchange::DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES")]
-    pub max_body_bytes: usize,
 
     /// Threads serving exchanges. 1 by default, a current-thread runtime: no work stealing
     /// and no wake-ups across threads, the least CPU per exchange (benches/side_by_side.py:
@@ -333,52 +219,18 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 }
 
 impl Config {
-    /// The translation core's view of the configuration; `keyring` from [`Config::keyring`].
-    pub fn translate_options(&self, keyring: Option<Arc<Keyring>>) -> Options {
-        Options {
-            strict: self.strict,
-            // Resolved per exchange from the policy (`exchange_settings`) and the headers.
-            reasoning_events: ReasoningEvents::default(),
-            developer_role: match self.developer_role {
-                DeveloperRoleName::System => DeveloperRole::System,
-                DeveloperRoleName::Developer => DeveloperRole::Developer,
-            },
-            hosted_tools: match self.hosted_tools {
-                HostedToolsPolicy::Drop => HostedTools::Drop,
-                HostedToolsPolicy::Reject => HostedTools::Reject,
-            },
-            max_request_bytes: self.max_request_bytes,
-            max_input_items: self.max_input_items,
-            max_part_bytes: self.max_part_bytes,
-            keyring,
-            max_sse_frame_bytes: self.max_sse_frame_bytes,
-            max_output_bytes: self.max_output_bytes,
-        }
-    }
-
     /// The exchange rules' settings (shared by every adapter); `keyring` from [`Config::keyring`].
     pub fn exchange_settings(
         &self,
         keyring: Option<Arc<Keyring>>,
     ) -> responses_core::exchange::Settings {
-        responses_core::exchange::Settings {
-            responses_path: self.responses_path.clone(),
-            chat_path: self.chat_path.clone(),
-            model_header: self.model_header.to_ascii_lowercase(),
-            max_body_bytes: self.max_body_bytes,
-            reasoning_events: match self.reasoning_events {
-                ReasoningEventNames::Auto => ReasoningEventsPolicy::Auto,
-                ReasoningEventNames::Spec => ReasoningEventsPolicy::Spec,
-                ReasoningEventNames::Openai => ReasoningEventsPolicy::OpenAi,
-            },
-            options: self.translate_options(keyring),
-        }
+        self.exchange.exchange_settings(keyring)
     }
 
     /// The limits of one WebSocket connection.
     pub fn ws_limits(&self) -> responses_core::connection::Limits {
         responses_core::connection::Limits {
-            max_message_bytes: self.max_request_bytes,
+            max_message_bytes: self.exchange.max_request_bytes,
             max_context_bytes: self.ws_max_context_bytes,
         }
     }
@@ -397,45 +249,26 @@ impl Config {
     /// up while it waited for us (up to that limit, plus one read). Beyond it the exchange
     /// fails with an envelope (413 / 502 / `response.failed`), never passes untranslated.
     pub fn grpc_max_message_bytes(&self) -> usize {
-        self.max_request_bytes
-            .max(self.max_body_bytes)
+        self.exchange
+            .max_request_bytes
+            .max(self.exchange.max_body_bytes)
             .saturating_mul(2)
             .saturating_add(1 << 20)
     }
 
     /// The keys that seal reasoning (`encrypted_content`): from `--reasoning-keys-file`, else
-    /// `RESPONSES_EXTPROC_REASONING_KEYS`, else a random key made now. A random key works
-    /// for one process only: replicas behind one Envoy need a shared key file.
+    /// `RESPONSES_EXTPROC_REASONING_KEYS`, else a random key made now (the rule:
+    /// [`ExchangeConfig::keyring`]).
     pub fn keyring(&self) -> Result<(Arc<Keyring>, KeySource), String> {
-        if let Some(path) = &self.reasoning_keys_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("--reasoning-keys-file {}: {e}", path.display()))?;
-            let ring = Keyring::parse(&text)
-                .map_err(|e| format!("--reasoning-keys-file {}: {e}", path.display()))?;
-            return Ok((Arc::new(ring), KeySource::File));
-        }
-        if let Some(text) = self
-            .reasoning_keys
-            .as_deref()
-            .filter(|t| !t.trim().is_empty())
-        {
-            let ring = Keyring::parse(text)
-                .map_err(|e| format!("RESPONSES_EXTPROC_REASONING_KEYS: {e}"))?;
-            return Ok((Arc::new(ring), KeySource::Env));
-        }
-        let mut key = [0u8; 32];
-        OsRng.fill_bytes(&mut key);
-        let ring = Keyring::single("ephemeral", key).map_err(|e| e.to_string())?;
-        Ok((Arc::new(ring), KeySource::Ephemeral))
+        self.exchange.keyring(
+            |path| std::fs::read_to_string(path),
+            || {
+                let mut key = [0u8; 32];
+                OsRng.fill_bytes(&mut key);
+                key
+            },
+        )
     }
-}
-
-/// Where the reasoning keys came from (logged at startup).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeySource {
-    File,
-    Env,
-    Ephemeral,
 }
 
 impl Default for Config {
@@ -466,8 +299,8 @@ mod tests {
     fn defaults_and_tls_flags() {
         let c = Config::default();
         assert_eq!(c.listen.to_string(), "127.0.0.1:50051");
-        assert_eq!(c.responses_path, "/v1/responses");
-        assert!(!c.strict && !c.log_content);
+        assert_eq!(c.exchange.responses_path, "/v1/responses");
+        assert!(!c.exchange.strict && !c.log_content);
         assert!(
             Cli::try_parse_from(["x", "--tls-cert", "c.pem"]).is_err(),
             "a cert needs its key"
@@ -486,5 +319,76 @@ mod tests {
             "a"
         ])
         .is_ok());
+    }
+
+    /// The Envoy module reads the same settings from JSON (`responses_core::settings`): every
+    /// flag of the group is a JSON key of the same name, with the same default, and the same
+    /// values given both ways make the same settings.
+    #[test]
+    fn the_modules_json_keys_and_defaults_are_the_flags() {
+        use clap::{Args, CommandFactory};
+        let group = ExchangeConfig::augment_args(clap::Command::new("x"));
+        let mut flags: Vec<String> = group
+            .get_arguments()
+            .map(|a| {
+                let id = a.get_id().to_string();
+                assert_eq!(a.get_long(), Some(id.replace('_', "-").as_str()));
+                id
+            })
+            .collect();
+        // Environment only for the CLI (kept out of process listings).
+        flags.push("reasoning_keys".into());
+        flags.sort();
+        let json = serde_json::to_value(ExchangeConfig::default()).unwrap();
+        let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        assert_eq!(flags, keys);
+        // The group is part of the CLI, with the same defaults.
+        assert!(Cli::command()
+            .get_arguments()
+            .any(|a| a.get_id() == "max_body_bytes"));
+        assert_eq!(Config::default().exchange, ExchangeConfig::default());
+
+        let cli = Cli::try_parse_from([
+            "x",
+            "--responses-path",
+            "/r",
+            "--chat-path",
+            "/c",
+            "--model-header",
+            "x-m",
+            "--strict",
+            "--reasoning-events",
+            "openai",
+            "--max-sse-frame-bytes",
+            "7",
+            "--max-output-bytes",
+            "8",
+            "--developer-role",
+            "developer",
+            "--hosted-tools",
+            "reject",
+            "--max-request-bytes",
+            "9",
+            "--max-input-items",
+            "10",
+            "--max-part-bytes",
+            "11",
+            "--reasoning-keys-file",
+            "/k",
+            "--max-body-bytes",
+            "12",
+        ])
+        .unwrap();
+        let module: ExchangeConfig = serde_json::from_value(serde_json::json!({
+            "responses_path": "/r", "chat_path": "/c", "model_header": "x-m", "strict": true,
+            "reasoning_events": "openai", "max_sse_frame_bytes": 7, "max_output_bytes": 8,
+            "developer_role": "developer", "hosted_tools": "reject", "max_request_bytes": 9,
+            "max_input_items": 10, "max_part_bytes": 11, "reasoning_keys_file": "/k",
+            "max_body_bytes": 12,
+            "reasoning_keys": cli.serve.exchange.reasoning_keys,
+        }))
+        .unwrap();
+        assert_eq!(cli.serve.exchange, module);
     }
 }

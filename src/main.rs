@@ -65,6 +65,7 @@ fn init_logs(format: LogFormat) {
 }
 
 async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    config.exchange.validate()?;
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_serving::<ExternalProcessorServer<Processor>>()
@@ -185,9 +186,9 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         mtls = config.tls_client_ca.is_some(),
         version = env!("CARGO_PKG_VERSION"),
         git = env!("RESPONSES_EXTPROC_GIT"),
-        responses_path = %config.responses_path,
-        chat_path = %config.chat_path,
-        strict = config.strict,
+        responses_path = %config.exchange.responses_path,
+        chat_path = %config.exchange.chat_path,
+        strict = config.exchange.strict,
         "responses-extproc listening"
     );
     if config.log_content {

@@ -15,6 +15,7 @@ use prometheus::{
 };
 
 use responses_core::exchange::{Outcome, Summary};
+use responses_core::proxy::{self, CAP_CODES};
 
 /// `gen_ai_operation_name`: a Responses request is answered by a chat completion.
 const OPERATION: &str = "chat";
@@ -106,16 +107,6 @@ pub struct Metrics {
     models: Bounded,
     error_codes: Bounded,
 }
-
-/// The caps an exchange can end at, by the error code it ends with.
-const CAP_CODES: &[&str] = &[
-    "request_too_large",
-    "content_too_large",
-    "too_many_input_items",
-    "upstream_response_too_large",
-    "upstream_event_too_large",
-    "response_too_large",
-];
 
 impl Metrics {
     pub fn new(labels: LabelPolicy) -> Self {
@@ -273,11 +264,7 @@ impl Metrics {
     /// Records one finished (or cut) exchange.
     pub fn record(&self, summary: &Summary, timing: Timing) {
         let stream = if summary.stream { "true" } else { "false" };
-        let outcome = match summary.outcome {
-            Outcome::Translated => "translated",
-            Outcome::Failed => "failed",
-            Outcome::Open => "cut",
-        };
+        let outcome = proxy::recorded_outcome(summary.outcome);
         let code = summary.error_code.as_deref().unwrap_or("");
         self.exchanges
             .with_label_values(&[stream, outcome, self.error_codes.label(code)])
@@ -301,12 +288,7 @@ impl Metrics {
             .with_label_values(&[&models[..], &[stream, outcome]].concat())
             .observe(timing.total.as_secs_f64());
         if let Some(usage) = &summary.usage {
-            for (kind, n) in [
-                ("input", usage.input_tokens),
-                ("output", usage.output_tokens),
-                ("cached", usage.input_tokens_details.cached_tokens),
-                ("reasoning", usage.output_tokens_details.reasoning_tokens),
-            ] {
+            for (kind, n) in proxy::token_counts(usage) {
                 self.token_usage
                     .with_label_values(&[&models[..], &[kind]].concat())
                     .observe(n as f64);

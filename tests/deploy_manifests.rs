@@ -4,7 +4,10 @@
 //!   and has the fields its kind requires, and each Envoy ConfigMap is envoy/envoy.yaml with
 //!   its documented substitutions (tests/deploy/manifests.py);
 //! * every Envoy config inside them (the ConfigMaps' bootstraps, each Istio EnvoyFilter patch
-//!   wrapped in a bootstrap) passes the real Envoy's `--mode validate`;
+//!   wrapped in a bootstrap) passes the real Envoy's `--mode validate`, the module's patches
+//!   with the module itself loaded (it checks its JSON settings as it would in a gateway);
+//! * the module's settings in the Envoy Gateway policy and the Istio patch are settings of the
+//!   processor (by their JSON names), and the policy names a module an EnvoyProxy allows;
 //! * the Kubernetes manifests pass kubernetes-validate --strict (the JSON schemas of
 //!   Kubernetes 1.37, from PyPI; installed by deploy/install-clients.sh).
 
@@ -44,17 +47,23 @@ fn every_envoy_config_in_the_manifests_is_valid_and_in_step() {
         .arg("check")
         .arg(dir.path()));
     let files: Vec<&str> = out.lines().filter(|l| l.starts_with('/')).collect();
-    // 2 ConfigMaps, 3 EnvoyFilter patches.
-    assert_eq!(files.len(), 5, "{out}");
+    // 2 ConfigMaps, 3 EnvoyFilter patches (ext_proc), 2 (the module).
+    assert_eq!(files.len(), 7, "{out}");
     for kind in [
-        "\"EnvoyFilter\": 2",
-        "\"EnvoyExtensionPolicy\": 1",
+        "\"EnvoyFilter\": 3",
+        "\"EnvoyExtensionPolicy\": 2",
+        "\"EnvoyProxy\": 1",
         "\"PodDisruptionBudget\": 3",
     ] {
         assert!(out.contains(kind), "{kind}: {out}");
     }
     for file in files {
         let text = run(Command::new(envoy_binary())
+            // The module's patches load libresponses_module.so (tests/common/stack.rs).
+            .env(
+                "ENVOY_DYNAMIC_MODULES_SEARCH_PATH",
+                common::stack::module_dir(),
+            )
             .args(["--mode", "validate", "--log-level", "error", "-c"])
             .arg(file));
         assert!(text.contains("OK"), "{file}: {text}");

@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::schema::errors as schema_errors;
-use common::{client, repo_root, Envoy, Processor, Reply, ScriptedUpstream};
+use common::{client, repo_root, Reply, ScriptedUpstream, Stack};
 use serde_json::{json, Value};
 
 const MIN_CASES: usize = 60;
@@ -190,8 +190,8 @@ async fn malformed_requests_get_error_envelopes_and_never_reach_the_upstream() {
 
     let upstream = ScriptedUpstream::start();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let processor = Processor::start(&args);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &args);
+    let envoy = &stack.envoy;
     let http = client();
     let url = envoy.url("/v1/responses");
 
@@ -251,7 +251,7 @@ async fn malformed_requests_get_error_envelopes_and_never_reach_the_upstream() {
         failures.len(),
         cases.len(),
         failures.join("\n"),
-        tail(&processor.logs(), 3000)
+        tail(&stack.translator_logs(), 3000)
     );
     // Only the recorded known bugs (accepted malformed bodies) may have reached the upstream.
     assert_eq!(
@@ -289,12 +289,12 @@ async fn malformed_requests_get_error_envelopes_and_never_reach_the_upstream() {
         assert_eq!(sent.header("content-type"), Some("application/json"));
     }
 
-    let mut processor = processor;
-    assert!(processor.is_running(), "the processor exited");
+    let mut stack = stack;
+    assert!(stack.translator_running(), "the translator exited");
     assert!(
-        !processor.logs().contains("panic"),
-        "the processor panicked:\n{}",
-        tail(&processor.logs(), 3000)
+        !stack.translator_logs().contains("panic"),
+        "the translator panicked:\n{}",
+        tail(&stack.translator_logs(), 3000)
     );
 }
 

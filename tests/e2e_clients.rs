@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::schema::assert_valid_sse;
-use common::{client, repo_root, DemoUpstream, Envoy, Processor, Reply, ScriptedUpstream, TempDir};
+use common::{client, repo_root, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack, TempDir};
 use serde_json::{json, Value};
 
 /// Longest a client script may run (each takes a few seconds; generous for loaded machines).
@@ -31,11 +31,10 @@ const INSTALL_HINT: &str = "run `bash deploy/install-clients.sh` (installs the p
 
 // ---- the stack ----
 
-/// Envoy + the processor + an upstream; all stopped on Drop.
+/// The translating Envoy (either mode) + an upstream; all stopped on Drop.
 struct ClientStack {
-    // Drop order: Envoy first, then the processor, then the upstream.
-    envoy: Envoy,
-    processor: Processor,
+    // Drop order: Envoy and the processor first, then the upstream.
+    stack: Stack,
     /// One of the three is set.
     _demo: Option<DemoUpstream>,
     scripted: Option<ScriptedUpstream>,
@@ -48,11 +47,8 @@ impl ClientStack {
     /// With the in-process demo upstream and the processor's defaults.
     fn demo() -> ClientStack {
         let demo = DemoUpstream::start();
-        let processor = Processor::start(&[]);
-        let envoy = Envoy::start(demo.port(), processor.port());
         ClientStack {
-            envoy,
-            processor,
+            stack: Stack::start(demo.port(), &[]),
             _demo: Some(demo),
             scripted: None,
             _triggers: None,
@@ -62,11 +58,8 @@ impl ClientStack {
 
     /// With a scripted upstream and extra processor flags.
     fn scripted(upstream: ScriptedUpstream, processor_args: &[&str]) -> ClientStack {
-        let processor = Processor::start(processor_args);
-        let envoy = Envoy::start(upstream.port(), processor.port());
         ClientStack {
-            envoy,
-            processor,
+            stack: Stack::start(upstream.port(), processor_args),
             _demo: None,
             scripted: Some(upstream),
             _triggers: None,
@@ -76,10 +69,8 @@ impl ClientStack {
 
     /// With a scripted upstream, extra processor flags and the WebSocket transport.
     fn scripted_ws(upstream: ScriptedUpstream, processor_args: &[&str]) -> ClientStack {
-        let stack = common::WsStack::start(upstream.port(), processor_args);
         ClientStack {
-            envoy: stack.envoy,
-            processor: stack.processor,
+            stack: Stack::with_websocket(upstream.port(), processor_args),
             _demo: None,
             scripted: Some(upstream),
             _triggers: None,
@@ -99,10 +90,8 @@ impl ClientStack {
         .expect("write the key file");
         let demo = common::RecordingDemo::with_triggers();
         let key_arg = key_file.to_str().expect("a UTF-8 temp path");
-        let stack = common::WsStack::start(demo.port(), &["--reasoning-keys-file", key_arg]);
         ClientStack {
-            envoy: stack.envoy,
-            processor: stack.processor,
+            stack: Stack::with_websocket(demo.port(), &["--reasoning-keys-file", key_arg]),
             _demo: None,
             scripted: None,
             _triggers: Some(demo),
@@ -120,7 +109,7 @@ impl ClientStack {
 
     /// The `OPENAI_BASE_URL` of the clients.
     fn base_url(&self) -> String {
-        self.envoy.url("/v1")
+        self.stack.envoy.url("/v1")
     }
 }
 
@@ -263,8 +252,8 @@ fn run_client(stack: &ClientStack, program: &Path, script: &str) {
                 None => format!("timed out ({SCRIPT_TIMEOUT:?})"),
             },
             started.elapsed(),
-            tail(&stack.processor.logs(), 4000),
-            tail(&stack.envoy.logs(), 2000),
+            tail(&stack.stack.translator_logs(), 4000),
+            tail(&stack.stack.envoy.logs(), 2000),
         );
     }
     // Visible with `--nocapture`: NOTE lines about SDK-only fields.
@@ -558,7 +547,7 @@ async fn reasoning_event_names_follow_the_client() {
     } in cases
     {
         let mut request = client()
-            .post(stack.envoy.url("/v1/responses"))
+            .post(stack.stack.envoy.url("/v1/responses"))
             .json(&json!({"model": "demo-model", "input": "hi", "stream": true}));
         for (name, value) in headers {
             request = request.header(*name, *value);
@@ -974,15 +963,15 @@ async fn codex_shaped_request_streams_with_namespace_tools() {
         upstream_reasoning_then_call(),
         upstream_text("README.md says hello."),
     ]);
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
     // ---- turn 1: the model thinks, then calls mcp_fs.read ----
     let context = user_message(
         "<environment_context>\n  <cwd>/work/project</cwd>\n  <approval_policy>never</approval_policy>\n  <sandbox_mode>read-only</sandbox_mode>\n  <shell>bash</shell>\n</environment_context>",
     );
     let ask = user_message("What does README.md say?");
-    let events = codex_post(&envoy, &codex_request(json!([context, ask]))).await;
+    let events = codex_post(envoy, &codex_request(json!([context, ask]))).await;
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names.first(), Some(&"response.created"), "{names:?}");
     assert_eq!(names.last(), Some(&"response.completed"), "{names:?}");
@@ -1090,7 +1079,7 @@ async fn codex_shaped_request_streams_with_namespace_tools() {
     let output = json!({"type": "function_call_output", "call_id": "call_fs_1",
                         "output": "# Project\nhello"});
     let input = json!([context, ask, reasoning, call, output]);
-    let events = codex_post(&envoy, &codex_request(input)).await;
+    let events = codex_post(envoy, &codex_request(input)).await;
     assert_eq!(
         events.last().map(|(n, _)| n.as_str()),
         Some("response.completed")
@@ -1229,10 +1218,10 @@ async fn codex_0_169_post(envoy: &Envoy, body: &Value) -> Vec<(String, Value)> {
 #[tokio::test]
 async fn codex_0_169_request_shape_completes_a_tool_loop_with_the_demo() {
     let demo = DemoUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(demo.port(), processor.port());
+    let stack = Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
 
-    let events = codex_0_169_post(&envoy, &codex_0_169_request(&[])).await;
+    let events = codex_0_169_post(envoy, &codex_0_169_request(&[])).await;
     assert_eq!(
         events.last().map(|(n, _)| n.as_str()),
         Some("response.completed")
@@ -1256,7 +1245,7 @@ async fn codex_0_169_request_shape_completes_a_tool_loop_with_the_demo() {
         json!({"type": "function_call_output", "id": "fco_01a20233-b821-7ac2-9b79-6320cc4a39b7",
                "call_id": call["call_id"], "output": command_output}),
     ]);
-    let events = codex_0_169_post(&envoy, &turn2).await;
+    let events = codex_0_169_post(envoy, &turn2).await;
     let completed = &events.last().unwrap().1["response"];
     assert_eq!(completed["status"], "completed", "{completed}");
     let text = completed["output"][0]["content"][0]["text"]
@@ -1319,8 +1308,8 @@ async fn codex_builtin_tools_round_trip_through_envoy() {
         upstream_text_then_builtin_calls(),
         upstream_text("Done."),
     ]);
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
     let tools =
         json!([{"type": "shell", "environment": {"type": "local"}}, {"type": "apply_patch"}]);
     let extra = json!({"type": "additional_tools", "role": "developer", "tools": [

@@ -1,5 +1,5 @@
-//! `POST /v1/responses/compact` through the real Envoy (`envoy/envoy.yaml`) and the
-//! `responses-extproc` binary: with the demo upstream (compact, then a new chain from its
+//! `POST /v1/responses/compact` through the real Envoy and the translator of either mode
+//! (`tests/common/stack.rs`): with the demo upstream (compact, then a new chain from its
 //! output), and against a scripted upstream that records what it gets (failures become
 //! envelopes, the request limits of /v1/responses hold, nothing raw reaches the upstream).
 //! openai-python's `responses.compact()` is driven in `e2e_clients.rs`.
@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, DemoUpstream, Envoy, Processor, Reply, ScriptedUpstream};
+use common::{client, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack, TempDir};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -59,8 +59,8 @@ fn envelope(answer: &(u16, String, Value), status: u16, code: &str) -> Value {
 #[tokio::test]
 async fn compact_with_the_demo_then_a_new_chain() {
     let demo = DemoUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(demo.port(), processor.port());
+    let stack = Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
 
     let window = json!({"model": "demo-model", "input": [
         {"role": "user", "content": "My name is Ada."},
@@ -68,7 +68,7 @@ async fn compact_with_the_demo_then_a_new_chain() {
          "content": [{"type": "output_text", "text": "Hello Ada.", "annotations": []}]},
         {"role": "user", "content": "Remember 42."}
     ]});
-    let (status, content_type, answer) = compact(&envoy, &window).await;
+    let (status, content_type, answer) = compact(envoy, &window).await;
     assert_eq!(
         (status, content_type.as_str()),
         (200, "application/json"),
@@ -94,7 +94,7 @@ async fn compact_with_the_demo_then_a_new_chain() {
     let mut input = output.clone();
     input.push(json!({"role": "user", "content": "Which number?"}));
     let (status, _, response) = send(
-        &envoy,
+        envoy,
         "POST",
         "/v1/responses",
         json!({"model": "demo-model", "input": input}).to_string(),
@@ -107,7 +107,7 @@ async fn compact_with_the_demo_then_a_new_chain() {
     );
 
     // Only POST: other methods are Envoy's 405 envelope.
-    let answer = send(&envoy, "GET", "/v1/responses/compact", String::new()).await;
+    let answer = send(envoy, "GET", "/v1/responses/compact", String::new()).await;
     envelope(&answer, 405, "method_not_allowed");
 }
 
@@ -117,40 +117,32 @@ async fn compact_failures_are_envelopes_and_nothing_raw_reaches_the_upstream() {
         Reply::json(503, &json!({"error": {"message": "overloaded"}})),
         Reply::raw(200, "text/event-stream", "data: [DONE]\n\n"),
     ]);
-    let processor = Processor::start(&["--max-request-bytes", "65536"]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &["--max-request-bytes", "65536"]);
+    let envoy = &stack.envoy;
     let ok = json!({"model": "m", "input": "hi"});
 
     // The upstream fails: its status class in an envelope.
-    envelope(&compact(&envoy, &ok).await, 503, "upstream_unavailable");
+    envelope(&compact(envoy, &ok).await, 503, "upstream_unavailable");
     // The upstream answers with a stream: a summary is sealed from one JSON answer only.
-    envelope(
-        &compact(&envoy, &ok).await,
-        502,
-        "upstream_invalid_response",
-    );
+    envelope(&compact(envoy, &ok).await, 502, "upstream_invalid_response");
 
     // Refused by the processor, the upstream never asked:
     // a stream (the compaction object is not streamable),
     let stream = json!({"model": "m", "input": "hi", "stream": true});
-    let error = envelope(
-        &compact(&envoy, &stream).await,
-        400,
-        "unsupported_parameter",
-    );
+    let error = envelope(&compact(envoy, &stream).await, 400, "unsupported_parameter");
     assert_eq!(error["param"], "stream");
     // an item that does not open,
     let forged = json!({"model": "m", "input": [
         {"type": "compaction", "encrypted_content": "AQJrMQ"}, {"role": "user", "content": "hi"}]});
     envelope(
-        &compact(&envoy, &forged).await,
+        &compact(envoy, &forged).await,
         400,
         "invalid_encrypted_content",
     );
     // the same size limit as /v1/responses.
     let big = json!({"model": "m", "input": "x".repeat(70_000)});
     for path in ["/v1/responses/compact", "/v1/responses"] {
-        let answer = send(&envoy, "POST", path, big.to_string()).await;
+        let answer = send(envoy, "POST", path, big.to_string()).await;
         let error = envelope(&answer, 413, "request_too_large");
         assert!(
             error["message"]
@@ -216,15 +208,24 @@ async fn a_compaction_trigger_is_answered_with_one_sealed_item() {
         "data: [DONE]\n\n",
     ]);
     let upstream = ScriptedUpstream::with_replies([chat("The user is Ada."), stream]);
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    // A key file, so that a second translator (the stack of the next turn) opens the item.
+    let keys = TempDir::new("compact-keys");
+    let key_file = keys.path().join("keys");
+    std::fs::write(
+        &key_file,
+        "k:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n",
+    )
+    .expect("write the key file");
+    let key_args = ["--reasoning-keys-file", key_file.to_str().expect("UTF-8")];
+    let stack = Stack::start(upstream.port(), &key_args);
+    let envoy = &stack.envoy;
     let mut request = json!({"model": "m", "instructions": "You are Codex.",
         "tools": [{"type": "function", "name": "shell"}], "parallel_tool_calls": true,
         "input": [{"role": "user", "content": "I am Ada."},
                   {"role": "assistant", "content": "Hello Ada.", "phase": "final_answer"},
                   {"type": "compaction_trigger"}]});
 
-    let (status, _, response) = send(&envoy, "POST", "/v1/responses", request.to_string()).await;
+    let (status, _, response) = send(envoy, "POST", "/v1/responses", request.to_string()).await;
     assert_eq!(status, 200, "{response}");
     let output = response["output"].as_array().unwrap();
     assert_eq!(output.len(), 1, "{response}");
@@ -281,9 +282,9 @@ async fn a_compaction_trigger_is_answered_with_one_sealed_item() {
     // The item continues the conversation, as /v1/responses/compact's does.
     let item = output[0].clone();
     let upstream_next = DemoUpstream::start();
-    let envoy_next = Envoy::start(upstream_next.port(), processor.port());
+    let next = Stack::start(upstream_next.port(), &key_args);
     let (status, _, response) = send(
-        &envoy_next,
+        &next.envoy,
         "POST",
         "/v1/responses",
         json!({"model": "m", "input": [item, {"role": "user", "content": "Who am I?"}]})
@@ -302,15 +303,15 @@ async fn a_compaction_trigger_is_answered_with_one_sealed_item() {
 #[tokio::test]
 async fn compact_needs_a_model_and_answers_the_compaction_schema() {
     let demo = DemoUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(demo.port(), processor.port());
+    let stack = Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
     let error = envelope(
-        &compact(&envoy, &json!({"input": "hi"})).await,
+        &compact(envoy, &json!({"input": "hi"})).await,
         400,
         "missing_required_parameter",
     );
     assert_eq!(error["param"], "model");
-    let (status, _, answer) = compact(&envoy, &json!({"model": "m", "input": "hi"})).await;
+    let (status, _, answer) = compact(envoy, &json!({"model": "m", "input": "hi"})).await;
     assert_eq!(status, 200);
     // Every field of the compaction object, each of its type.
     let fields: Vec<&str> = answer

@@ -1,5 +1,6 @@
 //! Upstream, processor and Envoy faults, end to end through a real Envoy and the
-//! `responses-extproc` binary. Each test pins down what the client sees when something breaks
+//! translator (either mode, `tests/common/stack.rs`; the processor's own faults in ext_proc
+//! mode, a panic in both). Each test pins down what the client sees when something breaks
 //! (an error envelope, a failed stream, or a cut stream where Envoy gives the processor no
 //! chance to answer), and that the next request through the same Envoy works.
 //! `docs/FAULTS.md` tabulates the outcomes and the Envoy settings that shape them.
@@ -20,8 +21,8 @@ use std::time::{Duration, Instant};
 use common::schema::assert_valid_sse;
 use common::sse::parse_sse;
 use common::{
-    client, free_port, log_tail, port_accepts, wait_until, Envoy, Gate, Processor, Reply,
-    ScriptedUpstream, TempDir,
+    client, free_port, log_tail, port_accepts, wait_until, Envoy, Gate, Reply, ScriptedUpstream,
+    Stack, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -248,43 +249,44 @@ async fn assert_next_requests_work(envoy: &Envoy, upstream: &ScriptedUpstream) {
     assert!(answer.body.ends_with(DONE));
 }
 
-fn envoy_config(upstream_port: u16, extproc_port: u16, substitutions: &[(&str, &str)]) -> String {
-    let mut config = common::envoy::test_config(upstream_port, extproc_port);
+/// The bootstrap with each `(from, to)` substituted (each `from` exactly once).
+fn substitute(mut config: String, substitutions: &[(&str, &str)]) -> String {
     for (from, to) in substitutions {
         assert_eq!(
             config.matches(from).count(),
             1,
-            "envoy/envoy.yaml must contain `{from}` exactly once"
+            "the Envoy config must contain `{from}` exactly once"
         );
         config = config.replace(from, to);
     }
     config
 }
 
-/// Waits until the processor logs a cut exchange (on a line holding `request_id`). Polled
+/// Waits until the translator logs a cut exchange (on a line holding `request_id`). Polled
 /// asynchronously: closing a dropped client connection is a task of the test's runtime.
-async fn wait_for_log(processor: &Processor, request_id: &str) {
+async fn wait_for_log(stack: &Stack, request_id: &str) {
     let deadline = Instant::now() + TIMEOUT;
-    while !processor.logs().lines().any(|l| {
+    while !stack.translator_logs().lines().any(|l| {
         l.contains(request_id)
             && l.contains("exchange ended by Envoy before its answer was complete")
     }) {
         assert!(
             Instant::now() < deadline,
-            "the processor did not log the cut exchange:\n{}",
-            tail(&processor.logs())
+            "the translator did not log the cut exchange:\n{}",
+            tail(&stack.translator_logs())
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 
+/// The translator (the processor, or Envoy with the module) still runs and never panicked.
 #[track_caller]
-fn assert_alive(processor: &mut Processor) {
-    assert!(processor.is_running(), "the processor exited");
-    let logs = processor.logs();
+fn assert_alive(stack: &mut Stack) {
+    assert!(stack.translator_running(), "the translator exited");
+    let logs = stack.translator_logs();
     assert!(
         !logs.contains("panic"),
-        "the processor panicked:\n{}",
+        "the translator panicked:\n{}",
         tail(&logs)
     );
 }
@@ -494,20 +496,20 @@ impl Drop for OwnProcessor {
 async fn upstream_refusing_connections_gets_503_envelopes() {
     let upstream = ScriptedUpstream::start();
     let mut front = Front::unbound();
-    let mut processor = Processor::start(&[]);
-    let envoy = Envoy::start(front.port, processor.port());
+    let mut stack = Stack::start(front.port, &[]);
+    let envoy = &stack.envoy;
 
     for request in [json_request(), stream_request()] {
-        let answer = post(&envoy, &request).await;
+        let answer = post(envoy, &request).await;
         let error = answer.envelope(503, "server_error", "upstream_unavailable");
         let message = error["message"].as_str().unwrap();
         assert!(message.contains("connect"), "{message}");
     }
 
     front.listen(Mode::Forward(upstream.port()));
-    assert_next_requests_work(&envoy, &upstream).await;
+    assert_next_requests_work(envoy, &upstream).await;
     assert_eq!(upstream.requests().len(), 2);
-    assert_alive(&mut processor);
+    assert_alive(&mut stack);
 }
 
 /// The upstream closes the connection in the middle of an SSE body. Envoy resets the
@@ -528,14 +530,14 @@ async fn upstream_reset_mid_stream_cuts_the_client_stream() {
         Reply::sse([chunk("Hel"), chunk("lo")]),
         Reply::close_mid_body(200, "application/json", r#"{"choices":"#),
     ]);
-    let mut processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let mut stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
-    let cut = post(&envoy, &stream_request()).await;
+    let cut = post(envoy, &stream_request()).await;
     cut.assert_cut_stream();
     assert!(cut.body.contains("\"delta\":\"lo\""), "{cut:?}");
 
-    let early = post(&envoy, &stream_request()).await;
+    let early = post(envoy, &stream_request()).await;
     assert_eq!(early.status, 200, "{early:?}");
     assert!(early.cut.is_none(), "{early:?}");
     let events = assert_valid_sse(&early.body);
@@ -550,17 +552,17 @@ async fn upstream_reset_mid_stream_cuts_the_client_stream() {
 
     // Envoy replies directly (the processor holds the answer's head): the shipped
     // local_reply_config makes it an envelope.
-    let json = post(&envoy, &json_request()).await;
+    let json = post(envoy, &json_request()).await;
     let error = json.envelope(502, "server_error", "bad_gateway");
     assert!(
         error["message"].as_str().unwrap().contains("reset"),
         "{json:?}"
     );
 
-    assert_next_requests_work(&envoy, &upstream).await;
-    assert_alive(&mut processor);
-    // The cut exchange is visible in the processor's log.
-    wait_for_log(&processor, "").await;
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
+    // The cut exchange is visible in the translator's log.
+    wait_for_log(&stack, "").await;
 }
 
 /// The upstream goes silent for longer than `stream_idle_timeout` (2 s here; 300 s in
@@ -577,20 +579,15 @@ async fn upstream_stalling_past_stream_idle_timeout() {
     let upstream = ScriptedUpstream::start();
     let mut front = Front::unbound();
     front.listen(Mode::BlackHole);
-    let mut processor = Processor::start(&[]);
-    let config = envoy_config(
-        front.port,
-        processor.port(),
-        &[(
-            "stream_idle_timeout: 300s",
-            &format!("stream_idle_timeout: {IDLE_TIMEOUT}"),
-        )],
-    );
-    let envoy = Envoy::start_with_config(&config);
+    let idle = format!("stream_idle_timeout: {IDLE_TIMEOUT}");
+    let mut stack = Stack::start_with(front.port, &[], |c| {
+        substitute(c, &[("stream_idle_timeout: 300s", &idle)])
+    });
+    let envoy = &stack.envoy;
 
     // No headers: the upstream accepted the connection and never answers.
     let (json_body, stream_body) = (json_request(), stream_request());
-    let (json, stream) = tokio::join!(post(&envoy, &json_body), post(&envoy, &stream_body));
+    let (json, stream) = tokio::join!(post(envoy, &json_body), post(envoy, &stream_body));
     for answer in [&json, &stream] {
         let error = answer.envelope(504, "server_error", "upstream_timeout");
         assert!(error["message"].as_str().unwrap().contains("timeout"));
@@ -611,8 +608,8 @@ async fn upstream_stalling_past_stream_idle_timeout() {
         Reply::sse([chunk("Hel"), chunk("lo"), finish_chunk(), DONE.to_string()])
             .pause_after(2, &stream_gate),
     );
-    let json = post(&envoy, &json_request()).await;
-    let stream = post(&envoy, &stream_request()).await;
+    let json = post(envoy, &json_request()).await;
+    let stream = post(envoy, &stream_request()).await;
     json_gate.release();
     stream_gate.release();
 
@@ -624,40 +621,47 @@ async fn upstream_stalling_past_stream_idle_timeout() {
     );
     assert!(stream.elapsed >= Duration::from_millis(1900), "{stream:?}");
 
-    assert_next_requests_work(&envoy, &upstream).await;
-    assert_alive(&mut processor);
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
 }
 
-/// The shipped `local_reply_config` (envoy/envoy.yaml) turns Envoy's direct replies, which
-/// bypass the processor, into envelopes: the idle timeout and an upstream reset while the
-/// processor holds a JSON answer's headers, the 504 of a processor that does not answer, the
-/// 500 of a processor that is down. Replies that do pass the processor keep the codes it
-/// gives them, and other traffic keeps Envoy's own replies.
+/// The shipped `local_reply_config` (each mode's file) turns Envoy's direct replies, which
+/// bypass the translator, into envelopes: the idle timeout and an upstream reset while the
+/// translator holds a JSON answer's headers; ext_proc mode also the 504 of a processor that
+/// does not answer and the 500 of a processor that is down. Replies that do pass the
+/// translator keep the codes it gives them, and other traffic keeps Envoy's own replies.
 #[tokio::test]
 async fn shipped_local_reply_config_makes_direct_replies_envelopes() {
     let upstream = ScriptedUpstream::start();
     let mut front = Front::unbound();
     front.listen(Mode::BlackHole);
-    let processor_port = free_port();
-    let processor = OwnProcessor::start(processor_port, TempDir::new("faults-processor"));
-    let config = envoy_config(
-        front.port,
-        processor_port,
-        &[
+    let idle = format!("stream_idle_timeout: {IDLE_TIMEOUT}");
+    let shorter = [
+        ("stream_idle_timeout: 300s", idle.as_str()),
+        ("message_timeout: 5s", "message_timeout: 1s"),
+    ];
+    // ext_proc: a processor the test can freeze and kill; module: the translator is Envoy.
+    let (processor, envoy) = match common::mode() {
+        common::Mode::ExtProc => {
+            let processor_port = free_port();
+            let processor = OwnProcessor::start(processor_port, TempDir::new("faults-processor"));
+            let config = common::envoy::test_config(front.port, processor_port);
             (
-                "stream_idle_timeout: 300s",
-                &format!("stream_idle_timeout: {IDLE_TIMEOUT}"),
-            ),
-            ("message_timeout: 5s", "message_timeout: 1s"),
-        ],
-    );
-    let envoy = Envoy::start_with_config(&config);
+                Some(processor),
+                Envoy::start_with_config(&substitute(config, &shorter)),
+            )
+        }
+        common::Mode::Module => {
+            let stack = Stack::start_with(front.port, &[], |c| substitute(c, &shorter[..1]));
+            (None, stack.envoy)
+        }
+    };
 
-    // Through the processor (no response headers yet): the same code as without the mapper.
+    // Through the translator (no response headers yet): the same code as without the mapper.
     let no_headers = post(&envoy, &json_request()).await;
     no_headers.envelope(504, "server_error", "upstream_timeout");
 
-    // Direct replies while the processor holds a JSON answer's headers: now envelopes.
+    // Direct replies while the translator holds a JSON answer's headers: now envelopes.
     front.set(Mode::Forward(upstream.port()));
     let gate = Gate::new();
     upstream.push(
@@ -680,8 +684,8 @@ async fn shipped_local_reply_config_makes_direct_replies_envelopes() {
         "{error}"
     );
 
-    // The processor's own envelopes (ext_proc immediate responses, which Envoy counts as
-    // local replies) come through unchanged: no mapper matches them.
+    // The translator's own envelopes (ext_proc immediate responses, the module's local
+    // replies: both count as Envoy local replies) come through unchanged: no mapper matches.
     upstream.push(Reply::json(500, &json!({"error": {"message": "boom"}})));
     let upstream_500 = post(&envoy, &json_request()).await;
     let error = upstream_500.envelope(500, "server_error", "upstream_error");
@@ -700,6 +704,12 @@ async fn shipped_local_reply_config_makes_direct_replies_envelopes() {
     assert_eq!(error["param"], "input");
     assert_next_requests_work(&envoy, &upstream).await;
 
+    let Some(processor) = processor else {
+        eprintln!(
+            "module mode: no processor to freeze or kill (the processor cases are ext_proc's)"
+        );
+        return;
+    };
     // The processor hangs: Envoy's 504 after message_timeout is an envelope.
     processor.signal("-STOP");
     let frozen = post(&envoy, &json_request()).await;
@@ -732,14 +742,14 @@ async fn stream_request_answered_without_sse_gets_502() {
         Reply::json(200, &completion("not a stream")),
         Reply::raw(200, "text/plain", "hello"),
     ]);
-    let mut processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let mut stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
     for _ in 0..2 {
-        let answer = post(&envoy, &stream_request()).await;
+        let answer = post(envoy, &stream_request()).await;
         answer.envelope(502, "server_error", "upstream_invalid_response");
     }
-    assert_next_requests_work(&envoy, &upstream).await;
-    assert_alive(&mut processor);
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
 }
 
 /// One SSE event larger than `--max-sse-frame-bytes` (1 KiB here): the processor stops
@@ -755,10 +765,10 @@ async fn oversized_sse_event_fails_the_stream() {
         finish_chunk(),
         DONE.to_string(),
     ])]);
-    let mut processor = Processor::start(&["--max-sse-frame-bytes", "1024"]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let mut stack = Stack::start(upstream.port(), &["--max-sse-frame-bytes", "1024"]);
+    let envoy = &stack.envoy;
 
-    let answer = post(&envoy, &stream_request()).await;
+    let answer = post(envoy, &stream_request()).await;
     assert_eq!(answer.status, 200, "{answer:?}");
     assert!(answer.cut.is_none(), "{answer:?}");
     let events = assert_valid_sse(&answer.body);
@@ -775,8 +785,8 @@ async fn oversized_sse_event_fails_the_stream() {
     assert!(answer.body.ends_with(DONE));
     assert!(!answer.body.contains("\"delta\":\"lo\""));
 
-    assert_next_requests_work(&envoy, &upstream).await;
-    assert_alive(&mut processor);
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
 }
 
 /// A JSON answer larger than `--max-body-bytes` (2 KiB here): the processor does not
@@ -786,12 +796,12 @@ async fn oversized_sse_event_fails_the_stream() {
 async fn oversized_json_answer_gets_502() {
     let upstream =
         ScriptedUpstream::with_replies([Reply::json(200, &completion(&"x".repeat(4096)))]);
-    let mut processor = Processor::start(&["--max-body-bytes", "2048"]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
-    let answer = post(&envoy, &json_request()).await;
+    let mut stack = Stack::start(upstream.port(), &["--max-body-bytes", "2048"]);
+    let envoy = &stack.envoy;
+    let answer = post(envoy, &json_request()).await;
     answer.envelope(502, "server_error", "upstream_response_too_large");
-    assert_next_requests_work(&envoy, &upstream).await;
-    assert_alive(&mut processor);
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
 }
 
 /// Upstream errors keep their status and message, for JSON and stream requests alike (no
@@ -815,20 +825,20 @@ async fn upstream_429_and_500_keep_status_and_message() {
     };
     let upstream =
         ScriptedUpstream::with_replies([rate_limited(), rate_limited(), crashed(), crashed()]);
-    let mut processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let mut stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
     for request in [json_request(), stream_request()] {
-        let answer = post(&envoy, &request).await;
+        let answer = post(envoy, &request).await;
         let error = answer.envelope(429, "rate_limit_error", "rate_limit_exceeded");
         assert_eq!(error["message"], "Rate limit reached for m");
     }
     for request in [json_request(), stream_request()] {
-        let answer = post(&envoy, &request).await;
+        let answer = post(envoy, &request).await;
         let error = answer.envelope(500, "server_error", "500");
         assert_eq!(error["message"], "CUDA out of memory");
     }
-    assert_next_requests_work(&envoy, &upstream).await;
-    assert_alive(&mut processor);
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
 }
 
 /// The processor dies while Envoy runs (failure_mode_allow: false):
@@ -838,14 +848,19 @@ async fn upstream_429_and_500_keep_status_and_message() {
 /// * restarted on the same port, the very next request works (Envoy reconnects per request);
 /// * a processor that hangs (SIGSTOP) instead: each request fails after `message_timeout`
 ///   (1 s here, 5 s in envoy.yaml) with Envoy's 504, and works again once it resumes.
+///
+/// Module mode has no processor to lose; its counterpart is
+/// `a_panic_fails_one_exchange_and_the_translator_keeps_serving` (both modes).
 #[tokio::test]
 async fn processor_killed_restarted_and_frozen() {
+    if !common::only_ext_proc("the processor's own faults (killed, restarted, frozen)") {
+        return;
+    }
     let upstream = ScriptedUpstream::start();
     let port = free_port();
     let processor = OwnProcessor::start(port, TempDir::new("faults-processor"));
-    let config = envoy_config(
-        upstream.port(),
-        port,
+    let config = substitute(
+        common::envoy::test_config(upstream.port(), port),
         &[("message_timeout: 5s", "message_timeout: 1s")],
     );
     let envoy = Envoy::start_with_config(&config);
@@ -898,15 +913,15 @@ async fn processor_killed_restarted_and_frozen() {
     assert!(!logs.contains("panic"), "{}", tail(&logs));
 }
 
-/// The client disconnects in the middle of a stream: Envoy resets the exchange, including
-/// the processor's gRPC stream. The processor logs the cut exchange (with its request id)
-/// and keeps serving: the next request works.
+/// The client disconnects in the middle of a stream: Envoy resets the exchange (ext_proc:
+/// including the processor's gRPC stream). The translator logs the cut exchange (with its
+/// request id) and keeps serving: the next request works.
 #[tokio::test]
 async fn client_disconnect_mid_stream_is_logged_and_survived() {
     let gate = Gate::new();
     let upstream = ScriptedUpstream::with_replies([good_stream().pause_after(2, &gate)]);
-    let mut processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let mut stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
     let response = client()
         .post(envoy.url("/v1/responses"))
@@ -922,8 +937,107 @@ async fn client_disconnect_mid_stream_is_logged_and_survived() {
     // Gone: the connection is closed (not pooled: its body was not read to the end).
     drop(reading);
 
-    wait_for_log(&processor, "faults-client-gone").await;
+    wait_for_log(&stack, "faults-client-gone").await;
     gate.release();
-    assert_next_requests_work(&envoy, &upstream).await;
-    assert_alive(&mut processor);
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
+}
+
+/// A bug in the translation fails that exchange only (the core panics on purpose: test builds
+/// have the `fault-injection` feature, core/src/fault.rs, and panic on a marker in a body):
+/// in the request, a 500 `internal_error` envelope and nothing upstream; in a gathered JSON
+/// answer, the same envelope; mid-stream, the stream's failed ending. The translator keeps
+/// serving: ext_proc, the processor catches the panic; module, every hook catches it (a panic
+/// crossing into Envoy would abort it and drop every connection).
+#[tokio::test]
+async fn a_panic_fails_one_exchange_and_the_translator_keeps_serving() {
+    let marker = responses_core::fault::PANIC_MARKER;
+    let upstream = ScriptedUpstream::start();
+    let mut stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
+
+    let answer = post(envoy, &json!({"model": "m", "input": marker})).await;
+    answer.envelope(500, "server_error", "internal_error");
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing reached the upstream"
+    );
+
+    upstream.push(Reply::json(200, &completion(marker)));
+    let answer = post(envoy, &json_request()).await;
+    answer.envelope(500, "server_error", "internal_error");
+    assert!(!answer.body.contains(marker));
+
+    upstream.push(Reply::sse([
+        chunk("Hel"),
+        chunk(marker),
+        chunk("lo"),
+        finish_chunk(),
+        DONE.to_string(),
+    ]));
+    let answer = post(envoy, &stream_request()).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.body.contains("\"delta\":\"Hel\""), "{answer:?}");
+    assert!(!answer.body.contains(marker) && !answer.body.contains("\"delta\":\"lo\""));
+    let names = answer.event_names();
+    assert!(
+        !names.iter().any(|n| n == "response.completed"),
+        "{names:?}"
+    );
+    if common::mode() == common::Mode::Module || answer.cut.is_none() {
+        // The module sends the failed ending and drops the rest of the upstream's body. (The
+        // processor sends it too, then fails its gRPC stream, on which Envoy may cut the
+        // client's stream before the ending is flushed.)
+        assert!(answer.cut.is_none(), "{answer:?}");
+        assert_eq!(
+            names[names.len() - 2..],
+            ["response.failed", "[DONE]"],
+            "{names:?}"
+        );
+        let events = assert_valid_sse(&answer.body);
+        let failed = &events.last().expect("events").1["response"];
+        assert_eq!(failed["error"]["code"], "internal_error");
+    }
+
+    assert_next_requests_work(envoy, &upstream).await;
+    assert!(stack.translator_running(), "the translator exited");
+    let logs = stack.translator_logs();
+    assert!(
+        logs.contains("panic"),
+        "the panics are logged:\n{}",
+        tail(&logs)
+    );
+}
+
+/// Answers without a body (`content-length: 0`, so Envoy reports the end with the head): a
+/// stream request answered by an empty event stream gets the whole failed stream in its place
+/// (`upstream_stream_truncated`); an empty 500 gets an envelope with its status. Nothing but
+/// translated bytes reaches the client.
+#[tokio::test]
+async fn answers_without_a_body_are_replaced_whole() {
+    let upstream = ScriptedUpstream::with_replies([
+        Reply::raw(200, "text/event-stream", ""),
+        Reply::raw(500, "text/plain", ""),
+    ]);
+    let mut stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
+
+    let answer = post(envoy, &stream_request()).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.content_type.as_deref(), Some("text/event-stream"));
+    assert!(answer.cut.is_none(), "{answer:?}");
+    let events = assert_valid_sse(&answer.body);
+    let (last, failed) = events.last().expect("events");
+    assert_eq!(last, "response.failed", "{answer:?}");
+    assert_eq!(
+        failed["response"]["error"]["code"],
+        "upstream_stream_truncated"
+    );
+    assert!(answer.body.ends_with(DONE));
+
+    post(envoy, &json_request())
+        .await
+        .envelope(500, "server_error", "upstream_error");
+    assert_next_requests_work(envoy, &upstream).await;
+    assert_alive(&mut stack);
 }

@@ -1,5 +1,5 @@
 //! Fail closed at every size: each limit crossed from both sides (half, just under, just over,
-//! twice) through the real Envoy (`envoy/envoy.yaml`) and the `responses-extproc` binary, in
+//! twice) through the real Envoy and the translator (either mode: `tests/common/stack.rs`), in
 //! both directions. Every case asserts what the upstream received (path and body) as well as
 //! what the client got (status, content type, shape): within the caps everything is
 //! translated; beyond them the client gets a typed envelope naming the limit (413 for
@@ -10,14 +10,16 @@
 //! equals the processor's `--max-request-bytes` and `--max-body-bytes` (16 MiB each); the
 //! processor's gRPC message limit is derived from those caps. A processor run with lower caps
 //! than Envoy's buffer shows the other side: Envoy hands over a message larger than the
-//! processor reads, and the exchange still fails closed.
+//! processor reads, and the exchange still fails closed. In module mode Envoy buffers nothing
+//! for the filter (it drains each piece into the core's bounded buffer): the caps are the only
+//! limits, and the same cases check them.
 
 mod common;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{client, Envoy, Processor, Reply, ScriptedUpstream};
+use common::{client, Envoy, Reply, ScriptedUpstream, Stack};
 use serde_json::{json, Value};
 
 const MIB: usize = 1 << 20;
@@ -305,8 +307,8 @@ fn stream_outcome(answer: &Answer) -> Result<usize, String> {
 async fn request_sizes_around_the_request_limit() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| Reply::json(200, &completion("a cat")));
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
     for (size, within) in [
         (LIMIT / 2, true),
@@ -317,7 +319,7 @@ async fn request_sizes_around_the_request_limit() {
     ] {
         let before = upstream.requests().len();
         let (body, url_len) = image_request(size);
-        let answer = post(&envoy, body).await;
+        let answer = post(envoy, body).await;
         let received = upstream.requests();
         if within {
             let v = answer.response();
@@ -347,23 +349,27 @@ async fn request_sizes_around_the_request_limit() {
 /// With caps below Envoy's buffer, Envoy hands over messages larger than the processor reads
 /// (its gRPC limit is derived from the caps): the exchange still fails with an envelope, and
 /// nothing reaches the upstream untranslated (the old failure: a clean end of the gRPC
-/// stream, on which Envoy forwarded the raw request to `/v1/responses`).
+/// stream, on which Envoy forwarded the raw request to `/v1/responses`). In module mode the
+/// same bodies, many times the caps, check that the caps hold far beyond them.
 #[tokio::test]
 async fn messages_over_the_processor_grpc_limit_fail_closed() {
     let upstream = ScriptedUpstream::start();
-    let processor = Processor::start(&[
-        "--max-request-bytes",
-        "1048576",
-        "--max-body-bytes",
-        "1048576",
-        "--max-output-bytes",
-        "1048576",
-    ]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(
+        upstream.port(),
+        &[
+            "--max-request-bytes",
+            "1048576",
+            "--max-body-bytes",
+            "1048576",
+            "--max-output-bytes",
+            "1048576",
+        ],
+    );
+    let envoy = &stack.envoy;
 
     // Its own cap: 413 naming the flag, from the processor.
     let (body, _) = image_request(MIB + 4096);
-    let error = post(&envoy, body).await.envelope(413, "request_too_large");
+    let error = post(envoy, body).await.envelope(413, "request_too_large");
     assert!(
         error["message"]
             .as_str()
@@ -374,7 +380,7 @@ async fn messages_over_the_processor_grpc_limit_fail_closed() {
     // Over its gRPC message limit (3 MiB here), within Envoy's buffer.
     for size in [5 * MIB, 7 * MIB, 12 * MIB] {
         let (body, _) = image_request(size);
-        post(&envoy, body).await.envelope(413, "request_too_large");
+        post(envoy, body).await.envelope(413, "request_too_large");
     }
     assert!(
         upstream.requests().is_empty(),
@@ -390,7 +396,7 @@ async fn messages_over_the_processor_grpc_limit_fail_closed() {
     for size in [MIB + 4096, 5 * MIB, 7 * MIB, 12 * MIB] {
         let (answer, _) = completion_of_size(size);
         upstream.push(Reply::raw(200, "application/json", answer));
-        let answer = post(&envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
+        let answer = post(envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
         answer.envelope(502, "upstream_response_too_large");
     }
     // A stream flooding in writes over the gRPC limit: the client gets `response.failed`
@@ -400,7 +406,7 @@ async fn messages_over_the_processor_grpc_limit_fail_closed() {
     // writes, so each is accepted and checked whole.
     upstream.push(flood(&sse_body(12 * MIB, 256 * 1024), 6 * MIB));
     match try_post(
-        &envoy,
+        envoy,
         br#"{"model":"m","input":"hi","stream":true}"#.to_vec(),
     )
     .await
@@ -443,8 +449,8 @@ async fn messages_over_the_processor_grpc_limit_fail_closed() {
 #[tokio::test]
 async fn json_answer_sizes_around_the_body_limit() {
     let upstream = ScriptedUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
     for (size, within) in [
         (LIMIT / 2, true),
@@ -454,7 +460,7 @@ async fn json_answer_sizes_around_the_body_limit() {
     ] {
         let (body, text_len) = completion_of_size(size);
         upstream.push(Reply::raw(200, "application/json", body));
-        let answer = post(&envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
+        let answer = post(envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
         answer.assert_nothing_raw();
         if within {
             let v = answer.response();
@@ -485,8 +491,8 @@ async fn json_answer_sizes_around_the_body_limit() {
 #[tokio::test]
 async fn flooding_streams_are_translated_or_fail_cleanly() {
     let upstream = ScriptedUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
     for (text, delta, write, within) in [
         (8 * MIB, 64 * 1024, 1024 * 1024, true),
@@ -498,14 +504,14 @@ async fn flooding_streams_are_translated_or_fail_cleanly() {
         eprintln!("flood: {text} bytes of text, deltas of {delta}, writes of {write}");
         upstream.push(flood(&sse_body(text, delta), write));
         let answer = try_post(
-            &envoy,
+            envoy,
             br#"{"model":"m","input":"hi","stream":true}"#.to_vec(),
         )
         .await
         .unwrap_or_else(|e| {
             panic!(
-                "{e}\nprocessor:\n{}\nenvoy:\n{}\n{}",
-                processor.logs(),
+                "{e}\ntranslator:\n{}\nenvoy:\n{}\n{}",
+                stack.translator_logs(),
                 envoy.logs(),
                 envoy.admin_url("/stats?filter=ext_proc")
             )
@@ -528,23 +534,23 @@ async fn flooding_streams_are_translated_or_fail_cleanly() {
 #[tokio::test]
 async fn stream_answering_a_json_request_is_folded() {
     let upstream = ScriptedUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
     upstream.push(Reply::sse([chunk("Hel"), chunk("lo"), stream_end()]));
-    let answer = post(&envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
+    let answer = post(envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
     let v = answer.response();
     assert_eq!(v["status"], "completed");
     assert_eq!(v["output"][0]["content"][0]["text"], "Hello");
 
     // Cut short (no finish_reason, no [DONE]): an envelope, not a half answer.
     upstream.push(Reply::sse([chunk("Hel")]));
-    let answer = post(&envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
+    let answer = post(envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
     answer.envelope(502, "upstream_stream_truncated");
 
     // Over the answer limit: 502 naming it.
     upstream.push(flood(&sse_body(LIMIT + MIB, 256 * 1024), MIB));
-    let answer = post(&envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
+    let answer = post(envoy, br#"{"model":"m","input":"hi"}"#.to_vec()).await;
     answer.envelope(502, "upstream_response_too_large");
 }
 
@@ -553,8 +559,8 @@ async fn stream_answering_a_json_request_is_folded() {
 #[tokio::test]
 async fn sse_event_sizes_around_the_frame_limit() {
     let upstream = ScriptedUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
     let frame_overhead = chunk("").len();
     for (event, within) in [
         (MIB / 2, true),
@@ -567,7 +573,7 @@ async fn sse_event_sizes_around_the_frame_limit() {
         let body = format!("{}{}", chunk(&text), stream_end());
         upstream.push(flood(&body, 64 * 1024));
         let answer = post(
-            &envoy,
+            envoy,
             br#"{"model":"m","input":"hi","stream":true}"#.to_vec(),
         )
         .await;
@@ -590,8 +596,11 @@ async fn sse_event_sizes_around_the_frame_limit() {
 async fn item_and_part_caps_through_envoy() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| Reply::json(200, &completion("ok")));
-    let processor = Processor::start(&["--max-input-items", "64", "--max-part-bytes", "65536"]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(
+        upstream.port(),
+        &["--max-input-items", "64", "--max-part-bytes", "65536"],
+    );
+    let envoy = &stack.envoy;
 
     for (items, within) in [(32, true), (64, true), (65, false), (128, false)] {
         let input: Vec<Value> = (0..items)
@@ -599,7 +608,7 @@ async fn item_and_part_caps_through_envoy() {
             .collect();
         let before = upstream.requests().len();
         let answer = post(
-            &envoy,
+            envoy,
             json!({"model": "m", "input": input})
                 .to_string()
                 .into_bytes(),
@@ -626,7 +635,7 @@ async fn item_and_part_caps_through_envoy() {
         let body = json!({"model": "m", "input": [{"role": "user", "content": [
             {"type": "input_text", "text": "x".repeat(part)}]}]});
         let before = upstream.requests().len();
-        let answer = post(&envoy, body.to_string().into_bytes()).await;
+        let answer = post(envoy, body.to_string().into_bytes()).await;
         if within {
             answer.response();
             assert_eq!(upstream.requests().len(), before + 1);

@@ -1,6 +1,6 @@
-//! Usage in Envoy's dynamic metadata, end to end: the processor reports each translated
-//! exchange in the namespace `responses_extproc` (accepted by the shipped config's
-//! `metadata_options`), and an access log format with `%DYNAMIC_METADATA(...)%` shows the
+//! Usage in Envoy's dynamic metadata, end to end: the translator reports each translated
+//! exchange in the namespace `responses_extproc` (ext_proc: accepted by the shipped config's
+//! `metadata_options`; the module sets it directly, same namespace and keys), and an access log format with `%DYNAMIC_METADATA(...)%` shows the
 //! model, the response id, the outcome and the token counts, for a JSON and a streamed answer
 //! and for a rejected request; and which operation it was (`create` or `compact`).
 
@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, wait_until, Envoy, Processor, Reply, ScriptedUpstream, TempDir};
+use common::{client, wait_until, Reply, ScriptedUpstream, Stack, TempDir};
 use serde_json::{json, Value};
 
 const FIELDS: &[&str] = &[
@@ -27,9 +27,8 @@ const FIELDS: &[&str] = &[
     "reasoning_tokens",
 ];
 
-/// The shipped config with a JSON access log of our metadata written to `path`.
-fn config_with_access_log(upstream: u16, extproc: u16, path: &std::path::Path) -> String {
-    let config = common::envoy::test_config(upstream, extproc);
+/// The shipped config (either mode's) with a JSON access log of our metadata written to `path`.
+fn with_access_log(config: String, path: &std::path::Path) -> String {
     let mut format = String::from("                    request_id: \"%REQ(X-REQUEST-ID)%\"\n");
     for f in FIELDS {
         format.push_str(&format!(
@@ -69,14 +68,10 @@ fn log_lines(path: &std::path::Path, n: usize) -> Vec<Value> {
 #[tokio::test]
 async fn access_log_shows_usage_from_the_processors_metadata() {
     let upstream = ScriptedUpstream::start();
-    let processor = Processor::start(&[]);
     let dir = TempDir::new("access-log");
     let log = dir.path().join("access.log");
-    let envoy = Envoy::start_with_config(&config_with_access_log(
-        upstream.port(),
-        processor.port(),
-        &log,
-    ));
+    let stack = Stack::start_with(upstream.port(), &[], |c| with_access_log(c, &log));
+    let envoy = &stack.envoy;
 
     // A JSON answer.
     upstream.push(Reply::json(

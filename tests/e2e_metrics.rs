@@ -1,12 +1,14 @@
-//! Prometheus metrics end to end: the processor with `--metrics-listen`, behind the real Envoy,
-//! serves a JSON, a streamed and a failed exchange; `/metrics` then shows the token counts the
-//! upstream reported, the outcomes and error codes, the time to first token of the stream and
-//! no stream left in flight.
+//! Metrics end to end: the translator behind the real Envoy serves a JSON, a streamed and two
+//! failed exchanges; then the metrics show the token counts the upstream reported, the
+//! outcomes, the time to first output of the stream and no stream left in flight. ext_proc
+//! mode: the processor's Prometheus endpoint (`--metrics-listen`). Module mode: Envoy's own
+//! stats (`/stats/prometheus` on the admin port), which the module defines and records.
 
 mod common;
 
-use common::{client, free_port, Envoy, Processor, Reply, ScriptedUpstream};
+use common::{client, free_port, wait_until, Mode, Reply, ScriptedUpstream, Stack};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// The value of the one sample of `name` whose labels include all of `labels`.
 fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
@@ -24,8 +26,12 @@ async fn metrics_show_tokens_outcomes_and_stream_timings() {
     let upstream = ScriptedUpstream::start();
     let metrics_port = free_port();
     let listen = format!("127.0.0.1:{metrics_port}");
-    let processor = Processor::start(&["--metrics-listen", &listen]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let args: &[&str] = match common::mode() {
+        Mode::ExtProc => &["--metrics-listen", &listen],
+        Mode::Module => &[],
+    };
+    let stack = Stack::start(upstream.port(), args);
+    let envoy = &stack.envoy;
 
     upstream.push(Reply::json(
         200,
@@ -69,6 +75,9 @@ async fn metrics_show_tokens_outcomes_and_stream_timings() {
         response.bytes().await.unwrap();
     }
 
+    if common::mode() == Mode::Module {
+        return module_stats(&stack);
+    }
     let response = client()
         .get(format!("http://{listen}/metrics"))
         .send()
@@ -160,5 +169,69 @@ async fn metrics_show_tokens_outcomes_and_stream_timings() {
         ),
         3.0
     );
-    drop(envoy);
+}
+
+/// Module mode: the same exchanges in Envoy's stats (`<metrics_namespace>.<name>`, labels as
+/// tags: `envoy_responses_module_*` in Prometheus form).
+fn module_stats(stack: &Stack) {
+    let text = |path: &str| {
+        common::envoy::http_get(stack.envoy.admin_port(), path)
+            .expect("the admin API answers")
+            .1
+    };
+    let stats = text("/stats/prometheus");
+    let counter =
+        |labels: &[&str]| sample(&stats, "envoy_responses_module_exchanges_total", labels);
+    assert_eq!(
+        counter(&["stream=\"false\"", "outcome=\"translated\""]),
+        1.0
+    );
+    assert_eq!(counter(&["stream=\"true\"", "outcome=\"translated\""]), 1.0);
+    // The upstream's 429 and the refused request (no error-code label: codes come from
+    // upstreams too, and Envoy stats have no bound on label values).
+    assert_eq!(counter(&["stream=\"false\"", "outcome=\"failed\""]), 2.0);
+    let tokens = |kind: &str| {
+        sample(
+            &stats,
+            "envoy_responses_module_tokens_total",
+            &[&format!("type=\"{kind}\"")],
+        )
+    };
+    assert_eq!(
+        (
+            tokens("input"),
+            tokens("output"),
+            tokens("cached"),
+            tokens("reasoning")
+        ),
+        (26.0, 11.0, 16.0, 4.0)
+    );
+    assert_eq!(
+        sample(&stats, "envoy_responses_module_streams_in_flight", &[]),
+        0.0
+    );
+    // Histograms reach the admin output at Envoy's stats flush (every 5 s by default).
+    let stats = wait_until("the module's histograms", Duration::from_secs(15), || {
+        let stats = text("/stats/prometheus");
+        stats
+            .lines()
+            .any(|l| l == "envoy_responses_module_time_to_first_output_ms_count{} 1")
+            .then_some(stats)
+    });
+    assert_eq!(
+        sample(
+            &stats,
+            "envoy_responses_module_translation_us_count",
+            &["stream=\"false\""]
+        ),
+        3.0
+    );
+    assert_eq!(
+        sample(
+            &stats,
+            "envoy_responses_module_request_duration_ms_count",
+            &["stream=\"true\"", "outcome=\"translated\""]
+        ),
+        1.0
+    );
 }

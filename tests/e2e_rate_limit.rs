@@ -1,4 +1,5 @@
-//! Token-based rate limiting with a stock Envoy filter, from the processor's usage metadata:
+//! Token-based rate limiting with a stock Envoy filter, from the translator's usage metadata
+//! (either mode):
 //! `envoy/examples/token-rate-limit.yaml` spliced into the shipped config, with a rate limit
 //! service in the test that keeps a token budget per client. A client whose answers used up
 //! its tokens is refused with 429 (an error envelope); another client is not.
@@ -10,9 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::examples::{piece, splice};
-use common::{
-    client, repo_root, wait_until, Envoy, Processor, Reply, ScriptedUpstream, ServerThread,
-};
+use common::{client, repo_root, wait_until, Reply, ScriptedUpstream, ServerThread, Stack};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
@@ -91,31 +90,31 @@ async fn clients_are_refused_once_their_answers_used_up_their_tokens() {
                     "total_tokens": PER_ANSWER}}),
         )
     });
-    let processor = Processor::start(&[]);
-
     let example =
         std::fs::read_to_string(repo_root().join("envoy/examples/token-rate-limit.yaml")).unwrap();
-    let mut config = common::envoy::test_config(upstream.port(), processor.port());
-    config = splice(
-        config,
-        "          - name: envoy.filters.http.router\n",
-        &piece(&example, "http_filter", 10),
-        true,
-    );
-    config = splice(
-        config,
-        "                # Translated requests arrive here with the filter already in their chain (it\n",
-        &piece(&example, "route_rate_limits", 16),
-        true,
-    );
-    config = splice(
-        config,
-        "  # The Chat Completions server",
-        &piece(&example, "cluster", 2)
-            .replace("port_value: 8081", &format!("port_value: {rls_port}")),
-        true,
-    );
-    let envoy = Envoy::start_with_config(&config);
+    // The example spliced into either mode's shipped config: the metadata is the same.
+    let stack = Stack::start_with(upstream.port(), &[], |mut config| {
+        config = splice(
+            config,
+            "          - name: envoy.filters.http.router\n",
+            &piece(&example, "http_filter", 10),
+            true,
+        );
+        config = splice(
+            config,
+            "                # Translated requests arrive here with the filter already in their chain (it\n",
+            &piece(&example, "route_rate_limits", 16),
+            true,
+        );
+        splice(
+            config,
+            "  # The Chat Completions server",
+            &piece(&example, "cluster", 2)
+                .replace("port_value: 8081", &format!("port_value: {rls_port}")),
+            true,
+        )
+    });
+    let envoy = &stack.envoy;
 
     let ask = |client_id: &'static str| {
         let url = envoy.url("/v1/responses");

@@ -9,6 +9,8 @@
 //! * Unix domain socket (`--listen unix:...`, `extproc-uds.yaml`): a translated request works.
 //! * Logs: they carry the request's `x-request-id` and never the prompt (a unique marker sent in
 //!   the input), at `info` and at `debug`; only `--log-content` with `RUST_LOG=debug` shows it.
+//! * Module mode (`tests/common/stack.rs`) has no processor listener: there, only the module's
+//!   lines in Envoy's log are checked (request id, never the prompt, even at debug).
 //!
 //! Certificates are made at test time with the `openssl` CLI (a throwaway CA, a server
 //! certificate for `localhost`/127.0.0.1, client certificates) in a temp dir. The processor is
@@ -28,6 +30,9 @@ use common::{
 use serde_json::{json, Value};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Why most tests here do not apply in module mode (`tests/common/stack.rs`).
+const PROCESSOR_ONLY: &str = "the processor's own listeners (TLS, mTLS, Unix socket) and its \
+     logs; module mode has module_logs_carry_the_request_id_but_never_the_prompt";
 /// Where the example bootstraps expect the PEM files Envoy reads.
 const EXAMPLE_TLS_DIR: &str = "/etc/envoy/responses-extproc-tls/";
 /// The processor's socket path in `extproc-uds.yaml`.
@@ -444,6 +449,9 @@ fn examples_differ_from_envoy_yaml_only_in_the_extproc_cluster() {
 
 #[tokio::test]
 async fn tls_translates_and_logs_the_request_id_but_no_prompt() {
+    if !common::only_ext_proc(PROCESSOR_ONLY) {
+        return;
+    }
     let pki = Pki::new();
     let demo = DemoUpstream::start();
     let processor = extproc(
@@ -493,6 +501,9 @@ async fn tls_translates_and_logs_the_request_id_but_no_prompt() {
 
 #[tokio::test]
 async fn envoy_refuses_a_processor_certificate_of_another_ca_or_for_another_name() {
+    if !common::only_ext_proc(PROCESSOR_ONLY) {
+        return;
+    }
     let pki = Pki::new();
     let upstream = ScriptedUpstream::start();
 
@@ -567,6 +578,9 @@ fn mtls_processor(pki: &Pki) -> Processor {
 
 #[tokio::test]
 async fn mtls_translates() {
+    if !common::only_ext_proc(PROCESSOR_ONLY) {
+        return;
+    }
     let pki = Pki::new();
     let demo = DemoUpstream::start();
     let processor = mtls_processor(&pki);
@@ -588,6 +602,9 @@ async fn mtls_translates() {
 
 #[tokio::test]
 async fn mtls_refuses_envoy_without_a_client_certificate_or_with_a_foreign_one() {
+    if !common::only_ext_proc(PROCESSOR_ONLY) {
+        return;
+    }
     let pki = Pki::new();
     let upstream = ScriptedUpstream::start();
     let processor = mtls_processor(&pki);
@@ -638,6 +655,9 @@ async fn mtls_refuses_envoy_without_a_client_certificate_or_with_a_foreign_one()
 
 #[tokio::test]
 async fn uds_translates_and_debug_logs_hold_no_prompt_without_log_content() {
+    if !common::only_ext_proc(PROCESSOR_ONLY) {
+        return;
+    }
     let sockets = TempDir::new("uds");
     let socket = sockets.path().join("extproc.sock");
     let demo = DemoUpstream::start();
@@ -666,6 +686,9 @@ async fn uds_translates_and_debug_logs_hold_no_prompt_without_log_content() {
 
 #[tokio::test]
 async fn log_content_at_debug_shows_the_prompt() {
+    if !common::only_ext_proc(PROCESSOR_ONLY) {
+        return;
+    }
     let sockets = TempDir::new("uds-content");
     let socket = sockets.path().join("extproc.sock");
     let demo = DemoUpstream::start();
@@ -713,4 +736,46 @@ async fn log_content_at_debug_shows_the_prompt() {
     let logs = processor.logs();
     assert!(logs.contains("request_id=sec-content-info-json"), "{logs}");
     assert!(!logs.contains(&marker), "{logs}");
+}
+
+// ---- the module's logs ----
+
+/// Module mode: the filter's lines in Envoy's log (its `dynamic_modules` logger, at debug
+/// here) carry the request id of each exchange and never the prompt; there is no content
+/// logging in the module.
+#[tokio::test]
+async fn module_logs_carry_the_request_id_but_never_the_prompt() {
+    if common::mode() != common::Mode::Module {
+        eprintln!("ext_proc mode: the processor's logs are checked by the tests above");
+        return;
+    }
+    let demo = DemoUpstream::start();
+    let stack = common::Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
+    common::envoy::http_post(envoy.admin_port(), "/logging?dynamic_modules=debug")
+        .expect("raise the module's log level");
+    let marker = unique_marker("module");
+    assert_translated(envoy, "sec-module", &marker).await;
+    let (status, body) = post(
+        envoy,
+        "sec-module-rejected",
+        &json!({"model": marker, "input": marker, "previous_response_id": marker}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let logs = common::wait_until("the module's lines", Duration::from_secs(10), || {
+        let logs = envoy.logs();
+        logs.contains("request_id=sec-module-rejected")
+            .then_some(logs)
+    });
+    for id in ["sec-module-json", "sec-module-stream"] {
+        assert!(
+            logs.contains(&format!("request_id={id}")),
+            "the log lacks request id {id}:\n{logs}"
+        );
+    }
+    assert!(
+        !logs.contains(&marker),
+        "the prompt reached Envoy's log:\n{logs}"
+    );
 }

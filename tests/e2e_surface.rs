@@ -1,5 +1,5 @@
-//! The request surface, field path by field path, through the real Envoy + processor + demo
-//! upstream: every case of tests/surface/cases.json (generated from the installed
+//! The request surface, field path by field path, through the real Envoy (the processor or the
+//! module: `tests/common/stack.rs`) + demo upstream: every case of tests/surface/cases.json (generated from the installed
 //! openai-python's and openai-node's request types and the OpenResponses schema by
 //! tests/surface/generate.py) gets the answer the README's path table ("Request fields, path
 //! by path") states:
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::json::parse_strict;
-use common::{client, repo_root, Envoy, Processor, RecordingDemo, TempDir};
+use common::{client, repo_root, RecordingDemo, TempDir};
 use futures_util::StreamExt;
 use responses_core::translate::seal::{nonce, Keyring, Purpose};
 use serde::Deserialize;
@@ -285,9 +285,9 @@ fn substitute(v: &mut Value, sealed: &HashMap<&str, String>) {
     }
 }
 
+/// The translating Envoy (either mode), the recording demo and the sealing key.
 struct Stack {
-    envoy: Envoy,
-    _processor: Processor,
+    stack: common::Stack,
     demo: RecordingDemo,
     _keys: TempDir,
 }
@@ -297,11 +297,12 @@ fn stack() -> Stack {
     let key_file = keys.path().join("keys");
     std::fs::write(&key_file, format!("{KEY_LINE}\n")).unwrap();
     let demo = RecordingDemo::start();
-    let processor = Processor::start(&["--reasoning-keys-file", key_file.to_str().unwrap()]);
-    let envoy = Envoy::start(demo.port(), processor.port());
+    let stack = common::Stack::start(
+        demo.port(),
+        &["--reasoning-keys-file", key_file.to_str().unwrap()],
+    );
     Stack {
-        envoy,
-        _processor: processor,
+        stack,
         demo,
         _keys: keys,
     }
@@ -310,7 +311,7 @@ fn stack() -> Stack {
 /// Sends each body (header `x-surface-case: i`) and gathers the outcomes.
 async fn send_all(stack: &Stack, bodies: &[String]) -> Vec<Outcome> {
     let http = Arc::new(client());
-    let url = stack.envoy.url("/v1/responses");
+    let url = stack.stack.envoy.url("/v1/responses");
     let answers: Vec<(usize, u16, String)> = futures_util::stream::iter(bodies.iter().enumerate())
         .map(|(i, body)| {
             let http = http.clone();
@@ -577,7 +578,8 @@ fn the_readme_path_table_covers_exactly_the_generated_paths() {
     );
 }
 
-/// Every case through Envoy + the processor + the demo: the answer the README's row states.
+/// Every case through the translating Envoy (either mode) + the demo: the answer the README's
+/// row states.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_case_gets_the_answer_of_its_readme_row() {
     let file = case_file();

@@ -5,6 +5,9 @@
 //! span is the child of Envoy's span (the ext_proc stream's, or the upgrade's) in the
 //! client's trace, and each of its attributes equals what the client got. With the collector
 //! gone, or hanging, the exchanges still succeed and the dropped spans are counted.
+//!
+//! Every test here is about the processor's spans: in module mode (`RESPONSES_E2E_MODE=module`)
+//! they are skipped, since the module exports no spans (README, Operations: traces).
 
 mod common;
 
@@ -14,12 +17,16 @@ use std::time::Duration;
 use common::examples::{piece, splice};
 use common::otlp::{Attr, OtlpReceiver, RecordedSpan};
 use common::sse::parse_sse_json;
-use common::{client, free_port, repo_root, Envoy, Processor, Reply, ScriptedUpstream};
+use common::{
+    client, free_port, only_ext_proc, repo_root, Envoy, Processor, Reply, ScriptedUpstream,
+};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
 const WAIT: Duration = Duration::from_secs(20);
+/// Why these tests do not run in module mode.
+const SKIP: &str = "the processor's spans (the module exports none: Envoy's own spans only)";
 /// OTLP span kinds.
 const SERVER: i32 = 2;
 /// OTLP status code of an error.
@@ -312,6 +319,9 @@ fn stream_reply() -> Reply {
 
 #[tokio::test]
 async fn http_exchanges_are_spans_under_envoys_ext_proc_span_with_the_answers_values() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
     let stack = TracedStack::start(&[], &[]);
 
     // A JSON exchange, with generation parameters set.
@@ -519,6 +529,9 @@ async fn ws_response(socket: &mut Socket) -> Vec<Value> {
 #[tokio::test]
 async fn websocket_responses_are_spans_under_envoys_upgrade_and_their_chat_requests_continue_the_trace(
 ) {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
     // With --trace-content: the bodies are on the spans too; exported gzipped (the standard
     // variable).
     let stack = TracedStack::start(
@@ -651,6 +664,9 @@ async fn dropped(metrics: &str, reason: &str) -> f64 {
 
 #[tokio::test]
 async fn without_a_collector_exchanges_succeed_and_the_dropped_spans_are_counted() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
     // One collector that is not there (connection refused), one that accepts connections
     // and never answers.
     let absent = format!("http://127.0.0.1:{}", free_port());
@@ -715,6 +731,9 @@ async fn without_a_collector_exchanges_succeed_and_the_dropped_spans_are_counted
 
 #[tokio::test]
 async fn the_standard_otlp_variables_turn_traces_on_over_http() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
     // No --otlp-endpoint: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as is) and the protocol
     // and service name from the standard variables; Envoy does not trace here, so the span
     // starts a trace of its own.

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Gate, Reply, ScriptedUpstream, WsStack};
+use common::{Gate, Reply, ScriptedUpstream, Stack};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -21,7 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn connect(stack: &WsStack) -> Socket {
+async fn connect(stack: &Stack) -> Socket {
     let mut request = stack.ws_url().into_client_request().expect("request");
     request
         .headers_mut()
@@ -138,7 +138,7 @@ fn error_code(event: &Value) -> &str {
 #[tokio::test]
 async fn create_then_continue_with_previous_response_id() {
     let upstream = ScriptedUpstream::with_replies([chat_sse("Hello Ada."), chat_sse("42.")]);
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
 
     ask(
@@ -167,7 +167,7 @@ async fn create_then_continue_with_previous_response_id() {
     assert_eq!(second[0]["sequence_number"], 0);
 
     // No prompt or completion text in the processor's log without --log-content.
-    let logs = stack.processor.logs();
+    let logs = stack.processor().logs();
     assert!(logs.contains("translated request"), "{logs}");
     assert!(
         !logs.contains("I am Ada") && !logs.contains("Hello Ada"),
@@ -198,7 +198,7 @@ async fn unknown_and_evicted_ids_are_previous_response_not_found() {
         chat_sse("one"),
         Reply::json(500, &json!({"error": {"message": "upstream broke"}})),
     ]);
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
 
     ask(
@@ -244,7 +244,7 @@ async fn an_output_without_its_call_fails_the_continuation_and_evicts_the_contex
         "data: [DONE]\n\n",
     ]);
     let upstream = ScriptedUpstream::with_replies([chat_sse("one"), call, chat_sse("sunny")]);
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
 
     ask(
@@ -314,7 +314,7 @@ async fn an_output_without_its_call_fails_the_continuation_and_evicts_the_contex
 async fn responses_sent_back_to_back_are_answered_in_order() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| chat_sse("ok"));
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
     for i in 0..4 {
         ask(&mut ws, json!({"model": "m", "input": format!("turn {i}")})).await;
@@ -352,7 +352,7 @@ async fn responses_sent_back_to_back_are_answered_in_order() {
 #[tokio::test]
 async fn bad_messages_get_error_events_and_the_socket_stays_usable() {
     let upstream = ScriptedUpstream::with_replies([chat_sse("fine")]);
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
     for (message, code) in [
         (Message::text("{nope"), "invalid_json"),
@@ -397,7 +397,7 @@ async fn the_message_size_limit_from_both_sides() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| chat_sse("ok"));
     let limit = LIMIT.to_string();
-    let stack = WsStack::start(upstream.port(), &["--max-request-bytes", &limit]);
+    let stack = Stack::with_websocket(upstream.port(), &["--max-request-bytes", &limit]);
     let message = |size: usize| {
         let base = json!({"type": "response.create", "model": "m", "input": ""}).to_string();
         let text = "a".repeat(size - base.len());
@@ -454,7 +454,7 @@ async fn a_client_gone_mid_response_cancels_the_upstream_request() {
     let gate = Gate::new();
     let upstream = ScriptedUpstream::with_replies([chat_sse("first part").pause_after(1, &gate)]);
     upstream.set_default(|| chat_sse("after"));
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     // Events of the first chunk arrive, then the client goes.
@@ -489,7 +489,7 @@ async fn an_upstream_failing_mid_stream_ends_with_response_failed() {
         "text/event-stream",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"half\"}}]}\n\n",
     )]);
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     let events = response(&mut ws).await;
@@ -506,7 +506,7 @@ async fn an_upstream_failing_mid_stream_ends_with_response_failed() {
 async fn an_unreachable_upstream_is_an_error_event() {
     // Envoy's upstream cluster points at a closed port: its 503 becomes the error event.
     let dead = common::free_port();
-    let stack = WsStack::start(dead, &[]);
+    let stack = Stack::with_websocket(dead, &[]);
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     let event = recv(&mut ws).await;
@@ -518,7 +518,7 @@ async fn an_unreachable_upstream_is_an_error_event() {
 async fn connections_over_the_cap_are_refused_with_an_envelope() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| chat_sse("ok"));
-    let stack = WsStack::start(upstream.port(), &["--ws-max-connections", "1"]);
+    let stack = Stack::with_websocket(upstream.port(), &["--ws-max-connections", "1"]);
     let _first = connect(&stack).await;
     let refused = tokio_tungstenite::connect_async(stack.ws_url()).await;
     let Err(tokio_tungstenite::tungstenite::Error::Http(response)) = refused else {
@@ -547,7 +547,7 @@ async fn connections_over_the_cap_are_refused_with_an_envelope() {
 async fn the_maximum_age_ends_with_websocket_connection_limit_reached() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| chat_sse("ok"));
-    let stack = WsStack::start(upstream.port(), &["--ws-max-age", "2"]);
+    let stack = Stack::with_websocket(upstream.port(), &["--ws-max-age", "2"]);
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     completed(&mut ws).await;
@@ -559,7 +559,7 @@ async fn the_maximum_age_ends_with_websocket_connection_limit_reached() {
 #[tokio::test]
 async fn an_idle_connection_is_closed_cleanly() {
     let upstream = ScriptedUpstream::start();
-    let stack = WsStack::start(upstream.port(), &["--ws-idle-timeout", "1"]);
+    let stack = Stack::with_websocket(upstream.port(), &["--ws-idle-timeout", "1"]);
     let mut ws = connect(&stack).await;
     assert_eq!(closed(&mut ws).await, Some(CloseCode::Normal));
 }
@@ -568,11 +568,11 @@ async fn an_idle_connection_is_closed_cleanly() {
 async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
     let gate = Gate::new();
     let upstream = ScriptedUpstream::with_replies([chat_sse("drained").pause_after(1, &gate)]);
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     gate.wait_reached(TIMEOUT).await;
-    let pid = stack.processor.pid().to_string();
+    let pid = stack.processor().pid().to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -591,7 +591,7 @@ async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
 #[tokio::test]
 async fn codex_shaped_prewarm_then_turn() {
     let upstream = ScriptedUpstream::with_replies([chat_sse("hi")]);
-    let stack = WsStack::start(upstream.port(), &[]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut request = stack.ws_url().into_client_request().expect("request");
     for (name, value) in [
         ("authorization", "Bearer x"),
@@ -657,7 +657,7 @@ async fn messages_beyond_the_read_ahead_queue_wait_and_are_all_answered_in_order
     let upstream = ScriptedUpstream::with_replies([chat_sse("first").pause_after(1, &gate)]);
     upstream.set_default(|| chat_sse("ok"));
     let limit = LIMIT.to_string();
-    let stack = WsStack::start(upstream.port(), &["--max-request-bytes", &limit]);
+    let stack = Stack::with_websocket(upstream.port(), &["--max-request-bytes", &limit]);
     let mut ws = connect(&stack).await;
     // Each a quarter of the limit: the byte bound pauses reading after four.
     let pad = "p".repeat(LIMIT / 4 - 100);
@@ -697,7 +697,7 @@ async fn the_context_cap_from_both_sides() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| chat_sse("ok"));
     let cap = CAP.to_string();
-    let stack = WsStack::start(upstream.port(), &["--ws-max-context-bytes", &cap]);
+    let stack = Stack::with_websocket(upstream.port(), &["--ws-max-context-bytes", &cap]);
     let mut ws = connect(&stack).await;
     // Under: a short turn is kept and continued.
     ask(&mut ws, json!({"model": "m", "input": "short"})).await;

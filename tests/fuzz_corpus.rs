@@ -68,3 +68,13 @@ fn exchange_corpus_holds() {
         assert!(outcome.is_ok(), "{}", path.display());
     }
 }
+
+#[test]
+fn module_corpus_holds() {
+    let files = corpus("module");
+    assert!(!files.is_empty());
+    for (path, data) in files {
+        let outcome = std::panic::catch_unwind(|| checks::module(&data));
+        assert!(outcome.is_ok(), "{}", path.display());
+    }
+}

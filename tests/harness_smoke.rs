@@ -1,6 +1,7 @@
 //! Proves the end-to-end harness itself: schema validation, SSE parsing, the scripted upstream,
 //! and the repository's Envoy config with an in-process passthrough ext_proc server and the
-//! built-in demo upstream.
+//! built-in demo upstream. In module mode (`tests/common/stack.rs`) the wiring tests run
+//! against `envoy/envoy-module.yaml` instead: other traffic passes as it does beside ext_proc.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::schema::{assert_valid, assert_valid_sse, errors, event_schema_names};
 use common::sse::{parse_sse, parse_sse_json};
 use common::{
-    client, DemoUpstream, Envoy, Gate, PassthroughProcessor, Processor, Reply, ScriptedUpstream,
+    client, DemoUpstream, Envoy, Gate, Mode, PassthroughProcessor, Reply, ScriptedUpstream, Stack,
 };
 use serde_json::{json, Value};
 
@@ -252,11 +253,23 @@ async fn scripted_upstream_pauses_at_the_gate_and_closes_mid_body() {
     );
 }
 
+/// The shipped Envoy of this mode for wiring tests: ext_proc, `envoy/envoy.yaml` with an
+/// in-process passthrough processor (it changes nothing and records what it is sent); module,
+/// `envoy/envoy-module.yaml` with the module.
+fn wiring(upstream_port: u16) -> (Envoy, Option<PassthroughProcessor>) {
+    match common::mode() {
+        Mode::ExtProc => {
+            let extproc = PassthroughProcessor::start();
+            (Envoy::start(upstream_port, extproc.port()), Some(extproc))
+        }
+        Mode::Module => (Stack::start(upstream_port, &[]).envoy, None),
+    }
+}
+
 #[tokio::test]
 async fn envoy_passes_requests_through_a_passthrough_processor_to_the_demo() {
     let demo = DemoUpstream::start();
-    let extproc = PassthroughProcessor::start();
-    let envoy = Envoy::start(demo.port(), extproc.port());
+    let (envoy, extproc) = wiring(demo.port());
 
     let models: Value = client()
         .get(envoy.url("/v1/models"))
@@ -282,17 +295,29 @@ async fn envoy_passes_requests_through_a_passthrough_processor_to_the_demo() {
         "Hello! This is the demo upstream. You said: hi"
     );
     // Other traffic never reaches the processor: ext_proc is disabled on its route.
-    assert!(extproc.seen().is_empty(), "{:?}", extproc.seen());
+    if let Some(extproc) = extproc {
+        assert!(extproc.seen().is_empty(), "{:?}", extproc.seen());
+    }
 }
 
-/// Second line of defence: a Responses request the processor did not rewrite (here a
-/// processor that changes nothing) never reaches the upstream; Envoy answers with an error
-/// envelope itself; the same for /v1/responses/compact. Other methods on the paths get 405.
+/// Second line of defence: a Responses request the translator did not rewrite (here a
+/// processor that changes nothing; in module mode, the module configured for another
+/// `responses_path`, so that it lets these requests pass) never reaches the upstream; Envoy
+/// answers with an error envelope itself; the same for /v1/responses/compact. Other methods
+/// on the paths get 405.
 #[tokio::test]
 async fn untranslated_responses_requests_never_reach_the_upstream() {
     let upstream = ScriptedUpstream::start();
-    let extproc = PassthroughProcessor::start();
-    let envoy = Envoy::start(upstream.port(), extproc.port());
+    let (envoy, extproc) = match common::mode() {
+        Mode::ExtProc => {
+            let extproc = PassthroughProcessor::start();
+            (Envoy::start(upstream.port(), extproc.port()), Some(extproc))
+        }
+        Mode::Module => (
+            Stack::start(upstream.port(), &["--responses-path", "/v1/elsewhere"]).envoy,
+            None,
+        ),
+    };
     let paths = [
         "/v1/responses",
         "/v1/responses?x=1",
@@ -314,10 +339,12 @@ async fn untranslated_responses_requests_never_reach_the_upstream() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "untranslated_request", "{body}");
     }
-    assert_eq!(
-        extproc.seen(),
-        ["request_headers", "request_body", "response_headers"].repeat(paths.len())
-    );
+    if let Some(extproc) = &extproc {
+        assert_eq!(
+            extproc.seen(),
+            ["request_headers", "request_body", "response_headers"].repeat(paths.len())
+        );
+    }
     for path in ["/v1/responses", "/v1/responses/compact"] {
         let response = client().get(envoy.url(path)).send().await.unwrap();
         assert_eq!(response.status(), 405);
@@ -347,11 +374,13 @@ async fn untranslated_responses_requests_never_reach_the_upstream() {
             "{method} {path}: {body}"
         );
     }
-    assert_eq!(
-        extproc.seen().len(),
-        3 * paths.len(),
-        "only the POSTs consulted the processor"
-    );
+    if let Some(extproc) = &extproc {
+        assert_eq!(
+            extproc.seen().len(),
+            3 * paths.len(),
+            "only the POSTs consulted the processor"
+        );
+    }
     assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
 }
 
@@ -364,8 +393,7 @@ async fn envoy_streams_sse_as_it_arrives() {
         "data: [DONE]\n\n",
     ])
     .pause_after(1, &gate)]);
-    let extproc = PassthroughProcessor::start();
-    let envoy = Envoy::start(upstream.port(), extproc.port());
+    let (envoy, _extproc) = wiring(upstream.port());
 
     let mut response = client()
         .post(envoy.url("/v1/chat/completions"))
@@ -390,8 +418,7 @@ async fn envoy_streams_sse_as_it_arrives() {
 #[tokio::test]
 async fn demo_stream_through_envoy_is_incremental() {
     let demo = DemoUpstream::start();
-    let extproc = PassthroughProcessor::start();
-    let envoy = Envoy::start(demo.port(), extproc.port());
+    let (envoy, _extproc) = wiring(demo.port());
     let started = Instant::now();
     let mut response = client()
         .post(envoy.url("/v1/chat/completions"))
@@ -416,6 +443,9 @@ async fn demo_stream_through_envoy_is_incremental() {
 
 #[tokio::test]
 async fn a_dead_processor_fails_responses_requests_only() {
+    if !common::only_ext_proc("no processor on the HTTP path in module mode") {
+        return;
+    }
     // failure_mode_allow: false: without the processor no Responses request reaches the
     // upstream (an envelope instead); other traffic does not need the processor.
     let upstream = ScriptedUpstream::start();
@@ -438,6 +468,12 @@ async fn a_dead_processor_fails_responses_requests_only() {
 
 #[tokio::test]
 async fn request_bodies_over_envoys_16_mib_buffer_get_413() {
+    if !common::only_ext_proc(
+        "module mode has no Envoy buffer for request bodies; the module's own 16 MiB cap is \
+         checked by e2e_limits::request_sizes_around_the_request_limit",
+    ) {
+        return;
+    }
     let upstream = ScriptedUpstream::start();
     let extproc = PassthroughProcessor::start();
     let envoy = Envoy::start(upstream.port(), extproc.port());
@@ -452,45 +488,46 @@ async fn request_bodies_over_envoys_16_mib_buffer_get_413() {
     assert!(upstream.requests().is_empty());
 }
 
-/// The commented "route by x-responses-model" example in envoy.yaml works as documented when a
-/// processor sets the header in its answer to the request body (route_cache_action: CLEAR).
+/// The commented "route by x-responses-model" example in the shipped config works as
+/// documented: ext_proc, when a processor sets the header in its answer to the request body
+/// (route_cache_action: CLEAR; a passthrough processor that sets it, so the answer is the
+/// upstream's own); module, with the module, which sets it and clears the route cache.
 #[tokio::test]
 async fn the_model_routing_example_works() {
+    let answer = |who: &str| {
+        json!({"id": "c", "object": "chat.completion", "model": who, "choices": [{"index": 0,
+            "finish_reason": "stop", "message": {"role": "assistant", "content": who}}]})
+    };
     let small = ScriptedUpstream::start();
-    small.set_default(|| Reply::json(200, &json!({"upstream": "small"})));
+    small.set_default(move || Reply::json(200, &answer("small")));
     let big = ScriptedUpstream::start();
-    big.set_default(|| Reply::json(200, &json!({"upstream": "big"})));
-    // A processor that does what ours does to the request headers: the model header, and the
-    // Chat path (else the request would stay on the Responses route).
-    let extproc = PassthroughProcessor::with_request_headers(&[
-        ("x-responses-model", "big-model"),
-        (":path", "/v1/chat/completions"),
-    ]);
-
-    let mut config = String::new();
-    let mut in_example = false;
-    for line in common::envoy::test_config(small.port(), extproc.port()).lines() {
-        let trimmed = line.trim_start();
-        if trimmed == "# - match:" {
-            in_example = true;
+    big.set_default(move || Reply::json(200, &answer("big")));
+    let big_port = big.port();
+    let uncomment = move |shipped: String| {
+        let mut config = String::new();
+        let mut in_example = false;
+        for line in shipped.lines() {
+            let trimmed = line.trim_start();
+            if trimmed == "# - match:" {
+                in_example = true;
+            }
+            if in_example && trimmed.starts_with('#') {
+                let indent = &line[..line.len() - trimmed.len()];
+                let code = trimmed.trim_start_matches('#');
+                config.push_str(indent);
+                config.push_str(code.strip_prefix(' ').unwrap_or(code));
+            } else {
+                in_example = false;
+                config.push_str(line);
+            }
+            config.push('\n');
         }
-        if in_example && trimmed.starts_with('#') {
-            let indent = &line[..line.len() - trimmed.len()];
-            let code = trimmed.trim_start_matches('#');
-            config.push_str(indent);
-            config.push_str(code.strip_prefix(' ').unwrap_or(code));
-        } else {
-            in_example = false;
-            config.push_str(line);
-        }
-        config.push('\n');
-    }
-    assert!(config.contains(
-        "\n              - match:\n                  prefix: \"/\"\n                  headers:"
-    ));
-    // envoy.yaml ends with the `upstream` cluster: add the example's cluster after it.
-    config.push_str(&format!(
-        "  - name: upstream-big
+        assert!(config.contains(
+            "\n              - match:\n                  prefix: \"/\"\n                  headers:"
+        ));
+        // The shipped file ends with the `upstream` cluster: add the example's after it.
+        config.push_str(&format!(
+            "  - name: upstream-big
     type: STATIC
     connect_timeout: 1s
     load_assignment:
@@ -499,22 +536,39 @@ async fn the_model_routing_example_works() {
       - lb_endpoints:
         - endpoint:
             address:
-              socket_address: {{address: 127.0.0.1, port_value: {}}}
-",
-        big.port()
-    ));
-    let envoy = Envoy::start_with_config(&config);
+              socket_address: {{address: 127.0.0.1, port_value: {big_port}}}
+"
+        ));
+        config
+    };
+    let (envoy, _extproc) = match common::mode() {
+        Mode::ExtProc => {
+            // A processor that does what ours does to the request headers: the model header,
+            // and the Chat path (else the request would stay on the Responses route).
+            let extproc = PassthroughProcessor::with_request_headers(&[
+                ("x-responses-model", "big-model"),
+                (":path", "/v1/chat/completions"),
+            ]);
+            let config = uncomment(common::envoy::test_config(small.port(), extproc.port()));
+            (Envoy::start_with_config(&config), Some(extproc))
+        }
+        Mode::Module => (Stack::start_with(small.port(), &[], uncomment).envoy, None),
+    };
 
     let answer: Value = client()
         .post(envoy.url("/v1/responses"))
-        .json(&json!({"model": "big-model"}))
+        .json(&json!({"model": "big-model", "input": "hi"}))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    assert_eq!(answer, json!({"upstream": "big"}));
+    let text = match common::mode() {
+        Mode::ExtProc => &answer["choices"][0]["message"]["content"],
+        Mode::Module => &answer["output"][0]["content"][0]["text"],
+    };
+    assert_eq!(text, "big", "{answer}");
     assert_eq!(
         big.requests()[0].header("x-responses-model"),
         Some("big-model")
@@ -522,14 +576,14 @@ async fn the_model_routing_example_works() {
     assert!(small.requests().is_empty());
 }
 
-// ---- with the real processor (the `responses-extproc` binary) ----
+// ---- with the real translator (the `responses-extproc` binary, or the module) ----
 
 #[tokio::test]
 async fn untranslated_requests_pass_through_envoy_and_the_processor_unchanged() {
     let models = json!({"object": "list", "data": [{"id": "x", "object": "model"}]});
     let upstream = ScriptedUpstream::with_replies([Reply::json(200, &models)]);
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(upstream.port(), processor.port());
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
 
     let response = client()
         .get(envoy.url("/v1/models?limit=5"))
@@ -552,8 +606,8 @@ async fn untranslated_requests_pass_through_envoy_and_the_processor_unchanged() 
 #[tokio::test]
 async fn the_demo_answers_a_responses_request_through_envoy_and_the_processor() {
     let demo = DemoUpstream::start();
-    let processor = Processor::start(&[]);
-    let envoy = Envoy::start(demo.port(), processor.port());
+    let stack = Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
 
     let response = client()
         .post(envoy.url("/v1/responses"))

@@ -1,6 +1,7 @@
 //! Load and soak test: N concurrent clients send a mix of streamed and non-streamed
 //! `POST /v1/responses` through a real Envoy (`envoy/envoy.yaml`) → the `responses-extproc`
-//! binary → the demo upstream (the `demo-upstream` binary, a separate process, so
+//! binary (module mode, `tests/common/stack.rs`: `envoy/envoy-module.yaml` with the module, and
+//! the RSS watched is Envoy's) → the demo upstream (the `demo-upstream` binary, a separate process, so
 //! the processor's memory is its own) for a set time, then print a report: requests done,
 //! errors, latency p50/p99 (time to the full answer; for streams also time to the first
 //! `response.output_text.delta`), and the processor's RSS over the run.
@@ -101,7 +102,23 @@ impl Settings {
 /// The Envoy bootstrap: `envoy/envoy.yaml`, or `LOAD_ENVOY_CONFIG`, adapted the way the
 /// harness adapts `envoy.yaml` (listener on 127.0.0.1 port 0, admin on port 0, the given
 /// ports), so the same placeholders must each occur exactly once.
-fn envoy_config(settings: &Settings, upstream_port: u16, extproc_port: u16) -> String {
+///
+/// Module mode (`RESPONSES_E2E_MODE=module`, `tests/common/stack.rs`): `envoy/envoy-module.yaml`
+/// with the module's default settings, and no processor (`extproc_port` is `None`).
+fn envoy_config(settings: &Settings, upstream_port: u16, extproc_port: Option<u16>) -> String {
+    let Some(extproc_port) = extproc_port else {
+        let ports = common::envoy::Ports {
+            upstream: upstream_port,
+            extproc: 0,
+            listener: 0,
+            ws: 1,
+        };
+        assert!(
+            settings.envoy_config.is_none(),
+            "LOAD_ENVOY_CONFIG is for ext_proc mode"
+        );
+        return common::stack::module_bootstrap("{}", ports);
+    };
     let Some(path) = &settings.envoy_config else {
         return common::envoy::test_config(upstream_port, extproc_port);
     };
@@ -109,6 +126,14 @@ fn envoy_config(settings: &Settings, upstream_port: u16, extproc_port: u16) -> S
         .unwrap_or_else(|e| panic!("LOAD_ENVOY_CONFIG={}: {e}", path.display()));
     let source = format!("LOAD_ENVOY_CONFIG={}", path.display());
     common::envoy::substitute(&config, &source, upstream_port, extproc_port)
+}
+
+/// The shipped bootstrap of this mode.
+fn shipped_config() -> &'static str {
+    match common::mode() {
+        common::Mode::ExtProc => "envoy/envoy.yaml",
+        common::Mode::Module => "envoy/envoy-module.yaml",
+    }
 }
 
 // ---- the processes ----
@@ -649,14 +674,30 @@ async fn load() {
         env: &[("RUST_LOG", "warn")],
         ..Spawn::default()
     });
-    let mut processor = Processor::spawn(Spawn {
-        env: &[("RUST_LOG", &settings.rust_log)],
-        ..Spawn::default()
-    });
-    let config = envoy_config(&settings, demo.port(), processor.port());
-    let envoy = tokio::task::block_in_place(|| Envoy::start_with_config(&config));
-    let pid = processor.pid();
+    let mut processor = match common::mode() {
+        common::Mode::ExtProc => Some(Processor::spawn(Spawn {
+            env: &[("RUST_LOG", &settings.rust_log)],
+            ..Spawn::default()
+        })),
+        common::Mode::Module => None,
+    };
+    let config = envoy_config(
+        &settings,
+        demo.port(),
+        processor.as_ref().map(Processor::port),
+    );
+    let mut envoy = tokio::task::block_in_place(|| Envoy::start_with_config(&config));
     let envoy_pid = envoy_pid(&envoy);
+    // The translator whose memory is watched: the processor, or (module mode) Envoy itself.
+    let pid = match &processor {
+        Some(p) => p.pid(),
+        None => envoy_pid.expect("Envoy's pid"),
+    };
+    let translator_log = processor
+        .as_ref()
+        .map_or(envoy.log_path().to_path_buf(), |p| {
+            p.log_path().to_path_buf()
+        });
 
     // One client for everyone (its pool holds a connection per concurrent request: HTTP/1.1).
     let client = reqwest::Client::builder()
@@ -686,7 +727,7 @@ async fn load() {
         settings
             .envoy_config
             .as_ref()
-            .map_or("envoy/envoy.yaml".into(), |p| p.display().to_string())
+            .map_or(shipped_config().into(), |p| p.display().to_string())
     );
 
     let started = Instant::now();
@@ -767,7 +808,10 @@ async fn load() {
     rss.after = rss_kib(pid).unwrap_or(0);
     let cpu_end = (cpu_time(pid), envoy_pid.and_then(cpu_time));
     let stats = envoy_stats(&client, &envoy).await;
-    let running = processor.is_running();
+    let running = match &mut processor {
+        Some(p) => p.is_running(),
+        None => envoy.is_running(),
+    };
 
     // ---- report ----
     let requests: u64 = outcome.ok.values().sum::<u64>() + outcome.error_count();
@@ -777,8 +821,10 @@ async fn load() {
         report.push('\n');
     };
     line(format!(
-        "== load report: {} clients, {:.1} s of load ({:.1} s with the last answers), {}% \
-         streamed, processor RUST_LOG={}, Envoy config {}",
+        "== load report ({:?} mode: the processor's figures are Envoy's with the module): {} \
+         clients, {:.1} s of load ({:.1} s with the last answers), {}% streamed, processor \
+         RUST_LOG={}, Envoy config {}",
+        common::mode(),
         settings.concurrency,
         settings.duration.as_secs_f64(),
         elapsed.as_secs_f64(),
@@ -787,7 +833,7 @@ async fn load() {
         settings
             .envoy_config
             .as_ref()
-            .map_or("envoy/envoy.yaml".into(), |p| p.display().to_string())
+            .map_or(shipped_config().into(), |p| p.display().to_string())
     ));
     line(format!(
         "machine: {cores} cores, 1-min load average {load_start} at the start, {load_end} at the \
@@ -879,15 +925,15 @@ async fn load() {
     // ---- verdict ----
     assert!(
         running,
-        "the processor exited during the run:\n{}",
-        log_tail(processor.log_path(), 4000)
+        "the translator exited during the run:\n{}",
+        log_tail(&translator_log, 4000)
     );
     assert_eq!(
         outcome.error_count(),
         0,
-        "errors under load (see the report above); processor log tail:\n{}\ndemo log tail:\n{}\n\
+        "errors under load (see the report above); translator log tail:\n{}\ndemo log tail:\n{}\n\
          envoy log tail:\n{}",
-        log_tail(processor.log_path(), 2000),
+        log_tail(&translator_log, 2000),
         log_tail(demo.log_path(), 1000),
         tail(&envoy.logs(), 2000)
     );
@@ -906,7 +952,7 @@ async fn load() {
     let growth = rss.end.saturating_sub(warm);
     assert!(
         growth <= settings.max_rss_growth_kib,
-        "the processor's RSS grew by {} after the warm-up (limit {}: LOAD_MAX_RSS_GROWTH_MIB)",
+        "the translator's RSS grew by {} after the warm-up (limit {}: LOAD_MAX_RSS_GROWTH_MIB)",
         mib(growth),
         mib(settings.max_rss_growth_kib)
     );

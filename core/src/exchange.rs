@@ -320,6 +320,8 @@ impl Exchange {
 
     /// A piece of the client's body; `end` on the last one.
     pub fn request_body(&mut self, chunk: &[u8], end: bool, meta: Meta) -> RequestStep {
+        #[cfg(feature = "fault-injection")]
+        crate::fault::check(chunk);
         let State::Request { body } = &mut self.state else {
             return RequestStep::Reply(self.fail(&internal("a request body after the request")));
         };
@@ -471,6 +473,8 @@ impl Exchange {
 
     /// A piece of the answer's body; `end` on the last one.
     pub fn response_body(&mut self, chunk: &[u8], end: bool, now: u64) -> BodyStep {
+        #[cfg(feature = "fault-injection")]
+        crate::fault::check(chunk);
         match &mut self.state {
             State::Streaming(translator) => {
                 let mut out = translator.push(chunk, now);

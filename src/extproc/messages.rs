@@ -203,13 +203,7 @@ pub fn streamed_body(body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
     response_body(c)
 }
 
-/// A value of Envoy's dynamic metadata.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MetadataValue {
-    Str(String),
-    Num(f64),
-    Bool(bool),
-}
+pub use responses_core::proxy::MetadataValue;
 
 /// Dynamic metadata under one namespace: Envoy's access logs, rate limits and later filters
 /// read it (when the namespace is in the filter's `metadata_options.receiving_namespaces`).

@@ -30,54 +30,16 @@ use crate::traces::{self, ExchangeSpan, Transport};
 use responses_core::exchange::{
     self, AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
 };
+use responses_core::proxy::{self, HeaderEdit, DETAILS_ANSWER, DETAILS_REQUEST};
 use responses_core::translate::Meta;
 
 pub use responses_core::environment::{Environment, System};
 
-/// The namespace of our dynamic metadata in Envoy (README "Envoy metadata").
-pub const METADATA_NAMESPACE: &str = "responses_extproc";
+pub use responses_core::proxy::METADATA_NAMESPACE;
 
 /// An exchange's summary as Envoy dynamic metadata: model, ids, outcome and token counts.
 fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct {
-    use msg::MetadataValue::{Bool, Num, Str};
-    let mut fields = vec![
-        ("operation", Str(s.operation.as_str().to_owned())),
-        ("stream", Bool(s.stream)),
-        (
-            "outcome",
-            Str(match s.outcome {
-                exchange::Outcome::Open => "open",
-                exchange::Outcome::Translated => "translated",
-                exchange::Outcome::Failed => "failed",
-            }
-            .to_owned()),
-        ),
-    ];
-    let text = |v: &Option<String>| v.clone().map(Str);
-    for (key, value) in [
-        ("response_id", text(&s.response_id)),
-        ("model", text(&s.model)),
-        ("upstream_model", text(&s.upstream_model)),
-        ("error_code", text(&s.error_code)),
-        ("status", s.status.map(|n| Num(f64::from(n)))),
-    ] {
-        if let Some(v) = value {
-            fields.push((key, v));
-        }
-    }
-    if let Some(u) = &s.usage {
-        // u64 token counts as JSON numbers (f64): exact up to 2^53.
-        for (key, n) in [
-            ("input_tokens", u.input_tokens),
-            ("output_tokens", u.output_tokens),
-            ("total_tokens", u.total_tokens),
-            ("cached_tokens", u.input_tokens_details.cached_tokens),
-            ("reasoning_tokens", u.output_tokens_details.reasoning_tokens),
-        ] {
-            fields.push((key, Num(n as f64)));
-        }
-    }
-    msg::dynamic_metadata(METADATA_NAMESPACE, fields)
+    msg::dynamic_metadata(METADATA_NAMESPACE, proxy::metadata(s))
 }
 
 /// Every header the processor reads from Envoy's header messages: the request's method,
@@ -97,11 +59,6 @@ pub const HEADERS_READ: [&str; 9] = [
     responses_core::client::IDENTITY_HEADERS[2],
     responses_core::client::IDENTITY_HEADERS[3],
 ];
-
-/// Envoy's `details` of our immediate responses: they name us in its access logs and let its
-/// `local_reply_config` tell our envelopes from Envoy's own replies.
-const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
-const DETAILS_ANSWER: &str = "responses_extproc_upstream_error";
 
 #[derive(Debug)]
 enum Phase {
@@ -288,11 +245,7 @@ impl<E: Environment> Session<E> {
         let step = if unreadable {
             ex.overflow(now)
         } else {
-            ex.abort(
-                "internal_error",
-                "responses-extproc failed while translating this exchange.",
-                now,
-            )
+            proxy::abort_after_panic(ex, now)
         };
         match step {
             AbortStep::Reply(r) => vec![self.reply(&r)],
@@ -323,7 +276,7 @@ impl<E: Environment> Session<E> {
         self.phase = Phase::Ours(ex);
         // The upstream must answer in plain bytes we can parse.
         msg::request_headers(
-            msg::common(Headers::default().remove("accept-encoding"), None, false),
+            msg::common(edits(proxy::request_head_edits()), None, false),
             None,
         )
     }
@@ -374,11 +327,7 @@ impl<E: Environment> Session<E> {
                 if self.settings.log_content {
                     log_content(&self.request_id, "upstream request", &up.body);
                 }
-                let headers = Headers::default()
-                    .set(":path", settings.chat_path.clone())
-                    .set("content-type", exchange::JSON)
-                    .set("content-length", up.body.len().to_string())
-                    .set(&settings.model_header, up.model);
+                let headers = edits(proxy::forward_edits(settings, &up));
                 msg::request_body(msg::common(headers, Some(Vec::from(up.body)), true))
             }
             RequestStep::Reply(r) => {
@@ -410,10 +359,7 @@ impl<E: Environment> Session<E> {
         };
         match ex.response_head(head, now) {
             HeadStep::Stream => {
-                let headers = Headers::default()
-                    .set("content-type", exchange::EVENT_STREAM)
-                    .set("cache-control", "no-cache")
-                    .remove("content-length");
+                let headers = edits(proxy::stream_head_edits());
                 let mode = match self.settings.stream_body_mode {
                     StreamBodyMode::Streamed => BodySendMode::Streamed,
                     StreamBodyMode::FullDuplexStreamed => BodySendMode::FullDuplexStreamed,
@@ -424,15 +370,12 @@ impl<E: Environment> Session<E> {
                 )
             }
             HeadStep::Gather => msg::response_headers(
-                msg::common(Headers::default().remove("content-length"), None, false),
+                msg::common(edits(proxy::gather_head_edits()), None, false),
                 Some(msg::response_body_mode(BodySendMode::BufferedPartial)),
             ),
             HeadStep::Reply(r) if r.translated => {
                 // A stream without a body: its whole (failed) event stream replaces it.
-                let headers = Headers::default()
-                    .set("content-type", r.content_type)
-                    .set("cache-control", "no-cache")
-                    .remove("content-length");
+                let headers = edits(proxy::stream_head_edits());
                 let mut c = msg::common(headers, Some(Vec::from(r.body)), false);
                 c.status = ResponseStatus::ContinueAndReplace as i32;
                 msg::response_headers(c, None)
@@ -471,9 +414,7 @@ impl<E: Environment> Session<E> {
             }
             BodyStep::Reply(r) if r.translated => {
                 self.log_end();
-                let headers = Headers::default()
-                    .set("content-type", r.content_type)
-                    .set("content-length", r.body.len().to_string());
+                let headers = edits(proxy::translated_reply_edits(&r));
                 msg::response_body(msg::common(headers, Some(Vec::from(r.body)), false))
             }
             BodyStep::Reply(r) => self.reply(&r),
@@ -572,6 +513,16 @@ fn read<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
         "{name} is not in HEADERS_READ"
     );
     header(h, name)
+}
+
+/// The core's header edits as an ext_proc header mutation.
+fn edits<'a>(edits: impl IntoIterator<Item = HeaderEdit<'a>>) -> Headers {
+    edits
+        .into_iter()
+        .fold(Headers::default(), |headers, edit| match edit {
+            HeaderEdit::Set(name, value) => headers.set(name, value.into_owned()),
+            HeaderEdit::Remove(name) => headers.remove(name),
+        })
 }
 
 fn immediate(r: &Reply, details: &str) -> ProcessingResponse {

@@ -87,7 +87,9 @@ pub struct Ports {
 /// [`substitute`] with every port given.
 pub fn substitute_ports(config: &str, source: &str, ports: Ports) -> String {
     let mut config = config.to_owned();
-    // Each must occur exactly once; the WebSocket cluster at most once.
+    // Each must occur exactly once; the WebSocket cluster at most once, the ext_proc cluster
+    // only in files that have one (not envoy/envoy-module.yaml).
+    let extproc_optional = !config.contains("cluster_name: extproc");
     for (from, to, optional) in [
         ("address: 0.0.0.0", "address: 127.0.0.1".to_string(), false),
         (
@@ -99,7 +101,7 @@ pub fn substitute_ports(config: &str, source: &str, ports: Ports) -> String {
         (
             "port_value: 50051",
             format!("port_value: {}", ports.extproc),
-            false,
+            extproc_optional,
         ),
         (
             "port_value: 50052",
@@ -137,12 +139,23 @@ impl Envoy {
         let admin_path = dir.path().join("admin-address");
         let log = dir.path().join("envoy.log");
         let log_file = std::fs::File::create(&log).expect("create envoy log");
-        let child = Command::new(envoy_binary())
+        let mut command = Command::new(envoy_binary());
+        if config.contains("envoy.filters.http.dynamic_modules") {
+            // Where Envoy finds libresponses_module.so (module mode, tests/common/stack.rs).
+            command.env(
+                "ENVOY_DYNAMIC_MODULES_SEARCH_PATH",
+                super::stack::module_dir(),
+            );
+        }
+        let child = command
             .arg("-c")
             .arg(&config_path)
             .arg("--admin-address-path")
             .arg(&admin_path)
             .args(["--use-dynamic-base-id", "--log-level", "warn"])
+            // The module's own lines (cut exchanges, panics, config) at info; per-exchange
+            // lines are at debug.
+            .args(["--component-log-level", "dynamic_modules:info"])
             // one worker thread: the machine has 2 cores and tests run in parallel
             .args(["--concurrency", "1"])
             .stdin(Stdio::null())
@@ -215,6 +228,20 @@ impl Envoy {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Envoy's log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Whether the Envoy process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The directory holding the config and log (removed on Drop).
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -230,13 +257,22 @@ impl Drop for Envoy {
 
 /// A minimal blocking HTTP/1.1 GET to 127.0.0.1:`port` (for the admin API): (status, body).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_request(port, "GET", path)
+}
+
+/// A body-less POST to the admin API (e.g. `/logging?dynamic_modules=debug`): (status, body).
+pub fn http_post(port: u16, path: &str) -> Option<(u16, String)> {
+    http_request(port, "POST", path)
+}
+
+fn http_request(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();

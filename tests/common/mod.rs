@@ -1,5 +1,7 @@
 //! End-to-end test harness, shared by the integration tests (`mod common;`).
 //!
+//! * [`stack::Stack`]: a translating Envoy in the run's mode (`RESPONSES_E2E_MODE`): the
+//!   processor beside `envoy/envoy.yaml` (ext_proc), or the module in `envoy/envoy-module.yaml`;
 //! * [`envoy::Envoy`]: a real Envoy running `envoy/envoy.yaml` (ports substituted);
 //! * [`processor::Processor`]: the `responses-extproc` binary; [`processor::PassthroughProcessor`]:
 //!   an in-process ext_proc server that changes nothing (to test Envoy wiring on its own);
@@ -24,6 +26,7 @@ pub mod otlp;
 pub mod processor;
 pub mod schema;
 pub mod sse;
+pub mod stack;
 pub mod upstream;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -33,6 +36,7 @@ use std::time::{Duration, Instant};
 
 pub use envoy::Envoy;
 pub use processor::{Listen, PassthroughProcessor, Processor, Spawn};
+pub use stack::{mode, only_ext_proc, Mode, Stack};
 pub use upstream::{DemoUpstream, Gate, RecordedRequest, RecordingDemo, Reply, ScriptedUpstream};
 
 /// The repository root.
@@ -172,45 +176,5 @@ impl Drop for ServerThread {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-/// Envoy (`envoy/envoy.yaml`) and the processor with its WebSocket listener, in front of the
-/// upstream at `upstream_port`: the transport's Chat requests go back through this Envoy
-/// (`--ws-upstream`), as in production.
-pub struct WsStack {
-    // Drop order: Envoy first, then the processor.
-    pub envoy: Envoy,
-    pub processor: Processor,
-}
-
-impl WsStack {
-    pub fn start(upstream_port: u16, extra_args: &[&str]) -> WsStack {
-        let listener = free_port();
-        let ws = free_port();
-        let ws_listen = format!("127.0.0.1:{ws}");
-        let ws_upstream = format!("http://127.0.0.1:{listener}");
-        let mut args = vec!["--ws-listen", &ws_listen, "--ws-upstream", &ws_upstream];
-        args.extend_from_slice(extra_args);
-        let processor = Processor::start(&args);
-        let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
-            .expect("read envoy/envoy.yaml");
-        let config = envoy::substitute_ports(
-            &config,
-            "envoy/envoy.yaml",
-            envoy::Ports {
-                upstream: upstream_port,
-                extproc: processor.port(),
-                listener,
-                ws,
-            },
-        );
-        let envoy = Envoy::start_with_config(&config);
-        WsStack { envoy, processor }
-    }
-
-    /// `ws://127.0.0.1:<envoy>/v1/responses`.
-    pub fn ws_url(&self) -> String {
-        format!("ws://127.0.0.1:{}/v1/responses", self.envoy.port())
     }
 }

@@ -50,7 +50,8 @@ REQUIRED = {
     "PodDisruptionBudget": ["spec.selector"],
     "NetworkPolicy": ["spec.podSelector"],
     "EnvoyFilter": ["spec.configPatches"],
-    "EnvoyExtensionPolicy": ["spec.targetRefs", "spec.extProc"],
+    "EnvoyExtensionPolicy": ["spec.targetRefs"],
+    "EnvoyProxy": ["spec.dynamicModules"],
     "Backend": ["spec.endpoints"],
     "HTTPRoute": ["spec.parentRefs", "spec.rules"],
     "Gateway": ["spec.gatewayClassName", "spec.listeners"],
@@ -117,6 +118,29 @@ def bootstrap(listener_filters=None, clusters=None, route_extra=None):
     }}
 
 
+def dynamic_modules():
+    for _, doc in docs():
+        if doc.get("kind") == "EnvoyProxy":
+            yield doc["spec"]["dynamicModules"]
+
+
+def check_module_config(file, config):
+    """A module config is the processor's settings by their snake_case names: every key must
+    be a flag of `responses-extproc` (the module refuses unknown keys too)."""
+    help_text = (ROOT / "core/src/settings.rs").read_text()
+    for key in config:
+        if f"pub {key}:" not in help_text:
+            sys.exit(f"manifests: {file}: module config key {key!r} is not a setting")
+
+
+def module_filter_config(value):
+    """The JSON settings of a dynamic module filter (a StringValue), checked like a policy's."""
+    config = value.get("typed_config", {}).get("filter_config", {})
+    if config.get("@type") == "type.googleapis.com/google.protobuf.StringValue":
+        return json.loads(config["value"])
+    return {}
+
+
 def check(out):
     out = pathlib.Path(out)
     kinds = {}
@@ -126,12 +150,21 @@ def check(out):
         for field in ["apiVersion", "kind", "metadata.name"]:
             if get(doc, field) is None:
                 sys.exit(f"manifests: {file}: a document without {field}")
+        name = doc["metadata"]["name"]
         for field in REQUIRED.get(kind, []):
             if get(doc, field) is None:
                 sys.exit(f"manifests: {file}: {kind} {doc['metadata']['name']} has no {field}")
+        if kind == "EnvoyExtensionPolicy":
+            policies = [k for k in ("extProc", "dynamicModule") if get(doc, f"spec.{k}")]
+            if len(policies) != 1:
+                sys.exit(f"manifests: {file}: {name}: one of spec.extProc, spec.dynamicModule")
+            for dm in get(doc, "spec.dynamicModule") or []:
+                modules = {m["name"] for d in dynamic_modules() for m in d}
+                if dm["name"] not in modules:
+                    sys.exit(f"manifests: {file}: {name} names module {dm['name']}, not in any EnvoyProxy")
+                check_module_config(file, dm.get("config", {}))
         kinds.setdefault(kind, 0)
         kinds[kind] += 1
-        name = doc["metadata"]["name"]
         if kind == "ConfigMap" and "envoy.yaml" in doc["data"]:
             key = (file, name)
             if key not in CONFIGMAPS:
@@ -147,6 +180,7 @@ def check(out):
             for i, p in enumerate(doc["spec"]["configPatches"]):
                 value = p["patch"]["value"]
                 if p["applyTo"] == "HTTP_FILTER":
+                    check_module_config(file, module_filter_config(value))
                     b = bootstrap(listener_filters=[value])
                 elif p["applyTo"] == "CLUSTER":
                     b = bootstrap(clusters=[value])

@@ -1,0 +1,374 @@
+//! The operator's settings of the translation, defined once for every adapter.
+//!
+//! The ext_proc service reads them as command-line flags and environment variables (clap,
+//! with this crate's `clap` feature), the in-process Envoy module as the JSON object of its
+//! filter config (serde). One struct, so one set of names (the flag `--max-body-bytes` is the
+//! key `max_body_bytes`), one set of defaults ([`ExchangeConfig::default`], which the flags'
+//! defaults are checked against) and one validation ([`ExchangeConfig::validate`]). Unknown
+//! JSON keys are refused, as unknown flags are.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::ReasoningEventsPolicy;
+use crate::exchange::{self, DEFAULT_MAX_BODY_BYTES};
+use crate::translate::seal::Keyring;
+use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
+
+/// Default of `responses_path`.
+pub const DEFAULT_RESPONSES_PATH: &str = "/v1/responses";
+/// Default of `chat_path`.
+pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
+/// Default of `model_header`.
+pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
+
+/// `reasoning_events`: which names streamed reasoning text gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasoningEventNames {
+    /// OpenAI's names to OpenAI's SDKs and Codex (known by their standard headers), the
+    /// specification's to everyone else.
+    #[default]
+    Auto,
+    /// `response.reasoning.delta` / `.done` (OpenResponses).
+    Spec,
+    /// `response.reasoning_text.delta` / `.done` (OpenAI).
+    Openai,
+}
+
+/// `developer_role`: what `developer` messages become upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum DeveloperRoleName {
+    #[default]
+    System,
+    Developer,
+}
+
+/// `hosted_tools`: what happens to tools a Chat upstream cannot run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum HostedToolsPolicy {
+    #[default]
+    Drop,
+    Reject,
+}
+
+/// The settings every adapter shares: routing, translation, caps and sealing keys. The doc
+/// comments are the CLI's `--help`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[serde(default, deny_unknown_fields)]
+pub struct ExchangeConfig {
+    /// Request path that is translated; everything else passes through untouched.
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_RESPONSES_PATH, env = "RESPONSES_EXTPROC_RESPONSES_PATH"))]
+    pub responses_path: String,
+
+    /// Upstream path a translated request is sent to.
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_CHAT_PATH, env = "RESPONSES_EXTPROC_CHAT_PATH"))]
+    pub chat_path: String,
+
+    /// Request header set to the model name, so Envoy routes can match on it.
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_MODEL_HEADER, env = "RESPONSES_EXTPROC_MODEL_HEADER"))]
+    pub model_header: String,
+
+    /// Strict mode: reject `store: true` and unknown top-level fields with 400 instead of
+    /// serving them statelessly and forwarding them to the upstream.
+    #[cfg_attr(feature = "clap", arg(long, env = "RESPONSES_EXTPROC_STRICT"))]
+    pub strict: bool,
+
+    /// Event names used for streamed reasoning text: `auto` serves each client the names it
+    /// parses; the request header x-responses-reasoning-events (spec|openai) overrides.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_enum,
+            default_value = "auto",
+            env = "RESPONSES_EXTPROC_REASONING_EVENTS"
+        )
+    )]
+    pub reasoning_events: ReasoningEventNames,
+
+    /// Largest single upstream SSE event held while waiting for its end (bytes).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_SSE_FRAME_BYTES, env = "RESPONSES_EXTPROC_MAX_SSE_FRAME_BYTES"))]
+    pub max_sse_frame_bytes: usize,
+
+    /// Largest text + arguments accumulated for one response (bytes); beyond it the
+    /// response fails cleanly.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_OUTPUT_BYTES, env = "RESPONSES_EXTPROC_MAX_OUTPUT_BYTES"))]
+    pub max_output_bytes: usize,
+
+    /// What `developer` messages become upstream: `system` (most chat templates) or
+    /// `developer` (for upstreams that know the role).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_enum,
+            default_value = "system",
+            env = "RESPONSES_EXTPROC_DEVELOPER_ROLE"
+        )
+    )]
+    pub developer_role: DeveloperRoleName,
+
+    /// Hosted tools (`web_search`, `file_search`, ...) cannot run on a Chat upstream: drop
+    /// them from the request, or reject the request with 400.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_enum,
+            default_value = "drop",
+            env = "RESPONSES_EXTPROC_HOSTED_TOOLS"
+        )
+    )]
+    pub hosted_tools: HostedToolsPolicy,
+
+    /// Largest accepted `/v1/responses` body (bytes); larger → 413. Envoy's own buffer limit
+    /// (envoy.yaml) applies first.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_REQUEST_BYTES, env = "RESPONSES_EXTPROC_MAX_REQUEST_BYTES"))]
+    pub max_request_bytes: usize,
+
+    /// Most items accepted in `input`; more → 400.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_INPUT_ITEMS, env = "RESPONSES_EXTPROC_MAX_INPUT_ITEMS"))]
+    pub max_input_items: usize,
+
+    /// Largest single content part (text, image/file data, tool output) in bytes; larger → 400.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_PART_BYTES, env = "RESPONSES_EXTPROC_MAX_PART_BYTES"))]
+    pub max_part_bytes: usize,
+
+    /// File of keys sealing reasoning for `include: ["reasoning.encrypted_content"]`: one
+    /// `KEY_ID:BASE64_32_BYTES` per line, the first one active (seals), all accepted (open).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "RESPONSES_EXTPROC_REASONING_KEYS_FILE")
+    )]
+    pub reasoning_keys_file: Option<PathBuf>,
+
+    /// The same keys as text. For the CLI from the environment only, so they stay out of
+    /// process listings; for the module a key of its config.
+    #[cfg_attr(feature = "clap", arg(skip = std::env::var("RESPONSES_EXTPROC_REASONING_KEYS").ok()))]
+    pub reasoning_keys: Option<String>,
+
+    /// Largest upstream JSON body buffered for translation (bytes).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES"))]
+    pub max_body_bytes: usize,
+}
+
+impl Default for ExchangeConfig {
+    fn default() -> Self {
+        ExchangeConfig {
+            responses_path: DEFAULT_RESPONSES_PATH.into(),
+            chat_path: DEFAULT_CHAT_PATH.into(),
+            model_header: DEFAULT_MODEL_HEADER.into(),
+            strict: false,
+            reasoning_events: ReasoningEventNames::Auto,
+            max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
+            max_output_bytes: limits::MAX_OUTPUT_BYTES,
+            developer_role: DeveloperRoleName::System,
+            hosted_tools: HostedToolsPolicy::Drop,
+            max_request_bytes: limits::MAX_REQUEST_BYTES,
+            max_input_items: limits::MAX_INPUT_ITEMS,
+            max_part_bytes: limits::MAX_PART_BYTES,
+            reasoning_keys_file: None,
+            reasoning_keys: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// Where the sealing keys come from (logged at startup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    /// `reasoning_keys_file`.
+    File,
+    /// `reasoning_keys` (the CLI: `RESPONSES_EXTPROC_REASONING_KEYS`).
+    Text,
+    /// Neither: a random key of this process only.
+    Ephemeral,
+}
+
+impl ExchangeConfig {
+    /// Rejects settings no exchange could work with, in both adapters alike: paths that are
+    /// not absolute, a model header that is not a lowercase header name, caps of zero.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, path) in [
+            ("responses_path", &self.responses_path),
+            ("chat_path", &self.chat_path),
+        ] {
+            if !path.starts_with('/') || path.contains(['?', '#', ' ']) {
+                return Err(format!("{name}: `{path}` is not an absolute path"));
+            }
+        }
+        let header = self.model_header.to_ascii_lowercase();
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if header.is_empty() || !header.chars().all(token) {
+            return Err(format!(
+                "model_header: `{}` is not a header name",
+                self.model_header
+            ));
+        }
+        for (name, value) in [
+            ("max_sse_frame_bytes", self.max_sse_frame_bytes),
+            ("max_output_bytes", self.max_output_bytes),
+            ("max_request_bytes", self.max_request_bytes),
+            ("max_input_items", self.max_input_items),
+            ("max_part_bytes", self.max_part_bytes),
+            ("max_body_bytes", self.max_body_bytes),
+        ] {
+            if value == 0 {
+                return Err(format!("{name}: must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The translation core's view of the settings; `keyring` from [`ExchangeConfig::keyring`].
+    pub fn translate_options(&self, keyring: Option<Arc<Keyring>>) -> Options {
+        Options {
+            strict: self.strict,
+            // Resolved per exchange from the policy and the client's headers.
+            reasoning_events: ReasoningEvents::default(),
+            developer_role: match self.developer_role {
+                DeveloperRoleName::System => DeveloperRole::System,
+                DeveloperRoleName::Developer => DeveloperRole::Developer,
+            },
+            hosted_tools: match self.hosted_tools {
+                HostedToolsPolicy::Drop => HostedTools::Drop,
+                HostedToolsPolicy::Reject => HostedTools::Reject,
+            },
+            max_request_bytes: self.max_request_bytes,
+            max_input_items: self.max_input_items,
+            max_part_bytes: self.max_part_bytes,
+            keyring,
+            max_sse_frame_bytes: self.max_sse_frame_bytes,
+            max_output_bytes: self.max_output_bytes,
+        }
+    }
+
+    /// The exchange rules' settings (shared by every adapter); `keyring` from
+    /// [`ExchangeConfig::keyring`].
+    pub fn exchange_settings(&self, keyring: Option<Arc<Keyring>>) -> exchange::Settings {
+        exchange::Settings {
+            responses_path: self.responses_path.clone(),
+            chat_path: self.chat_path.clone(),
+            model_header: self.model_header.to_ascii_lowercase(),
+            max_body_bytes: self.max_body_bytes,
+            reasoning_events: match self.reasoning_events {
+                ReasoningEventNames::Auto => ReasoningEventsPolicy::Auto,
+                ReasoningEventNames::Spec => ReasoningEventsPolicy::Spec,
+                ReasoningEventNames::Openai => ReasoningEventsPolicy::OpenAi,
+            },
+            options: self.translate_options(keyring),
+        }
+    }
+
+    /// The keys that seal reasoning (`encrypted_content`): from `reasoning_keys_file`, else
+    /// `reasoning_keys`, else a random key. The caller does the I/O: `read_file` reads the
+    /// file, `random_key` makes a key. A random key works for one process only: replicas
+    /// behind one Envoy need a shared key file.
+    pub fn keyring(
+        &self,
+        read_file: impl FnOnce(&Path) -> std::io::Result<String>,
+        random_key: impl FnOnce() -> [u8; 32],
+    ) -> Result<(Arc<Keyring>, KeySource), String> {
+        if let Some(path) = &self.reasoning_keys_file {
+            let named =
+                |e: &dyn std::fmt::Display| format!("reasoning_keys_file {}: {e}", path.display());
+            let text = read_file(path).map_err(|e| named(&e))?;
+            let ring = Keyring::parse(&text).map_err(|e| named(&e))?;
+            return Ok((Arc::new(ring), KeySource::File));
+        }
+        if let Some(text) = self
+            .reasoning_keys
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+        {
+            let ring = Keyring::parse(text).map_err(|e| format!("reasoning_keys: {e}"))?;
+            return Ok((Arc::new(ring), KeySource::Text));
+        }
+        let ring = Keyring::single("ephemeral", random_key()).map_err(|e| e.to_string())?;
+        Ok((Arc::new(ring), KeySource::Ephemeral))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_object_is_the_defaults_and_unknown_keys_are_refused() {
+        let empty: ExchangeConfig = serde_json::from_str("{}").unwrap();
+        assert_eq!(empty, ExchangeConfig::default());
+        assert!(empty.validate().is_ok());
+        let err = serde_json::from_str::<ExchangeConfig>(r#"{"max_body_byte": 1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `max_body_byte`"), "{err}");
+        // Enum values are the CLI's.
+        let c: ExchangeConfig = serde_json::from_str(
+            r#"{"reasoning_events":"openai","developer_role":"developer","hosted_tools":"reject"}"#,
+        )
+        .unwrap();
+        let s = c.exchange_settings(None);
+        assert_eq!(s.reasoning_events, ReasoningEventsPolicy::OpenAi);
+        assert_eq!(s.options.developer_role, DeveloperRole::Developer);
+        assert_eq!(s.options.hosted_tools, HostedTools::Reject);
+        assert!(serde_json::from_str::<ExchangeConfig>(r#"{"hosted_tools":"keep"}"#).is_err());
+    }
+
+    #[test]
+    fn validation_refuses_what_no_exchange_could_use() {
+        for bad in [
+            r#"{"responses_path":"v1/responses"}"#,
+            r#"{"chat_path":"/v1/chat?x=1"}"#,
+            r#"{"model_header":"x model"}"#,
+            r#"{"model_header":""}"#,
+            r#"{"max_body_bytes":0}"#,
+            r#"{"max_request_bytes":0}"#,
+        ] {
+            let c: ExchangeConfig = serde_json::from_str(bad).unwrap();
+            assert!(c.validate().is_err(), "{bad}");
+        }
+        let c: ExchangeConfig = serde_json::from_str(r#"{"model_header":"X-Model"}"#).unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.exchange_settings(None).model_header, "x-model");
+    }
+
+    #[test]
+    fn keys_come_from_the_file_then_the_text_then_chance() {
+        let key = "k1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+        let both = ExchangeConfig {
+            reasoning_keys_file: Some("/keys".into()),
+            reasoning_keys: Some("k2:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=".into()),
+            ..ExchangeConfig::default()
+        };
+        let (ring, source) = both
+            .keyring(|p| Ok(format!("{key}\n# {}", p.display())), || [9; 32])
+            .unwrap();
+        assert_eq!((ring.active_id(), source), ("k1", KeySource::File));
+        let text = ExchangeConfig {
+            reasoning_keys_file: None,
+            ..both.clone()
+        };
+        let (ring, source) = text.keyring(|_| unreachable!(), || [9; 32]).unwrap();
+        assert_eq!((ring.active_id(), source), ("k2", KeySource::Text));
+        let (ring, source) = ExchangeConfig::default()
+            .keyring(|_| unreachable!(), || [9; 32])
+            .unwrap();
+        assert_eq!(
+            (ring.active_id(), source),
+            ("ephemeral", KeySource::Ephemeral)
+        );
+        let err = both
+            .keyring(|_| Err(std::io::Error::other("no such file")), || [9; 32])
+            .unwrap_err();
+        assert_eq!(err, "reasoning_keys_file /keys: no such file");
+    }
+}

@@ -1,0 +1,268 @@
+//! The part of Envoy's dynamic-module ABI this module uses: types and the callbacks Envoy
+//! exports (the hooks Envoy calls are in `hooks`).
+//!
+//! Written from `source/extensions/dynamic_modules/abi/abi.h` of envoyproxy/envoy (facts and
+//! signatures only), and checked against the Envoy 1.40.0 binary: every callback declared here
+//! is one it exports (`.ci/module-symbols` runs `nm -D` on both), and its ABI version is
+//! [`ABI_VERSION`]. Only what the adapter calls is declared.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_char;
+use std::os::raw::c_void;
+
+/// The ABI version Envoy 1.40.0 expects from `envoy_dynamic_module_on_program_init` (a
+/// mismatch only warns; NULL refuses the module).
+pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
+
+/// `envoy_dynamic_module_type_envoy_buffer`: bytes owned by Envoy.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EnvoyBuffer {
+    pub ptr: *const c_char,
+    pub length: usize,
+}
+
+impl EnvoyBuffer {
+    pub const EMPTY: EnvoyBuffer = EnvoyBuffer {
+        ptr: std::ptr::null(),
+        length: 0,
+    };
+
+    /// The bytes, valid for the current hook (Envoy's contract); empty for a null pointer.
+    ///
+    /// # Safety
+    /// `ptr` must point to `length` readable bytes that outlive `'a`.
+    pub unsafe fn as_bytes<'a>(self) -> &'a [u8] {
+        if self.ptr.is_null() || self.length == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.length) }
+        }
+    }
+}
+
+/// `envoy_dynamic_module_type_module_buffer`: bytes owned by the module.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ModuleBuffer {
+    pub ptr: *const c_char,
+    pub length: usize,
+}
+
+impl ModuleBuffer {
+    /// A null buffer: for `set_header`, "remove the header".
+    pub const NULL: ModuleBuffer = ModuleBuffer {
+        ptr: std::ptr::null(),
+        length: 0,
+    };
+
+    pub fn from(bytes: &[u8]) -> ModuleBuffer {
+        ModuleBuffer {
+            ptr: bytes.as_ptr().cast::<c_char>(),
+            length: bytes.len(),
+        }
+    }
+}
+
+/// `envoy_dynamic_module_type_module_http_header`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ModuleHttpHeader {
+    pub key_ptr: *const c_char,
+    pub key_length: usize,
+    pub value_ptr: *const c_char,
+    pub value_length: usize,
+}
+
+/// `envoy_dynamic_module_type_module_key_value_pair`: a key and a string value, owned by the
+/// module.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ModuleKeyValue {
+    pub key_ptr: *const c_char,
+    pub key_length: usize,
+    pub value_ptr: *const c_char,
+    pub value_length: usize,
+}
+
+/// `envoy_dynamic_module_type_envoy_http_header` (only in hooks this module never gets).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EnvoyHttpHeader {
+    pub key_ptr: *const c_char,
+    pub key_length: usize,
+    pub value_ptr: *const c_char,
+    pub value_length: usize,
+}
+
+/// `envoy_dynamic_module_type_http_header_type`.
+pub type HeaderType = u32;
+pub const REQUEST_HEADER: HeaderType = 0;
+pub const RESPONSE_HEADER: HeaderType = 2;
+
+/// `envoy_dynamic_module_type_http_body_type`.
+pub type BodyType = u32;
+pub const RECEIVED_REQUEST_BODY: BodyType = 0;
+pub const BUFFERED_REQUEST_BODY: BodyType = 1;
+pub const RECEIVED_RESPONSE_BODY: BodyType = 2;
+pub const BUFFERED_RESPONSE_BODY: BodyType = 3;
+
+/// `envoy_dynamic_module_type_log_level`.
+pub type LogLevel = u32;
+
+/// `envoy_dynamic_module_type_metrics_result` (0: success).
+pub type MetricsResult = u32;
+
+/// `envoy_dynamic_module_type_http_filter_stream_reset_reason`: 0 is `LocalReset`.
+pub type StreamResetReason = u32;
+pub const LOCAL_RESET: StreamResetReason = 0;
+
+/// The statuses the hooks return (Envoy's `FilterHeadersStatus`, `FilterDataStatus`,
+/// `FilterTrailersStatus` as the ABI numbers them).
+pub type HeadersStatus = u32;
+pub const HEADERS_CONTINUE: HeadersStatus = 0;
+pub const HEADERS_STOP_ITERATION: HeadersStatus = 1;
+pub type BodyStatus = u32;
+pub const BODY_CONTINUE: BodyStatus = 0;
+pub const BODY_STOP_ITERATION_NO_BUFFER: BodyStatus = 3;
+pub type TrailersStatus = u32;
+pub const TRAILERS_CONTINUE: TrailersStatus = 0;
+pub const TRAILERS_STOP_ITERATION: TrailersStatus = 1;
+
+/// Pointers Envoy hands out (`*_envoy_ptr`) and the module's own (`*_module_ptr`).
+pub type FilterEnvoyPtr = *mut c_void;
+pub type FilterConfigEnvoyPtr = *mut c_void;
+pub type FilterModulePtr = *const c_void;
+pub type FilterConfigModulePtr = *const c_void;
+
+unsafe extern "C" {
+    pub fn envoy_dynamic_module_callback_log(level: LogLevel, message: ModuleBuffer);
+    pub fn envoy_dynamic_module_callback_log_enabled(level: LogLevel) -> bool;
+    /// Envoy runs `--mode validate` (main thread only).
+    pub fn envoy_dynamic_module_callback_is_validation_mode() -> bool;
+
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        config: FilterConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        counter_id: *mut usize,
+    ) -> MetricsResult;
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+        config: FilterConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        gauge_id: *mut usize,
+    ) -> MetricsResult;
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_histogram(
+        config: FilterConfigEnvoyPtr,
+        name: ModuleBuffer,
+        label_names: *mut ModuleBuffer,
+        label_names_length: usize,
+        histogram_id: *mut usize,
+    ) -> MetricsResult;
+    pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter: FilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+    pub fn envoy_dynamic_module_callback_http_filter_increment_gauge(
+        filter: FilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+    pub fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
+        filter: FilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+    pub fn envoy_dynamic_module_callback_http_filter_record_histogram_value(
+        filter: FilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+
+    pub fn envoy_dynamic_module_callback_http_get_header(
+        filter: FilterEnvoyPtr,
+        header_type: HeaderType,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        optional_size: *mut usize,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_set_header(
+        filter: FilterEnvoyPtr,
+        header_type: HeaderType,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_send_response(
+        filter: FilterEnvoyPtr,
+        status_code: u32,
+        headers: *mut ModuleHttpHeader,
+        headers_length: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
+
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks_size(
+        filter: FilterEnvoyPtr,
+        body_type: BodyType,
+    ) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks(
+        filter: FilterEnvoyPtr,
+        body_type: BodyType,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_get_body_size(
+        filter: FilterEnvoyPtr,
+        body_type: BodyType,
+    ) -> usize;
+    pub fn envoy_dynamic_module_callback_http_append_body(
+        filter: FilterEnvoyPtr,
+        body_type: BodyType,
+        data: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_drain_body(
+        filter: FilterEnvoyPtr,
+        body_type: BodyType,
+        number_of_bytes: usize,
+    ) -> bool;
+
+    pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_number(
+        filter: FilterEnvoyPtr,
+        namespace: ModuleBuffer,
+        key: ModuleBuffer,
+        value: f64,
+    );
+    pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_string_batch(
+        filter: FilterEnvoyPtr,
+        namespace: ModuleBuffer,
+        entries: *const ModuleKeyValue,
+        entries_length: usize,
+    );
+    pub fn envoy_dynamic_module_callback_http_set_dynamic_metadata_bool(
+        filter: FilterEnvoyPtr,
+        namespace: ModuleBuffer,
+        key: ModuleBuffer,
+        value: bool,
+    );
+
+    pub fn envoy_dynamic_module_callback_http_clear_route_cache(filter: FilterEnvoyPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_reset_stream(
+        filter: FilterEnvoyPtr,
+        reason: StreamResetReason,
+        details: ModuleBuffer,
+    );
+}

@@ -1,0 +1,188 @@
+//! The filter's configuration: the JSON object of `DynamicModuleFilter.filter_config` (the
+//! same settings, names and defaults as the processor's flags, `responses_core::settings`),
+//! the sealing keys, and the Envoy stats the filter records.
+
+use std::sync::{Arc, OnceLock};
+
+use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
+use responses_core::exchange;
+use responses_core::settings::{ExchangeConfig, KeySource};
+
+use crate::host::MetricId;
+
+/// What kind of Envoy stat a metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Defines one stat: its kind, name and label names; `None` if Envoy refused it.
+pub type Define<'a> = dyn FnMut(MetricKind, &str, &[&str]) -> Option<MetricId> + 'a;
+
+/// The stats the filter records, by the ids Envoy gave them (`<metrics_namespace>.<name>`,
+/// labels as Envoy tags). Token counts per model are in the access log's metadata instead
+/// (model names come from clients: as labels they would grow without bound).
+#[derive(Debug, Clone, Copy)]
+pub struct Metrics {
+    /// `exchanges_total{operation,stream,outcome}`: outcome `translated`, `failed` or `cut`.
+    pub exchanges: MetricId,
+    /// `caps_hit_total{cap}`: exchanges that ended at a size cap, by its error code.
+    pub caps_hit: MetricId,
+    /// `tokens_total{type}`: input, output, cached and reasoning tokens the upstream reported.
+    pub tokens: MetricId,
+    /// `streams_in_flight`: translated streams open now.
+    pub streams_in_flight: MetricId,
+    /// `request_duration_ms{stream,outcome}`: from the request headers to the last answer.
+    pub duration: MetricId,
+    /// `time_to_first_output_ms`: streams, until the first output event.
+    pub first_output: MetricId,
+    /// `translation_us{stream}`: time spent in the filter's hooks per exchange.
+    pub translation: MetricId,
+}
+
+impl Metrics {
+    /// Defines every stat with `define(kind, name, label names)`; `None` if Envoy refused one.
+    pub fn define(define: &mut Define<'_>) -> Option<Metrics> {
+        use MetricKind::{Counter, Gauge, Histogram};
+        Some(Metrics {
+            exchanges: define(
+                Counter,
+                "exchanges_total",
+                &["operation", "stream", "outcome"],
+            )?,
+            caps_hit: define(Counter, "caps_hit_total", &["cap"])?,
+            tokens: define(Counter, "tokens_total", &["type"])?,
+            streams_in_flight: define(Gauge, "streams_in_flight", &[])?,
+            duration: define(Histogram, "request_duration_ms", &["stream", "outcome"])?,
+            first_output: define(Histogram, "time_to_first_output_ms", &[])?,
+            translation: define(Histogram, "translation_us", &["stream"])?,
+        })
+    }
+}
+
+/// One filter configuration (shared by every stream it filters).
+#[derive(Debug)]
+pub struct FilterConfig {
+    pub settings: Arc<exchange::Settings>,
+    pub metrics: Metrics,
+    /// Where the sealing keys came from (logged once).
+    pub key_source: KeySource,
+}
+
+/// A random sealing key for this process, the same for every filter config (an Envoy
+/// config update must not change it, or blobs sealed before could not be opened).
+fn ephemeral_key() -> [u8; 32] {
+    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    *KEY.get_or_init(|| {
+        let mut key = [0u8; 32];
+        OsRng.fill_bytes(&mut key);
+        key
+    })
+}
+
+/// Whether a config reads its key file (`reasoning_keys_file`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyFile {
+    Read,
+    /// `envoy --mode validate`: the settings are checked, the file is not read (the machine
+    /// validating a gateway's config need not hold its secrets); a random key stands in.
+    Skip,
+}
+
+impl FilterConfig {
+    /// Reads the filter config (empty: every default), checks it as the processor checks its
+    /// flags, loads the keys and defines the stats.
+    pub fn new(
+        json: &[u8],
+        key_file: KeyFile,
+        define: &mut Define<'_>,
+    ) -> Result<FilterConfig, String> {
+        let config: ExchangeConfig = if json.iter().all(u8::is_ascii_whitespace) {
+            ExchangeConfig::default()
+        } else {
+            serde_json::from_slice(json).map_err(|e| format!("filter_config: {e}"))?
+        };
+        config.validate()?;
+        let mut keys = config.clone();
+        if key_file == KeyFile::Skip {
+            keys.reasoning_keys_file = None;
+        }
+        let (keyring, key_source) =
+            keys.keyring(|path| std::fs::read_to_string(path), ephemeral_key)?;
+        let metrics = Metrics::define(define).ok_or("Envoy refused to define the stats")?;
+        Ok(FilterConfig {
+            settings: Arc::new(config.exchange_settings(Some(keyring))),
+            metrics,
+            key_source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids() -> impl FnMut(MetricKind, &str, &[&str]) -> Option<MetricId> {
+        let mut next = 0;
+        move |_, _, _| {
+            next += 1;
+            Some(MetricId(next))
+        }
+    }
+
+    #[test]
+    fn the_config_is_the_processors_settings_in_json() {
+        let c = FilterConfig::new(b"", KeyFile::Read, &mut ids()).unwrap();
+        let defaults = ExchangeConfig::default().exchange_settings(None);
+        assert_eq!(c.settings.responses_path, defaults.responses_path);
+        assert_eq!(c.settings.max_body_bytes, defaults.max_body_bytes);
+        assert_eq!(c.key_source, KeySource::Ephemeral);
+        // Two configs share the process's random key: a blob sealed under one opens under the
+        // other (an Envoy config update keeps the key).
+        let again = FilterConfig::new(b"{}", KeyFile::Read, &mut ids()).unwrap();
+        let seal = |c: &FilterConfig| {
+            c.settings
+                .options
+                .keyring
+                .as_ref()
+                .unwrap()
+                .seal("x", responses_core::translate::seal::nonce(1, 2))
+        };
+        assert_eq!(seal(&c), seal(&again));
+
+        let c = FilterConfig::new(
+            br#"{"max_body_bytes": 2048, "strict": true, "model_header": "X-Model",
+                 "reasoning_keys": "k1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}"#,
+            KeyFile::Read,
+            &mut ids(),
+        )
+        .unwrap();
+        assert_eq!(c.settings.max_body_bytes, 2048);
+        assert!(c.settings.options.strict);
+        assert_eq!(c.settings.model_header, "x-model");
+        assert_eq!(c.key_source, KeySource::Text);
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_a_reason() {
+        for (json, why) in [
+            (&br#"{"max_body_bytes": "big"}"#[..], "invalid type"),
+            (br#"{"max_bodybytes": 1}"#, "unknown field"),
+            (br#"{"chat_path": "v1/chat"}"#, "chat_path"),
+            (br#"{"reasoning_keys": "nope"}"#, "reasoning_keys"),
+            (b"[1]", "filter_config"),
+        ] {
+            let err = FilterConfig::new(json, KeyFile::Read, &mut ids()).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        let err = FilterConfig::new(b"{}", KeyFile::Read, &mut |_, _, _| None).unwrap_err();
+        assert!(err.contains("stats"), "{err}");
+        // A key file that is not there: refused, except when Envoy only validates its config.
+        let missing = br#"{"reasoning_keys_file": "/nonexistent/keys"}"#;
+        let err = FilterConfig::new(missing, KeyFile::Read, &mut ids()).unwrap_err();
+        assert!(err.contains("/nonexistent/keys"), "{err}");
+        assert!(FilterConfig::new(missing, KeyFile::Skip, &mut ids()).is_ok());
+    }
+}

@@ -1,0 +1,369 @@
+//! What the filter needs from Envoy, as a small trait: headers, the body bytes of the current
+//! hook, replies, metadata, stats and logs. [`Envoy`] implements it over the ABI; the tests and
+//! the fuzz target use a fake (`crate::fake`), so the adapter is tested with plain bytes.
+
+use responses_core::proxy::MetadataValue;
+
+use crate::abi::{self, EnvoyBuffer, ModuleBuffer, ModuleHttpHeader};
+
+/// Which half of the exchange a header map or a body belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Request,
+    Response,
+}
+
+/// Log levels (Envoy's, under its `dynamic_modules` logger).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Debug = 1,
+    Info = 2,
+    Warn = 3,
+    Error = 4,
+}
+
+/// One of the metrics the config defined (the index Envoy returned when it was defined).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MetricId(pub usize);
+
+/// Envoy, as one hook of one filter sees it.
+pub trait Host {
+    /// A header of the request or the answer (lowercase name); `None` if absent or not UTF-8.
+    fn header(&self, side: Side, name: &str) -> Option<&str>;
+    /// Replaces every value of the header; `None` removes it.
+    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>);
+    /// Envoy computes the route again (after `:path` changed).
+    fn clear_route_cache(&mut self);
+    /// The body bytes Envoy holds for this side in the current hook: what it buffered, then
+    /// the piece just received.
+    fn body(&self, side: Side) -> Vec<&[u8]>;
+    /// Drops all of those bytes.
+    fn drain_body(&mut self, side: Side);
+    /// Adds bytes to what continues on this side: to the piece just received, or, in a hook
+    /// without one (headers, trailers), as body data of its own.
+    fn append_body(&mut self, side: Side, bytes: &[u8]);
+    /// Answers the client with this instead (Envoy's local reply, `details` in its logs).
+    fn send_reply(&mut self, status: u16, content_type: &str, body: &[u8], details: &str);
+    /// Ends the stream abruptly (the client sees a reset).
+    fn reset(&mut self);
+    /// Sets these keys of the stream's dynamic metadata in `namespace`.
+    fn set_metadata(&mut self, namespace: &str, fields: &[(&str, MetadataValue)]);
+    fn log_enabled(&self, level: Level) -> bool;
+    fn log(&self, level: Level, message: &str);
+    fn count(&mut self, metric: MetricId, labels: &[&str], by: u64);
+    fn gauge_add(&mut self, metric: MetricId, delta: i64);
+    fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64);
+}
+
+/// The real host: one filter's Envoy pointer, for the duration of one hook.
+#[derive(Debug)]
+pub struct Envoy {
+    filter: abi::FilterEnvoyPtr,
+}
+
+impl Envoy {
+    /// # Safety
+    /// `filter` is the pointer Envoy passed to the current hook; the value lives no longer.
+    pub unsafe fn new(filter: abi::FilterEnvoyPtr) -> Envoy {
+        Envoy { filter }
+    }
+}
+
+fn header_type(side: Side) -> abi::HeaderType {
+    match side {
+        Side::Request => abi::REQUEST_HEADER,
+        Side::Response => abi::RESPONSE_HEADER,
+    }
+}
+
+fn buffered(side: Side) -> abi::BodyType {
+    match side {
+        Side::Request => abi::BUFFERED_REQUEST_BODY,
+        Side::Response => abi::BUFFERED_RESPONSE_BODY,
+    }
+}
+
+fn received(side: Side) -> abi::BodyType {
+    match side {
+        Side::Request => abi::RECEIVED_REQUEST_BODY,
+        Side::Response => abi::RECEIVED_RESPONSE_BODY,
+    }
+}
+
+impl Envoy {
+    fn chunks(&self, body_type: abi::BodyType, out: &mut Vec<&[u8]>) {
+        // SAFETY: the filter pointer is valid during the hook; Envoy fills `n` buffers.
+        unsafe {
+            let n = abi::envoy_dynamic_module_callback_http_get_body_chunks_size(
+                self.filter,
+                body_type,
+            );
+            if n == 0 {
+                return;
+            }
+            let mut buffers = vec![EnvoyBuffer::EMPTY; n];
+            if abi::envoy_dynamic_module_callback_http_get_body_chunks(
+                self.filter,
+                body_type,
+                buffers.as_mut_ptr(),
+            ) {
+                // The slices stay valid until the body is changed, which needs `&mut self`.
+                out.extend(
+                    buffers
+                        .into_iter()
+                        .map(|b| b.as_bytes())
+                        .filter(|b| !b.is_empty()),
+                );
+            }
+        }
+    }
+}
+
+impl Host for Envoy {
+    fn header(&self, side: Side, name: &str) -> Option<&str> {
+        let mut value = EnvoyBuffer::EMPTY;
+        // SAFETY: valid filter pointer; Envoy writes one buffer it owns for this hook.
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_header(
+                self.filter,
+                header_type(side),
+                ModuleBuffer::from(name.as_bytes()),
+                &mut value,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        if !found || value.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: Envoy's header value, valid until a header of this map is set (`&mut self`).
+        std::str::from_utf8(unsafe { value.as_bytes() }).ok()
+    }
+
+    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) {
+        let value = value.map_or(ModuleBuffer::NULL, |v| ModuleBuffer::from(v.as_bytes()));
+        // SAFETY: valid filter pointer; Envoy copies key and value.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_set_header(
+                self.filter,
+                header_type(side),
+                ModuleBuffer::from(name.as_bytes()),
+                value,
+            );
+        }
+    }
+
+    fn clear_route_cache(&mut self) {
+        // SAFETY: valid filter pointer.
+        unsafe { abi::envoy_dynamic_module_callback_http_clear_route_cache(self.filter) }
+    }
+
+    fn body(&self, side: Side) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        self.chunks(buffered(side), &mut out);
+        self.chunks(received(side), &mut out);
+        out
+    }
+
+    fn drain_body(&mut self, side: Side) {
+        for body_type in [buffered(side), received(side)] {
+            // SAFETY: valid filter pointer.
+            unsafe {
+                let n =
+                    abi::envoy_dynamic_module_callback_http_get_body_size(self.filter, body_type);
+                if n > 0 {
+                    abi::envoy_dynamic_module_callback_http_drain_body(self.filter, body_type, n);
+                }
+            }
+        }
+    }
+
+    fn append_body(&mut self, side: Side, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let data = ModuleBuffer::from(bytes);
+        // SAFETY: valid filter pointer; Envoy copies the bytes. The received piece exists only
+        // in body hooks; elsewhere the buffered body takes them as data of their own.
+        unsafe {
+            if !abi::envoy_dynamic_module_callback_http_append_body(
+                self.filter,
+                received(side),
+                data,
+            ) {
+                abi::envoy_dynamic_module_callback_http_append_body(
+                    self.filter,
+                    buffered(side),
+                    data,
+                );
+            }
+        }
+    }
+
+    fn send_reply(&mut self, status: u16, content_type: &str, body: &[u8], details: &str) {
+        let name = b"content-type";
+        let mut headers = [ModuleHttpHeader {
+            key_ptr: name.as_ptr().cast(),
+            key_length: name.len(),
+            value_ptr: content_type.as_ptr().cast(),
+            value_length: content_type.len(),
+        }];
+        // SAFETY: valid filter pointer; Envoy copies headers, body and details.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response(
+                self.filter,
+                u32::from(status),
+                headers.as_mut_ptr(),
+                headers.len(),
+                ModuleBuffer::from(body),
+                ModuleBuffer::from(details.as_bytes()),
+            );
+        }
+    }
+
+    fn reset(&mut self) {
+        // SAFETY: valid filter pointer.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_reset_stream(
+                self.filter,
+                abi::LOCAL_RESET,
+                ModuleBuffer::from(b"responses_module_failed"),
+            );
+        }
+    }
+
+    fn set_metadata(&mut self, namespace: &str, fields: &[(&str, MetadataValue)]) {
+        let ns = ModuleBuffer::from(namespace.as_bytes());
+        // The strings in one call: 8 crossings instead of 13 (no difference measurable on
+        // the shared 2-core machine: 46-50 µs of Envoy CPU per JSON exchange either way).
+        let strings: Vec<abi::ModuleKeyValue> = fields
+            .iter()
+            .filter_map(|(key, value)| match value {
+                MetadataValue::Str(s) => Some(abi::ModuleKeyValue {
+                    key_ptr: key.as_ptr().cast(),
+                    key_length: key.len(),
+                    value_ptr: s.as_ptr().cast(),
+                    value_length: s.len(),
+                }),
+                _ => None,
+            })
+            .collect();
+        // SAFETY: valid filter pointer; Envoy copies everything.
+        unsafe {
+            if !strings.is_empty() {
+                abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_string_batch(
+                    self.filter,
+                    ns,
+                    strings.as_ptr(),
+                    strings.len(),
+                );
+            }
+            for (key, value) in fields {
+                let key = ModuleBuffer::from(key.as_bytes());
+                match value {
+                    MetadataValue::Str(_) => {}
+                    MetadataValue::Num(n) => {
+                        abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_number(
+                            self.filter,
+                            ns,
+                            key,
+                            *n,
+                        )
+                    }
+                    MetadataValue::Bool(b) => {
+                        abi::envoy_dynamic_module_callback_http_set_dynamic_metadata_bool(
+                            self.filter,
+                            ns,
+                            key,
+                            *b,
+                        )
+                    }
+                }
+            }
+        }
+    }
+
+    fn log_enabled(&self, level: Level) -> bool {
+        log_enabled(level)
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        log(level, message);
+    }
+
+    fn count(&mut self, metric: MetricId, labels: &[&str], by: u64) {
+        let mut values = label_values(labels);
+        // SAFETY: valid filter pointer; the id was defined by this filter's config.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_increment_counter(
+                self.filter,
+                metric.0,
+                values.as_mut_ptr(),
+                values.len(),
+                by,
+            );
+        }
+    }
+
+    fn gauge_add(&mut self, metric: MetricId, delta: i64) {
+        let by = delta.unsigned_abs();
+        // SAFETY: valid filter pointer; the id was defined by this filter's config.
+        unsafe {
+            if delta >= 0 {
+                abi::envoy_dynamic_module_callback_http_filter_increment_gauge(
+                    self.filter,
+                    metric.0,
+                    std::ptr::null_mut(),
+                    0,
+                    by,
+                );
+            } else {
+                abi::envoy_dynamic_module_callback_http_filter_decrement_gauge(
+                    self.filter,
+                    metric.0,
+                    std::ptr::null_mut(),
+                    0,
+                    by,
+                );
+            }
+        }
+    }
+
+    fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64) {
+        let mut values = label_values(labels);
+        // SAFETY: valid filter pointer; the id was defined by this filter's config.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_record_histogram_value(
+                self.filter,
+                metric.0,
+                values.as_mut_ptr(),
+                values.len(),
+                value,
+            );
+        }
+    }
+}
+
+fn label_values(labels: &[&str]) -> Vec<ModuleBuffer> {
+    labels
+        .iter()
+        .map(|l| ModuleBuffer::from(l.as_bytes()))
+        .collect()
+}
+
+/// Whether Envoy logs this level for dynamic modules (`--component-log-level dynamic_modules:…`).
+pub fn log_enabled(level: Level) -> bool {
+    // SAFETY: no pointers.
+    unsafe { abi::envoy_dynamic_module_callback_log_enabled(level as abi::LogLevel) }
+}
+
+/// A line in Envoy's log.
+pub fn log(level: Level, message: &str) {
+    // SAFETY: Envoy copies the message.
+    unsafe {
+        abi::envoy_dynamic_module_callback_log(
+            level as abi::LogLevel,
+            ModuleBuffer::from(message.as_bytes()),
+        )
+    }
+}

@@ -1,0 +1,462 @@
+//! The filter against the fake Envoy: each way an exchange goes, with plain bytes.
+
+use proptest::prelude::*;
+use responses_core::proxy::{MetadataValue, DETAILS_ANSWER, DETAILS_REQUEST, METADATA_NAMESPACE};
+use serde_json::{json, Value};
+
+use crate::fake::{self, FakeEnvoy, Step};
+use crate::filter::{BodyStatus, HeadersStatus};
+use crate::host::{Host, Side};
+
+const POST: [(&str, &str); 3] = [
+    (":method", "POST"),
+    (":path", "/v1/responses"),
+    ("x-request-id", "req-1"),
+];
+
+fn envoy() -> FakeEnvoy {
+    FakeEnvoy::new(fake::config("{}"))
+}
+
+fn post(envoy: &mut FakeEnvoy, body: &Value) {
+    let mut headers = POST.to_vec();
+    headers.push(("accept-encoding", "gzip"));
+    envoy.request_headers(&headers, false);
+    envoy.request_body(body.to_string().as_bytes(), true);
+}
+
+fn upstream_json(envoy: &FakeEnvoy) -> Value {
+    assert!(envoy.upstream.ended);
+    serde_json::from_slice(&envoy.upstream.body).expect("the upstream got JSON")
+}
+
+fn header<'a>(headers: &'a Option<Vec<(String, String)>>, name: &str) -> Option<&'a str> {
+    headers
+        .as_ref()?
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn metadata(envoy: &FakeEnvoy, key: &str) -> Option<MetadataValue> {
+    envoy
+        .host
+        .metadata
+        .get(&(METADATA_NAMESPACE.to_owned(), key.to_owned()))
+        .cloned()
+}
+
+const CHAT: &str = r#"{"model":"llama","choices":[{"index":0,"finish_reason":"stop","message":{"content":"yo"}}],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18}}"#;
+
+#[test]
+fn other_traffic_passes_untouched() {
+    let mut e = envoy();
+    e.request_headers(&[(":method", "GET"), (":path", "/v1/models")], true);
+    assert!(e.upstream.ended);
+    assert_eq!(header(&e.upstream.headers, ":path"), Some("/v1/models"));
+    e.response_headers(200, "application/json", false);
+    e.response_body(b"{\"data\":[]}", true);
+    assert_eq!(e.client.body, b"{\"data\":[]}");
+    assert_eq!(header(&e.client.headers, "content-length"), Some("7"));
+    e.complete();
+    assert!(e.host.metadata.is_empty() && e.host.counters.is_empty());
+}
+
+#[test]
+fn a_json_exchange_is_translated_both_ways() {
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    // The request: rewritten for the Chat route, which Envoy computes again.
+    let chat = upstream_json(&e);
+    assert_eq!(chat["messages"][0]["content"], "hi");
+    assert_eq!(
+        header(&e.upstream.headers, ":path"),
+        Some("/v1/chat/completions")
+    );
+    assert_eq!(header(&e.upstream.headers, "x-responses-model"), Some("m"));
+    assert_eq!(header(&e.upstream.headers, "accept-encoding"), None);
+    let length = e.upstream.body.len().to_string();
+    assert_eq!(
+        header(&e.upstream.headers, "content-length"),
+        Some(length.as_str())
+    );
+    assert_eq!(e.host.route_cache_cleared, 1);
+    // The answer: the head is held while the body is gathered, then both are replaced.
+    e.response_headers(200, "application/json", false);
+    assert!(e.client.headers.is_none(), "head held");
+    e.response_body(&CHAT.as_bytes()[..20], false);
+    assert!(e.client.headers.is_none() && e.client.body.is_empty());
+    e.response_body(&CHAT.as_bytes()[20..], true);
+    let answer: Value = serde_json::from_slice(&e.client.body).unwrap();
+    assert_eq!(answer["object"], "response");
+    assert_eq!(answer["output"][0]["content"][0]["text"], "yo");
+    let length = e.client.body.len().to_string();
+    assert_eq!(
+        header(&e.client.headers, "content-length"),
+        Some(length.as_str())
+    );
+    e.complete();
+    e.assert_fail_closed("/v1/chat/completions");
+    // The summary, as ext_proc reports it: same namespace, same keys.
+    assert_eq!(metadata(&e, "total_tokens"), Some(MetadataValue::Num(18.0)));
+    assert_eq!(
+        metadata(&e, "outcome"),
+        Some(MetadataValue::Str("translated".into()))
+    );
+    assert_eq!(
+        metadata(&e, "upstream_model"),
+        Some(MetadataValue::Str("llama".into()))
+    );
+    // And the stats.
+    let m = fake::config("{}").metrics;
+    let key = |id: crate::host::MetricId, labels: &[&str]| {
+        (
+            id.0,
+            labels.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        e.host
+            .counters
+            .get(&key(m.exchanges, &["create", "false", "translated"])),
+        Some(&1)
+    );
+    assert_eq!(e.host.counters.get(&key(m.tokens, &["input"])), Some(&11));
+    assert_eq!(e.host.counters.get(&key(m.tokens, &["output"])), Some(&7));
+}
+
+#[test]
+fn a_stream_is_translated_as_it_comes() {
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    assert_eq!(upstream_json(&e)["stream"], true);
+    e.response_headers(200, "text/event-stream", false);
+    assert_eq!(
+        header(&e.client.headers, "content-type"),
+        Some("text/event-stream")
+    );
+    assert_eq!(header(&e.client.headers, "content-length"), None);
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"He",
+        false,
+    );
+    e.response_body(b"llo\"}}]}\n\n", false);
+    let so_far = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(so_far.contains("\"delta\":\"Hello\""), "{so_far}");
+    assert_eq!(e.host.gauges.values().sum::<i64>(), 1, "a stream in flight");
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        true,
+    );
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(text.contains("event: response.completed\n") && text.ends_with("data: [DONE]\n\n"));
+    assert!(e.client.ended);
+    e.complete();
+    e.assert_fail_closed("/v1/chat/completions");
+    assert_eq!(e.host.gauges.values().sum::<i64>(), 0);
+    assert_eq!(metadata(&e, "stream"), Some(MetadataValue::Bool(true)));
+}
+
+#[test]
+fn bad_requests_get_envelopes_and_nothing_goes_upstream() {
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m"}));
+    let r = e.client.reply.clone().expect("a reply");
+    assert_eq!((r.status, r.details.as_str()), (400, DETAILS_REQUEST));
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(e.upstream.headers.is_none());
+    assert_eq!(metadata(&e, "status"), Some(MetadataValue::Num(400.0)));
+    // No body at all.
+    let mut e = envoy();
+    e.request_headers(&POST, true);
+    assert_eq!(e.client.reply.as_ref().map(|r| r.status), Some(400));
+    assert!(e.upstream.headers.is_none());
+}
+
+#[test]
+fn a_request_over_the_cap_is_refused_before_its_end() {
+    let mut e = FakeEnvoy::new(fake::config(r#"{"max_request_bytes": 100}"#));
+    e.request_headers(&POST, false);
+    e.request_body(&[b'x'; 60], false);
+    assert!(e.client.reply.is_none());
+    e.request_body(&[b'x'; 60], false);
+    let r = e
+        .client
+        .reply
+        .clone()
+        .expect("413 before the end of the body");
+    assert_eq!(r.status, 413);
+    assert!(e.upstream.headers.is_none());
+    e.request_body(b"more", true);
+    assert!(e.upstream.headers.is_none());
+}
+
+#[test]
+fn upstream_errors_and_envoys_replies_become_envelopes() {
+    // The upstream's 429, with its message.
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(429, "application/json", false);
+    e.response_body(br#"{"error":{"message":"slow down"}}"#, true);
+    let r = e.client.reply.clone().expect("an envelope");
+    assert_eq!((r.status, r.details.as_str()), (429, DETAILS_ANSWER));
+    assert!(String::from_utf8_lossy(&r.body).contains("slow down"));
+    // Envoy's 503 (no upstream) passes the response hooks too.
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    e.response_headers(503, "text/plain", false);
+    e.response_body(b"upstream connect error", true);
+    let r = e.client.reply.clone().expect("an envelope");
+    assert_eq!(r.status, 503);
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["error"]["code"], "upstream_unavailable");
+    // Envoy's 413 before anything was forwarded: never called an upstream error.
+    let mut e = envoy();
+    e.request_headers(&POST, false);
+    e.request_body(b"{\"model\":", false);
+    e.response_headers(413, "text/plain", false);
+    e.response_body(b"Payload Too Large", true);
+    let r = e.client.reply.clone().expect("an envelope");
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (r.status, v["error"]["code"].as_str()),
+        (413, Some("request_too_large"))
+    );
+    // A head without a body.
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    e.response_headers(500, "", true);
+    assert_eq!(e.client.reply.as_ref().map(|r| r.status), Some(500));
+    e.assert_fail_closed("/v1/chat/completions");
+}
+
+#[test]
+fn an_answer_over_the_cap_is_a_502_and_a_stream_without_a_body_fails_cleanly() {
+    let mut e = FakeEnvoy::new(fake::config(r#"{"max_body_bytes": 64}"#));
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    e.response_headers(200, "application/json", false);
+    e.response_body(&[b' '; 50], false);
+    e.response_body(&[b' '; 50], false);
+    let r = e.client.reply.clone().expect("502");
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (r.status, v["error"]["code"].as_str()),
+        (502, Some("upstream_response_too_large"))
+    );
+    assert_eq!(
+        metadata(&e, "error_code"),
+        Some(MetadataValue::Str("upstream_response_too_large".into()))
+    );
+
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", true);
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(text.contains("event: response.failed\n") && text.ends_with("data: [DONE]\n\n"));
+    assert!(e.client.ended);
+    e.assert_fail_closed("/v1/chat/completions");
+}
+
+#[test]
+fn a_stream_ended_by_trailers_gets_its_last_events() {
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", false);
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
+        false,
+    );
+    e.response_trailers();
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    e.assert_fail_closed("/v1/chat/completions");
+}
+
+#[test]
+fn a_panic_ends_the_exchange_with_what_can_still_be_sent() {
+    // Before the answer: an envelope.
+    let mut e = envoy();
+    e.request_headers(&POST, false);
+    e.request_body(b"{\"model\":", false);
+    e.panic();
+    let r = e.client.reply.clone().expect("an envelope");
+    assert_eq!(r.status, 500);
+    assert!(e.upstream.headers.is_none());
+    // Mid-stream: the stream's failed ending, then nothing more of the upstream.
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", false);
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
+        false,
+    );
+    e.panic();
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(text.contains("event: response.failed\n") && text.ends_with("data: [DONE]\n\n"));
+    e.response_body(b"data: raw upstream bytes\n\n", true);
+    assert!(!String::from_utf8_lossy(&e.client.body).contains("raw upstream"));
+    e.complete();
+    e.assert_fail_closed("/v1/chat/completions");
+    assert_eq!(
+        metadata(&e, "error_code"),
+        Some(MetadataValue::Str("internal_error".into()))
+    );
+}
+
+#[test]
+fn the_clients_event_names_follow_its_headers() {
+    let reasoning =
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+    for (agent, name) in [
+        ("OpenAI/Python 3.54.0", "response.reasoning_text.delta"),
+        ("curl/8.5.0", "response.reasoning.delta"),
+    ] {
+        let mut e = envoy();
+        let mut headers = POST.to_vec();
+        headers.push(("user-agent", agent));
+        e.request_headers(&headers, false);
+        e.request_body(br#"{"model":"m","input":"hi","stream":true}"#, true);
+        e.response_headers(200, "text/event-stream", false);
+        e.response_body(reasoning, false);
+        let text = String::from_utf8(e.client.body.clone()).unwrap();
+        assert!(
+            text.contains(&format!("event: {name}\n")),
+            "{agent}: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_cut_exchange_is_counted_as_cut() {
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", false);
+    e.complete();
+    let m = fake::config("{}").metrics;
+    let cut = (
+        m.exchanges.0,
+        vec!["create".to_string(), "true".into(), "cut".into()],
+    );
+    assert_eq!(e.host.counters.get(&cut), Some(&1));
+    assert_eq!(e.host.gauges.values().sum::<i64>(), 0);
+    assert!(e.host.metadata.is_empty(), "no summary for a cut exchange");
+}
+
+#[test]
+fn the_filters_own_reply_passes_its_response_hooks() {
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m"}));
+    // As Envoy would show the local reply to the filter (checked inside the fake too).
+    e.host.response_headers = vec![(":status".into(), "400".into())];
+    assert_eq!(
+        e.filter.response_headers(&mut e.host, false),
+        HeadersStatus::Continue
+    );
+    e.host.received[1] = b"{}".to_vec();
+    e.host.in_body_hook[1] = true;
+    assert_eq!(
+        e.filter.response_body(&mut e.host, true),
+        BodyStatus::Continue
+    );
+    assert_eq!(e.host.body(Side::Response), vec![&b"{"[..], &b"}"[..]]);
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let body = prop_oneof![
+        (0..fake::BODIES.len()).prop_map(|i| fake::BODIES[i].to_vec()),
+        proptest::collection::vec(any::<u8>(), 0..400),
+    ];
+    prop_oneof![
+        (body.clone(), any::<bool>()).prop_map(|(bytes, end)| Step::RequestBody { bytes, end }),
+        (
+            0..fake::STATUSES.len(),
+            0..fake::CONTENT_TYPES.len(),
+            any::<bool>()
+        )
+            .prop_map(|(s, c, end)| Step::ResponseHeaders {
+                status: fake::STATUSES[s],
+                content_type: fake::CONTENT_TYPES[c],
+                end
+            }),
+        (body, any::<bool>()).prop_map(|(bytes, end)| Step::ResponseBody { bytes, end }),
+        Just(Step::RequestTrailers),
+        Just(Step::ResponseTrailers),
+        Just(Step::Panic),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+    /// For any sequence of hooks, bodies and sizes around small caps, once a request is ours
+    /// nothing untranslated reaches the upstream or the client (`fake::run_script` checks
+    /// after every step).
+    #[test]
+    fn prop_nothing_untranslated_passes(
+        compact in any::<bool>(),
+        headers_end in any::<bool>(),
+        steps in proptest::collection::vec(step(), 0..12),
+    ) {
+        let path = if compact { "/v1/responses/compact" } else { "/v1/responses?x=1" };
+        fake::run_script(path, headers_end, &steps);
+    }
+}
+
+/// The fuzz target's decoding (`fake::script`), on the seeds of `fuzz/corpus/module`.
+#[test]
+fn fuzz_scripts_decode_into_whole_exchanges() {
+    let (end, steps) = fake::script(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x03, 0x45]);
+    let e = fake::run_script("/v1/responses", end, &steps);
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(
+        text.contains("event: response.completed\n"),
+        "{steps:?}: {text}"
+    );
+    let (end, steps) = fake::script(&[0x00, 0x00, 0x42, 0x02, 0x05, 0x03, 0x41]);
+    let e = fake::run_script("/v1/responses", end, &steps);
+    assert_eq!(e.client.reply.map(|r| r.status), Some(429), "{steps:?}");
+    let (end, steps) = fake::script(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x06, 0x00]);
+    let e = fake::run_script("/v1/responses", end, &steps);
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(
+        text.contains("event: response.failed\n"),
+        "{steps:?}: {text}"
+    );
+}
+
+/// A translated answer is a 200, whatever 2xx the upstream answered with (the fuzz target
+/// found a 201 stream going out as 201).
+#[test]
+fn translated_answers_are_200_whatever_the_upstreams_2xx() {
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(201, "text/event-stream", false);
+    assert_eq!(header(&e.client.headers, ":status"), Some("200"));
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    e.response_headers(201, "application/json", false);
+    e.response_body(CHAT.as_bytes(), true);
+    assert_eq!(header(&e.client.headers, ":status"), Some("200"));
+    e.assert_fail_closed("/v1/chat/completions");
+}

@@ -1,0 +1,267 @@
+//! The translating Envoy of an end-to-end test, in either mode, chosen by the environment:
+//!
+//! * `RESPONSES_E2E_MODE` unset or `extproc`: the `responses-extproc` processor beside Envoy
+//!   (`envoy/envoy.yaml`), the processor's flags as given;
+//! * `RESPONSES_E2E_MODE=module`: the translation inside Envoy as a dynamic module
+//!   (`envoy/envoy-module.yaml`), the same settings given as the filter's JSON config (the
+//!   flags' names in snake_case: one definition, `responses_core::settings`). The shared object
+//!   is `$RESPONSES_MODULE_DIR/libresponses_module.so` (default `target/e2e-module`, where
+//!   `deploy/test.sh` puts its fault-injection build).
+//!
+//! Each suite is written once against [`Stack`]; `deploy/test.sh` runs the end-to-end binaries
+//! a second time with `RESPONSES_E2E_MODE=module`. A test that is about the processor itself
+//! (its gRPC limits, its TLS, being killed) calls [`only_ext_proc`] and returns early in
+//! module mode, saying why.
+
+use std::path::PathBuf;
+
+use super::envoy::{self, Envoy, Ports};
+use super::processor::Processor;
+use super::{free_port, repo_root, TempDir};
+
+/// Which adapter translates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    ExtProc,
+    Module,
+}
+
+/// The mode of this test run (`RESPONSES_E2E_MODE`).
+pub fn mode() -> Mode {
+    match std::env::var("RESPONSES_E2E_MODE").as_deref() {
+        Ok("module") => Mode::Module,
+        Ok("extproc") | Ok("") | Err(_) => Mode::ExtProc,
+        Ok(other) => panic!("RESPONSES_E2E_MODE={other}: expected `extproc` or `module`"),
+    }
+}
+
+/// In module mode, prints why the calling test does not apply and returns false (the test
+/// returns early); true in ext_proc mode.
+pub fn only_ext_proc(why: &str) -> bool {
+    if mode() == Mode::Module {
+        eprintln!("skipped in module mode: {why}");
+        return false;
+    }
+    true
+}
+
+/// The directory holding `libresponses_module.so` for module mode.
+pub fn module_dir() -> PathBuf {
+    let dir = std::env::var_os("RESPONSES_MODULE_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/e2e-module"));
+    assert!(
+        dir.join("libresponses_module.so").is_file(),
+        "module mode needs {}/libresponses_module.so: run `bash deploy/test.sh`, or \
+         `cargo build --release -p responses-module --features fault-injection` and set \
+         RESPONSES_MODULE_DIR=target/release",
+        dir.display()
+    );
+    dir
+}
+
+/// The flags of `responses_core::settings::ExchangeConfig` among `args`, as the module's JSON
+/// config (validated by deserialising it as the module does). The other flags (the
+/// processor's own: WebSocket, metrics, logs) are left for the processor.
+pub fn module_config(args: &[&str]) -> (String, Vec<String>) {
+    use responses_core::settings::ExchangeConfig;
+    let known = serde_json::to_value(ExchangeConfig::default()).expect("settings as JSON");
+    let known = known.as_object().expect("an object");
+    let mut json = serde_json::Map::new();
+    let mut rest = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let flag = args[i];
+        let name = flag.trim_start_matches("--").replace('-', "_");
+        let value = args.get(i + 1).filter(|v| !v.starts_with("--"));
+        if !flag.starts_with("--") || !known.contains_key(&name) {
+            rest.push(flag.to_owned());
+            if let Some(v) = value {
+                rest.push(v.to_string());
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
+        let value = match (value, &known[&name]) {
+            (None, _) => serde_json::Value::Bool(true),
+            (Some(v), serde_json::Value::Number(_)) => {
+                serde_json::Value::from(v.parse::<u64>().expect("a number"))
+            }
+            (Some(v), _) => serde_json::Value::from(*v),
+        };
+        i += if matches!(value, serde_json::Value::Bool(_)) {
+            1
+        } else {
+            2
+        };
+        json.insert(name, value);
+    }
+    let config: ExchangeConfig =
+        serde_json::from_value(serde_json::Value::Object(json.clone())).expect("module settings");
+    config.validate().expect("valid module settings");
+    (serde_json::Value::Object(json).to_string(), rest)
+}
+
+/// `envoy/envoy-module.yaml` for a test: ports as [`envoy::substitute_ports`] does, and the
+/// filter's settings.
+pub fn module_bootstrap(settings_json: &str, ports: Ports) -> String {
+    let config = std::fs::read_to_string(repo_root().join("envoy/envoy-module.yaml"))
+        .expect("read envoy/envoy-module.yaml");
+    let config = envoy::substitute_ports(&config, "envoy/envoy-module.yaml", ports);
+    let empty = "                value: |\n                  {}\n";
+    assert_eq!(
+        config.matches(empty).count(),
+        1,
+        "envoy/envoy-module.yaml: one filter_config value `{{}}`"
+    );
+    config.replace(
+        empty,
+        &format!("                value: |\n                  {settings_json}\n"),
+    )
+}
+
+/// A translating Envoy in front of an upstream. Drop order: Envoy, then the processor.
+pub struct Stack {
+    pub envoy: Envoy,
+    /// ext_proc mode: the processor. Module mode: the processor only when it serves the
+    /// WebSocket transport ([`Stack::with_websocket`]).
+    pub processor: Option<Processor>,
+    /// The sealing keys the module and the processor share (module mode with the WebSocket
+    /// transport).
+    _keys: Option<TempDir>,
+}
+
+impl Stack {
+    /// The processor flags `args` (ext_proc mode), or the same settings in the module's config.
+    pub fn start(upstream_port: u16, args: &[&str]) -> Stack {
+        Stack::start_with(upstream_port, args, |config| config)
+    }
+
+    /// [`Stack::start`] with the bootstrap edited by `edit` first (each mode's file; the
+    /// edits must apply to both, as the shared parts do).
+    pub fn start_with(
+        upstream_port: u16,
+        args: &[&str],
+        edit: impl FnOnce(String) -> String,
+    ) -> Stack {
+        match mode() {
+            Mode::ExtProc => {
+                let processor = Processor::start(args);
+                let config = envoy::test_config(upstream_port, processor.port());
+                let envoy = Envoy::start_with_config(&edit(config));
+                Stack {
+                    envoy,
+                    processor: Some(processor),
+                    _keys: None,
+                }
+            }
+            Mode::Module => {
+                let (settings, rest) = module_config(args);
+                assert!(
+                    rest.is_empty(),
+                    "processor flags without a module counterpart: {rest:?} (this test is \
+                     about the processor: use only_ext_proc)"
+                );
+                let config = module_bootstrap(
+                    &settings,
+                    Ports {
+                        upstream: upstream_port,
+                        extproc: 0,
+                        listener: 0,
+                        ws: 1,
+                    },
+                );
+                Stack {
+                    envoy: Envoy::start_with_config(&edit(config)),
+                    processor: None,
+                    _keys: None,
+                }
+            }
+        }
+    }
+
+    /// Envoy and the processor with its WebSocket listener (in both modes: the module does not
+    /// serve the WebSocket transport), the transport's Chat requests going back through this
+    /// Envoy. `args` go to the processor; in module mode the shared settings among them go to
+    /// the module too.
+    ///
+    /// In module mode the module and the processor are two translators: a `compaction` item
+    /// or reasoning sealed by one must open in the other, so both get the same key file
+    /// (`reasoning_keys_file`, `--reasoning-keys-file`: the same setting), as in production.
+    pub fn with_websocket(upstream_port: u16, args: &[&str]) -> Stack {
+        let listener = free_port();
+        let ws = free_port();
+        let ws_listen = format!("127.0.0.1:{ws}");
+        let ws_upstream = format!("http://127.0.0.1:{listener}");
+        let mut args = args.to_vec();
+        let keys =
+            (mode() == Mode::Module && !args.contains(&"--reasoning-keys-file")).then(|| {
+                let dir = TempDir::new("keys");
+                std::fs::write(
+                    dir.path().join("keys"),
+                    "shared:c2hhcmVkIGtleSBvZiB0aGUgd2Vic29ja2V0IHRlc3Q=\n",
+                )
+                .expect("write the key file");
+                dir
+            });
+        let keys_file = keys
+            .as_ref()
+            .map(|d| d.path().join("keys").display().to_string());
+        if let Some(file) = &keys_file {
+            args.extend(["--reasoning-keys-file", file.as_str()]);
+        }
+        let args = args.as_slice();
+        let mut all = vec!["--ws-listen", &ws_listen, "--ws-upstream", &ws_upstream];
+        all.extend_from_slice(args);
+        let processor = Processor::start(&all);
+        let ports = Ports {
+            upstream: upstream_port,
+            extproc: processor.port(),
+            listener,
+            ws,
+        };
+        let config = match mode() {
+            Mode::ExtProc => {
+                let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
+                    .expect("read envoy/envoy.yaml");
+                envoy::substitute_ports(&config, "envoy/envoy.yaml", ports)
+            }
+            Mode::Module => module_bootstrap(&module_config(args).0, ports),
+        };
+        Stack {
+            envoy: Envoy::start_with_config(&config),
+            processor: Some(processor),
+            _keys: keys,
+        }
+    }
+
+    /// The processor, which this test needs (WebSocket stacks, ext_proc mode).
+    pub fn processor(&self) -> &Processor {
+        self.processor.as_ref().expect("a processor in this stack")
+    }
+
+    /// The translator's log: the processor's (ext_proc), Envoy's (module: the filter logs
+    /// under Envoy's `dynamic_modules` logger).
+    pub fn translator_logs(&self) -> String {
+        match (mode(), &self.processor) {
+            (Mode::ExtProc, Some(p)) => p.logs(),
+            _ => self.envoy.logs(),
+        }
+    }
+
+    /// Whether the translator still runs: the processor (ext_proc), Envoy itself (module:
+    /// a panic that escaped would have aborted it).
+    pub fn translator_running(&mut self) -> bool {
+        match (mode(), &mut self.processor) {
+            (Mode::ExtProc, Some(p)) => p.is_running(),
+            _ => self.envoy.is_running(),
+        }
+    }
+
+    /// `ws://127.0.0.1:<envoy>/v1/responses`.
+    pub fn ws_url(&self) -> String {
+        format!("ws://127.0.0.1:{}/v1/responses", self.envoy.port())
+    }
+}
