@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 pub use envoy::Envoy;
 pub use processor::{Listen, PassthroughProcessor, Processor, Spawn};
-pub use stack::{mode, only_ext_proc, Mode, Stack};
+pub use stack::{mode, only_ext_proc, only_module, Mode, Stack};
 pub use upstream::{DemoUpstream, Gate, RecordedRequest, RecordingDemo, Reply, ScriptedUpstream};
 
 /// The repository root.
