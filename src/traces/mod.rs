@@ -14,6 +14,7 @@
 //! Off (no endpoint), none of this runs: the adapters hold `None`.
 
 mod export;
+mod tls;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -87,14 +88,36 @@ impl Traces {
                 ))
             }
         };
-        if let Some(e) = endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
+        // The endpoint in use: the flag's, else the standard variables' (read by the exporter
+        // too); its scheme says whether the export is over TLS.
+        let (used, source) = match &endpoint {
+            Some(e) => (e.clone(), "--otlp-endpoint"),
+            None => match env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+                Some(e) => (e, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+                None => (
+                    env("OTEL_EXPORTER_OTLP_ENDPOINT").unwrap_or_default(),
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                ),
+            },
+        };
+        let tls = if used.starts_with("https://") {
+            Some(tls::ExportTls::from_env(env)?)
+        } else if used.starts_with("http://") {
+            if tls::VARIABLES.iter().any(|v| env(v).is_some()) {
+                tracing::warn!(
+                    endpoint = %used,
+                    "OTEL_EXPORTER_OTLP_*CERTIFICATE/_CLIENT_KEY are set but the OTLP endpoint \
+                     is http://: they are not used"
+                );
+            }
+            None
+        } else {
             return Err(format!(
-                "--otlp-endpoint {e}: expected http://host:port (plaintext: export to a collector \
-                 on loopback or in the cluster, which forwards over TLS)"
+                "{source} {used}: expected http://host:port or https://host:port"
             ));
-        }
+        };
         let resource = resource();
-        let exporter = build_exporter(protocol, endpoint.as_deref(), &resource)?;
+        let exporter = build_exporter(protocol, endpoint.as_deref(), &resource, tls.as_ref())?;
         let (processor, handle) =
             export::BatchExport::start(exporter, export::Limits::from_env(), metrics);
         // The sampler honours OTEL_TRACES_SAMPLER (default: parent-based, always on): an
@@ -110,8 +133,9 @@ impl Traces {
                 .build(),
         );
         tracing::info!(
-            endpoint = endpoint.as_deref().unwrap_or("(from OTEL_EXPORTER_OTLP_*)"),
+            endpoint = %used,
             protocol = ?protocol,
+            tls = tls.as_ref().map_or_else(|| "off".to_owned(), tls::ExportTls::describe),
             content = config.trace_content,
             "exporting traces over OTLP"
         );
@@ -191,21 +215,26 @@ fn resource() -> Resource {
 }
 
 /// The OTLP exporter; the standard `OTEL_EXPORTER_OTLP_*` variables (headers, timeout,
-/// compression, TLS, the endpoint when `--otlp-endpoint` is not given) are read by
-/// opentelemetry-otlp itself. `--otlp-endpoint` is a base URL, like
-/// `OTEL_EXPORTER_OTLP_ENDPOINT`: over HTTP the exporter posts to `/v1/traces` under it.
+/// compression, the endpoint when `--otlp-endpoint` is not given) are read by
+/// opentelemetry-otlp itself, the TLS ones by [`tls`] (`tls`: the endpoint is `https://`).
+/// `--otlp-endpoint` is a base URL, like `OTEL_EXPORTER_OTLP_ENDPOINT`: over HTTP the exporter
+/// posts to `/v1/traces` under it.
 fn build_exporter(
     protocol: Protocol,
     endpoint: Option<&str>,
     resource: &Resource,
+    tls: Option<&tls::ExportTls>,
 ) -> Result<opentelemetry_otlp::SpanExporter, String> {
-    use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+    use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
     use opentelemetry_sdk::trace::SpanExporter as _;
     let built = match protocol {
         Protocol::Grpc => {
             let mut b = SpanExporter::builder().with_tonic();
             if let Some(e) = endpoint {
                 b = b.with_endpoint(e);
+            }
+            if let Some(tls) = tls {
+                b = b.with_tls_config(tls.tonic());
             }
             b.build()
         }
@@ -216,6 +245,9 @@ fn build_exporter(
             if let Some(e) = endpoint {
                 b = b.with_endpoint(format!("{}/v1/traces", e.trim_end_matches('/')));
             }
+            if let Some(tls) = tls {
+                b = b.with_http_client(tls.http_client(export_timeout())?);
+            }
             b.build()
         }
     };
@@ -223,6 +255,19 @@ fn build_exporter(
         .map_err(|e| format!("the OTLP exporter (--otlp-endpoint, OTEL_EXPORTER_OTLP_*): {e}"))?;
     exporter.set_resource(resource);
     Ok(exporter)
+}
+
+/// The longest one export request may take (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`,
+/// `OTEL_EXPORTER_OTLP_TIMEOUT`, in ms; 10 s), as opentelemetry-otlp reads it: for the HTTP
+/// client of an https:// export, which the exporter does not build itself.
+fn export_timeout() -> Duration {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    .map_or(Duration::from_secs(10), Duration::from_millis)
 }
 
 /// The span of one exchange, open until [`ExchangeSpan::finish`].
@@ -456,12 +501,16 @@ mod tests {
             // No tracer, no exporter task (this test has no runtime to spawn one on).
             assert!(matches!(Traces::start(&config, None), Ok(None)));
         }
-        let https = Config {
-            otlp_endpoint: Some("https://collector:4317".into()),
+        // http:// and https:// only (https: tests/e2e_tracing.rs).
+        let other = Config {
+            otlp_endpoint: Some("collector:4317".into()),
             ..Config::default()
         };
-        let err = Traces::start(&https, None).unwrap_err();
-        assert!(err.contains("expected http://"), "{err}");
+        let err = Traces::start(&other, None).unwrap_err();
+        assert!(
+            err.contains("--otlp-endpoint collector:4317: expected http://host:port or https://"),
+            "{err}"
+        );
     }
 
     /// The README's table of the span's attributes lists exactly the attributes set here.
