@@ -14,10 +14,11 @@
 mod common;
 
 use std::hash::BuildHasher;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::examples::{piece, splice};
-use common::otlp::{Attr, OtlpReceiver, RecordedSpan};
+use common::otlp::{Attr, OtlpReceiver, ReceiverTls, RecordedSpan};
 use common::sse::parse_sse_json;
 use common::{
     client, free_port, only_ext_proc, repo_root, Envoy, Processor, Reply, ScriptedUpstream,
@@ -991,4 +992,182 @@ async fn the_module_tags_envoys_request_span_with_the_answers_values() {
     assert_eq!(span.str("http.response.status_code"), "429");
     assert_eq!(span.str("responses_extproc.outcome"), "failed");
     assert_eq!(span.attr("gen_ai.usage.input_tokens"), None);
+}
+
+/// A processor exporting to `endpoint` with `env` (and its metrics on), Envoy in front, one
+/// translated JSON exchange through them; returns the processor (alive), Envoy and the
+/// metrics URL after checking the answer.
+async fn export_one(
+    endpoint: &str,
+    env: &[(&str, &str)],
+    upstream: &ScriptedUpstream,
+) -> (Processor, Envoy, String, Value) {
+    let metrics_listen = format!("127.0.0.1:{}", free_port());
+    let mut env = env.to_vec();
+    env.push(("OTEL_BSP_SCHEDULE_DELAY", "50"));
+    let processor = Processor::start_with_env(
+        &[
+            "--otlp-endpoint",
+            endpoint,
+            "--metrics-listen",
+            &metrics_listen,
+        ],
+        &env,
+    );
+    let envoy = Envoy::start(upstream.port(), processor.port());
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "m", "input": "hi"}))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{endpoint} {env:?}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "completed");
+    (
+        processor,
+        envoy,
+        format!("http://{metrics_listen}/metrics"),
+        body,
+    )
+}
+
+#[tokio::test]
+async fn spans_go_to_an_https_collector_verified_by_the_standard_variables() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
+    let pki = common::pki::Pki::new();
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("llama-3-8b")));
+    let ca = pki.arg("ca.pem");
+    let (client_cert, client_key) = (pki.arg("envoy-client.pem"), pki.arg("envoy-client.key"));
+
+    // OTLP/gRPC to a collector that asks for a client certificate (mTLS): the CA and the
+    // client certificate from the standard variables.
+    let receiver = OtlpReceiver::start_tls(&ReceiverTls {
+        cert: pki.path("server.pem"),
+        key: pki.path("server.key"),
+        client_ca: Some(pki.path("ca.pem")),
+    });
+    assert!(receiver.endpoint().starts_with("https://"));
+    let (processor, _envoy, _, body) = export_one(
+        &receiver.endpoint(),
+        &[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.as_str()),
+            (
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                client_cert.as_str(),
+            ),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", client_key.as_str()),
+        ],
+        &upstream,
+    )
+    .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    let span = receiver.wait_for("the span over gRPC and mTLS", WAIT, |s| {
+        s.attr("gen_ai.response.id").and_then(Attr::str) == Some(id.as_str())
+    });
+    assert_eq!(
+        (span.service.as_str(), span.name.as_str()),
+        ("responses-extproc", "chat m")
+    );
+    usage_attributes(&span, &body["usage"]);
+    let logs = processor.logs();
+    assert!(
+        logs.contains("CA from OTEL_EXPORTER_OTLP_CERTIFICATE, client certificate from OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
+        "{logs}"
+    );
+
+    // OTLP/HTTP over TLS, the CA from the traces-only variable.
+    let receiver = OtlpReceiver::start_http_tls(&ReceiverTls {
+        cert: pki.path("server.pem"),
+        key: pki.path("server.key"),
+        client_ca: None,
+    });
+    let (_processor, _envoy, _, body) = export_one(
+        &receiver.endpoint(),
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca.as_str()),
+        ],
+        &upstream,
+    )
+    .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    let span = receiver.wait_for("the span over OTLP/HTTP and TLS", WAIT, |s| {
+        s.attr("gen_ai.response.id").and_then(Attr::str) == Some(id.as_str())
+    });
+    assert_eq!(span.name, "chat m");
+    usage_attributes(&span, &body["usage"]);
+}
+
+#[tokio::test]
+async fn a_collector_the_processor_cannot_verify_costs_dropped_spans_never_exchanges() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
+    let pki = common::pki::Pki::new();
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("llama-3-8b")));
+    let other_ca = pki.arg("other-ca.pem");
+    let ca = pki.arg("ca.pem");
+    let server = |client_ca: Option<PathBuf>| ReceiverTls {
+        cert: pki.path("server.pem"),
+        key: pki.path("server.key"),
+        client_ca,
+    };
+    for (what, receiver, env) in [
+        (
+            "gRPC, the collector's certificate from another CA",
+            OtlpReceiver::start_tls(&server(None)),
+            vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", other_ca.as_str())],
+        ),
+        (
+            "gRPC, the collector asks for a client certificate we do not have",
+            OtlpReceiver::start_tls(&server(Some(pki.path("ca.pem")))),
+            vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.as_str())],
+        ),
+        (
+            "OTLP/HTTP, the collector's certificate from another CA",
+            OtlpReceiver::start_http_tls(&server(None)),
+            vec![
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", other_ca.as_str()),
+            ],
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (processor, envoy, metrics, _) =
+            export_one(&receiver.endpoint(), &env, &upstream).await;
+        // More exchanges, all answered in time.
+        for _ in 0..3 {
+            let response = client()
+                .post(envoy.url("/v1/responses"))
+                .json(&json!({"model": "m", "input": "again"}))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{what}");
+        }
+        let deadline = std::time::Instant::now() + WAIT;
+        while dropped(&metrics, "export_failed").await < 1.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: no failed export counted:\n{}",
+                processor.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(started.elapsed() < WAIT, "{what}");
+        assert!(
+            receiver.spans().is_empty(),
+            "{what}: {:#?}",
+            receiver.spans()
+        );
+        let logs = processor.logs();
+        assert!(logs.contains("trace export failed"), "{what}: {logs}");
+    }
 }
