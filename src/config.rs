@@ -119,8 +119,10 @@ pub struct Config {
 
     /// Export one span per exchange (OpenTelemetry GenAI conventions, in the caller's trace)
     /// over OTLP to this collector, e.g. http://127.0.0.1:4317 (gRPC; with
-    /// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, the base URL of /v1/traces). Off when unset,
-    /// unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    /// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, the base URL of /v1/traces). https:// is
+    /// TLS, verified by OTEL_EXPORTER_OTLP_CERTIFICATE or the system's roots (mTLS:
+    /// OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and _CLIENT_KEY). Off when unset, unless
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set.
     #[arg(long, env = "RESPONSES_EXTPROC_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 

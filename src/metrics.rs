@@ -8,7 +8,6 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
@@ -17,22 +16,14 @@ use prometheus::{
 use responses_core::exchange::{Outcome, Summary};
 use responses_core::proxy::{self, CAP_CODES};
 
-/// `gen_ai_operation_name`: a Responses request is answered by a chat completion.
-const OPERATION: &str = "chat";
+// `gen_ai_operation_name`: the spans' `gen_ai.operation.name`.
+use responses_core::telemetry::OPERATION;
 /// The label value for everything past a [`Bounded`] cap.
 pub const OTHER: &str = "other";
 
-/// How long and how fast one exchange was, measured by its adapter.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Timing {
-    /// From the request's first message to the exchange's last answer.
-    pub total: Duration,
-    /// From the request's first message to the first output (text, reasoning or a tool
-    /// call) sent to the client, for streams.
-    pub first_output: Option<Duration>,
-    /// Time spent in the translation core (validation, translation, events), not waiting.
-    pub translation: Duration,
-}
+/// How long and how fast one exchange was, measured by its adapter (the core's plain data,
+/// shared with the spans).
+pub use responses_core::telemetry::Timing;
 
 /// Which metric labels to keep for untrusted values.
 #[derive(Debug, Clone)]
@@ -322,6 +313,7 @@ mod tests {
     use super::*;
     use responses_core::exchange::Operation;
     use responses_core::openresponses::Usage;
+    use std::time::Duration;
 
     fn summary(model: &str, outcome: Outcome, code: Option<&str>) -> Summary {
         Summary {

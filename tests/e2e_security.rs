@@ -13,16 +13,17 @@
 //!   lines in Envoy's log are checked (request id, never the prompt, even at debug).
 //!
 //! Certificates are made at test time with the `openssl` CLI (a throwaway CA, a server
-//! certificate for `localhost`/127.0.0.1, client certificates) in a temp dir. The processor is
+//! certificate for `localhost`/127.0.0.1, client certificates) in a temp dir
+//! (`common::pki`). The processor is
 //! the real binary, spawned here (the harness' `Processor` always listens on TCP), with its
 //! stdout and stderr captured to a file.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
+use common::pki::Pki;
 use common::schema::{assert_valid, assert_valid_sse};
 use common::{
     client, repo_root, DemoUpstream, Envoy, Listen, Processor, ScriptedUpstream, Spawn, TempDir,
@@ -37,173 +38,6 @@ const PROCESSOR_ONLY: &str = "the processor's own listeners (TLS, mTLS, Unix soc
 const EXAMPLE_TLS_DIR: &str = "/etc/envoy/responses-extproc-tls/";
 /// The processor's socket path in `extproc-uds.yaml`.
 const EXAMPLE_SOCKET: &str = "/run/responses-extproc/extproc.sock";
-
-// ---- certificates ----
-
-/// A throwaway PKI in a temp dir (removed on Drop):
-///
-/// * `ca.pem`: the CA trusted by both sides; `other-ca.pem`: an unrelated CA;
-/// * `server.pem/.key`: the processor, SAN `DNS:localhost, IP:127.0.0.1`, signed by `ca`;
-/// * `wrong-name.pem/.key`: a processor certificate for `elsewhere.example`, signed by `ca`;
-/// * `envoy-client.pem/.key`: Envoy's client certificate, signed by `ca`;
-/// * `rogue-client.pem/.key`: a client certificate signed by `other-ca`.
-struct Pki {
-    dir: TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = TempDir::new("pki");
-        let pki = Pki { dir };
-        pki.openssl_available();
-        pki.make_ca("ca");
-        pki.make_ca("other-ca");
-        pki.make_leaf(
-            "server",
-            "ca",
-            "localhost",
-            2,
-            "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
-        );
-        pki.make_leaf(
-            "wrong-name",
-            "ca",
-            "elsewhere.example",
-            3,
-            "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:elsewhere.example\n",
-        );
-        pki.make_leaf(
-            "envoy-client",
-            "ca",
-            "envoy",
-            4,
-            "extendedKeyUsage=clientAuth\n",
-        );
-        pki.make_leaf(
-            "rogue-client",
-            "other-ca",
-            "envoy",
-            5,
-            "extendedKeyUsage=clientAuth\n",
-        );
-        pki
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.path().join(file)
-    }
-
-    /// `path` as a `&str` argument.
-    fn arg(&self, file: &str) -> String {
-        self.path(file)
-            .to_str()
-            .expect("UTF-8 temp path")
-            .to_owned()
-    }
-
-    fn openssl_available(&self) {
-        let ok = Command::new("openssl")
-            .arg("version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        assert!(
-            ok,
-            "these tests make their certificates with the `openssl` CLI, which is not \
-             installed (e.g. `apt-get install openssl`)"
-        );
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn make_key(&self, name: &str) {
-        self.openssl(&[
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-            &format!("{name}.key"),
-        ]);
-    }
-
-    fn make_ca(&self, name: &str) {
-        self.make_key(name);
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN=responses-extproc test {name}"),
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-    }
-
-    fn make_leaf(&self, name: &str, ca: &str, cn: &str, serial: u32, extensions: &str) {
-        self.make_key(name);
-        self.openssl(&[
-            "req",
-            "-new",
-            "-key",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN={cn}"),
-        ]);
-        let ext = format!("{name}.ext");
-        std::fs::write(
-            self.path(&ext),
-            format!(
-                "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n\
-                 {extensions}"
-            ),
-        )
-        .expect("write extensions file");
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-set_serial",
-            &serial.to_string(),
-            "-days",
-            "2",
-            "-out",
-            &format!("{name}.pem"),
-            "-extfile",
-            &ext,
-        ]);
-    }
-}
 
 // ---- the processor binary ----
 

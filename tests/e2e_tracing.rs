@@ -6,16 +6,19 @@
 //! client's trace, and each of its attributes equals what the client got. With the collector
 //! gone, or hanging, the exchanges still succeed and the dropped spans are counted.
 //!
-//! Every test here is about the processor's spans: in module mode (`RESPONSES_E2E_MODE=module`)
-//! they are skipped, since the module exports no spans (README, Operations: traces).
+//! The processor's tests are skipped in module mode (`RESPONSES_E2E_MODE=module`): there the
+//! module exports no spans of its own but tags Envoy's span for the request, and
+//! `the_module_tags_envoys_request_span_with_the_answers_values` checks those tags for a JSON, a
+//! streamed and a failed exchange (it is skipped in ext_proc mode).
 
 mod common;
 
 use std::hash::BuildHasher;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::examples::{piece, splice};
-use common::otlp::{Attr, OtlpReceiver, RecordedSpan};
+use common::otlp::{Attr, OtlpReceiver, ReceiverTls, RecordedSpan};
 use common::sse::parse_sse_json;
 use common::{
     client, free_port, only_ext_proc, repo_root, Envoy, Processor, Reply, ScriptedUpstream,
@@ -26,7 +29,7 @@ use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
 const WAIT: Duration = Duration::from_secs(20);
 /// Why these tests do not run in module mode.
-const SKIP: &str = "the processor's spans (the module exports none: Envoy's own spans only)";
+const SKIP: &str = "the processor's spans (the module exports none: it tags Envoy's)";
 /// OTLP span kinds.
 const SERVER: i32 = 2;
 /// OTLP status code of an error.
@@ -766,4 +769,405 @@ async fn the_standard_otlp_variables_turn_traces_on_over_http() {
     assert_eq!(span.parent_span_id, "", "a root span: {span:#?}");
     assert_eq!(span.str("gen_ai.response.id"), body["id"].as_str().unwrap());
     usage_attributes(&span, &body["usage"]);
+}
+
+/// Module mode: Envoy with the module (`envoy/envoy-module.yaml`) and its OpenTelemetry tracer
+/// (the same example pieces), exporting to the receiver. No processor: Envoy's span for the
+/// request is the exchange's, and the module tags it.
+struct TracedModule {
+    envoy: Envoy,
+    upstream: ScriptedUpstream,
+    receiver: OtlpReceiver,
+}
+
+impl TracedModule {
+    fn start() -> TracedModule {
+        let receiver = OtlpReceiver::start();
+        let upstream = ScriptedUpstream::start();
+        let config = common::stack::module_bootstrap(
+            "{}",
+            common::envoy::Ports {
+                upstream: upstream.port(),
+                extproc: 0,
+                listener: 0,
+                ws: 1,
+            },
+        );
+        let envoy = Envoy::start_with_config(&traced_config(config, receiver.port()));
+        TracedModule {
+            envoy,
+            upstream,
+            receiver,
+        }
+    }
+
+    /// Envoy's span for the request of `client` (its child), once exported.
+    fn request_span(&self, client: &ClientSpan) -> RecordedSpan {
+        let span = self.receiver.wait_for("Envoy's request span", WAIT, |s| {
+            s.trace_id == client.trace_id && s.parent_span_id == client.span_id
+        });
+        assert_eq!(span.service, "envoy");
+        assert_eq!(span.kind, SERVER, "{span:#?}");
+        span
+    }
+
+    async fn post(&self, client_span: &ClientSpan, body: Value) -> (u16, String) {
+        let response = client()
+            .post(self.envoy.url("/v1/responses"))
+            .header("traceparent", client_span.traceparent())
+            .json(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    }
+}
+
+/// A tag of Envoy's span parsed as a number (Envoy's tags are strings).
+fn number<T: std::str::FromStr>(span: &RecordedSpan, key: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    span.str(key)
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}: {e:?} in {span:#?}"))
+}
+
+/// The tags of every exchange on Envoy's span.
+fn module_common_tags(span: &RecordedSpan) {
+    assert_eq!(span.name, "chat m", "renamed: {span:#?}");
+    assert_eq!(span.str("gen_ai.operation.name"), "chat");
+    assert_eq!(span.str("gen_ai.provider.name"), "openai");
+    assert_eq!(span.str("gen_ai.request.model"), "m");
+    assert_eq!(span.str("responses_extproc.operation"), "create");
+    assert_eq!(span.str("responses_extproc.transport"), "module");
+    assert!(number::<f64>(span, "responses_extproc.translation.duration") > 0.0);
+}
+
+/// The usage tags equal the usage the client got.
+fn module_usage_tags(span: &RecordedSpan, usage: &Value) {
+    for (tag, field) in [
+        ("gen_ai.usage.input_tokens", &usage["input_tokens"]),
+        ("gen_ai.usage.output_tokens", &usage["output_tokens"]),
+        (
+            "gen_ai.usage.cache_read.input_tokens",
+            &usage["input_tokens_details"]["cached_tokens"],
+        ),
+        (
+            "gen_ai.usage.reasoning.output_tokens",
+            &usage["output_tokens_details"]["reasoning_tokens"],
+        ),
+    ] {
+        assert_eq!(
+            Some(number::<i64>(span, tag)),
+            field.as_i64(),
+            "{tag} against {usage}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_module_tags_envoys_request_span_with_the_answers_values() {
+    if !common::only_module("the module's tags on Envoy's span (ext_proc: the processor's span)") {
+        return;
+    }
+    let stack = TracedModule::start();
+
+    // A JSON exchange, with generation parameters set.
+    stack
+        .upstream
+        .push(Reply::json(200, &completion("llama-3-8b")));
+    let json_client = ClientSpan::new();
+    let (status, body) = stack
+        .post(
+            &json_client,
+            json!({"model": "m", "input": "a secret prompt", "temperature": 0.25,
+                "top_p": 0.5, "max_output_tokens": 64}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let span = stack.request_span(&json_client);
+    module_common_tags(&span);
+    assert_eq!(span.str("gen_ai.request.stream"), "false");
+    assert_eq!(
+        span.str("gen_ai.response.id"),
+        answer["id"].as_str().unwrap()
+    );
+    assert_eq!(span.str("gen_ai.response.model"), "llama-3-8b");
+    assert_eq!(span.str("gen_ai.response.finish_reasons"), r#"["stop"]"#);
+    module_usage_tags(&span, &answer["usage"]);
+    assert_eq!(
+        Some(number::<f64>(&span, "gen_ai.request.temperature")),
+        answer["temperature"].as_f64()
+    );
+    assert_eq!(
+        Some(number::<f64>(&span, "gen_ai.request.top_p")),
+        answer["top_p"].as_f64()
+    );
+    assert_eq!(
+        Some(number::<i64>(&span, "gen_ai.request.max_tokens")),
+        answer["max_output_tokens"].as_i64()
+    );
+    assert_eq!(span.attr("gen_ai.request.presence_penalty"), None);
+    assert_eq!(span.str("http.response.status_code"), "200");
+    assert_eq!(span.str("responses_extproc.outcome"), "translated");
+    assert_eq!(span.attr("error.type"), None);
+    assert_eq!(span.attr("gen_ai.response.time_to_first_chunk"), None);
+    assert!(span.events.is_empty(), "{span:#?}");
+    // Never the prompt or the completion.
+    for (key, value) in &span.attributes {
+        let text = format!("{value:?}");
+        assert!(
+            !text.contains("secret prompt") && !text.contains("Hello there"),
+            "{key}: {text}"
+        );
+    }
+    // The upstream's request continues Envoy's span.
+    let upstream_request = stack.upstream.requests().pop().unwrap();
+    assert_eq!(
+        upstream_request.header("traceparent"),
+        Some(format!("00-{}-{}-01", json_client.trace_id, span.span_id).as_str())
+    );
+
+    // A streamed exchange.
+    stack.upstream.push(stream_reply());
+    let stream_client = ClientSpan::new();
+    let (status, body) = stack
+        .post(
+            &stream_client,
+            json!({"model": "m", "input": "hi", "stream": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let events = parse_sse_json(&body);
+    let (last, terminal) = events.last().unwrap();
+    assert_eq!(last, "response.incomplete", "{body}");
+    let span = stack.request_span(&stream_client);
+    module_common_tags(&span);
+    assert_eq!(span.str("gen_ai.request.stream"), "true");
+    assert_eq!(
+        span.str("gen_ai.response.id"),
+        terminal["response"]["id"].as_str().unwrap()
+    );
+    assert_eq!(span.str("gen_ai.response.finish_reasons"), r#"["length"]"#);
+    module_usage_tags(&span, &terminal["response"]["usage"]);
+    assert_eq!(span.str("responses_extproc.outcome"), "translated");
+    let ttfc: f64 = number(&span, "gen_ai.response.time_to_first_chunk");
+    let duration = (span.end_unix_nano - span.start_unix_nano) as f64 / 1e9;
+    assert!(
+        ttfc > 0.0 && ttfc <= duration,
+        "{ttfc} in {duration}: {span:#?}"
+    );
+    // The first output, as an event Envoy stamped when the module saw it.
+    assert_eq!(span.events.len(), 1, "{span:#?}");
+    let (name, at) = &span.events[0];
+    assert_eq!(name, "first_token");
+    assert!(
+        span.start_unix_nano < *at && *at <= span.end_unix_nano,
+        "{span:#?}"
+    );
+    let event_delay = (*at - span.start_unix_nano) as f64 / 1e9;
+    assert!((ttfc - event_delay).abs() < 0.05, "{ttfc} vs {event_delay}");
+
+    // An upstream error: the envelope's code.
+    stack.upstream.push(Reply::json(
+        429,
+        &json!({"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limited"}}),
+    ));
+    let error_client = ClientSpan::new();
+    let (status, body) = stack
+        .post(&error_client, json!({"model": "m", "input": "hi"}))
+        .await;
+    assert_eq!(status, 429, "{body}");
+    let envelope: Value = serde_json::from_str(&body).unwrap();
+    let span = stack.request_span(&error_client);
+    module_common_tags(&span);
+    assert_eq!(
+        span.str("error.type"),
+        envelope["error"]["code"].as_str().unwrap()
+    );
+    assert_eq!(span.str("http.response.status_code"), "429");
+    assert_eq!(span.str("responses_extproc.outcome"), "failed");
+    assert_eq!(span.attr("gen_ai.usage.input_tokens"), None);
+}
+
+/// A processor exporting to `endpoint` with `env` (and its metrics on), Envoy in front, one
+/// translated JSON exchange through them; returns the processor (alive), Envoy and the
+/// metrics URL after checking the answer.
+async fn export_one(
+    endpoint: &str,
+    env: &[(&str, &str)],
+    upstream: &ScriptedUpstream,
+) -> (Processor, Envoy, String, Value) {
+    let metrics_listen = format!("127.0.0.1:{}", free_port());
+    let mut env = env.to_vec();
+    env.push(("OTEL_BSP_SCHEDULE_DELAY", "50"));
+    let processor = Processor::start_with_env(
+        &[
+            "--otlp-endpoint",
+            endpoint,
+            "--metrics-listen",
+            &metrics_listen,
+        ],
+        &env,
+    );
+    let envoy = Envoy::start(upstream.port(), processor.port());
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "m", "input": "hi"}))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{endpoint} {env:?}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "completed");
+    (
+        processor,
+        envoy,
+        format!("http://{metrics_listen}/metrics"),
+        body,
+    )
+}
+
+#[tokio::test]
+async fn spans_go_to_an_https_collector_verified_by_the_standard_variables() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
+    let pki = common::pki::Pki::new();
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("llama-3-8b")));
+    let ca = pki.arg("ca.pem");
+    let (client_cert, client_key) = (pki.arg("envoy-client.pem"), pki.arg("envoy-client.key"));
+
+    // OTLP/gRPC to a collector that asks for a client certificate (mTLS): the CA and the
+    // client certificate from the standard variables.
+    let receiver = OtlpReceiver::start_tls(&ReceiverTls {
+        cert: pki.path("server.pem"),
+        key: pki.path("server.key"),
+        client_ca: Some(pki.path("ca.pem")),
+    });
+    assert!(receiver.endpoint().starts_with("https://"));
+    let (processor, _envoy, _, body) = export_one(
+        &receiver.endpoint(),
+        &[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.as_str()),
+            (
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                client_cert.as_str(),
+            ),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", client_key.as_str()),
+        ],
+        &upstream,
+    )
+    .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    let span = receiver.wait_for("the span over gRPC and mTLS", WAIT, |s| {
+        s.attr("gen_ai.response.id").and_then(Attr::str) == Some(id.as_str())
+    });
+    assert_eq!(
+        (span.service.as_str(), span.name.as_str()),
+        ("responses-extproc", "chat m")
+    );
+    usage_attributes(&span, &body["usage"]);
+    let logs = processor.logs();
+    assert!(
+        logs.contains("CA from OTEL_EXPORTER_OTLP_CERTIFICATE, client certificate from OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
+        "{logs}"
+    );
+
+    // OTLP/HTTP over TLS, the CA from the traces-only variable.
+    let receiver = OtlpReceiver::start_http_tls(&ReceiverTls {
+        cert: pki.path("server.pem"),
+        key: pki.path("server.key"),
+        client_ca: None,
+    });
+    let (_processor, _envoy, _, body) = export_one(
+        &receiver.endpoint(),
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca.as_str()),
+        ],
+        &upstream,
+    )
+    .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    let span = receiver.wait_for("the span over OTLP/HTTP and TLS", WAIT, |s| {
+        s.attr("gen_ai.response.id").and_then(Attr::str) == Some(id.as_str())
+    });
+    assert_eq!(span.name, "chat m");
+    usage_attributes(&span, &body["usage"]);
+}
+
+#[tokio::test]
+async fn a_collector_the_processor_cannot_verify_costs_dropped_spans_never_exchanges() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
+    let pki = common::pki::Pki::new();
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("llama-3-8b")));
+    let other_ca = pki.arg("other-ca.pem");
+    let ca = pki.arg("ca.pem");
+    let server = |client_ca: Option<PathBuf>| ReceiverTls {
+        cert: pki.path("server.pem"),
+        key: pki.path("server.key"),
+        client_ca,
+    };
+    for (what, receiver, env) in [
+        (
+            "gRPC, the collector's certificate from another CA",
+            OtlpReceiver::start_tls(&server(None)),
+            vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", other_ca.as_str())],
+        ),
+        (
+            "gRPC, the collector asks for a client certificate we do not have",
+            OtlpReceiver::start_tls(&server(Some(pki.path("ca.pem")))),
+            vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.as_str())],
+        ),
+        (
+            "OTLP/HTTP, the collector's certificate from another CA",
+            OtlpReceiver::start_http_tls(&server(None)),
+            vec![
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", other_ca.as_str()),
+            ],
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (processor, envoy, metrics, _) =
+            export_one(&receiver.endpoint(), &env, &upstream).await;
+        // More exchanges, all answered in time.
+        for _ in 0..3 {
+            let response = client()
+                .post(envoy.url("/v1/responses"))
+                .json(&json!({"model": "m", "input": "again"}))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{what}");
+        }
+        let deadline = std::time::Instant::now() + WAIT;
+        while dropped(&metrics, "export_failed").await < 1.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: no failed export counted:\n{}",
+                processor.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(started.elapsed() < WAIT, "{what}");
+        assert!(
+            receiver.spans().is_empty(),
+            "{what}: {:#?}",
+            receiver.spans()
+        );
+        let logs = processor.logs();
+        assert!(logs.contains("trace export failed"), "{what}: {logs}");
+    }
 }

@@ -16,4 +16,5 @@ pub mod openresponses;
 pub mod proxy;
 pub mod settings;
 pub mod sse;
+pub mod telemetry;
 pub mod translate;

@@ -133,6 +133,9 @@ pub const TRAILERS_STOP_ITERATION: TrailersStatus = 1;
 
 /// Pointers Envoy hands out (`*_envoy_ptr`) and the module's own (`*_module_ptr`).
 pub type FilterEnvoyPtr = *mut c_void;
+/// `envoy_dynamic_module_type_span_envoy_ptr`: the stream's active span, owned by Envoy, valid
+/// for the stream's lifetime (the module never finishes it).
+pub type SpanEnvoyPtr = *mut c_void;
 pub type FilterConfigEnvoyPtr = *mut c_void;
 pub type FilterModulePtr = *const c_void;
 pub type FilterConfigModulePtr = *const c_void;
@@ -260,6 +263,30 @@ unsafe extern "C" {
     );
 
     pub fn envoy_dynamic_module_callback_http_clear_route_cache(filter: FilterEnvoyPtr);
+
+    /// Null when the stream is not traced (no tracer in the HCM: Envoy's `NullSpan`).
+    pub fn envoy_dynamic_module_callback_http_get_active_span(
+        filter: FilterEnvoyPtr,
+    ) -> SpanEnvoyPtr;
+    /// Sets each key to its value (strings) on the span. Not in the header this file was
+    /// first written from; its shape was read from the 1.40.0 binary (`objdump -d`): a null
+    /// span is ignored, then `tags_length` entries of four words each (key pointer and length,
+    /// value pointer and length, as [`ModuleKeyValue`]), each passed to the span's `setTag`.
+    pub fn envoy_dynamic_module_callback_http_span_set_tag_batch(
+        span: SpanEnvoyPtr,
+        tags: *const ModuleKeyValue,
+        tags_length: usize,
+    );
+    pub fn envoy_dynamic_module_callback_http_span_set_operation(
+        span: SpanEnvoyPtr,
+        operation: ModuleBuffer,
+    );
+    /// An event on the span, stamped with the filter's dispatcher time (now).
+    pub fn envoy_dynamic_module_callback_http_span_log(
+        filter: FilterEnvoyPtr,
+        span: SpanEnvoyPtr,
+        event: ModuleBuffer,
+    );
     pub fn envoy_dynamic_module_callback_http_filter_reset_stream(
         filter: FilterEnvoyPtr,
         reason: StreamResetReason,

@@ -13,7 +13,7 @@ use responses_core::proxy::MetadataValue;
 
 use crate::config::{FilterConfig, KeyFile};
 use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
-use crate::host::{Host, Level, MetricId, Side};
+use crate::host::{Host, Level, MetricId, Side, SpanRef};
 
 /// A fixed clock and id seed.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +51,34 @@ pub struct SentReply {
     pub details: String,
 }
 
+/// Envoy's span for the request, as the filter left it. Envoy finishes (exports) its span
+/// when the stream ends: at once after a local reply, and before it reports the stream
+/// complete; what the filter sets later is lost, and counted here.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct FakeSpan {
+    /// The operation name, if the filter set one.
+    pub name: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    /// Calls that set tags (each sets several).
+    pub tag_calls: usize,
+    pub events: Vec<String>,
+    pub finished: bool,
+    /// Calls made on the span after it finished.
+    pub lost: usize,
+}
+
+impl FakeSpan {
+    /// The span, if the filter's call still counts.
+    fn open(&mut self) -> Option<&mut FakeSpan> {
+        if self.finished {
+            self.lost += 1;
+            None
+        } else {
+            Some(self)
+        }
+    }
+}
+
 /// Envoy's side of one hook, as plain data.
 #[derive(Debug, Default)]
 pub struct FakeHost {
@@ -70,6 +98,10 @@ pub struct FakeHost {
     pub gauges: BTreeMap<usize, i64>,
     pub observed: Vec<(usize, Vec<String>, u64)>,
     pub logs: RefCell<Vec<(Level, String)>>,
+    /// Envoy's span, when it traces (`None`: no tracer, the ABI's null span).
+    pub span: Option<FakeSpan>,
+    /// Times the filter asked for the span.
+    pub span_lookups: usize,
 }
 
 fn index(side: Side) -> usize {
@@ -145,6 +177,10 @@ impl Host for FakeHost {
     }
 
     fn send_reply(&mut self, status: u16, content_type: &str, body: &[u8], details: &str) {
+        // The reply ends the stream, and Envoy's span with it, before this call returns.
+        if let Some(span) = &mut self.span {
+            span.finished = true;
+        }
         self.replies.push(SentReply {
             status,
             content_type: content_type.to_owned(),
@@ -184,6 +220,35 @@ impl Host for FakeHost {
     fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64) {
         let labels = labels.iter().map(|l| l.to_string()).collect();
         self.observed.push((metric.0, labels, value));
+    }
+
+    fn active_span(&mut self) -> Option<SpanRef> {
+        self.span_lookups += 1;
+        self.span.is_some().then(SpanRef::fake)
+    }
+
+    fn tag_span(&mut self, _span: SpanRef, tags: &[(&str, &str)]) {
+        let span = self.span.as_mut().expect("a span the host gave");
+        if let Some(span) = span.open() {
+            span.tag_calls += 1;
+            for (key, value) in tags {
+                span.tags.insert(key.to_string(), value.to_string());
+            }
+        }
+    }
+
+    fn rename_span(&mut self, _span: SpanRef, name: &str) {
+        let span = self.span.as_mut().expect("a span the host gave");
+        if let Some(span) = span.open() {
+            span.name = Some(name.to_owned());
+        }
+    }
+
+    fn span_event(&mut self, _span: SpanRef, event: &str) {
+        let span = self.span.as_mut().expect("a span the host gave");
+        if let Some(span) = span.open() {
+            span.events.push(event.to_owned());
+        }
     }
 }
 
@@ -413,6 +478,10 @@ impl FakeEnvoy {
     }
 
     pub fn complete(&mut self) {
+        // Envoy finishes its span first (`completeRequest`), then tells the filters.
+        if let Some(span) = &mut self.host.span {
+            span.finished = true;
+        }
         self.filter.stream_complete(&mut self.host);
     }
 
@@ -545,6 +614,8 @@ pub fn run_script(path: &str, skip_request_end: bool, steps: &[Step]) -> FakeEnv
     let config = config(SMALL_CAPS);
     let chat_path = config.settings.chat_path.clone();
     let mut envoy = FakeEnvoy::new(config);
+    // Traced: whatever the sequence, Envoy's span is tagged at most once, and in time.
+    envoy.host.span = Some(FakeSpan::default());
     envoy.request_headers(&[(":method", "POST"), (":path", path)], skip_request_end);
     for step in steps {
         match step.clone() {
@@ -563,6 +634,13 @@ pub fn run_script(path: &str, skip_request_end: bool, steps: &[Step]) -> FakeEnv
     }
     envoy.complete();
     envoy.assert_fail_closed(&chat_path);
+    let span = envoy.host.span.as_ref().expect("traced");
+    assert!(span.tag_calls <= 1 && span.lost == 0, "{span:?}");
+    // Every exchange that ended in a hook (not cut by Envoy, no panic) is on it.
+    let ended = envoy.filter.exchange().is_some_and(|e| e.is_finished());
+    if ended && !steps.iter().any(|s| matches!(s, Step::Panic)) {
+        assert_eq!(span.tag_calls, 1, "{span:?}");
+    }
     // Every stream that opened was closed in the gauge.
     assert!(
         envoy.host.gauges.values().all(|v| *v == 0),

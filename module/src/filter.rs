@@ -25,6 +25,7 @@ use responses_core::exchange::{
 };
 use responses_core::openresponses::ApiError;
 use responses_core::proxy::{self, HeaderEdit, DETAILS_ANSWER, DETAILS_REQUEST};
+use responses_core::telemetry::{self, Timing, Transport};
 use responses_core::translate::Meta;
 
 use crate::config::FilterConfig;
@@ -74,6 +75,18 @@ struct Clock {
     /// Counted in `streams_in_flight`.
     streaming: bool,
     recorded: bool,
+    /// Envoy's span has the exchange's attributes.
+    tagged: bool,
+}
+
+impl Clock {
+    fn timing(&self) -> Timing {
+        Timing {
+            total: self.started.map(|t| t.elapsed()).unwrap_or_default(),
+            first_output: self.first_output,
+            translation: self.busy,
+        }
+    }
 }
 
 /// One HTTP exchange's filter.
@@ -203,6 +216,7 @@ impl<E: Environment> Filter<E> {
         match step {
             AbortStep::Send(bytes) if self.head_sent => {
                 self.set_metadata(host);
+                self.tag_span(host);
                 host.append_body(Side::Response, &bytes);
                 true
             }
@@ -240,6 +254,7 @@ impl<E: Environment> Filter<E> {
         };
         if self.clock.first_output.is_none() && ex.has_output() {
             self.clock.first_output = Some(started.elapsed());
+            first_output_event(host);
         }
         if !self.clock.streaming && ex.is_streaming() {
             self.clock.streaming = true;
@@ -247,6 +262,7 @@ impl<E: Environment> Filter<E> {
         }
         if was_open && ex.is_finished() {
             self.set_metadata(host);
+            self.tag_span(host);
             self.log_end(host);
             self.record(host);
         }
@@ -514,10 +530,13 @@ impl<E: Environment> Filter<E> {
         }
     }
 
-    /// An error envelope (or other reply) as Envoy's local reply, the summary set first so
-    /// that the access log of the reply has it.
+    /// An error envelope (or other reply) as Envoy's local reply, the summary set first (in
+    /// the metadata and on Envoy's span) so that the access log and the span of the reply
+    /// have it.
     fn reply(&mut self, host: &mut impl Host, r: &Reply, details: &str) {
         self.set_metadata(host);
+        // Before the reply: it ends the stream at once, Envoy's span with it.
+        self.tag_span(host);
         log(host, Level::Debug, || {
             let code = self
                 .exchange()
@@ -598,6 +617,48 @@ impl<E: Environment> Filter<E> {
         if self.clock.streaming {
             host.gauge_add(m.streams_in_flight, -1);
         }
+    }
+
+    /// Envoy's span for the request gets the exchange's attributes, once the exchange ended,
+    /// before Envoy ends the stream: Envoy finishes its span before it reports the stream
+    /// complete, so an exchange Envoy cut short is not tagged.
+    fn tag_span(&mut self, host: &mut impl Host) {
+        let Phase::Ours(ex) = &self.phase else {
+            return;
+        };
+        if self.clock.tagged || !ex.is_finished() {
+            return;
+        }
+        self.clock.tagged = true;
+        tag_span(host, ex.summary(), &self.clock.timing());
+    }
+}
+
+/// Envoy's span for the request (when Envoy traces it) gets the exchange's attributes and
+/// name, those of the processor's own span (`responses_core::telemetry`; never a body), as
+/// string tags in one call. Untraced, this is one lookup that finds no span.
+fn tag_span(host: &mut impl Host, s: &exchange::Summary, timing: &Timing) {
+    let Some(span) = host.active_span() else {
+        return;
+    };
+    let attributes = telemetry::attributes(s, timing);
+    let texts: Vec<_> = attributes.iter().map(|a| a.value.text()).collect();
+    let mut tags: Vec<(&str, &str)> = attributes
+        .iter()
+        .zip(&texts)
+        .map(|(a, text)| (a.key, text.as_ref()))
+        .collect();
+    tags.push((telemetry::key::TRANSPORT, Transport::Module.as_str()));
+    host.tag_span(span, &tags);
+    if s.model.is_some() {
+        host.rename_span(span, &telemetry::span_name(s));
+    }
+}
+
+/// The first output of a stream, as an event on Envoy's span (stamped by Envoy: now).
+fn first_output_event(host: &mut impl Host) {
+    if let Some(span) = host.active_span() {
+        host.span_event(span, telemetry::FIRST_TOKEN_EVENT);
     }
 }
 

@@ -26,6 +26,17 @@ pub enum Level {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MetricId(pub usize);
 
+/// Envoy's span for the stream (only while a hook runs: looked up again in each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanRef(std::ptr::NonNull<std::ffi::c_void>);
+
+impl SpanRef {
+    /// A span for a fake host (never dereferenced).
+    pub fn fake() -> SpanRef {
+        SpanRef(std::ptr::NonNull::dangling())
+    }
+}
+
 /// Envoy, as one hook of one filter sees it.
 pub trait Host {
     /// A header of the request or the answer (lowercase name); `None` if absent or not UTF-8.
@@ -53,6 +64,14 @@ pub trait Host {
     fn count(&mut self, metric: MetricId, labels: &[&str], by: u64);
     fn gauge_add(&mut self, metric: MetricId, delta: i64);
     fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64);
+    /// Envoy's span for this request; `None` when Envoy does not trace (no tracer configured).
+    fn active_span(&mut self) -> Option<SpanRef>;
+    /// Sets these tags (Envoy's tags are strings) on the span, in one call.
+    fn tag_span(&mut self, span: SpanRef, tags: &[(&str, &str)]);
+    /// Renames the span (its operation).
+    fn rename_span(&mut self, span: SpanRef, name: &str);
+    /// An event on the span, now.
+    fn span_event(&mut self, span: SpanRef, event: &str);
 }
 
 /// The real host: one filter's Envoy pointer, for the duration of one hook.
@@ -339,6 +358,53 @@ impl Host for Envoy {
                 values.as_mut_ptr(),
                 values.len(),
                 value,
+            );
+        }
+    }
+
+    fn active_span(&mut self) -> Option<SpanRef> {
+        // SAFETY: valid filter pointer.
+        let span = unsafe { abi::envoy_dynamic_module_callback_http_get_active_span(self.filter) };
+        std::ptr::NonNull::new(span).map(SpanRef)
+    }
+
+    fn tag_span(&mut self, span: SpanRef, tags: &[(&str, &str)]) {
+        let pairs: Vec<abi::ModuleKeyValue> = tags
+            .iter()
+            .map(|(key, value)| abi::ModuleKeyValue {
+                key_ptr: key.as_ptr().cast(),
+                key_length: key.len(),
+                value_ptr: value.as_ptr().cast(),
+                value_length: value.len(),
+            })
+            .collect();
+        // SAFETY: the span Envoy returned for this stream, in this hook; Envoy copies the tags.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_span_set_tag_batch(
+                span.0.as_ptr(),
+                pairs.as_ptr(),
+                pairs.len(),
+            );
+        }
+    }
+
+    fn rename_span(&mut self, span: SpanRef, name: &str) {
+        // SAFETY: the span Envoy returned for this stream, in this hook; Envoy copies the name.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_span_set_operation(
+                span.0.as_ptr(),
+                ModuleBuffer::from(name.as_bytes()),
+            );
+        }
+    }
+
+    fn span_event(&mut self, span: SpanRef, event: &str) {
+        // SAFETY: valid filter pointer and the span Envoy returned for it; Envoy copies the event.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_span_log(
+                self.filter,
+                span.0.as_ptr(),
+                ModuleBuffer::from(event.as_bytes()),
             );
         }
     }

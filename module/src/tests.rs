@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use responses_core::proxy::{MetadataValue, DETAILS_ANSWER, DETAILS_REQUEST, METADATA_NAMESPACE};
 use serde_json::{json, Value};
 
-use crate::fake::{self, FakeEnvoy, Step};
+use crate::fake::{self, FakeEnvoy, FakeSpan, Step};
 use crate::filter::{BodyStatus, HeadersStatus};
 use crate::host::{Host, Side};
 
@@ -459,4 +459,204 @@ fn translated_answers_are_200_whatever_the_upstreams_2xx() {
     e.response_body(CHAT.as_bytes(), true);
     assert_eq!(header(&e.client.headers, ":status"), Some("200"));
     e.assert_fail_closed("/v1/chat/completions");
+}
+
+/// A fake Envoy that traces the request (its span starts empty).
+fn traced() -> FakeEnvoy {
+    let mut e = envoy();
+    e.host.span = Some(FakeSpan::default());
+    e
+}
+
+fn span(e: &FakeEnvoy) -> &FakeSpan {
+    e.host.span.as_ref().expect("a traced request")
+}
+
+fn tag<'a>(e: &'a FakeEnvoy, key: &str) -> Option<&'a str> {
+    span(e).tags.get(key).map(String::as_str)
+}
+
+#[test]
+fn envoys_span_gets_the_exchanges_attributes_and_name() {
+    let mut e = traced();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "a secret prompt", "temperature": 0.25,
+            "max_output_tokens": 64}),
+    );
+    e.response_headers(200, "application/json", false);
+    assert!(span(&e).tags.is_empty(), "tagged at the end only");
+    let chat = r#"{"id":"c1","model":"llama","choices":[{"index":0,"finish_reason":"stop","message":{"content":"a private completion"}}],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18,"prompt_tokens_details":{"cached_tokens":3},"completion_tokens_details":{"reasoning_tokens":2}}}"#;
+    e.response_body(chat.as_bytes(), true);
+    e.complete();
+    let answer: Value = serde_json::from_slice(&e.client.body).unwrap();
+    assert_eq!(span(&e).name.as_deref(), Some("chat m"));
+    assert_eq!(
+        (span(&e).tag_calls, span(&e).lost),
+        (1, 0),
+        "one batch, in time"
+    );
+    for (key, value) in [
+        ("gen_ai.operation.name", "chat"),
+        ("gen_ai.provider.name", "openai"),
+        ("gen_ai.request.model", "m"),
+        ("gen_ai.request.stream", "false"),
+        ("gen_ai.request.temperature", "0.25"),
+        ("gen_ai.request.max_tokens", "64"),
+        ("gen_ai.response.id", answer["id"].as_str().unwrap()),
+        ("gen_ai.response.model", "llama"),
+        ("gen_ai.response.finish_reasons", r#"["stop"]"#),
+        ("gen_ai.usage.input_tokens", "11"),
+        ("gen_ai.usage.output_tokens", "7"),
+        ("gen_ai.usage.cache_read.input_tokens", "3"),
+        ("gen_ai.usage.reasoning.output_tokens", "2"),
+        ("http.response.status_code", "200"),
+        ("responses_extproc.outcome", "translated"),
+        ("responses_extproc.operation", "create"),
+        ("responses_extproc.transport", "module"),
+    ] {
+        assert_eq!(tag(&e, key), Some(value), "{key}: {:?}", span(&e).tags);
+    }
+    // The answer's usage, as the client got it.
+    assert_eq!(answer["usage"]["input_tokens"], 11);
+    for absent in [
+        "gen_ai.request.top_p",
+        "gen_ai.response.time_to_first_chunk",
+        "error.type",
+    ] {
+        assert_eq!(tag(&e, absent), None, "{absent}");
+    }
+    let busy: f64 = tag(&e, "responses_extproc.translation.duration")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(busy > 0.0);
+    // Never the prompt or the completion.
+    for value in span(&e).tags.values() {
+        assert!(
+            !value.contains("secret") && !value.contains("private"),
+            "{value}"
+        );
+    }
+    assert!(span(&e).events.is_empty());
+}
+
+#[test]
+fn a_streams_first_output_is_an_event_on_envoys_span() {
+    let mut e = traced();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", false);
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+        false,
+    );
+    assert!(span(&e).events.is_empty(), "no output yet");
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+        false,
+    );
+    assert_eq!(span(&e).events, ["first_token"]);
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\ndata: [DONE]\n\n",
+        true,
+    );
+    e.complete();
+    assert_eq!(span(&e).events, ["first_token"], "once");
+    assert_eq!(tag(&e, "gen_ai.request.stream"), Some("true"));
+    assert_eq!(
+        tag(&e, "gen_ai.response.finish_reasons"),
+        Some(r#"["length"]"#)
+    );
+    assert_eq!(tag(&e, "gen_ai.usage.output_tokens"), Some("2"));
+    assert_eq!(tag(&e, "responses_extproc.outcome"), Some("translated"));
+    let ttfc: f64 = tag(&e, "gen_ai.response.time_to_first_chunk")
+        .expect("a stream's first output")
+        .parse()
+        .unwrap();
+    assert!(ttfc >= 0.0);
+}
+
+#[test]
+fn failed_refused_cut_and_panicked_exchanges_tag_their_error() {
+    // The upstream's 429: the envelope's code.
+    let mut e = traced();
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    e.response_headers(429, "application/json", false);
+    e.response_body(
+        br#"{"error":{"message":"slow down","code":"rate_limited"}}"#,
+        true,
+    );
+    let r = e.client.reply.clone().expect("an envelope");
+    let envelope: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        tag(&e, "error.type"),
+        envelope["error"]["code"].as_str(),
+        "{:?}",
+        span(&e).tags
+    );
+    assert_eq!(tag(&e, "http.response.status_code"), Some("429"));
+    assert_eq!(tag(&e, "responses_extproc.outcome"), Some("failed"));
+    assert_eq!(span(&e).name.as_deref(), Some("chat m"));
+    assert_eq!(tag(&e, "gen_ai.usage.input_tokens"), None);
+    assert_eq!(span(&e).lost, 0, "tagged before the reply ended the span");
+    // Refused before its model was read: Envoy's span keeps its name.
+    let mut e = traced();
+    e.request_headers(&POST, false);
+    e.request_body(b"[1]", true);
+    let r = e.client.reply.clone().expect("an envelope");
+    let envelope: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(tag(&e, "error.type"), envelope["error"]["code"].as_str());
+    assert_eq!(tag(&e, "gen_ai.request.model"), None);
+    assert_eq!(span(&e).name, None);
+    assert_eq!(span(&e).lost, 0, "tagged before the reply ended the span");
+    // A panic mid-stream: tagged with the stream's failed ending.
+    let mut e = traced();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", false);
+    e.panic();
+    assert_eq!(tag(&e, "error.type"), Some("internal_error"));
+    e.complete();
+    assert_eq!((span(&e).tag_calls, span(&e).lost), (1, 0));
+    // Cut by Envoy mid-stream: Envoy has finished its span when it says so; nothing is
+    // tagged, nothing is attempted.
+    let mut e = traced();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", false);
+    e.complete();
+    assert_eq!(
+        span(&e),
+        &FakeSpan {
+            finished: true,
+            ..FakeSpan::default()
+        }
+    );
+}
+
+#[test]
+fn without_tracing_the_span_is_looked_up_and_nothing_else() {
+    let mut e = envoy();
+    post(
+        &mut e,
+        &json!({"model": "m", "input": "hi", "stream": true}),
+    );
+    e.response_headers(200, "text/event-stream", false);
+    e.response_body(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n",
+        true,
+    );
+    e.complete();
+    assert!(e.client.ended);
+    // At the first output and at the end; each finds no span (the fake would panic on a
+    // tag without one).
+    assert_eq!(e.host.span_lookups, 2);
+    assert!(e.host.span.is_none());
 }

@@ -10,7 +10,8 @@
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
-//! * [`otlp::OtlpReceiver`]: an OTLP trace receiver recording the spans it is sent.
+//! * [`otlp::OtlpReceiver`]: an OTLP trace receiver recording the spans it is sent (over TLS
+//!   too); [`pki::Pki`]: throwaway certificates for the TLS tests.
 //!
 //! Every test gets its own ports (servers bind port 0, or a fresh free port), so tests run in
 //! parallel. Every child process and server thread is stopped on Drop, also when a test panics.
@@ -23,6 +24,7 @@ pub mod envoy;
 pub mod examples;
 pub mod json;
 pub mod otlp;
+pub mod pki;
 pub mod processor;
 pub mod schema;
 pub mod sse;
@@ -36,7 +38,7 @@ use std::time::{Duration, Instant};
 
 pub use envoy::Envoy;
 pub use processor::{Listen, PassthroughProcessor, Processor, Spawn};
-pub use stack::{mode, only_ext_proc, Mode, Stack};
+pub use stack::{mode, only_ext_proc, only_module, Mode, Stack};
 pub use upstream::{DemoUpstream, Gate, RecordedRequest, RecordingDemo, Reply, ScriptedUpstream};
 
 /// The repository root.

@@ -45,6 +45,16 @@ pub fn only_ext_proc(why: &str) -> bool {
     true
 }
 
+/// In ext_proc mode, prints why the calling test does not apply and returns false (the test
+/// returns early); true in module mode. For the module's counterparts of processor tests.
+pub fn only_module(why: &str) -> bool {
+    if mode() == Mode::ExtProc {
+        eprintln!("skipped in ext_proc mode: {why}");
+        return false;
+    }
+    true
+}
+
 /// The directory holding `libresponses_module.so` for module mode.
 pub fn module_dir() -> PathBuf {
     let dir = std::env::var_os("RESPONSES_MODULE_DIR")
