@@ -26,6 +26,8 @@
 //!   the output beyond the output cap (none of it is sent) → `error` + `response.failed`. Open items are closed as `incomplete`
 //!   before the terminal event so that its `output` equals the `output_item.done` items.
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 
 /// Bytes of Responses events per byte of upstream SSE, about (the captured llama-server and
@@ -286,12 +288,12 @@ impl StreamTranslator {
         if data.is_empty() {
             return;
         }
-        let chunk: chat::Chunk = match serde_json::from_slice(data) {
-            Ok(c) => c,
+        let chunk = match chat::parse::<chat::Chunk<'_>>(data) {
+            Some(c) => c,
             // The body was cut inside this frame: dropped, so that `finish` reports the cut
             // (or completes, if the finish_reason had already come).
-            Err(_) if unterminated => return,
-            Err(_) => {
+            None if unterminated => return,
+            None => {
                 self.fail(
                     "upstream_invalid_chunk",
                     "The upstream sent a stream event that is not a valid chat.completion.chunk.",
@@ -315,7 +317,7 @@ impl StreamTranslator {
             self.outcome.usage = Some(usage(u));
         }
         if self.upstream_model.is_none() {
-            self.upstream_model = chunk.model;
+            self.upstream_model = chunk.model.map(Cow::into_owned);
         }
         for choice in chunk.choices {
             // Responses has one answer per response; other choices (n > 1) are dropped.
@@ -348,7 +350,7 @@ impl StreamTranslator {
                     self.summary.push_str(text);
                 }
                 if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                    self.finish_reason = Some(reason);
+                    self.finish_reason = Some(reason.into_owned());
                 }
                 continue;
             }
@@ -370,7 +372,7 @@ impl StreamTranslator {
                 self.tool_call_delta(tc);
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                self.finish_reason = Some(reason);
+                self.finish_reason = Some(reason.into_owned());
                 let status = self.item_status();
                 self.close_current(status);
                 self.close_calls(status);
@@ -658,7 +660,7 @@ impl StreamTranslator {
         );
     }
 
-    fn tool_call_delta(&mut self, tc: chat::ToolCall) {
+    fn tool_call_delta(&mut self, tc: chat::ToolCall<'_>) {
         let slot = self.call_slot(tc.index);
         // Text before a tool call is a finished thought: close it first. When this starts a
         // call that will be an item after it, the text was on the way to the call:
@@ -677,11 +679,11 @@ impl StreamTranslator {
             return;
         }
         if let Some(id) = tc.id.filter(|id| !id.is_empty()) {
-            call.id.get_or_insert(id);
+            call.id.get_or_insert_with(|| id.into_owned());
         }
         if call.item.is_none() {
             if let Some(name) = tc.function.name.filter(|n| !n.is_empty()) {
-                call.name = name;
+                call.name = name.into_owned();
             }
         }
         let args = tc.function.arguments.unwrap_or_default();
