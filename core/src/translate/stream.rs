@@ -28,7 +28,7 @@
 
 use std::borrow::Cow;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 /// Bytes of Responses events per byte of upstream SSE, about (the captured llama-server and
 /// vLLM streams of tests/fixtures/upstream translate to 1.2 to 2.1 times their size, plus the
@@ -41,9 +41,9 @@ use super::{compact, finish_status, logprobs, usage, Exchange, Outcome, Reasonin
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, Event, EventWriter, ItemStatus, LogProb, MessageItem, OutputContent,
-    OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText, ResponseError, Status,
-    Usage,
+    ApplyPatchStatus, DeltaFrame, Event, EventWriter, ItemStatus, LogProb, MessageItem,
+    OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText,
+    ResponseError, Status, Usage,
 };
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -84,6 +84,8 @@ struct Call {
     closed: bool,
     /// Over `max_tool_calls`: never announced.
     dropped: bool,
+    /// The frame of its argument deltas, once the first is sent.
+    delta_frame: Option<DeltaFrame>,
 }
 
 /// What a stream reported, for logs, metrics and Envoy's metadata ([`StreamTranslator::report`]).
@@ -114,11 +116,13 @@ pub struct StreamTranslator {
     sse: SseDecoder,
     frames: Vec<SseEvent>,
     events: EventWriter,
-    out: BytesMut,
+    out: Vec<u8>,
     phase: Phase,
     output: Vec<OutputItem>,
     outcome: Outcome,
     current: Current,
+    /// The frame of the deltas of the open reasoning or message part, once the first is sent.
+    delta_frame: Option<DeltaFrame>,
     calls: Vec<Call>,
     finish_reason: Option<String>,
     /// Bytes of text and arguments accumulated (counted in `handle_frame`), bounded by
@@ -138,11 +142,12 @@ impl StreamTranslator {
             sse,
             frames: Vec::new(),
             events: EventWriter::new(),
-            out: BytesMut::new(),
+            out: Vec::new(),
             phase: Phase::New,
             output: Vec::new(),
             outcome: Outcome::in_progress(),
             current: Current::None,
+            delta_frame: None,
             calls: Vec::new(),
             finish_reason: None,
             output_bytes: 0,
@@ -249,10 +254,10 @@ impl StreamTranslator {
     }
 
     /// The bytes written so far, handed over whole: the buffer is not shared with what
-    /// comes next (as `split` would leave it), so the adapter can turn it into its message
-    /// without a copy (`Vec::from(Bytes)` reuses a buffer it alone holds).
+    /// comes next, so the adapter can turn it into its message without a copy
+    /// (`Vec::from(Bytes)` reuses a buffer it alone holds).
     fn take_out(&mut self) -> Bytes {
-        std::mem::take(&mut self.out).freeze()
+        Bytes::from(std::mem::take(&mut self.out))
     }
 
     fn start(&mut self) {
@@ -421,6 +426,7 @@ impl StreamTranslator {
                     },
                 );
                 self.current = Current::Reasoning { item };
+                self.delta_frame = None;
                 item
             }
         };
@@ -431,7 +437,8 @@ impl StreamTranslator {
             t.text.push_str(delta);
         }
         let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
-        let ev = match self.exchange.options.reasoning_events {
+        let names = self.exchange.options.reasoning_events;
+        let event = |delta| match names {
             ReasoningEvents::Spec => Event::ReasoningDelta {
                 item_id,
                 output_index,
@@ -445,7 +452,13 @@ impl StreamTranslator {
                 delta,
             },
         };
-        self.events.write(&mut self.out, &ev);
+        write_delta(
+            &mut self.events,
+            &mut self.out,
+            &mut self.delta_frame,
+            event,
+            delta,
+        );
     }
 
     fn message_delta(&mut self, kind: PartKind, delta: &str, lp: Vec<LogProb>) {
@@ -483,31 +496,51 @@ impl StreamTranslator {
             return;
         };
         let content_index = m.content.len().saturating_sub(1);
-        let ev = match m.content.last_mut() {
+        let (item_id, output_index) = (m.id.as_str(), item);
+        match m.content.last_mut() {
             Some(OutputContent::OutputText { text, logprobs, .. }) => {
                 text.push_str(delta);
                 let from = logprobs.len();
                 logprobs.extend(lp);
-                Event::OutputTextDelta {
-                    item_id: &m.id,
-                    output_index: item,
+                let logprobs = &logprobs[from..];
+                let event = |delta| Event::OutputTextDelta {
+                    item_id,
+                    output_index,
                     content_index,
                     delta,
-                    logprobs: &logprobs[from..],
+                    logprobs,
+                };
+                // The part's frame has no logprobs: a delta that has some is written whole.
+                if logprobs.is_empty() {
+                    write_delta(
+                        &mut self.events,
+                        &mut self.out,
+                        &mut self.delta_frame,
+                        event,
+                        delta,
+                    );
+                } else {
+                    self.events.write(&mut self.out, &event(delta));
                 }
             }
             Some(OutputContent::Refusal { refusal }) => {
                 refusal.push_str(delta);
-                Event::RefusalDelta {
-                    item_id: &m.id,
-                    output_index: item,
+                let event = |delta| Event::RefusalDelta {
+                    item_id,
+                    output_index,
                     content_index,
                     delta,
-                }
+                };
+                write_delta(
+                    &mut self.events,
+                    &mut self.out,
+                    &mut self.delta_frame,
+                    event,
+                    delta,
+                );
             }
-            None => return,
-        };
-        self.events.write(&mut self.out, &ev);
+            None => {}
+        }
     }
 
     fn open_part(&mut self, item: usize, kind: PartKind) {
@@ -545,6 +578,7 @@ impl StreamTranslator {
             item,
             part: Some(kind),
         };
+        self.delta_frame = None;
     }
 
     /// Closes the open content part of message `item`, if any.
@@ -688,7 +722,7 @@ impl StreamTranslator {
         }
         let args = tc.function.arguments.unwrap_or_default();
         match call.item {
-            Some(item) => self.arguments_delta(item, &args),
+            Some(_) => self.arguments_delta(slot, &args),
             None => {
                 call.pending.push_str(&args);
                 // A built-in's call is announced whole, when it closes.
@@ -714,6 +748,7 @@ impl StreamTranslator {
             pending: String::new(),
             closed: false,
             dropped: self.exchange.over_tool_call_limit(kept),
+            delta_frame: None,
         });
         self.calls.len() - 1
     }
@@ -747,14 +782,15 @@ impl StreamTranslator {
             },
         );
         if !pending.is_empty() {
-            self.arguments_delta(item, &pending);
+            self.arguments_delta(slot, &pending);
         }
     }
 
-    fn arguments_delta(&mut self, item: usize, delta: &str) {
-        if delta.is_empty() {
+    /// Arguments of the announced call in `slot`.
+    fn arguments_delta(&mut self, slot: usize, delta: &str) {
+        let Some(item) = self.calls[slot].item.filter(|_| !delta.is_empty()) else {
             return;
-        }
+        };
         if let OutputItem::CustomToolCall(c) = &mut self.output[item] {
             // JSON arguments, decoded when complete: the input goes out in one delta then.
             c.input.push_str(delta);
@@ -762,13 +798,18 @@ impl StreamTranslator {
         }
         if let OutputItem::FunctionCall(f) = &mut self.output[item] {
             f.arguments.push_str(delta);
-            self.events.write(
+            let item_id = f.id.as_str();
+            let event = |delta| Event::FunctionCallArgumentsDelta {
+                item_id,
+                output_index: item,
+                delta,
+            };
+            write_delta(
+                &mut self.events,
                 &mut self.out,
-                &Event::FunctionCallArgumentsDelta {
-                    item_id: &f.id,
-                    output_index: item,
-                    delta,
-                },
+                &mut self.calls[slot].delta_frame,
+                event,
+                delta,
             );
         }
     }
@@ -995,6 +1036,24 @@ impl StreamTranslator {
         self.phase = Phase::Done;
         // The rest of the upstream body is ignored; drop what the decoder holds.
         self.sse = SseDecoder::new(0);
+    }
+}
+
+/// Writes the delta event `event(delta)` through `frame`, the frame of its part's deltas,
+/// made from the first one (see [`DeltaFrame`]).
+fn write_delta<'a>(
+    events: &mut EventWriter,
+    out: &mut Vec<u8>,
+    frame: &mut Option<DeltaFrame>,
+    event: impl Fn(&'a str) -> Event<'a>,
+    delta: &'a str,
+) {
+    if frame.is_none() {
+        *frame = DeltaFrame::new(&event(""));
+    }
+    match frame {
+        Some(frame) => events.write_delta(out, frame, delta),
+        None => events.write(out, &event(delta)),
     }
 }
 
