@@ -45,7 +45,7 @@ use crate::openresponses::{
     OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText,
     ResponseError, Status, Usage,
 };
-use crate::sse::{SseDecoder, SseEvent};
+use crate::sse::SseDecoder;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -114,7 +114,6 @@ pub struct FinalResponse {
 pub struct StreamTranslator {
     exchange: Exchange,
     sse: SseDecoder,
-    frames: Vec<SseEvent>,
     events: EventWriter,
     out: Vec<u8>,
     phase: Phase,
@@ -140,7 +139,6 @@ impl StreamTranslator {
         StreamTranslator {
             exchange,
             sse,
-            frames: Vec::new(),
             events: EventWriter::new(),
             out: Vec::new(),
             phase: Phase::New,
@@ -179,10 +177,9 @@ impl StreamTranslator {
             // allocation up front instead of a doubling (and a copy) per few events.
             self.out
                 .reserve(chunk.len().saturating_mul(OUTPUT_PER_INPUT_BYTE) + 1024);
-            let mut frames = std::mem::take(&mut self.frames);
-            let decoded = self.sse.push(chunk, &mut frames);
-            self.handle_frames(&mut frames, false, now);
-            self.frames = frames;
+            let mut sse = self.take_decoder();
+            let decoded = sse.push_with(chunk, |frame| self.handle_frame(frame.data, false, now));
+            self.put_decoder(sse);
             // The frames before the oversized one may have ended the stream already.
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
                 self.fail("upstream_event_too_large", &e.to_string(), now);
@@ -195,11 +192,10 @@ impl StreamTranslator {
     pub fn finish(&mut self, now: u64) -> Bytes {
         self.start();
         if self.phase == Phase::Open {
-            let mut frames = std::mem::take(&mut self.frames);
-            let decoded = self.sse.finish(&mut frames);
+            let mut sse = self.take_decoder();
             // Only an event without its closing blank line is dispatched here.
-            self.handle_frames(&mut frames, true, now);
-            self.frames = frames;
+            let decoded = sse.finish_with(|frame| self.handle_frame(frame.data, true, now));
+            self.put_decoder(sse);
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
                 self.fail("upstream_event_too_large", &e.to_string(), now);
             }
@@ -273,18 +269,25 @@ impl StreamTranslator {
             .write(&mut self.out, &Event::InProgress { response: r });
     }
 
-    /// `unterminated`: the frames were ended by the end of the body, not by a blank line.
-    fn handle_frames(&mut self, frames: &mut Vec<SseEvent>, unterminated: bool, now: u64) {
-        for frame in frames.drain(..) {
-            if self.phase != Phase::Open {
-                break;
-            }
-            self.handle_frame(&frame.data, unterminated, now);
-        }
-        frames.clear();
+    /// The decoder lends each frame out of its own buffer: it is set aside while the frames
+    /// of a chunk are handled (and put back by [`StreamTranslator::put_decoder`]).
+    fn take_decoder(&mut self) -> SseDecoder {
+        std::mem::replace(&mut self.sse, SseDecoder::new(0))
     }
 
+    /// Puts the decoder back, unless the stream ended meanwhile: what it holds is dropped.
+    fn put_decoder(&mut self, sse: SseDecoder) {
+        if self.phase == Phase::Open {
+            self.sse = sse;
+        }
+    }
+
+    /// `unterminated`: the frame was ended by the end of the body, not by a blank line.
+    /// Frames after the stream's end are ignored.
     fn handle_frame(&mut self, data: &[u8], unterminated: bool, now: u64) {
+        if self.phase != Phase::Open {
+            return;
+        }
         let data = data.trim_ascii();
         if data == b"[DONE]" {
             self.complete(now);
