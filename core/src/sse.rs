@@ -28,6 +28,25 @@ pub struct SseEvent {
     pub data: Bytes,
 }
 
+/// One dispatched event, borrowed from the decoder ([`SseDecoder::push_with`]): the same
+/// fields as [`SseEvent`], without copying them out of the decoder's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseEventRef<'a> {
+    /// The last `event:` field's value, as raw bytes; `None` when absent or empty.
+    pub event: Option<&'a [u8]>,
+    /// The `data:` values joined with `\n`, as raw bytes.
+    pub data: &'a [u8],
+}
+
+impl SseEventRef<'_> {
+    pub fn to_owned(self) -> SseEvent {
+        SseEvent {
+            event: self.event.map(|e| String::from_utf8_lossy(e).into_owned()),
+            data: Bytes::copy_from_slice(self.data),
+        }
+    }
+}
+
 /// Decoding failure; the decoder stays poisoned after returning one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SseError {
@@ -50,6 +69,9 @@ impl std::error::Error for SseError {}
 const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
 /// Longest field name we care about (`event`); longer names are ignored.
 const NAME_CAP: usize = 5;
+/// The pending event's buffer is kept from one event to the next (no allocation per event)
+/// unless an event made it larger than this: then it is released.
+const KEPT_BUFFER_BYTES: usize = 16 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Field {
@@ -114,22 +136,39 @@ impl SseDecoder {
     /// On error, events completed earlier in the chunk have already been
     /// appended, and the decoder is poisoned: every later call fails too.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        self.push_with(chunk, |e| out.push(e.to_owned()))
+    }
+
+    /// [`SseDecoder::push`], handing each event to `on_event` as it completes, borrowed.
+    pub fn push_with(
+        &mut self,
+        chunk: &[u8],
+        mut on_event: impl FnMut(SseEventRef<'_>),
+    ) -> Result<(), SseError> {
         self.check_poisoned()?;
-        let chunk = self.strip_bom(chunk, out)?;
-        self.process(chunk, out)
+        let chunk = self.strip_bom(chunk, &mut on_event)?;
+        self.process(chunk, &mut on_event)
     }
 
     /// End of input: dispatches a last event that had data lines but no
     /// terminating blank line (an unterminated last line counts as a line).
     /// The decoder is then reset and may decode a new stream.
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        self.finish_with(|e| out.push(e.to_owned()))
+    }
+
+    /// [`SseDecoder::finish`], handing the last event to `on_event`, borrowed.
+    pub fn finish_with(
+        &mut self,
+        mut on_event: impl FnMut(SseEventRef<'_>),
+    ) -> Result<(), SseError> {
         self.check_poisoned()?;
         // A partial BOM still withheld here could only have formed an ignored
         // field name, so dropping it (via the reset below) is exact.
         if !matches!(self.line, Line::Name { len: 0, .. }) {
-            self.end_line(out)?;
+            self.end_line(&mut on_event)?;
         }
-        self.dispatch(out);
+        self.dispatch(&mut on_event);
         *self = SseDecoder::new(self.max_frame_bytes);
         Ok(())
     }
@@ -161,7 +200,7 @@ impl SseDecoder {
     fn strip_bom<'a>(
         &mut self,
         chunk: &'a [u8],
-        out: &mut Vec<SseEvent>,
+        out: &mut impl FnMut(SseEventRef<'_>),
     ) -> Result<&'a [u8], SseError> {
         let Some(seen) = self.bom_seen else {
             return Ok(chunk);
@@ -183,7 +222,11 @@ impl SseDecoder {
         Ok(chunk)
     }
 
-    fn process(&mut self, mut rest: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    fn process(
+        &mut self,
+        mut rest: &[u8],
+        out: &mut impl FnMut(SseEventRef<'_>),
+    ) -> Result<(), SseError> {
         if self.pending_cr {
             if let Some((&first, tail)) = rest.split_first() {
                 self.pending_cr = false;
@@ -279,8 +322,7 @@ impl SseDecoder {
             return Ok(());
         }
         self.reserve(value.len())?;
-        // Single copy into the event buffer; `dispatch` hands the Vec to
-        // `Bytes` without copying again.
+        // Single copy into the event buffer, which `dispatch` lends out.
         let buf = match field {
             Field::Data => &mut self.data,
             _ => &mut self.event_name,
@@ -305,7 +347,7 @@ impl SseDecoder {
         self.too_large()
     }
 
-    fn end_line(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    fn end_line(&mut self, out: &mut impl FnMut(SseEventRef<'_>)) -> Result<(), SseError> {
         match self.line {
             Line::Name { len: 0, .. } => self.dispatch(out),
             // A line without a colon is a field name with an empty value.
@@ -318,18 +360,19 @@ impl SseDecoder {
 
     /// Blank line: emits the pending event if it has data lines; the event
     /// name is reset either way.
-    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+    fn dispatch(&mut self, out: &mut impl FnMut(SseEventRef<'_>)) {
         if self.has_data {
-            let event = (!self.event_name.is_empty())
-                .then(|| String::from_utf8_lossy(&self.event_name).into_owned());
-            out.push(SseEvent {
-                event,
-                data: Bytes::from(std::mem::take(&mut self.data)),
+            out(SseEventRef {
+                event: (!self.event_name.is_empty()).then_some(self.event_name.as_slice()),
+                data: &self.data,
             });
         }
         self.has_data = false;
         self.data.clear();
         self.event_name.clear();
+        if self.data.capacity() > KEPT_BUFFER_BYTES {
+            self.data = Vec::new();
+        }
     }
 }
 
@@ -661,6 +704,22 @@ mod tests {
             [b": a very long keep-alive comment\nid: 123456789\n\n".as_slice()],
         );
         assert_eq!(comment.result, Ok(()));
+    }
+
+    #[test]
+    fn the_event_buffer_is_kept_unless_an_event_made_it_large() {
+        let mut dec = SseDecoder::new(BIG);
+        let mut seen = Vec::new();
+        dec.push_with(b"data: small\n\n", |e| seen.push(e.to_owned()))
+            .unwrap();
+        assert!(dec.data.capacity() > 0, "kept for the next event");
+        let large = format!("data: {}\n\n", "x".repeat(KEPT_BUFFER_BYTES + 1));
+        dec.push_with(large.as_bytes(), |e| seen.push(e.to_owned()))
+            .unwrap();
+        assert_eq!(dec.data.capacity(), 0, "released");
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0], msg("small"));
+        assert_eq!(seen[1].data.len(), KEPT_BUFFER_BYTES + 1);
     }
 
     #[test]

@@ -7,6 +7,8 @@
 
 pub mod request;
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -94,6 +96,14 @@ impl Request {
     }
 }
 
+/// Parses an upstream answer (a completion, a stream's chunk). The body is checked as UTF-8
+/// once, whole: serde_json then reads its strings without checking each again (`from_str`),
+/// and the answer borrows those without escapes. `None`: not UTF-8 or not that JSON.
+pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Option<T> {
+    let text = std::str::from_utf8(body).ok()?;
+    serde_json::from_str(text).ok()
+}
+
 /// `null` where a list or object is expected means "absent" (vLLM sends `"tool_calls": null`).
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
@@ -104,24 +114,28 @@ where
 }
 
 /// A non-streaming `chat.completion` object.
+///
+/// Answers borrow their text from the body they are parsed from (`Cow`: borrowed unless the
+/// JSON string has escapes): a stream parses one of these per frame, and only what is kept
+/// is copied.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct Completion {
-    pub id: Option<String>,
-    pub object: Option<String>,
-    pub model: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub choices: Vec<Choice>,
+pub struct Completion<'a> {
+    #[serde(borrow)]
+    pub model: Option<Cow<'a, str>>,
+    #[serde(borrow, deserialize_with = "null_as_default")]
+    pub choices: Vec<Choice<'a>>,
     pub usage: Option<Usage>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct Choice {
+pub struct Choice<'a> {
     pub index: u32,
-    #[serde(deserialize_with = "null_as_default")]
-    pub message: Message,
-    pub finish_reason: Option<String>,
+    #[serde(borrow, deserialize_with = "null_as_default")]
+    pub message: Message<'a>,
+    #[serde(borrow)]
+    pub finish_reason: Option<Cow<'a, str>>,
     pub logprobs: Option<Logprobs>,
 }
 
@@ -129,18 +143,22 @@ pub struct Choice {
 /// in pieces.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct Message {
-    pub content: Option<String>,
-    pub refusal: Option<String>,
+pub struct Message<'a> {
+    #[serde(borrow)]
+    pub content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub refusal: Option<Cow<'a, str>>,
     /// llama.cpp, DeepSeek and older vLLM.
-    pub reasoning_content: Option<String>,
+    #[serde(borrow)]
+    pub reasoning_content: Option<Cow<'a, str>>,
     /// vLLM 0.32 and later.
-    pub reasoning: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub tool_calls: Vec<ToolCall>,
+    #[serde(borrow)]
+    pub reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, deserialize_with = "null_as_default")]
+    pub tool_calls: Vec<ToolCall<'a>>,
 }
 
-impl Message {
+impl Message<'_> {
     pub fn reasoning_text(&self) -> Option<&str> {
         self.reasoning_content
             .as_deref()
@@ -153,18 +171,21 @@ impl Message {
 /// continues; a completion's calls leave it 0).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct ToolCall {
+pub struct ToolCall<'a> {
     pub index: u32,
-    pub id: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub function: FunctionCall,
+    #[serde(borrow)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(borrow, deserialize_with = "null_as_default")]
+    pub function: FunctionCall<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct FunctionCall {
-    pub name: Option<String>,
-    pub arguments: Option<String>,
+pub struct FunctionCall<'a> {
+    #[serde(borrow)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub arguments: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
@@ -217,11 +238,11 @@ pub struct TopLogprob {
 /// One `chat.completion.chunk` of a stream, or an error frame some servers send mid-stream.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct Chunk {
-    pub id: Option<String>,
-    pub model: Option<String>,
-    #[serde(deserialize_with = "null_as_default")]
-    pub choices: Vec<ChunkChoice>,
+pub struct Chunk<'a> {
+    #[serde(borrow)]
+    pub model: Option<Cow<'a, str>>,
+    #[serde(borrow, deserialize_with = "null_as_default")]
+    pub choices: Vec<ChunkChoice<'a>>,
     pub usage: Option<Usage>,
     /// `data: {"error": {...}}`: vLLM and llama.cpp report failures this way after the 200.
     pub error: Option<Value>,
@@ -229,16 +250,17 @@ pub struct Chunk {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct ChunkChoice {
+pub struct ChunkChoice<'a> {
     pub index: u32,
-    #[serde(deserialize_with = "null_as_default")]
-    pub delta: Delta,
-    pub finish_reason: Option<String>,
+    #[serde(borrow, deserialize_with = "null_as_default")]
+    pub delta: Delta<'a>,
+    #[serde(borrow)]
+    pub finish_reason: Option<Cow<'a, str>>,
     pub logprobs: Option<Logprobs>,
 }
 
 /// A chunk's delta has the fields of a message.
-pub type Delta = Message;
+pub type Delta<'a> = Message<'a>;
 
 #[cfg(test)]
 mod request_tests {

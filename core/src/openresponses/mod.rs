@@ -7,5 +7,5 @@ pub mod events;
 pub mod response;
 
 pub use error::{ApiError, ErrorKind};
-pub use events::{Event, EventWriter, Part};
+pub use events::{DeltaFrame, Event, EventWriter, Part};
 pub use response::*;

@@ -7,6 +7,8 @@
 //! operator keys of sealed reasoning ([`seal::Purpose::Compaction`], so that neither kind of
 //! blob opens as the other).
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -247,8 +249,8 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
             format!("The upstream's answer to the summarising request {what}."),
         )
     };
-    let completion: chat::Completion =
-        serde_json::from_slice(body).map_err(|_| invalid("is not a Chat Completion"))?;
+    let completion: chat::Completion<'_> =
+        chat::parse(body).ok_or_else(|| invalid("is not a Chat Completion"))?;
     let choice = completion
         .choices
         .into_iter()
@@ -296,7 +298,7 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
     Ok(Completed {
         body,
         usage,
-        upstream_model: completion.model,
-        finish_reason,
+        upstream_model: completion.model.map(Cow::into_owned),
+        finish_reason: finish_reason.map(Cow::into_owned),
     })
 }

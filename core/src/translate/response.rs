@@ -1,6 +1,8 @@
 //! Upstream answers that are not streams: a `chat.completion` → `ResponseResource`, and
 //! anything that is not a success → the OpenResponses error envelope.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -33,8 +35,7 @@ pub fn translate_completion(
     body: &[u8],
     now: u64,
 ) -> Result<Completed, ApiError> {
-    let completion: chat::Completion =
-        serde_json::from_slice(body).map_err(|_| not_a_completion())?;
+    let completion: chat::Completion<'_> = chat::parse(body).ok_or_else(not_a_completion)?;
     let choice = completion
         .choices
         .into_iter()
@@ -89,8 +90,8 @@ pub fn translate_completion(
     Ok(Completed {
         body,
         usage: outcome.usage,
-        upstream_model: completion.model,
-        finish_reason,
+        upstream_model: completion.model.map(Cow::into_owned),
+        finish_reason: finish_reason.map(Cow::into_owned),
     })
 }
 
@@ -98,7 +99,7 @@ pub fn translate_completion(
 /// tool calls (up to `max_tool_calls`), as the client declared the tools.
 fn answer_items(
     exchange: &Exchange,
-    message: chat::Message,
+    message: chat::Message<'_>,
     lp: Option<&chat::Logprobs>,
     item_status: ItemStatus,
     output: &mut Vec<OutputItem>,
@@ -125,13 +126,15 @@ fn answer_items(
             Vec::new()
         };
         content.push(OutputContent::OutputText {
-            text: text.unwrap_or_default(),
+            text: text.map(Cow::into_owned).unwrap_or_default(),
             annotations: Vec::new(),
             logprobs,
         });
     }
     if let Some(refusal) = refusal {
-        content.push(OutputContent::Refusal { refusal });
+        content.push(OutputContent::Refusal {
+            refusal: refusal.into_owned(),
+        });
     }
     if !content.is_empty() {
         output.push(OutputItem::Message(MessageItem {
@@ -153,9 +156,15 @@ fn answer_items(
             break;
         }
         let n = output.len();
-        let name = call.function.name.unwrap_or_default();
-        let arguments = call.function.arguments.unwrap_or_default();
-        output.push(exchange.call_item(n, call.id, name, arguments, item_status));
+        let name = call.function.name.map(Cow::into_owned).unwrap_or_default();
+        let arguments = call.function.arguments.map(Cow::into_owned);
+        output.push(exchange.call_item(
+            n,
+            call.id.map(Cow::into_owned),
+            name,
+            arguments.unwrap_or_default(),
+            item_status,
+        ));
     }
 }
 

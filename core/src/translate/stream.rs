@@ -26,7 +26,9 @@
 //!   the output beyond the output cap (none of it is sent) → `error` + `response.failed`. Open items are closed as `incomplete`
 //!   before the terminal event so that its `output` equals the `output_item.done` items.
 
-use bytes::{Bytes, BytesMut};
+use std::borrow::Cow;
+
+use bytes::Bytes;
 
 /// Bytes of Responses events per byte of upstream SSE, about (the captured llama-server and
 /// vLLM streams of tests/fixtures/upstream translate to 1.2 to 2.1 times their size, plus the
@@ -39,11 +41,11 @@ use super::{compact, finish_status, logprobs, usage, Exchange, Outcome, Reasonin
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, Event, EventWriter, ItemStatus, LogProb, MessageItem, OutputContent,
-    OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText, ResponseError, Status,
-    Usage,
+    ApplyPatchStatus, DeltaFrame, Event, EventWriter, ItemStatus, LogProb, MessageItem,
+    OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText,
+    ResponseError, Status, Usage,
 };
-use crate::sse::{SseDecoder, SseEvent};
+use crate::sse::SseDecoder;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -82,6 +84,8 @@ struct Call {
     closed: bool,
     /// Over `max_tool_calls`: never announced.
     dropped: bool,
+    /// The frame of its argument deltas, once the first is sent.
+    delta_frame: Option<DeltaFrame>,
 }
 
 /// What a stream reported, for logs, metrics and Envoy's metadata ([`StreamTranslator::report`]).
@@ -110,13 +114,14 @@ pub struct FinalResponse {
 pub struct StreamTranslator {
     exchange: Exchange,
     sse: SseDecoder,
-    frames: Vec<SseEvent>,
     events: EventWriter,
-    out: BytesMut,
+    out: Vec<u8>,
     phase: Phase,
     output: Vec<OutputItem>,
     outcome: Outcome,
     current: Current,
+    /// The frame of the deltas of the open reasoning or message part, once the first is sent.
+    delta_frame: Option<DeltaFrame>,
     calls: Vec<Call>,
     finish_reason: Option<String>,
     /// Bytes of text and arguments accumulated (counted in `handle_frame`), bounded by
@@ -134,13 +139,13 @@ impl StreamTranslator {
         StreamTranslator {
             exchange,
             sse,
-            frames: Vec::new(),
             events: EventWriter::new(),
-            out: BytesMut::new(),
+            out: Vec::new(),
             phase: Phase::New,
             output: Vec::new(),
             outcome: Outcome::in_progress(),
             current: Current::None,
+            delta_frame: None,
             calls: Vec::new(),
             finish_reason: None,
             output_bytes: 0,
@@ -172,10 +177,9 @@ impl StreamTranslator {
             // allocation up front instead of a doubling (and a copy) per few events.
             self.out
                 .reserve(chunk.len().saturating_mul(OUTPUT_PER_INPUT_BYTE) + 1024);
-            let mut frames = std::mem::take(&mut self.frames);
-            let decoded = self.sse.push(chunk, &mut frames);
-            self.handle_frames(&mut frames, false, now);
-            self.frames = frames;
+            let mut sse = self.take_decoder();
+            let decoded = sse.push_with(chunk, |frame| self.handle_frame(frame.data, false, now));
+            self.put_decoder(sse);
             // The frames before the oversized one may have ended the stream already.
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
                 self.fail("upstream_event_too_large", &e.to_string(), now);
@@ -188,11 +192,10 @@ impl StreamTranslator {
     pub fn finish(&mut self, now: u64) -> Bytes {
         self.start();
         if self.phase == Phase::Open {
-            let mut frames = std::mem::take(&mut self.frames);
-            let decoded = self.sse.finish(&mut frames);
+            let mut sse = self.take_decoder();
             // Only an event without its closing blank line is dispatched here.
-            self.handle_frames(&mut frames, true, now);
-            self.frames = frames;
+            let decoded = sse.finish_with(|frame| self.handle_frame(frame.data, true, now));
+            self.put_decoder(sse);
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
                 self.fail("upstream_event_too_large", &e.to_string(), now);
             }
@@ -247,10 +250,10 @@ impl StreamTranslator {
     }
 
     /// The bytes written so far, handed over whole: the buffer is not shared with what
-    /// comes next (as `split` would leave it), so the adapter can turn it into its message
-    /// without a copy (`Vec::from(Bytes)` reuses a buffer it alone holds).
+    /// comes next, so the adapter can turn it into its message without a copy
+    /// (`Vec::from(Bytes)` reuses a buffer it alone holds).
     fn take_out(&mut self) -> Bytes {
-        std::mem::take(&mut self.out).freeze()
+        Bytes::from(std::mem::take(&mut self.out))
     }
 
     fn start(&mut self) {
@@ -266,18 +269,25 @@ impl StreamTranslator {
             .write(&mut self.out, &Event::InProgress { response: r });
     }
 
-    /// `unterminated`: the frames were ended by the end of the body, not by a blank line.
-    fn handle_frames(&mut self, frames: &mut Vec<SseEvent>, unterminated: bool, now: u64) {
-        for frame in frames.drain(..) {
-            if self.phase != Phase::Open {
-                break;
-            }
-            self.handle_frame(&frame.data, unterminated, now);
-        }
-        frames.clear();
+    /// The decoder lends each frame out of its own buffer: it is set aside while the frames
+    /// of a chunk are handled (and put back by [`StreamTranslator::put_decoder`]).
+    fn take_decoder(&mut self) -> SseDecoder {
+        std::mem::replace(&mut self.sse, SseDecoder::new(0))
     }
 
+    /// Puts the decoder back, unless the stream ended meanwhile: what it holds is dropped.
+    fn put_decoder(&mut self, sse: SseDecoder) {
+        if self.phase == Phase::Open {
+            self.sse = sse;
+        }
+    }
+
+    /// `unterminated`: the frame was ended by the end of the body, not by a blank line.
+    /// Frames after the stream's end are ignored.
     fn handle_frame(&mut self, data: &[u8], unterminated: bool, now: u64) {
+        if self.phase != Phase::Open {
+            return;
+        }
         let data = data.trim_ascii();
         if data == b"[DONE]" {
             self.complete(now);
@@ -286,12 +296,12 @@ impl StreamTranslator {
         if data.is_empty() {
             return;
         }
-        let chunk: chat::Chunk = match serde_json::from_slice(data) {
-            Ok(c) => c,
+        let chunk = match chat::parse::<chat::Chunk<'_>>(data) {
+            Some(c) => c,
             // The body was cut inside this frame: dropped, so that `finish` reports the cut
             // (or completes, if the finish_reason had already come).
-            Err(_) if unterminated => return,
-            Err(_) => {
+            None if unterminated => return,
+            None => {
                 self.fail(
                     "upstream_invalid_chunk",
                     "The upstream sent a stream event that is not a valid chat.completion.chunk.",
@@ -315,7 +325,7 @@ impl StreamTranslator {
             self.outcome.usage = Some(usage(u));
         }
         if self.upstream_model.is_none() {
-            self.upstream_model = chunk.model;
+            self.upstream_model = chunk.model.map(Cow::into_owned);
         }
         for choice in chunk.choices {
             // Responses has one answer per response; other choices (n > 1) are dropped.
@@ -348,7 +358,7 @@ impl StreamTranslator {
                     self.summary.push_str(text);
                 }
                 if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                    self.finish_reason = Some(reason);
+                    self.finish_reason = Some(reason.into_owned());
                 }
                 continue;
             }
@@ -370,7 +380,7 @@ impl StreamTranslator {
                 self.tool_call_delta(tc);
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                self.finish_reason = Some(reason);
+                self.finish_reason = Some(reason.into_owned());
                 let status = self.item_status();
                 self.close_current(status);
                 self.close_calls(status);
@@ -419,6 +429,7 @@ impl StreamTranslator {
                     },
                 );
                 self.current = Current::Reasoning { item };
+                self.delta_frame = None;
                 item
             }
         };
@@ -429,7 +440,8 @@ impl StreamTranslator {
             t.text.push_str(delta);
         }
         let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
-        let ev = match self.exchange.options.reasoning_events {
+        let names = self.exchange.options.reasoning_events;
+        let event = |delta| match names {
             ReasoningEvents::Spec => Event::ReasoningDelta {
                 item_id,
                 output_index,
@@ -443,7 +455,13 @@ impl StreamTranslator {
                 delta,
             },
         };
-        self.events.write(&mut self.out, &ev);
+        write_delta(
+            &mut self.events,
+            &mut self.out,
+            &mut self.delta_frame,
+            event,
+            delta,
+        );
     }
 
     fn message_delta(&mut self, kind: PartKind, delta: &str, lp: Vec<LogProb>) {
@@ -481,31 +499,51 @@ impl StreamTranslator {
             return;
         };
         let content_index = m.content.len().saturating_sub(1);
-        let ev = match m.content.last_mut() {
+        let (item_id, output_index) = (m.id.as_str(), item);
+        match m.content.last_mut() {
             Some(OutputContent::OutputText { text, logprobs, .. }) => {
                 text.push_str(delta);
                 let from = logprobs.len();
                 logprobs.extend(lp);
-                Event::OutputTextDelta {
-                    item_id: &m.id,
-                    output_index: item,
+                let logprobs = &logprobs[from..];
+                let event = |delta| Event::OutputTextDelta {
+                    item_id,
+                    output_index,
                     content_index,
                     delta,
-                    logprobs: &logprobs[from..],
+                    logprobs,
+                };
+                // The part's frame has no logprobs: a delta that has some is written whole.
+                if logprobs.is_empty() {
+                    write_delta(
+                        &mut self.events,
+                        &mut self.out,
+                        &mut self.delta_frame,
+                        event,
+                        delta,
+                    );
+                } else {
+                    self.events.write(&mut self.out, &event(delta));
                 }
             }
             Some(OutputContent::Refusal { refusal }) => {
                 refusal.push_str(delta);
-                Event::RefusalDelta {
-                    item_id: &m.id,
-                    output_index: item,
+                let event = |delta| Event::RefusalDelta {
+                    item_id,
+                    output_index,
                     content_index,
                     delta,
-                }
+                };
+                write_delta(
+                    &mut self.events,
+                    &mut self.out,
+                    &mut self.delta_frame,
+                    event,
+                    delta,
+                );
             }
-            None => return,
-        };
-        self.events.write(&mut self.out, &ev);
+            None => {}
+        }
     }
 
     fn open_part(&mut self, item: usize, kind: PartKind) {
@@ -543,6 +581,7 @@ impl StreamTranslator {
             item,
             part: Some(kind),
         };
+        self.delta_frame = None;
     }
 
     /// Closes the open content part of message `item`, if any.
@@ -658,7 +697,7 @@ impl StreamTranslator {
         );
     }
 
-    fn tool_call_delta(&mut self, tc: chat::ToolCall) {
+    fn tool_call_delta(&mut self, tc: chat::ToolCall<'_>) {
         let slot = self.call_slot(tc.index);
         // Text before a tool call is a finished thought: close it first. When this starts a
         // call that will be an item after it, the text was on the way to the call:
@@ -677,16 +716,16 @@ impl StreamTranslator {
             return;
         }
         if let Some(id) = tc.id.filter(|id| !id.is_empty()) {
-            call.id.get_or_insert(id);
+            call.id.get_or_insert_with(|| id.into_owned());
         }
         if call.item.is_none() {
             if let Some(name) = tc.function.name.filter(|n| !n.is_empty()) {
-                call.name = name;
+                call.name = name.into_owned();
             }
         }
         let args = tc.function.arguments.unwrap_or_default();
         match call.item {
-            Some(item) => self.arguments_delta(item, &args),
+            Some(_) => self.arguments_delta(slot, &args),
             None => {
                 call.pending.push_str(&args);
                 // A built-in's call is announced whole, when it closes.
@@ -712,6 +751,7 @@ impl StreamTranslator {
             pending: String::new(),
             closed: false,
             dropped: self.exchange.over_tool_call_limit(kept),
+            delta_frame: None,
         });
         self.calls.len() - 1
     }
@@ -745,14 +785,15 @@ impl StreamTranslator {
             },
         );
         if !pending.is_empty() {
-            self.arguments_delta(item, &pending);
+            self.arguments_delta(slot, &pending);
         }
     }
 
-    fn arguments_delta(&mut self, item: usize, delta: &str) {
-        if delta.is_empty() {
+    /// Arguments of the announced call in `slot`.
+    fn arguments_delta(&mut self, slot: usize, delta: &str) {
+        let Some(item) = self.calls[slot].item.filter(|_| !delta.is_empty()) else {
             return;
-        }
+        };
         if let OutputItem::CustomToolCall(c) = &mut self.output[item] {
             // JSON arguments, decoded when complete: the input goes out in one delta then.
             c.input.push_str(delta);
@@ -760,13 +801,18 @@ impl StreamTranslator {
         }
         if let OutputItem::FunctionCall(f) = &mut self.output[item] {
             f.arguments.push_str(delta);
-            self.events.write(
+            let item_id = f.id.as_str();
+            let event = |delta| Event::FunctionCallArgumentsDelta {
+                item_id,
+                output_index: item,
+                delta,
+            };
+            write_delta(
+                &mut self.events,
                 &mut self.out,
-                &Event::FunctionCallArgumentsDelta {
-                    item_id: &f.id,
-                    output_index: item,
-                    delta,
-                },
+                &mut self.calls[slot].delta_frame,
+                event,
+                delta,
             );
         }
     }
@@ -993,6 +1039,24 @@ impl StreamTranslator {
         self.phase = Phase::Done;
         // The rest of the upstream body is ignored; drop what the decoder holds.
         self.sse = SseDecoder::new(0);
+    }
+}
+
+/// Writes the delta event `event(delta)` through `frame`, the frame of its part's deltas,
+/// made from the first one (see [`DeltaFrame`]).
+fn write_delta<'a>(
+    events: &mut EventWriter,
+    out: &mut Vec<u8>,
+    frame: &mut Option<DeltaFrame>,
+    event: impl Fn(&'a str) -> Event<'a>,
+    delta: &'a str,
+) {
+    if frame.is_none() {
+        *frame = DeltaFrame::new(&event(""));
+    }
+    match frame {
+        Some(frame) => events.write_delta(out, frame, delta),
+        None => events.write(out, &event(delta)),
     }
 }
 
