@@ -8,8 +8,8 @@ processor beside it, the dynamic module inside it), same upstream, same run.
 
 Knobs (environment): BENCH_SECONDS, BENCH_WARMUP_SECONDS, BENCH_CONNECTIONS (wrk -c, 32),
 BENCH_TRICKLE_CONNECTIONS (wrk -c of the trickle scenarios, 256), BENCH_ONLY (scenarios whose
-name contains this, with their baselines), BENCH_FILTER_CONFIG (another bootstrap for the
-ext_proc scenarios), BENCH_PROCESSOR_ARGS (extra processor flags), BENCH_PROCESSOR_BIN
+name contains this, with their baselines), BENCH_SKIP (not those whose name contains this),
+BENCH_FILTER_CONFIG (another bootstrap for the ext_proc scenarios), BENCH_PROCESSOR_ARGS (extra processor flags), BENCH_PROCESSOR_BIN
 (another processor build), BENCH_MODULE_DIR (the directory of another libresponses_module.so).
 
 Brings up nginx (Debian) serving a fixed `chat.completion` (benches/fixtures/chat.json) and a
@@ -42,7 +42,7 @@ The "traced" scenarios are the same exchanges with traces on: the processor runs
 grpcio installed into .venv; it takes the exports without decoding them, its CPU is printed
 under the table). Envoy does not trace there, so the rows compare the processor's CPU per
 exchange with traces off and on. For "off costs nothing", compare the untraced rows with an
-older build: BENCH_PROCESSOR_BIN=/path/to/it BENCH_ONLY=ext_proc.
+older build: BENCH_PROCESSOR_BIN=/path/to/it BENCH_ONLY="ext_proc, /v1" BENCH_SKIP=traced.
 """
 
 import json
@@ -68,6 +68,7 @@ TRICKLE_CONNECTIONS = int(os.environ.get("BENCH_TRICKLE_CONNECTIONS", "256"))
 # measure a setting before shipping it.
 FILTER_CONFIG = os.environ.get("BENCH_FILTER_CONFIG", "envoy/envoy.yaml")
 ONLY = os.environ.get("BENCH_ONLY")  # run only the scenarios whose name contains this
+SKIP = os.environ.get("BENCH_SKIP")  # and not those whose name contains this
 PROCESSOR_ARGS = os.environ.get("BENCH_PROCESSOR_ARGS", "").split()  # e.g. "--worker-threads 2"
 # Another processor binary (e.g. an older build, to compare), with BENCH_FILTER_CONFIG.
 PROCESSOR_BIN = os.environ.get("BENCH_PROCESSOR_BIN", f"{ROOT}/target/release/responses-extproc")
@@ -493,18 +494,23 @@ def run(scenario, envoy_bin, ports, tmp, nginx, sink_python):
             os.unlink(socket_path)
 
 
+def wanted(s):
+    """BENCH_ONLY and BENCH_SKIP; a baseline always runs."""
+    if s.name == s.baseline:
+        return True
+    return (not ONLY or ONLY in s.name) and not (SKIP and SKIP in s.name)
+
+
 def main():
     envoy_bin = ensure_tools()
-    selected = [s for s in SCENARIOS if not ONLY or ONLY in s.name or s.name == s.baseline]
+    selected = [s for s in SCENARIOS if wanted(s)]
     sink_python = ensure_sink_python() if any(s.traced for s in selected) else None
     tmp = tempfile.mkdtemp(prefix="side-by-side-")
     nginx, ports = start_nginx(tmp)
     trickle, ports["trickle"], events = start_trickle(tmp)
     results = {}
     try:
-        for s in SCENARIOS:
-            if ONLY and ONLY not in s.name and s.name != s.baseline:
-                continue
+        for s in selected:
             log(f"{s.name}: {SECONDS} s")
             results[s.name] = run(s, envoy_bin, ports, tmp, nginx, sink_python)
     finally:
