@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use responses_core::exchange::{
-    BodyStep, Exchange, HeadStep, Operation, RequestStep, ResponseHead, Settings,
+    BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead, Settings,
 };
 use responses_core::translate::Meta;
 
@@ -58,7 +58,7 @@ fn main() {
         };
         let body = match out {
             BodyStep::Send(b) => b,
-            BodyStep::Reply(r) if r.translated => r.body,
+            BodyStep::Reply(Reply::Answer(a)) => a.body,
             other => panic!("not translated: {other:?}"),
         };
         assert!(ex.is_finished());

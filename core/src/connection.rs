@@ -323,7 +323,7 @@ impl Connection {
                 frames.messages.splice(0..0, head.messages);
                 Ok(Start::Answered(frames))
             }
-            RequestStep::Reply(reply) => Err(reply_error(reply)),
+            RequestStep::Reply(reply) => Err(reply.error),
             RequestStep::Hold => Err(ApiError::server(
                 500,
                 "internal_error",
@@ -442,16 +442,21 @@ impl Connection {
                 let messages = event_messages(&bytes);
                 self.end_turn(messages)
             }
-            crate::exchange::AbortStep::Reply(reply) => self.end_with(reply),
+            crate::exchange::AbortStep::Reply(reply) => self.end_with(Reply::Error(reply)),
             crate::exchange::AbortStep::Nothing => self.end_turn(Vec::new()),
         }
     }
 
     fn end_with(&mut self, reply: Reply) -> Frames {
-        let messages = if reply.translated && reply.content_type == EVENT_STREAM {
-            event_messages(&reply.body)
-        } else {
-            vec![error_frame(&reply_error(reply))]
+        let messages = match reply {
+            Reply::Answer(a) if a.content_type == EVENT_STREAM => event_messages(&a.body),
+            // Every response on a socket is a stream: an object cannot be framed as events.
+            Reply::Answer(_) => vec![error_frame(&ApiError::server(
+                500,
+                "internal_error",
+                "The response could not be framed as events.",
+            ))],
+            Reply::Error(e) => vec![error_frame(&e.error)],
         };
         self.end_turn(messages)
     }
@@ -508,16 +513,6 @@ fn message_too_large(limit: usize) -> ApiError {
     ))
     .with_status(413)
     .with_code("request_too_large")
-}
-
-fn reply_error(reply: Reply) -> ApiError {
-    reply.error.unwrap_or_else(|| {
-        ApiError::server(
-            500,
-            "internal_error",
-            "The response could not be framed as events.",
-        )
-    })
 }
 
 /// The `error` event of the WebSocket transport: `{"type":"error","status":N,"error":{...}}`.

@@ -99,15 +99,15 @@ fn exchange(op: Operation, request: &Value, content_type: &str, answer: &[u8]) -
     match ex.response_head(head, 1) {
         HeadStep::Stream => match ex.response_body(answer, true, 2) {
             BodyStep::Send(bytes) => check_sse(&bytes, &what),
-            BodyStep::Reply(reply) => vec![check(&reply.body, &what)],
+            BodyStep::Reply(reply) => vec![check(reply.body(), &what)],
             BodyStep::Hold => panic!("held a stream"),
         },
         HeadStep::Gather => match ex.response_body(answer, true, 2) {
-            BodyStep::Reply(reply) if reply.content_type == SSE => check_sse(&reply.body, &what),
-            BodyStep::Reply(reply) => vec![check(&reply.body, &what)],
+            BodyStep::Reply(reply) if reply.content_type() == SSE => check_sse(reply.body(), &what),
+            BodyStep::Reply(reply) => vec![check(reply.body(), &what)],
             other => panic!("{what}: gathered answer not replied: {other:?}"),
         },
-        HeadStep::Reply(reply) => vec![check(&reply.body, &what)],
+        HeadStep::Reply(reply) => vec![check(reply.body(), &what)],
     }
 }
 

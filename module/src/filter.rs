@@ -221,7 +221,7 @@ impl<E: Environment> Filter<E> {
                 true
             }
             AbortStep::Reply(r) if !self.head_sent => {
-                self.reply(host, &r, DETAILS_ANSWER);
+                self.reply(host, &Reply::Error(r), DETAILS_ANSWER);
                 false
             }
             _ if self.head_sent => {
@@ -380,7 +380,7 @@ impl<E: Environment> Filter<E> {
                 Carried::Forwarded
             }
             RequestStep::Reply(r) => {
-                self.reply(host, &r, DETAILS_REQUEST);
+                self.reply(host, &Reply::Error(r), DETAILS_REQUEST);
                 Carried::Replied
             }
         }
@@ -416,10 +416,10 @@ impl<E: Environment> Filter<E> {
                 edit(host, Side::Response, proxy::gather_head_edits());
                 HeadersStatus::Stop
             }
-            HeadStep::Reply(r) if r.translated => {
+            HeadStep::Reply(Reply::Answer(a)) => {
                 // A stream without a body: its whole (failed) event stream in its place.
-                edit(host, Side::Response, proxy::stream_head_edits());
-                host.append_body(Side::Response, &r.body);
+                edit(host, Side::Response, proxy::answer_edits(&a));
+                host.append_body(Side::Response, &a.body);
                 self.head_sent = true;
                 HeadersStatus::Continue
             }
@@ -477,9 +477,9 @@ impl<E: Environment> Filter<E> {
                 host.reset();
                 BodyStatus::Stop
             }
-            Some(r) if r.translated => {
-                edit(host, Side::Response, proxy::translated_reply_edits(&r));
-                host.append_body(Side::Response, &r.body);
+            Some(Reply::Answer(a)) => {
+                edit(host, Side::Response, proxy::answer_edits(&a));
+                host.append_body(Side::Response, &a.body);
                 BodyStatus::Continue
             }
             Some(r) => {
@@ -514,9 +514,9 @@ impl<E: Environment> Filter<E> {
                 host.append_body(Side::Response, &bytes);
                 TrailersStatus::Continue
             }
-            BodyStep::Reply(r) if r.translated && !self.head_sent => {
-                edit(host, Side::Response, proxy::translated_reply_edits(&r));
-                host.append_body(Side::Response, &r.body);
+            BodyStep::Reply(Reply::Answer(a)) if !self.head_sent => {
+                edit(host, Side::Response, proxy::answer_edits(&a));
+                host.append_body(Side::Response, &a.body);
                 TrailersStatus::Continue
             }
             BodyStep::Reply(r) if !self.head_sent => {
@@ -544,11 +544,12 @@ impl<E: Environment> Filter<E> {
                 .unwrap_or("");
             format!(
                 "answered with an error envelope request_id={} status={} code={code}",
-                self.request_id, r.status
+                self.request_id,
+                r.status()
             )
         });
         self.replied = true;
-        host.send_reply(r.status, r.content_type, &r.body, details);
+        host.send_reply(r.status(), r.content_type(), r.body(), details);
     }
 
     /// The exchange's summary as Envoy dynamic metadata (once, when it ends).
@@ -667,10 +668,10 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// The core's header edits, applied to one side's headers.
-fn edit<'a>(host: &mut impl Host, side: Side, edits: impl IntoIterator<Item = HeaderEdit<'a>>) {
+fn edit(host: &mut impl Host, side: Side, edits: impl IntoIterator<Item = HeaderEdit>) {
     for e in edits {
         match e {
-            HeaderEdit::Set(name, value) => host.set_header(side, name, Some(&value)),
+            HeaderEdit::Set(name, value) => host.set_header(side, &name, Some(&value)),
             HeaderEdit::Remove(name) => host.set_header(side, name, None),
         }
     }

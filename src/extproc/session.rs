@@ -248,7 +248,7 @@ impl<E: Environment> Session<E> {
             proxy::abort_after_panic(ex, now)
         };
         match step {
-            AbortStep::Reply(r) => vec![self.reply(&r)],
+            AbortStep::Reply(r) => vec![self.reply(&Reply::Error(r))],
             // Envoy waits for the answer to the chunk it sent: replace it with the ending.
             AbortStep::Send(bytes) => vec![self.stream_bytes(bytes, true)],
             AbortStep::Nothing => Vec::new(),
@@ -334,11 +334,11 @@ impl<E: Environment> Session<E> {
                 let s = self.exchange().map(|e| e.summary().clone());
                 tracing::info!(
                     request_id = %self.request_id,
-                    status = r.status,
+                    status = r.status(),
                     code = s.as_ref().and_then(|s| s.error_code.as_deref()).unwrap_or(""),
                     "rejected request"
                 );
-                immediate(&r, DETAILS_REQUEST)
+                immediate(&Reply::Error(r), DETAILS_REQUEST)
             }
         }
     }
@@ -373,10 +373,10 @@ impl<E: Environment> Session<E> {
                 msg::common(edits(proxy::gather_head_edits()), None, false),
                 Some(msg::response_body_mode(BodySendMode::BufferedPartial)),
             ),
-            HeadStep::Reply(r) if r.translated => {
+            HeadStep::Reply(Reply::Answer(a)) => {
                 // A stream without a body: its whole (failed) event stream replaces it.
-                let headers = edits(proxy::stream_head_edits());
-                let mut c = msg::common(headers, Some(Vec::from(r.body)), false);
+                let headers = edits(proxy::answer_edits(&a));
+                let mut c = msg::common(headers, Some(Vec::from(a.body)), false);
                 c.status = ResponseStatus::ContinueAndReplace as i32;
                 msg::response_headers(c, None)
             }
@@ -406,16 +406,16 @@ impl<E: Environment> Session<E> {
             // full: it cannot hold the head any longer, so the answer ends here.
             BodyStep::Hold => {
                 let r = ex.response_overflow();
-                self.reply(&r)
+                self.reply(&Reply::Error(r))
             }
             BodyStep::Reply(r) if streaming => {
                 // Cannot happen: a streaming exchange answers with bytes. Fail closed.
                 self.reply(&r)
             }
-            BodyStep::Reply(r) if r.translated => {
+            BodyStep::Reply(Reply::Answer(a)) => {
                 self.log_end();
-                let headers = edits(proxy::translated_reply_edits(&r));
-                msg::response_body(msg::common(headers, Some(Vec::from(r.body)), false))
+                let headers = edits(proxy::answer_edits(&a));
+                msg::response_body(msg::common(headers, Some(Vec::from(a.body)), false))
             }
             BodyStep::Reply(r) => self.reply(&r),
         }
@@ -461,7 +461,7 @@ impl<E: Environment> Session<E> {
         let s = self.exchange().map(|e| e.summary().clone());
         tracing::warn!(
             request_id = %self.request_id,
-            status = r.status,
+            status = r.status(),
             code = s.as_ref().and_then(|s| s.error_code.as_deref()).unwrap_or(""),
             "answered with an error envelope"
         );
@@ -516,17 +516,17 @@ fn read<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
 }
 
 /// The core's header edits as an ext_proc header mutation.
-fn edits<'a>(edits: impl IntoIterator<Item = HeaderEdit<'a>>) -> Headers {
+fn edits(edits: impl IntoIterator<Item = HeaderEdit>) -> Headers {
     edits
         .into_iter()
         .fold(Headers::default(), |headers, edit| match edit {
-            HeaderEdit::Set(name, value) => headers.set(name, value.into_owned()),
+            HeaderEdit::Set(name, value) => headers.set(&name, value.into_owned()),
             HeaderEdit::Remove(name) => headers.remove(name),
         })
 }
 
 fn immediate(r: &Reply, details: &str) -> ProcessingResponse {
-    msg::immediate(r.status, r.content_type, r.body.to_vec(), details)
+    msg::immediate(r.status(), r.content_type(), r.body().to_vec(), details)
 }
 
 /// Logs a body only when the operator asked for content logging (`--log-content`).
