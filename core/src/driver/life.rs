@@ -116,6 +116,11 @@ impl Life {
         }
     }
 
+    /// Its end was told: nothing more will be.
+    pub fn is_over(&self) -> bool {
+        self.end == Tell::Told
+    }
+
     /// The next event owed, in the order they happen; `summary` is the exchange's, for its
     /// end.
     pub fn poll(&mut self, now: Instant, summary: Option<&Summary>) -> Option<Event> {
