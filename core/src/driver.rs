@@ -241,16 +241,10 @@ impl<E: Environment> Driver<E> {
         let meta = self.meta();
         let ex = self.ours();
         let mut step = RequestStep::Hold;
-        let mut pieces = pieces().into_iter().peekable();
-        if pieces.peek().is_none() && end {
-            step = ex.request_body(&[], true, meta);
-        }
-        while let Some(piece) = pieces.next() {
-            step = ex.request_body(piece, end && pieces.peek().is_none(), meta);
-            if !matches!(step, RequestStep::Hold) {
-                break;
-            }
-        }
+        feed(pieces(), end, |piece, last| {
+            step = ex.request_body(piece, last, meta);
+            matches!(step, RequestStep::Hold)
+        });
         self.request_step(step, false)
     }
 
@@ -330,26 +324,19 @@ impl<E: Environment> Driver<E> {
         };
         let mut sent = Bytes::new();
         let mut reply = None;
-        let mut step = |piece: &[u8], last: bool| match ex.response_body(piece, last, unix) {
-            BodyStep::Send(bytes) => {
-                sent = exchange::concat(std::mem::take(&mut sent), bytes);
-                true
+        feed(pieces(), end, |piece, last| {
+            match ex.response_body(piece, last, unix) {
+                BodyStep::Send(bytes) => {
+                    sent = exchange::concat(std::mem::take(&mut sent), bytes);
+                    true
+                }
+                BodyStep::Hold => true,
+                BodyStep::Reply(r) => {
+                    reply = Some(r);
+                    false
+                }
             }
-            BodyStep::Hold => true,
-            BodyStep::Reply(r) => {
-                reply = Some(r);
-                false
-            }
-        };
-        let mut pieces = pieces().into_iter().peekable();
-        if pieces.peek().is_none() && end {
-            step(&[], true);
-        }
-        while let Some(piece) = pieces.next() {
-            if !step(piece, end && pieces.peek().is_none()) {
-                break;
-            }
-        }
+        });
         let action = match reply {
             Some(reply) => self.reply(reply),
             None if self.head_sent => Action::Send { bytes: sent, end },
@@ -541,6 +528,27 @@ impl<E: Environment> Driver<E> {
             if ex.is_finished() {
                 self.life.finish(false);
             }
+        }
+    }
+}
+
+/// Feeds a callback's body pieces to `step` (`last` with the last one, when the body ends
+/// with them; an empty last piece when it ends with none) while it asks for more.
+fn feed<'p>(
+    pieces: impl IntoIterator<Item = &'p [u8]>,
+    end: bool,
+    mut step: impl FnMut(&[u8], bool) -> bool,
+) {
+    let mut pieces = pieces.into_iter().peekable();
+    if pieces.peek().is_none() {
+        if end {
+            step(&[], true);
+        }
+        return;
+    }
+    while let Some(piece) = pieces.next() {
+        if !step(piece, end && pieces.peek().is_none()) {
+            return;
         }
     }
 }

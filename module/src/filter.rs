@@ -89,11 +89,7 @@ impl<E: Environment> Filter<E> {
                 .unwrap_or_default()
                 .to_owned();
         }
-        if self.carry(host, Side::Request, action) {
-            HeadersStatus::Continue
-        } else {
-            HeadersStatus::Stop
-        }
+        headers_status(self.carry(host, Side::Request, action))
     }
 
     pub fn request_body(&mut self, host: &mut impl Host, end: bool) -> BodyStatus {
@@ -114,11 +110,7 @@ impl<E: Environment> Filter<E> {
             |name| host.header(Side::Response, name),
             end,
         );
-        if self.carry(host, Side::Response, action) {
-            HeadersStatus::Continue
-        } else {
-            HeadersStatus::Stop
-        }
+        headers_status(self.carry(host, Side::Response, action))
     }
 
     pub fn response_body(&mut self, host: &mut impl Host, end: bool) -> BodyStatus {
@@ -273,6 +265,14 @@ impl<E: Environment> Filter<E> {
             });
         }
         record(host, &self.config.metrics, f);
+    }
+}
+
+fn headers_status(go: bool) -> HeadersStatus {
+    if go {
+        HeadersStatus::Continue
+    } else {
+        HeadersStatus::Stop
     }
 }
 
