@@ -10,10 +10,15 @@
 //! ```
 //!
 //! Arguments: `json` or `sse` (the benchmark's 411-byte `chat.completion` or its 64-event
-//! llama-server stream), then the number of exchanges (default 100). It checks each answer.
+//! llama-server stream), then the number of exchanges (default 100), then `driver` to run each
+//! through the exchange driver as the module's hooks do (its actions and events included), so
+//! that the driver's own cost is the difference. It checks each answer.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use responses_core::driver::{Action, Driver, Event, Gathering};
+use responses_core::environment::Environment;
 use responses_core::exchange::{
     BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead, Settings,
 };
@@ -36,6 +41,13 @@ fn main() {
         other => panic!("json or sse, not {other}"),
     };
     let settings = Arc::new(Settings::default());
+    if args.next().as_deref() == Some("driver") {
+        let bytes: usize = (0..n)
+            .map(|i| driven(&settings, i, request, content_type, answer))
+            .sum();
+        println!("{n} {kind} exchanges through the driver, {bytes} bytes out");
+        return;
+    }
     let mut bytes = 0;
     for i in 0..n {
         let meta = Meta {
@@ -65,4 +77,68 @@ fn main() {
         bytes += body.len();
     }
     println!("{n} {kind} exchanges, {bytes} bytes out");
+}
+
+/// The module's fixed clock for the example: the same `created_at` and ids as above.
+struct Seeded(u64);
+
+impl Environment for Seeded {
+    fn now(&self) -> u64 {
+        1_795_329_141 + self.0
+    }
+    fn id_seed(&self) -> u128 {
+        u128::from(self.0) << 64 | 0x0123_4567_89ab_cdef
+    }
+}
+
+/// One exchange through the driver, fed as the module's hooks feed it (a lookup per head, the
+/// body in one piece, the events polled after each hook); the bytes the client gets.
+fn driven(
+    settings: &Arc<Settings>,
+    i: u64,
+    request: &[u8],
+    content_type: &str,
+    answer: &[u8],
+) -> usize {
+    let mut d = Driver::new(settings.clone(), Seeded(i), Gathering::Pieces);
+    let mut events = 0;
+    let mut poll = |d: &mut Driver<Seeded>| {
+        while let Some(e) = d.poll_event(Instant::now()) {
+            events += usize::from(matches!(e, Event::Finished(_)));
+        }
+    };
+    let request_head = [(":method", "POST"), (":path", "/v1/responses")];
+    let found = |name: &str| {
+        request_head
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    };
+    assert!(matches!(
+        d.request_headers(Instant::now(), found, false),
+        Action::ReadBody(_)
+    ));
+    poll(&mut d);
+    let forwarded = d.request_body(Instant::now(), || [request], true);
+    assert!(matches!(forwarded, Action::Forward { .. }), "{forwarded:?}");
+    poll(&mut d);
+    let answer_head = [(":status", "200"), ("content-type", content_type)];
+    let found = |name: &str| {
+        answer_head
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    };
+    d.response_headers(Instant::now(), found, false);
+    poll(&mut d);
+    let out = match d.response_body(Instant::now(), || [answer], true) {
+        Action::Send { bytes, .. } => bytes.len(),
+        Action::Answer { answer, .. } => answer.body.len(),
+        other => panic!("not translated: {other:?}"),
+    };
+    poll(&mut d);
+    d.closed(Instant::now());
+    poll(&mut d);
+    assert_eq!(events, 1, "finished once");
+    out
 }
