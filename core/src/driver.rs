@@ -25,6 +25,7 @@ mod tests;
 pub(crate) use life::Life;
 pub use life::{Event, Finished};
 
+use std::borrow::Cow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,11 +38,10 @@ use crate::exchange::{
     RequestStep, ResponseHead, Settings, Summary, UpstreamRequest,
 };
 use crate::openresponses::ApiError;
-use crate::proxy::{self, HeaderEdit, DETAILS_ANSWER, DETAILS_REQUEST};
+use crate::proxy::{self, DETAILS_ANSWER, DETAILS_REQUEST};
 use crate::translate::Meta;
 
-/// Header edits, in order.
-pub type Edits = Vec<HeaderEdit>;
+pub use crate::proxy::Edits;
 
 /// How the host hands over the body of an answer the driver gathers ([`Action::ReadBody`] on
 /// the answer's head).
@@ -212,7 +212,7 @@ impl<E: Environment> Driver<E> {
         self.claim(ex);
         if !end {
             // The upstream must answer in plain bytes we can parse.
-            return Action::ReadBody(proxy::request_head_edits().to_vec());
+            return Action::ReadBody(Cow::Borrowed(proxy::REQUEST_HEAD_EDITS));
         }
         let meta = self.meta();
         let step = self.ours().request_body(&[], true, meta);
@@ -290,9 +290,9 @@ impl<E: Environment> Driver<E> {
             HeadStep::Stream => {
                 self.head_sent = true;
                 self.life.open_stream();
-                Action::OpenStream(proxy::stream_head_edits().to_vec())
+                Action::OpenStream(Cow::Borrowed(proxy::STREAM_HEAD_EDITS))
             }
-            HeadStep::Gather => Action::ReadBody(proxy::gather_head_edits().to_vec()),
+            HeadStep::Gather => Action::ReadBody(Cow::Borrowed(proxy::GATHER_HEAD_EDITS)),
             HeadStep::Reply(reply) => self.reply(reply),
         };
         self.settle();
@@ -459,10 +459,13 @@ impl<E: Environment> Driver<E> {
                 self.forwarded = true;
                 let mut edits = Vec::new();
                 if at_head {
-                    edits.extend(proxy::request_head_edits());
+                    edits.extend_from_slice(proxy::REQUEST_HEAD_EDITS);
                 }
                 edits.extend(proxy::forward_edits(&self.settings, &request));
-                Action::Forward { edits, request }
+                Action::Forward {
+                    edits: Cow::Owned(edits),
+                    request,
+                }
             }
             RequestStep::Reply(error) => {
                 self.replied = true;

@@ -1,9 +1,9 @@
 //! What an adapter inside an HTTP proxy changes around an exchange, as plain data: the header
 //! edits of each step, the names its replies carry, and its summary as metadata.
 //!
-//! Both Envoy adapters (the ext_proc service and the in-process module) apply these, each in
-//! its own form (protobuf mutations, ABI calls), so the rules are written once. Nothing here
-//! does I/O.
+//! The driver ([`crate::driver`]) hands the edits to both Envoy adapters (the ext_proc service
+//! and the in-process module) with its actions; each applies them in its own form (protobuf
+//! mutations, ABI calls), so the rules are written once. Nothing here does I/O.
 
 use std::borrow::Cow;
 
@@ -42,6 +42,9 @@ pub enum HeaderEdit {
     Remove(&'static str),
 }
 
+/// Header edits, in order: a fixed set, or one made for the step.
+pub type Edits = Cow<'static, [HeaderEdit]>;
+
 /// A header set to a static value.
 const fn set(name: &'static str, value: &'static str) -> HeaderEdit {
     Set(Cow::Borrowed(name), Cow::Borrowed(value))
@@ -51,9 +54,7 @@ use HeaderEdit::{Remove, Set};
 
 /// The request head of an exchange that is ours: the upstream must answer in plain bytes we
 /// can parse.
-pub fn request_head_edits() -> [HeaderEdit; 1] {
-    [Remove("accept-encoding")]
-}
+pub const REQUEST_HEAD_EDITS: &[HeaderEdit] = &[Remove("accept-encoding")];
 
 /// The request head once the body is translated: the Chat path (the route is computed again:
 /// adapters clear Envoy's route cache), the new body's type and length, the model for routes.
@@ -78,35 +79,31 @@ pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 
 /// The answer's head when a stream is translated as it comes (`HeadStep::Stream`), or when a
 /// stream without a body is replaced whole (an event stream [`Answer`]): a translated answer
 /// is a 200 whatever 2xx the upstream chose.
-pub fn stream_head_edits() -> [HeaderEdit; 4] {
-    [
-        set(":status", "200"),
-        set("content-type", exchange::EVENT_STREAM),
-        set("cache-control", "no-cache"),
-        Remove("content-length"),
-    ]
-}
+pub const STREAM_HEAD_EDITS: &[HeaderEdit] = &[
+    set(":status", "200"),
+    set("content-type", exchange::EVENT_STREAM),
+    set("cache-control", "no-cache"),
+    Remove("content-length"),
+];
 
 /// The answer's head while its body is gathered (`HeadStep::Gather`): the length changes.
-pub fn gather_head_edits() -> [HeaderEdit; 1] {
-    [Remove("content-length")]
-}
+pub const GATHER_HEAD_EDITS: &[HeaderEdit] = &[Remove("content-length")];
 
 /// The answer's head when a translated answer replaces the upstream's whole: a stream's
-/// ([`stream_head_edits`]), or the answer's status (200, whatever 2xx the upstream chose),
+/// ([`STREAM_HEAD_EDITS`]), or the answer's status (200, whatever 2xx the upstream chose),
 /// type and length.
-pub fn answer_edits(a: &Answer) -> Vec<HeaderEdit> {
+pub fn answer_edits(a: &Answer) -> Edits {
     if a.content_type == exchange::EVENT_STREAM {
-        return stream_head_edits().to_vec();
+        return Cow::Borrowed(STREAM_HEAD_EDITS);
     }
-    vec![
+    Cow::Owned(vec![
         Set(Cow::Borrowed(":status"), Cow::Owned(a.status.to_string())),
         set("content-type", a.content_type),
         Set(
             Cow::Borrowed("content-length"),
             Cow::Owned(a.body.len().to_string()),
         ),
-    ]
+    ])
 }
 
 /// How an exchange ends after a panic in it: whatever can still be sent.

@@ -224,7 +224,8 @@ impl<E: Environment> Filter<E> {
     /// What the driver tells, into Envoy's stats, metadata and span.
     fn settle(&mut self, host: &mut impl Host) {
         let m = self.config.metrics;
-        while let Some(event) = self.driver.poll_event(Instant::now()) {
+        let now = Instant::now();
+        while let Some(event) = self.driver.poll_event(now) {
             match event {
                 Event::Claimed { .. } => {}
                 Event::StreamOpened => host.gauge_add(m.streams_in_flight, 1),
@@ -356,9 +357,9 @@ fn millis(d: Duration) -> u64 {
 
 /// The driver's header edits, applied to one side's headers.
 fn edit(host: &mut impl Host, side: Side, edits: Edits) {
-    for e in edits {
+    for e in edits.iter() {
         match e {
-            HeaderEdit::Set(name, value) => host.set_header(side, &name, Some(&value)),
+            HeaderEdit::Set(name, value) => host.set_header(side, name, Some(value)),
             HeaderEdit::Remove(name) => host.set_header(side, name, None),
         }
     }

@@ -299,7 +299,8 @@ impl<E: Environment> Session<E> {
     /// What the driver tells, into the metrics, the span and Envoy's metadata (on the last
     /// answer).
     fn settle(&mut self, answers: &mut [ProcessingResponse]) {
-        while let Some(event) = self.driver.poll_event(Instant::now()) {
+        let now = Instant::now();
+        while let Some(event) = self.driver.poll_event(now) {
             match event {
                 Event::Claimed { elapsed } => {
                     if let (Trace::Parent(parent), Some(t)) = (&self.trace, &self.settings.traces) {
@@ -456,9 +457,9 @@ fn read<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
 /// The driver's header edits as an ext_proc header mutation.
 fn headers(edits: Edits) -> Headers {
     edits
-        .into_iter()
+        .iter()
         .fold(Headers::default(), |headers, edit| match edit {
-            HeaderEdit::Set(name, value) => headers.set(&name, value.into_owned()),
+            HeaderEdit::Set(name, value) => headers.set(name, value.as_ref()),
             HeaderEdit::Remove(name) => headers.remove(name),
         })
 }

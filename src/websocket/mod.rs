@@ -501,7 +501,8 @@ fn answered(span: &mut Option<ExchangeSpan>, messages: &[Bytes]) {
 /// What the connection tells of its responses, into the metrics and their spans: an ended
 /// (or cut) response is recorded and its span ended, with the timing the core kept.
 fn tell(conn: &mut Connection, metrics: &Option<Arc<Metrics>>, span: &mut Option<ExchangeSpan>) {
-    while let Some(event) = conn.poll_event(Instant::now()) {
+    let now = Instant::now();
+    while let Some(event) = conn.poll_event(now) {
         // Its first output is in the timing it ends with.
         let Event::Finished(f) = event else { continue };
         if let Some(m) = metrics {

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::exchange::Outcome;
+use crate::proxy::HeaderEdit;
 use crate::translate::Options;
 
 struct Fixed;
