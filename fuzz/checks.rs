@@ -2,7 +2,7 @@
 //! the committed corpus through them in every `cargo test` (the CI smoke run).
 
 use responses_core::translate::{
-    stream::StreamTranslator, translate_request, Exchange, Meta, Options,
+    stream::StreamTranslator, translate_request, Meta, Options, ResponsePlan,
 };
 
 /// Arbitrary bytes as a `POST /v1/responses` body: Ok with a JSON Chat request, or a typed
@@ -25,8 +25,8 @@ pub fn request(data: &[u8]) {
 }
 
 fn translate(body: &[u8], cuts: &[usize], options: &Options) -> Vec<u8> {
-    let exchange = Exchange::new("m", true, Meta { now: 1, id_seed: 7 }, options.clone());
-    let mut t = StreamTranslator::new(exchange);
+    let plan = ResponsePlan::new("m", true, Meta { now: 1, id_seed: 7 }, options.clone());
+    let mut t = StreamTranslator::new(plan);
     let mut out = Vec::new();
     let mut at = 0;
     for &cut in cuts {

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
 use responses_core::translate::stream::StreamTranslator;
-use responses_core::translate::{Exchange, Meta, Options, ReasoningEvents};
+use responses_core::translate::{Meta, Options, ReasoningEvents, ResponsePlan};
 use serde_json::{json, Value};
 
 /// `Meta.now`: becomes `created_at`.
@@ -61,7 +61,7 @@ fn translator(options: Options) -> StreamTranslator {
         now: NOW,
         id_seed: SEED,
     };
-    StreamTranslator::new(Exchange::new(MODEL, true, meta, options))
+    StreamTranslator::new(ResponsePlan::new(MODEL, true, meta, options))
 }
 
 /// Whether `out` is a whole number of frames: the translator never emits half an event.
@@ -1869,7 +1869,7 @@ fn a_custom_tool_call_streams_as_custom_tool_call_events_with_the_input_decoded(
     body += &frame(json!({}), json!("tool_calls"));
     body += "data: [DONE]\n\n";
 
-    let mut translator = StreamTranslator::new(t.exchange);
+    let mut translator = StreamTranslator::new(t.plan);
     let mut out = translator.push(body.as_bytes(), END).to_vec();
     out.extend_from_slice(&translator.finish(END));
     let events: Vec<Value> = String::from_utf8(out)
@@ -1949,7 +1949,7 @@ fn translator_for(request: Value) -> StreamTranslator {
         },
     )
     .unwrap();
-    StreamTranslator::new(t.exchange)
+    StreamTranslator::new(t.plan)
 }
 
 /// A Chat chunk of `choices[0]` (`delta`, `finish_reason`) as one SSE frame.

@@ -213,9 +213,9 @@ pub struct Summary {
 #[derive(Debug)]
 enum Gather {
     /// A JSON chat completion to translate.
-    Json(Box<translate::Exchange>),
+    Json(Box<translate::ResponsePlan>),
     /// A stream answering a client that asked for one JSON object: folded into one.
-    Fold(Box<translate::Exchange>),
+    Fold(Box<translate::ResponsePlan>),
     /// Not a usable answer: read for a message, then replaced by an error envelope.
     Error {
         status: u16,
@@ -233,7 +233,7 @@ enum State {
         body: BytesMut,
     },
     /// Translated and sent; waiting for the answer's head.
-    Forwarded(Box<translate::Exchange>),
+    Forwarded(Box<translate::ResponsePlan>),
     Gathering {
         why: Gather,
         body: BytesMut,
@@ -372,7 +372,7 @@ impl Exchange {
         }
         let translated = translate::translate_request_object(body, &self.settings.options, meta)
             .map(|mut t| {
-                t.exchange.echo.previous_response_id = continues;
+                t.plan.echo.previous_response_id = continues;
                 t
             });
         self.forward(translated)
@@ -384,17 +384,17 @@ impl Exchange {
     ) -> RequestStep {
         match translated {
             Ok(mut t) => {
-                t.exchange.options.reasoning_events = self.reasoning_events;
-                self.summary.response_id = Some(t.exchange.id().to_owned());
-                self.summary.model = Some(t.exchange.model().to_owned());
-                self.summary.stream = t.exchange.is_stream();
-                self.summary.params = t.exchange.params();
+                t.plan.options.reasoning_events = self.reasoning_events;
+                self.summary.response_id = Some(t.plan.id().to_owned());
+                self.summary.model = Some(t.plan.model().to_owned());
+                self.summary.stream = t.plan.is_stream();
+                self.summary.params = t.plan.params();
                 let up = UpstreamRequest {
                     body: t.body,
-                    model: t.exchange.model().to_owned(),
-                    stream: t.exchange.is_stream(),
+                    model: t.plan.model().to_owned(),
+                    stream: t.plan.is_stream(),
                 };
-                self.state = State::Forwarded(Box::new(t.exchange));
+                self.state = State::Forwarded(Box::new(t.plan));
                 RequestStep::Forward(up)
             }
             Err(err) => RequestStep::Reply(self.fail(&err)),

@@ -20,7 +20,7 @@ use super::request::{
 };
 use super::response::Completed;
 use super::seal::{self, Purpose};
-use super::{usage, Exchange, Meta, Options};
+use super::{usage, Meta, Options, ResponsePlan};
 use crate::chat;
 use crate::openresponses::{ApiError, CompactionItem, Usage};
 
@@ -131,11 +131,11 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     // Like /v1/responses: unknown fields are the upstream's (vLLM's `chat_template_kwargs`).
     chat.extra = leftover_fields(&mut req, options)?;
 
-    let mut exchange = Exchange::new(&model, false, meta, options.clone());
-    exchange.compact = Some(Box::new(Kept { message: kept }));
+    let mut plan = ResponsePlan::new(&model, false, meta, options.clone());
+    plan.compact = Some(Box::new(Kept { message: kept }));
     Ok(Translated {
         body: Bytes::from(chat.encode()),
-        exchange,
+        plan,
     })
 }
 
@@ -200,15 +200,15 @@ enum OutputItem {
 }
 
 /// The summary `summary`, sealed into the `compaction` item that is output item `n` of
-/// `exchange` (`None` without keys: the request was refused then).
-pub(crate) fn sealed(exchange: &Exchange, n: usize, summary: &str) -> Option<CompactionItem> {
-    let keyring = exchange.options.keyring.as_ref()?;
+/// `plan` (`None` without keys: the request was refused then).
+pub(crate) fn sealed(plan: &ResponsePlan, n: usize, summary: &str) -> Option<CompactionItem> {
+    let keyring = plan.options.keyring.as_ref()?;
     Some(CompactionItem {
-        id: exchange.item_id("cmp", n),
+        id: plan.item_id("cmp", n),
         encrypted_content: keyring.seal_for(
             Purpose::Compaction,
             summary,
-            seal::nonce(exchange.id_seed, n as u64),
+            seal::nonce(plan.id_seed, n as u64),
         ),
     })
 }
@@ -241,7 +241,7 @@ struct Compaction<'a> {
 }
 
 /// The upstream's summary (a 2xx Chat Completion) → the `response.compaction` JSON body.
-pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
+pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
     let invalid = |what: &str| {
         ApiError::server(
             502,
@@ -262,7 +262,7 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
         .content
         .filter(|t| !t.trim().is_empty())
         .ok_or_else(no_summary)?;
-    let Some(kept) = &exchange.compact else {
+    let Some(kept) = &plan.compact else {
         return Err(ApiError::server(
             500,
             "internal_error",
@@ -272,19 +272,19 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
     let mut output = Vec::new();
     if let Some(mut message) = kept.message.clone() {
         if message.get("id").is_none_or(Value::is_null) {
-            message["id"] = exchange.item_id("msg", 0).into();
+            message["id"] = plan.item_id("msg", 0).into();
         }
         output.push(OutputItem::Message(message));
     }
-    let item = sealed(exchange, output.len(), &summary).ok_or_else(cannot_seal)?;
+    let item = sealed(plan, output.len(), &summary).ok_or_else(cannot_seal)?;
     output.push(OutputItem::Compaction(
         crate::openresponses::OutputItem::Compaction(item),
     ));
     let usage = completion.usage.as_ref().map(usage);
     let object = Compaction {
-        id: &exchange.id,
+        id: &plan.id,
         object: "response.compaction",
-        created_at: exchange.created_at,
+        created_at: plan.created_at,
         output,
         usage: usage.unwrap_or_default(),
     };

@@ -4,7 +4,7 @@
 //! clock and the randomness ([`Meta`]), so every translation is deterministic and can be
 //! tested and fuzzed with plain bytes.
 //!
-//! One [`Exchange`] is made per request by [`request::translate`]; it carries what the
+//! One [`ResponsePlan`] is made per request by [`request::translate`]; it carries what the
 //! response path needs (ids, echoed parameters, options) to [`response`] for JSON answers
 //! and to [`stream::StreamTranslator`] for SSE answers.
 
@@ -133,9 +133,12 @@ pub struct Params {
     pub max_output_tokens: Option<u64>,
 }
 
-/// Everything the response path needs to know about the request it answers.
+/// The plan of one answer: everything the response path needs to know about the request it
+/// answers (ids, echoed parameters, options). Made by [`request::translate`], read by
+/// [`response`] and [`stream::StreamTranslator`]; the exchange's life is
+/// [`crate::exchange::Exchange`]'s.
 #[derive(Debug, Clone)]
-pub struct Exchange {
+pub struct ResponsePlan {
     pub(crate) id: String,
     pub(crate) model: String,
     pub(crate) created_at: u64,
@@ -158,10 +161,10 @@ pub struct Exchange {
     pub(crate) params: Params,
 }
 
-impl Exchange {
-    /// An exchange for a request already known valid (tests, benches, fuzzing).
+impl ResponsePlan {
+    /// A plan for a request already known valid (tests, benches, fuzzing).
     pub fn new(model: &str, stream: bool, meta: Meta, options: Options) -> Self {
-        Exchange {
+        ResponsePlan {
             id: format!("resp_{:032x}", meta.id_seed),
             model: model.to_owned(),
             created_at: meta.now,
@@ -225,7 +228,7 @@ impl Exchange {
 
     pub(crate) fn resource<'a>(
         &'a self,
-        state: &'a Outcome,
+        state: &'a Progress,
         output: &'a [OutputItem],
     ) -> ResponseResource<'a> {
         ResponseResource::new(
@@ -245,9 +248,10 @@ impl Exchange {
     }
 }
 
-/// The parts of a response that change as it progresses.
+/// The parts of a response that change as it progresses (its status, error and usage so
+/// far); how the whole exchange ended is [`crate::exchange::Outcome`].
 #[derive(Debug, Clone)]
-pub(crate) struct Outcome {
+pub(crate) struct Progress {
     pub status: Status,
     pub completed_at: Option<u64>,
     pub incomplete: Option<IncompleteDetails>,
@@ -255,9 +259,9 @@ pub(crate) struct Outcome {
     pub usage: Option<Usage>,
 }
 
-impl Outcome {
+impl Progress {
     pub fn in_progress() -> Self {
-        Outcome {
+        Progress {
             status: Status::InProgress,
             completed_at: None,
             incomplete: None,

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{finish_status, logprobs, usage, Exchange, Outcome};
+use super::{finish_status, logprobs, usage, Progress, ResponsePlan};
 use crate::chat;
 use crate::openresponses::{
     ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, Phase, ReasoningItem,
@@ -14,8 +14,8 @@ use crate::openresponses::{
 };
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
-pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, ApiError> {
-    translate_completion(exchange, body, now).map(|c| c.body)
+pub fn completion(plan: &ResponsePlan, body: &[u8], now: u64) -> Result<Bytes, ApiError> {
+    translate_completion(plan, body, now).map(|c| c.body)
 }
 
 /// A translated JSON answer and what it reports, for logs, metrics and Envoy's metadata.
@@ -31,7 +31,7 @@ pub struct Completed {
 
 /// [`completion`], with the usage and the upstream's model.
 pub fn translate_completion(
-    exchange: &Exchange,
+    plan: &ResponsePlan,
     body: &[u8],
     now: u64,
 ) -> Result<Completed, ApiError> {
@@ -51,33 +51,33 @@ pub fn translate_completion(
 
     let mut output = Vec::new();
     let message = choice.message;
-    if exchange.compaction {
+    if plan.compaction {
         // A `compaction_trigger` request: the summary, sealed, is the only output item.
         let summary = message
             .content
             .filter(|t| !t.trim().is_empty())
             .ok_or_else(super::compact::no_summary)?;
-        let item = super::compact::sealed(exchange, 0, &summary).ok_or_else(|| {
+        let item = super::compact::sealed(plan, 0, &summary).ok_or_else(|| {
             ApiError::server(500, "internal_error", "no keys to seal the compaction")
         })?;
         output.push(OutputItem::Compaction(item));
     } else {
         answer_items(
-            exchange,
+            plan,
             message,
             choice.logprobs.as_ref(),
             item_status,
             &mut output,
         );
     }
-    let outcome = Outcome {
+    let progress = Progress {
         status,
         completed_at: Some(now),
         incomplete,
         error: None,
         usage: completion.usage.as_ref().map(usage),
     };
-    let resource = exchange.resource(&outcome, &output);
+    let resource = plan.resource(&progress, &output);
     let body = serde_json::to_vec(&resource)
         .map(Bytes::from)
         .map_err(|e| {
@@ -89,7 +89,7 @@ pub fn translate_completion(
         })?;
     Ok(Completed {
         body,
-        usage: outcome.usage,
+        usage: progress.usage,
         upstream_model: completion.model.map(Cow::into_owned),
         finish_reason: finish_reason.map(Cow::into_owned),
     })
@@ -98,7 +98,7 @@ pub fn translate_completion(
 /// The output items of one Chat answer: its reasoning, its message (text and refusal), its
 /// tool calls (up to `max_tool_calls`), as the client declared the tools.
 fn answer_items(
-    exchange: &Exchange,
+    plan: &ResponsePlan,
     message: chat::Message<'_>,
     lp: Option<&chat::Logprobs>,
     item_status: ItemStatus,
@@ -107,12 +107,12 @@ fn answer_items(
     if let Some(reasoning) = message.reasoning_text() {
         let n = output.len();
         output.push(OutputItem::Reasoning(ReasoningItem {
-            id: exchange.item_id("rs", n),
+            id: plan.item_id("rs", n),
             summary: Vec::new(),
             content: vec![ReasoningText {
                 text: reasoning.to_owned(),
             }],
-            encrypted_content: exchange.seal(n, reasoning),
+            encrypted_content: plan.seal(n, reasoning),
         }));
     }
     let mut content = Vec::new();
@@ -120,7 +120,7 @@ fn answer_items(
     let refusal = message.refusal.filter(|r| !r.is_empty());
     // An answer with nothing else still gets its (empty) text, so `output` is never empty.
     if text.is_some() || (refusal.is_none() && message.tool_calls.is_empty()) {
-        let logprobs = if exchange.logprobs {
+        let logprobs = if plan.logprobs {
             logprobs(lp)
         } else {
             Vec::new()
@@ -138,7 +138,7 @@ fn answer_items(
     }
     if !content.is_empty() {
         output.push(OutputItem::Message(MessageItem {
-            id: exchange.item_id("msg", output.len()),
+            id: plan.item_id("msg", output.len()),
             status: item_status,
             role: "assistant".into(),
             content,
@@ -152,13 +152,13 @@ fn answer_items(
     }
     for (calls, call) in message.tool_calls.into_iter().enumerate() {
         // `max_tool_calls`: calls beyond the limit are dropped (a Chat upstream cannot be told).
-        if exchange.over_tool_call_limit(calls) {
+        if plan.over_tool_call_limit(calls) {
             break;
         }
         let n = output.len();
         let name = call.function.name.map(Cow::into_owned).unwrap_or_default();
         let arguments = call.function.arguments.map(Cow::into_owned);
-        output.push(exchange.call_item(
+        output.push(plan.call_item(
             n,
             call.id.map(Cow::into_owned),
             name,
@@ -241,8 +241,8 @@ mod tests {
     use super::*;
     use crate::translate::{Meta, Options};
 
-    fn exchange() -> Exchange {
-        Exchange::new(
+    fn plan() -> ResponsePlan {
+        ResponsePlan::new(
             "m",
             false,
             Meta {
@@ -254,7 +254,7 @@ mod tests {
     }
 
     fn translate(body: Value) -> Value {
-        let out = completion(&exchange(), body.to_string().as_bytes(), 123).unwrap();
+        let out = completion(&plan(), body.to_string().as_bytes(), 123).unwrap();
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -337,7 +337,7 @@ mod tests {
     #[test]
     fn non_completion_bodies_are_502() {
         for body in [&b"not json"[..], b"{}", b"{\"choices\": []}", b"[1]"] {
-            let e = completion(&exchange(), body, 1).unwrap_err();
+            let e = completion(&plan(), body, 1).unwrap_err();
             assert_eq!(e.status, 502);
             assert_eq!(e.code.as_deref(), Some("upstream_invalid_response"));
         }

@@ -37,7 +37,7 @@ const OUTPUT_PER_INPUT_BYTE: usize = 2;
 
 use super::calls::custom_tool_input;
 use super::response::error_fields;
-use super::{compact, finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
+use super::{compact, finish_status, logprobs, usage, Progress, ReasoningEvents, ResponsePlan};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
@@ -112,13 +112,13 @@ pub struct FinalResponse {
 /// Translates one upstream SSE body. See the module docs for the rules.
 #[derive(Debug)]
 pub struct StreamTranslator {
-    exchange: Exchange,
+    plan: ResponsePlan,
     sse: SseDecoder,
     events: EventWriter,
     out: Vec<u8>,
     phase: Phase,
     output: Vec<OutputItem>,
-    outcome: Outcome,
+    progress: Progress,
     current: Current,
     /// The frame of the deltas of the open reasoning or message part, once the first is sent.
     delta_frame: Option<DeltaFrame>,
@@ -134,16 +134,16 @@ pub struct StreamTranslator {
 }
 
 impl StreamTranslator {
-    pub fn new(exchange: Exchange) -> Self {
-        let sse = SseDecoder::new(exchange.options.max_sse_frame_bytes);
+    pub fn new(plan: ResponsePlan) -> Self {
+        let sse = SseDecoder::new(plan.options.max_sse_frame_bytes);
         StreamTranslator {
-            exchange,
+            plan,
             sse,
             events: EventWriter::new(),
             out: Vec::new(),
             phase: Phase::New,
             output: Vec::new(),
-            outcome: Outcome::in_progress(),
+            progress: Progress::in_progress(),
             current: Current::None,
             delta_frame: None,
             calls: Vec::new(),
@@ -221,7 +221,7 @@ impl StreamTranslator {
         if self.phase != Phase::Done {
             return None;
         }
-        let resource = self.exchange.resource(&self.outcome, &self.output);
+        let resource = self.plan.resource(&self.progress, &self.output);
         Some(FinalResponse {
             report: self.report(),
             // Serialising our own typed values cannot fail.
@@ -232,8 +232,8 @@ impl StreamTranslator {
     /// What the stream reported so far (cheap: no serialisation).
     pub fn report(&self) -> StreamReport {
         StreamReport {
-            error: self.outcome.error.clone(),
-            usage: self.outcome.usage,
+            error: self.progress.error.clone(),
+            usage: self.progress.usage,
             upstream_model: self.upstream_model.clone(),
             finish_reason: self.finish_reason.clone(),
         }
@@ -261,10 +261,10 @@ impl StreamTranslator {
             return;
         }
         self.phase = Phase::Open;
-        let r = self.exchange.resource(&self.outcome, &[]);
+        let r = self.plan.resource(&self.progress, &[]);
         self.events
             .write(&mut self.out, &Event::Created { response: r });
-        let r = self.exchange.resource(&self.outcome, &[]);
+        let r = self.plan.resource(&self.progress, &[]);
         self.events
             .write(&mut self.out, &Event::InProgress { response: r });
     }
@@ -322,7 +322,7 @@ impl StreamTranslator {
             return;
         }
         if let Some(u) = &chunk.usage {
-            self.outcome.usage = Some(usage(u));
+            self.progress.usage = Some(usage(u));
         }
         if self.upstream_model.is_none() {
             self.upstream_model = chunk.model.map(Cow::into_owned);
@@ -342,9 +342,9 @@ impl StreamTranslator {
                     .iter()
                     .map(|tc| tc.function.arguments.as_deref().map_or(0, str::len))
                     .sum::<usize>()
-                + logprobs_size(choice.logprobs.as_ref(), self.exchange.logprobs);
+                + logprobs_size(choice.logprobs.as_ref(), self.plan.logprobs);
             self.output_bytes = self.output_bytes.saturating_add(size);
-            if self.output_bytes > self.exchange.options.max_output_bytes {
+            if self.output_bytes > self.plan.options.max_output_bytes {
                 self.fail(
                     "response_too_large",
                     "The answer exceeded this server's output size limit.",
@@ -352,7 +352,7 @@ impl StreamTranslator {
                 );
                 return;
             }
-            if self.exchange.compaction {
+            if self.plan.compaction {
                 // The summary is sealed whole: nothing of it streams, nothing else is output.
                 if let Some(text) = delta.content.as_deref() {
                     self.summary.push_str(text);
@@ -366,7 +366,7 @@ impl StreamTranslator {
                 self.reasoning_delta(r);
             }
             if let Some(text) = delta.content.as_deref().filter(|t| !t.is_empty()) {
-                let lp = if self.exchange.logprobs {
+                let lp = if self.plan.logprobs {
                     logprobs(choice.logprobs.as_ref())
                 } else {
                     Vec::new()
@@ -402,7 +402,7 @@ impl StreamTranslator {
                 self.close_current(ItemStatus::Completed);
                 let item = self.output.len();
                 self.output.push(OutputItem::Reasoning(ReasoningItem {
-                    id: self.exchange.item_id("rs", item),
+                    id: self.plan.item_id("rs", item),
                     summary: Vec::new(),
                     content: Vec::new(),
                     encrypted_content: None,
@@ -440,7 +440,7 @@ impl StreamTranslator {
             t.text.push_str(delta);
         }
         let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
-        let names = self.exchange.options.reasoning_events;
+        let names = self.plan.options.reasoning_events;
         let event = |delta| match names {
             ReasoningEvents::Spec => Event::ReasoningDelta {
                 item_id,
@@ -477,7 +477,7 @@ impl StreamTranslator {
                 self.close_current(ItemStatus::Completed);
                 let item = self.output.len();
                 self.output.push(OutputItem::Message(MessageItem {
-                    id: self.exchange.item_id("msg", item),
+                    id: self.plan.item_id("msg", item),
                     status: ItemStatus::InProgress,
                     role: "assistant".into(),
                     content: Vec::new(),
@@ -643,7 +643,7 @@ impl StreamTranslator {
                 if let OutputItem::Reasoning(r) = &self.output[item] {
                     let text = r.content.first().map_or("", |t| t.text.as_str());
                     let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
-                    let done = match self.exchange.options.reasoning_events {
+                    let done = match self.plan.options.reasoning_events {
                         ReasoningEvents::Spec => Event::ReasoningDone {
                             item_id,
                             output_index,
@@ -667,7 +667,7 @@ impl StreamTranslator {
                             part: Part::ReasoningText { text },
                         },
                     );
-                    let sealed = self.exchange.seal(item, text);
+                    let sealed = self.plan.seal(item, text);
                     if let OutputItem::Reasoning(r) = &mut self.output[item] {
                         r.encrypted_content = sealed;
                     }
@@ -729,7 +729,7 @@ impl StreamTranslator {
             None => {
                 call.pending.push_str(&args);
                 // A built-in's call is announced whole, when it closes.
-                if !call.name.is_empty() && !self.exchange.tool_kind(&call.name).is_builtin() {
+                if !call.name.is_empty() && !self.plan.tool_kind(&call.name).is_builtin() {
                     self.announce_call(slot);
                 }
             }
@@ -750,7 +750,7 @@ impl StreamTranslator {
             name: String::new(),
             pending: String::new(),
             closed: false,
-            dropped: self.exchange.over_tool_call_limit(kept),
+            dropped: self.plan.over_tool_call_limit(kept),
             delta_frame: None,
         });
         self.calls.len() - 1
@@ -765,11 +765,11 @@ impl StreamTranslator {
         let call_id = call
             .id
             .clone()
-            .unwrap_or_else(|| self.exchange.item_id("call", item));
+            .unwrap_or_else(|| self.plan.item_id("call", item));
         let name = std::mem::take(&mut call.name);
         // A custom tool's item holds the raw Chat arguments until the call is complete, then
         // its decoded input (see `close_calls`).
-        let added = self.exchange.call_item(
+        let added = self.plan.call_item(
             item,
             Some(call_id),
             name,
@@ -824,7 +824,7 @@ impl StreamTranslator {
                 continue;
             }
             if self.calls[slot].item.is_none()
-                && self.exchange.tool_kind(&self.calls[slot].name).is_builtin()
+                && self.plan.tool_kind(&self.calls[slot].name).is_builtin()
             {
                 self.calls[slot].closed = true;
                 self.builtin_call(slot, status);
@@ -885,9 +885,7 @@ impl StreamTranslator {
         let arguments = std::mem::take(&mut call.pending);
         let name = std::mem::take(&mut call.name);
         let call_id = call.id.clone();
-        let done = self
-            .exchange
-            .call_item(item, call_id, name, arguments, status);
+        let done = self.plan.call_item(item, call_id, name, arguments, status);
         // `output_item.added` shows it in progress, as every item starts.
         let mut added = done.clone();
         match &mut added {
@@ -964,7 +962,7 @@ impl StreamTranslator {
     fn seal_summary(&mut self, now: u64) -> bool {
         let summary = std::mem::take(&mut self.summary);
         let item = (!summary.trim().is_empty())
-            .then(|| compact::sealed(&self.exchange, 0, &summary))
+            .then(|| compact::sealed(&self.plan, 0, &summary))
             .flatten();
         let Some(item) = item else {
             self.fail(
@@ -988,17 +986,17 @@ impl StreamTranslator {
 
     /// The answer is complete: close what is open and send the terminal event.
     fn complete(&mut self, now: u64) {
-        if self.exchange.compaction && !self.seal_summary(now) {
+        if self.plan.compaction && !self.seal_summary(now) {
             return;
         }
         let (status, incomplete) = finish_status(self.finish_reason.as_deref());
         let item_status = self.item_status();
         self.close_current(item_status);
         self.close_calls(item_status);
-        self.outcome.status = status;
-        self.outcome.incomplete = incomplete;
-        self.outcome.completed_at = Some(now);
-        let response = self.exchange.resource(&self.outcome, &self.output);
+        self.progress.status = status;
+        self.progress.incomplete = incomplete;
+        self.progress.completed_at = Some(now);
+        let response = self.plan.resource(&self.progress, &self.output);
         let ev = if status == Status::Incomplete {
             Event::Incomplete { response }
         } else {
@@ -1023,12 +1021,12 @@ impl StreamTranslator {
                 },
             },
         );
-        self.outcome.status = Status::Failed;
-        self.outcome.error = Some(ResponseError {
+        self.progress.status = Status::Failed;
+        self.progress.error = Some(ResponseError {
             code: code.to_owned(),
             message: message.to_owned(),
         });
-        let response = self.exchange.resource(&self.outcome, &self.output);
+        let response = self.plan.resource(&self.progress, &self.output);
         self.events
             .write(&mut self.out, &Event::Failed { response });
         self.end();

@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
 use super::json::ParseError;
-use super::{Exchange, Meta, Options};
+use super::{Meta, Options, ResponsePlan};
 use crate::chat;
 use crate::openresponses::{ApiError, Echo};
 
@@ -29,7 +29,7 @@ use crate::openresponses::{ApiError, Echo};
 #[derive(Debug)]
 pub struct Translated {
     pub body: Bytes,
-    pub exchange: Exchange,
+    pub plan: ResponsePlan,
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -344,13 +344,13 @@ pub fn translate_object(
     }
 
     echo.store = false;
-    let mut exchange = Exchange::new(&model, stream, meta, options.clone());
-    exchange.echo = echo;
-    exchange.logprobs = logprobs && !compaction;
-    exchange.seal_reasoning = seal_reasoning;
-    exchange.tools = offered;
-    exchange.compaction = compaction;
-    exchange.params = super::Params {
+    let mut plan = ResponsePlan::new(&model, stream, meta, options.clone());
+    plan.echo = echo;
+    plan.logprobs = logprobs && !compaction;
+    plan.seal_reasoning = seal_reasoning;
+    plan.tools = offered;
+    plan.compaction = compaction;
+    plan.params = super::Params {
         temperature: chat.temperature,
         top_p: chat.top_p,
         presence_penalty: chat.presence_penalty,
@@ -359,7 +359,7 @@ pub fn translate_object(
     };
     Ok(Translated {
         body: Bytes::from(chat.encode()),
-        exchange,
+        plan,
     })
 }
 
