@@ -7,9 +7,25 @@
 //! One [`ResponsePlan`] is made per request by [`request::translate`]; it carries what the
 //! response path needs (ids, echoed parameters, options) to [`response`] for JSON answers
 //! and to [`stream::StreamTranslator`] for SSE answers.
+//!
+//! Dependencies point one way (every module also uses this one's types):
+//!
+//! ```text
+//! compact    → request, response, compaction
+//! stream     → response, compaction, calls
+//! response   → compaction, calls
+//! request    → compaction, calls, fields, json
+//! compaction → seal, fields
+//! ```
+//!
+//! `compact` (the `/v1/responses/compact` endpoint) is on top: it uses the request side and
+//! the answer side. `compaction` (sealing and opening `compaction` items) is a leaf both
+//! sides share; `request`'s submodules `body`, `input` and `summary` hold what a compact
+//! request checks and builds like any other.
 
 mod calls;
 pub mod compact;
+mod compaction;
 mod fields;
 pub mod json;
 pub mod request;
@@ -156,7 +172,7 @@ pub struct ResponsePlan {
     pub(crate) compaction: bool,
     pub(crate) options: Options,
     /// A `/v1/responses/compact` request: what its answer keeps verbatim.
-    pub(crate) compact: Option<Box<compact::Kept>>,
+    pub(crate) compact: Option<Box<Kept>>,
     /// The generation parameters the request set.
     pub(crate) params: Params,
 }
@@ -246,6 +262,14 @@ impl ResponsePlan {
             &self.echo,
         )
     }
+}
+
+/// What the answer of a compact request keeps verbatim.
+#[derive(Debug, Clone)]
+pub(crate) struct Kept {
+    /// The window's latest user message, as the client sent it (string content as one
+    /// `input_text` part).
+    pub(crate) message: Option<serde_json::Value>,
 }
 
 /// The parts of a response that change as it progresses (its status, error and usage so

@@ -56,8 +56,8 @@ pub fn translate_completion(
         let summary = message
             .content
             .filter(|t| !t.trim().is_empty())
-            .ok_or_else(super::compact::no_summary)?;
-        let item = super::compact::sealed(plan, 0, &summary).ok_or_else(|| {
+            .ok_or_else(super::compaction::no_summary)?;
+        let item = super::compaction::sealed(plan, 0, &summary).ok_or_else(|| {
             ApiError::server(500, "internal_error", "no keys to seal the compaction")
         })?;
         output.push(OutputItem::Compaction(item));

@@ -37,7 +37,7 @@ const OUTPUT_PER_INPUT_BYTE: usize = 2;
 
 use super::calls::custom_tool_input;
 use super::response::error_fields;
-use super::{compact, finish_status, logprobs, usage, Progress, ReasoningEvents, ResponsePlan};
+use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvents, ResponsePlan};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
@@ -962,7 +962,7 @@ impl StreamTranslator {
     fn seal_summary(&mut self, now: u64) -> bool {
         let summary = std::mem::take(&mut self.summary);
         let item = (!summary.trim().is_empty())
-            .then(|| compact::sealed(&self.plan, 0, &summary))
+            .then(|| compaction::sealed(&self.plan, 0, &summary))
             .flatten();
         let Some(item) = item else {
             self.fail(

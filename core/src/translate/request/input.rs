@@ -227,9 +227,9 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                 let blob = item.required_string("encrypted_content")?;
                 item.string("created_by")?;
                 item.deny_unknown()?;
-                let summary = crate::translate::compact::open(&blob, &blob_path, options)?;
+                let summary = crate::translate::compaction::open(&blob, &blob_path, options)?;
                 out.context.push(system_message(
-                    crate::translate::compact::context_text(&summary),
+                    crate::translate::compaction::context_text(&summary),
                     options,
                 ));
             }

@@ -6,21 +6,25 @@
 //! mode. Strings move from the request into the Chat messages without copies.
 //!
 //! Split by concern: this file maps the request's parameters and drives the rest; `tools`
-//! maps `tools` and `tool_choice`; `input` maps `input` items into Chat messages.
+//! maps `tools` and `tool_choice`; `input` maps `input` items into Chat messages; `body`
+//! checks the body as a whole; `summary` builds a compaction's summarising messages. `body`,
+//! `input` and `summary` serve `/v1/responses/compact` too ([`super::compact`]).
 
+mod body;
 mod input;
+mod summary;
 mod tools;
 
-pub(crate) use input::{
-    check_part_size, input_messages, is_extension, merge_leading_system, system_message, Input,
-};
+pub(crate) use body::{leftover_fields, parse_body, reject_stateful};
+pub(crate) use input::{check_part_size, input_messages, merge_leading_system, system_message};
+pub(crate) use summary::summarising_messages;
+pub use summary::{PROMPT, REQUEST};
 use tools::{tool_choice, tools, Declared};
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
-use super::json::ParseError;
 use super::{Meta, Options, ResponsePlan};
 use crate::chat;
 use crate::openresponses::{ApiError, Echo};
@@ -47,44 +51,6 @@ const INCLUDE_VALUES: &[&str] = &[
 ];
 const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
 const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
-
-/// The request body as a JSON object, within the size cap.
-pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>, ApiError> {
-    if body.len() > options.max_request_bytes {
-        return Err(ApiError::invalid_body(format!(
-            "The request body has {} bytes; this server accepts at most {}.",
-            body.len(),
-            options.max_request_bytes
-        ))
-        .with_status(413)
-        .with_code("request_too_large"));
-    }
-    let value = super::json::parse(body).map_err(|e| match e {
-        ParseError::Syntax(e) => ApiError::invalid_body(format!(
-            "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
-        ))
-        .with_code("invalid_json"),
-        ParseError::Duplicate(path) => ApiError::invalid(
-            path.as_str(),
-            format!("Invalid request: '{path}' is given twice. Each field may appear once."),
-        )
-        .with_code("duplicate_key"),
-    })?;
-    match value {
-        Value::Object(map) => Ok(Obj { map, path: "" }),
-        other => Err(ApiError::invalid_body(format!(
-            "The request body must be a JSON object, not {}.",
-            match other {
-                Value::Array(_) => "an array",
-                Value::String(_) => "a string",
-                Value::Number(_) => "a number",
-                Value::Bool(_) => "a boolean",
-                _ => "null",
-            }
-        ))
-        .with_code("invalid_json")),
-    }
-}
 
 /// Validates a Responses request and maps it to Chat Completions.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
@@ -142,7 +108,7 @@ pub fn translate_object(
     let additional_tools = std::mem::take(&mut input.tools);
     chat.messages = if compaction {
         // Codex's remote compaction: a summarising request, answered with a sealed summary.
-        super::compact::summarising_messages(instructions.as_deref(), input, options)
+        summarising_messages(instructions.as_deref(), input, options)
     } else {
         let mut messages = Vec::new();
         if let Some(i) = &instructions {
@@ -363,42 +329,6 @@ pub fn translate_object(
     })
 }
 
-/// The stateless tier serves only requests that carry their whole context.
-pub(super) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
-    if let Some(id) = req.string("previous_response_id")? {
-        return Err(ApiError::invalid(
-            "previous_response_id",
-            format!(
-                "Previous response with id '{id}' not found. This server is stateless (store: false): \
-                 send the whole conversation in 'input' instead of 'previous_response_id'."
-            ),
-        )
-        .with_code("previous_response_not_found"));
-    }
-    if req.bool("background")? == Some(true) {
-        return Err(bad_value(
-            "background",
-            "Background responses need stored state, which this stateless server does not keep: omit 'background' or set it to false.",
-        )
-        .with_code("unsupported_parameter"));
-    }
-    if req.has("conversation") {
-        return Err(bad_value(
-            "conversation",
-            "Conversations need stored state, which this stateless server does not keep: send the whole conversation in 'input'.",
-        )
-        .with_code("unsupported_parameter"));
-    }
-    if req.has("prompt") {
-        return Err(bad_value(
-            "prompt",
-            "Stored prompt templates are not available on this stateless server: send 'instructions' and 'input' instead.",
-        )
-        .with_code("unsupported_parameter"));
-    }
-    Ok(())
-}
-
 /// Options of OpenAI's own platform that openai-python and openai-node type on a request
 /// (not in the OpenResponses schema), read here rather than forwarded to a Chat server as
 /// unknown fields. Prompt caching (`prompt_cache_retention`, `prompt_cache_options`), access
@@ -423,26 +353,6 @@ fn openai_platform_options(req: &mut Obj<'_>) -> Result<(), ApiError> {
         .with_code("unsupported_parameter"));
     }
     Ok(())
-}
-
-/// The fields left once every Responses field is taken: the upstream's own (vLLM's
-/// `chat_template_kwargs`), forwarded as they are, or refused in strict mode. Provider
-/// extensions (`slug:field`) belong to another provider's API and are never forwarded.
-pub(super) fn leftover_fields(
-    req: &mut Obj<'_>,
-    options: &Options,
-) -> Result<Map<String, Value>, ApiError> {
-    // `null` is absent here as everywhere: nothing to forward, nothing to refuse.
-    req.map.retain(|k, v| !is_extension(k) && !v.is_null());
-    if options.strict {
-        if let Some(key) = req.map.keys().next() {
-            return Err(ApiError::invalid(key.as_str(), format!(
-                "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
-            ))
-            .with_code("unknown_parameter"));
-        }
-    }
-    Ok(std::mem::take(&mut req.map))
 }
 
 fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
