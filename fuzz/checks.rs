@@ -194,7 +194,11 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
                 AbortStep::Send(out) => check_sent(&out),
                 AbortStep::Nothing => assert!(finished),
             },
-            _ => match ex.abort("internal_error", "fuzz", 2) {
+            _ => match ex.abort(
+                responses_core::openresponses::ErrorCode::InternalError,
+                "fuzz",
+                2,
+            ) {
                 AbortStep::Reply(r) => check_reply(&r),
                 AbortStep::Send(out) => check_sent(&out),
                 AbortStep::Nothing => assert!(finished),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::schema::assert_valid;
-use responses_core::openresponses::{ApiError, ErrorKind};
+use responses_core::openresponses::{ApiError, Code, ErrorKind};
 use responses_core::translate::request::Translated;
 use responses_core::translate::response::completion;
 use responses_core::translate::seal::Keyring;
@@ -84,7 +84,7 @@ fn assert_400(e: &ApiError, param: Option<&str>, code: &str) {
     assert_eq!(e.status, 400, "{e}");
     assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
     assert_eq!(e.param.as_deref(), param, "{e}");
-    assert_eq!(e.code.as_deref(), Some(code), "{e}");
+    assert_eq!(e.code.as_ref().map(Code::as_str), Some(code), "{e}");
     assert!(!e.message.is_empty());
 }
 
@@ -1510,7 +1510,7 @@ fn non_json_bodies_are_rejected() {
         let e = error_raw(body, &Options::default());
         assert_eq!((e.status, e.kind), (400, ErrorKind::InvalidRequest), "{e}");
         assert_eq!(e.param, None);
-        assert_eq!(e.code.as_deref(), Some("invalid_json"));
+        assert_eq!(e.code.as_ref().map(Code::as_str), Some("invalid_json"));
     }
 }
 
@@ -1520,7 +1520,7 @@ fn non_object_bodies_are_rejected() {
         let e = error_raw(body.as_bytes(), &Options::default());
         assert_eq!((e.status, e.kind), (400, ErrorKind::InvalidRequest), "{e}");
         assert_eq!(e.param, None);
-        assert_eq!(e.code.as_deref(), Some("invalid_json"));
+        assert_eq!(e.code.as_ref().map(Code::as_str), Some("invalid_json"));
     }
 }
 
@@ -2132,7 +2132,7 @@ fn configured_limits_are_typed_errors() {
     let huge = json!({"model": "m", "input": "x".repeat(300)});
     let e = error_raw(huge.to_string().as_bytes(), &small);
     assert_eq!(
-        (e.status, e.code.as_deref()),
+        (e.status, e.code.as_ref().map(Code::as_str)),
         (413, Some("request_too_large"))
     );
 }
@@ -2797,7 +2797,11 @@ fn a_compaction_trigger_asks_the_upstream_for_a_summary() {
     // The summary travels sealed: without keys there is nothing to answer with.
     let e = error(json!({"model": "m", "input": [
         {"role": "user", "content": "hi"}, {"type": "compaction_trigger"}]}));
-    assert_eq!(e.code.as_deref(), Some("compaction_unavailable"), "{e}");
+    assert_eq!(
+        e.code.as_ref().map(Code::as_str),
+        Some("compaction_unavailable"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -2837,7 +2841,7 @@ fn a_compaction_triggers_answer_is_one_sealed_compaction_item_that_opens_later()
     )
     .unwrap_err();
     assert_eq!(
-        (out.status, out.code.as_deref()),
+        (out.status, out.code.as_ref().map(Code::as_str)),
         (502, Some("upstream_invalid_response"))
     );
 }

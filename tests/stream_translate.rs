@@ -13,6 +13,7 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
+use responses_core::openresponses::ErrorCode;
 use responses_core::translate::stream::StreamTranslator;
 use responses_core::translate::{Meta, Options, ReasoningEvents, ResponsePlan};
 use serde_json::{json, Value};
@@ -1618,7 +1619,7 @@ fn nothing_is_sent_after_the_terminal_event() {
         assert!(t.push(b"data: [DONE]\n\n", END).is_empty());
         assert!(t.finish(END).is_empty(), "{name}: finish after the end");
         assert!(
-            t.abort("timeout", "late", END).is_empty(),
+            t.abort(ErrorCode::UpstreamTimeout, "late", END).is_empty(),
             "{name}: abort after the end"
         );
         assert_eq!(t.event_count(), count);
@@ -1663,7 +1664,11 @@ fn abort_ends_the_stream_as_failed() {
     let mut t = translator(Options::default());
     // The role chunk and the first text delta.
     let mut out = t.push(&frames(&body)[..2].concat(), END).to_vec();
-    out.extend_from_slice(&t.abort("upstream_timeout", "The upstream stopped sending.", END));
+    out.extend_from_slice(&t.abort(
+        ErrorCode::UpstreamTimeout,
+        "The upstream stopped sending.",
+        END,
+    ));
     assert!(t.push(&body, END).is_empty());
     assert!(t.finish(END).is_empty());
     let events = check(&out);
@@ -1681,7 +1686,7 @@ fn abort_ends_the_stream_as_failed() {
 
     // Before any input: a complete, valid failed stream.
     let mut t = translator(Options::default());
-    let events = check(&t.abort("upstream_timeout", "No answer.", END));
+    let events = check(&t.abort(ErrorCode::UpstreamTimeout, "No answer.", END));
     assert_eq!(
         trace(&events),
         [

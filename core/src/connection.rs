@@ -27,7 +27,7 @@ use crate::exchange::{
     BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead, Settings,
     Summary, UpstreamRequest, EVENT_STREAM,
 };
-use crate::openresponses::ApiError;
+use crate::openresponses::{ApiError, Code, ErrorCode};
 use crate::translate::{Meta, ReasoningEvents};
 
 /// The limits of one connection (the adapter enforces the rest: count, age, idle time).
@@ -58,7 +58,7 @@ pub struct Rejection {
     pub frame: Bytes,
     /// Its status and code, for logs.
     pub status: u16,
-    pub code: Option<String>,
+    pub code: Option<Code>,
 }
 
 /// Messages for the client.
@@ -112,7 +112,7 @@ impl Context {
         let terminal: Terminal = serde_json::from_slice(&self.terminal).map_err(|e| {
             ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 format!("The kept response could not be read: {e}."),
             )
         })?;
@@ -197,7 +197,7 @@ impl Connection {
             &ApiError::invalid_body(
                 "Binary messages are not supported: send each event as a JSON text message.",
             )
-            .with_code("invalid_message"),
+            .with_code(ErrorCode::InvalidMessage),
         )
     }
 
@@ -213,7 +213,7 @@ impl Connection {
                 "This connection has reached its maximum age ({max_age_minutes} minutes): open a new one. \
                  Continuations cannot cross connections: send the whole input on the new one."
             ))
-            .with_code("websocket_connection_limit_reached"),
+            .with_code(ErrorCode::WebsocketConnectionLimitReached),
         )
     }
 
@@ -221,7 +221,7 @@ impl Connection {
         if self.turn.is_some() {
             return Err(ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 "A response.create arrived while a response is in flight.",
             ));
         }
@@ -236,19 +236,19 @@ impl Connection {
                     "type",
                     format!("Unknown event type '{t}'. This server accepts 'response.create'."),
                 )
-                .with_code("unknown_event_type"))
+                .with_code(ErrorCode::UnknownEventType))
             }
             Some(_) => {
                 return Err(
                     ApiError::invalid("type", "Invalid 'type': expected a string.")
-                        .with_code("invalid_type"),
+                        .with_code(ErrorCode::InvalidType),
                 )
             }
             None => return Err(ApiError::invalid(
                 "type",
                 "Missing required parameter: 'type'. Send {\"type\": \"response.create\", ...}.",
             )
-            .with_code("missing_required_parameter")),
+            .with_code(ErrorCode::MissingRequiredParameter)),
         }
         // A continuation takes the context it names: whatever happens next, a failure
         // leaves nothing to continue from.
@@ -260,7 +260,7 @@ impl Connection {
                     "previous_response_id",
                     "Invalid 'previous_response_id': expected a string.",
                 )
-                .with_code("invalid_type"))
+                .with_code(ErrorCode::InvalidType))
             }
         };
         for &(field, agrees) in TRANSPORT_FIELDS {
@@ -274,7 +274,7 @@ impl Connection {
                             "'{field}' is not allowed over the WebSocket transport: every response is streamed as events on the socket, none runs in the background."
                         ),
                     )
-                    .with_code("unsupported_parameter"))
+                    .with_code(ErrorCode::UnsupportedParameter))
                 }
             }
         }
@@ -283,7 +283,7 @@ impl Connection {
                 "stream_id",
                 "Lanes ('stream_id') are not supported: this server runs one response at a time per connection, in order.",
             )
-            .with_code("unsupported_parameter"));
+            .with_code(ErrorCode::UnsupportedParameter));
         }
         // `generate: false` preloads a context (instructions, tools, input) without a model
         // call: answered at once, continued by the next request.
@@ -295,7 +295,7 @@ impl Connection {
                     "generate",
                     format!("Invalid 'generate': expected a boolean, got {other}."),
                 )
-                .with_code("invalid_type"))
+                .with_code(ErrorCode::InvalidType))
             }
         };
         let continues = continued.as_ref().map(|c| c.id.clone());
@@ -326,7 +326,7 @@ impl Connection {
             RequestStep::Reply(reply) => Err(reply_error(reply)),
             RequestStep::Hold => Err(ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 "The request was not translated.",
             )),
         }
@@ -351,7 +351,7 @@ impl Connection {
                         "Previous response with id '{id}' not found: {why}. Responses are not stored (store: false): send the whole conversation in 'input'."
                     ),
                 )
-                .with_code("previous_response_not_found"))
+                .with_code(ErrorCode::PreviousResponseNotFound))
             }
         }
     }
@@ -372,7 +372,7 @@ impl Connection {
             None => {
                 return Err(
                     ApiError::invalid("input", "Missing required parameter: 'input'.")
-                        .with_code("missing_required_parameter"),
+                        .with_code(ErrorCode::MissingRequiredParameter),
                 )
             }
             Some(_) => {
@@ -380,7 +380,7 @@ impl Connection {
                     "input",
                     "Invalid 'input': expected a string or an array of items.",
                 )
-                .with_code("invalid_type"))
+                .with_code(ErrorCode::InvalidType))
             }
         };
         Ok(match continued {
@@ -433,7 +433,7 @@ impl Connection {
     }
 
     /// The upstream failed (no answer, a reset, a timeout): the response ends as failed.
-    pub fn upstream_failed(&mut self, code: &str, message: &str, now: u64) -> Frames {
+    pub fn upstream_failed(&mut self, code: ErrorCode, message: &str, now: u64) -> Frames {
         let Some(turn) = &mut self.turn else {
             return Frames::default();
         };
@@ -507,14 +507,14 @@ fn message_too_large(limit: usize) -> ApiError {
         "The message is larger than this server accepts (--max-request-bytes, {limit} bytes)."
     ))
     .with_status(413)
-    .with_code("request_too_large")
+    .with_code(ErrorCode::RequestTooLarge)
 }
 
 fn reply_error(reply: Reply) -> ApiError {
     reply.error.unwrap_or_else(|| {
         ApiError::server(
             500,
-            "internal_error",
+            ErrorCode::InternalError,
             "The response could not be framed as events.",
         )
     })
@@ -533,7 +533,7 @@ pub fn error_frame(err: &ApiError) -> Bytes {
     struct Payload<'a> {
         #[serde(rename = "type")]
         kind: &'static str,
-        code: Option<&'a str>,
+        code: Option<&'a Code>,
         message: &'a str,
         param: Option<&'a str>,
     }
@@ -542,7 +542,7 @@ pub fn error_frame(err: &ApiError) -> Bytes {
         status: err.status,
         error: Payload {
             kind: err.kind.as_str(),
-            code: err.code.as_deref(),
+            code: err.code.as_ref(),
             message: &err.message,
             param: err.param.as_deref(),
         },

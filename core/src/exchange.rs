@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::client::{self, ReasoningEventsPolicy};
-use crate::openresponses::{ApiError, Usage};
+use crate::openresponses::{ApiError, Code, ErrorCode, Usage};
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
 
@@ -195,7 +195,7 @@ pub struct Summary {
     /// The HTTP status answered, once known.
     pub status: Option<u16>,
     /// The error code of a failed exchange.
-    pub error_code: Option<String>,
+    pub error_code: Option<Code>,
     /// Token usage, when the upstream reported it.
     pub usage: Option<Usage>,
     /// The model the upstream says answered.
@@ -346,7 +346,7 @@ impl Exchange {
             let err = ApiError::invalid_body(
                 "The request has no body. Send a JSON object with 'model' and 'input'.",
             )
-            .with_code("missing_body");
+            .with_code(ErrorCode::MissingBody);
             return RequestStep::Reply(self.fail(&err));
         }
         let translated = match self.summary.operation {
@@ -528,7 +528,7 @@ impl Exchange {
     pub fn response_overflow(&mut self) -> Reply {
         let err = ApiError::server(
             502,
-            "upstream_response_too_large",
+            ErrorCode::UpstreamResponseTooLarge,
             format!(
                 "The upstream answer is larger than this server translates (--max-body-bytes, {} bytes).",
                 self.settings.max_body_bytes
@@ -549,7 +549,7 @@ impl Exchange {
                 AbortStep::Reply(self.response_overflow())
             }
             State::Streaming(_) => self.abort(
-                "response_too_large",
+                ErrorCode::ResponseTooLarge,
                 "The upstream sent more at once than this server reads.",
                 now,
             ),
@@ -559,7 +559,7 @@ impl Exchange {
 
     /// The transport failed (an internal error, a message it could not read): what can still
     /// be sent so that the client gets an OpenResponses ending.
-    pub fn abort(&mut self, code: &str, message: &str, now: u64) -> AbortStep {
+    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> AbortStep {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Done | State::StreamEnded => AbortStep::Nothing,
             State::Streaming(mut translator) => {
@@ -614,7 +614,7 @@ impl Exchange {
                 self.summary.finish_reason = folded.report.finish_reason;
                 match folded.report.error {
                     None => self.translated(200, JSON, folded.body),
-                    Some(e) => self.fail(&ApiError::server(502, &e.code, e.message)),
+                    Some(e) => self.fail(&ApiError::server(502, e.code, e.message)),
                 }
             }
             Gather::Error {
@@ -687,13 +687,13 @@ fn request_too_large(limit: usize) -> ApiError {
         "The request body is larger than this server accepts (--max-request-bytes, {limit} bytes)."
     ))
     .with_status(413)
-    .with_code("request_too_large")
+    .with_code(ErrorCode::RequestTooLarge)
 }
 
 fn internal(what: &str) -> ApiError {
     ApiError::server(
         500,
-        "internal_error",
+        ErrorCode::InternalError,
         format!("The exchange could not be completed: {what}."),
     )
 }
@@ -712,7 +712,7 @@ fn error_for(status: u16, expected_stream: bool, local: bool, body: &[u8]) -> Ap
         };
         return ApiError::server(
             502,
-            "upstream_invalid_response",
+            ErrorCode::UpstreamInvalidResponse,
             format!("The upstream answer cannot be translated: {what}."),
         );
     }
@@ -729,7 +729,7 @@ fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
             "The request body is larger than the proxy buffers (Envoy's per_connection_buffer_limit_bytes).",
         )
         .with_status(413)
-        .with_code("request_too_large");
+        .with_code(ErrorCode::RequestTooLarge);
     }
     let mut err = response::upstream_error(status, body);
     let text = String::from_utf8_lossy(body);
@@ -1084,15 +1084,18 @@ mod tests {
         let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
         ex.response_head(head(200, "text/event-stream"), 1);
         ex.response_body(CHUNK.as_bytes(), false, 1);
-        let AbortStep::Send(out) = ex.abort("internal_error", "boom", 1) else {
+        let AbortStep::Send(out) = ex.abort(ErrorCode::InternalError, "boom", 1) else {
             panic!("no ending");
         };
         let out = String::from_utf8(out.to_vec()).unwrap();
         assert!(out.contains("event: response.failed\n") && out.ends_with("data: [DONE]\n\n"));
-        assert_eq!(ex.summary().error_code.as_deref(), Some("internal_error"));
+        assert_eq!(
+            ex.summary().error_code.as_ref().map(Code::as_str),
+            Some("internal_error")
+        );
         // After the end: nothing.
         assert!(matches!(
-            ex.abort("internal_error", "again", 1),
+            ex.abort(ErrorCode::InternalError, "again", 1),
             AbortStep::Nothing
         ));
     }

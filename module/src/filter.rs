@@ -23,7 +23,7 @@ use responses_core::environment::{Environment, System};
 use responses_core::exchange::{
     self, AbortStep, BodyStep, Exchange, HeadStep, Reply, RequestStep, ResponseHead,
 };
-use responses_core::openresponses::ApiError;
+use responses_core::openresponses::{ApiError, Code, ErrorCode};
 use responses_core::proxy::{self, HeaderEdit, DETAILS_ANSWER, DETAILS_REQUEST};
 use responses_core::telemetry::{self, Timing, Transport};
 use responses_core::translate::Meta;
@@ -231,7 +231,7 @@ impl<E: Environment> Filter<E> {
             _ => {
                 let err = ApiError::server(
                     500,
-                    "internal_error",
+                    ErrorCode::InternalError,
                     "responses-extproc failed while translating this exchange.",
                 );
                 self.replied = true;
@@ -540,7 +540,7 @@ impl<E: Environment> Filter<E> {
         log(host, Level::Debug, || {
             let code = self
                 .exchange()
-                .and_then(|e| e.summary().error_code.as_deref())
+                .and_then(|e| e.summary().error_code.as_ref().map(Code::as_str))
                 .unwrap_or("");
             format!(
                 "answered with an error envelope request_id={} status={} code={code}",
@@ -574,7 +574,7 @@ impl<E: Environment> Filter<E> {
                     s.operation.as_str(),
                     s.stream,
                     proxy::outcome_name(s.outcome),
-                    s.error_code.as_deref().unwrap_or("")
+                    s.error_code.as_ref().map(Code::as_str).unwrap_or("")
                 )
             });
         }
@@ -592,12 +592,8 @@ impl<E: Environment> Filter<E> {
         let stream = if s.stream { "true" } else { "false" };
         let outcome = proxy::recorded_outcome(s.outcome);
         host.count(m.exchanges, &[s.operation.as_str(), stream, outcome], 1);
-        if let Some(code) = s
-            .error_code
-            .as_deref()
-            .filter(|c| proxy::CAP_CODES.contains(c))
-        {
-            host.count(m.caps_hit, &[code], 1);
+        if let Some(code) = s.error_code.as_ref().filter(|c| c.is_cap()) {
+            host.count(m.caps_hit, &[code.as_str()], 1);
         }
         if let Some(u) = &s.usage {
             for (kind, n) in proxy::token_counts(u) {

@@ -30,6 +30,7 @@ use crate::traces::{self, ExchangeSpan, Transport};
 use responses_core::exchange::{
     self, AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
 };
+use responses_core::openresponses::Code;
 use responses_core::proxy::{self, HeaderEdit, DETAILS_ANSWER, DETAILS_REQUEST};
 use responses_core::translate::Meta;
 
@@ -335,7 +336,7 @@ impl<E: Environment> Session<E> {
                 tracing::info!(
                     request_id = %self.request_id,
                     status = r.status,
-                    code = s.as_ref().and_then(|s| s.error_code.as_deref()).unwrap_or(""),
+                    code = s.as_ref().and_then(|s| s.error_code.as_ref().map(Code::as_str)).unwrap_or(""),
                     "rejected request"
                 );
                 immediate(&r, DETAILS_REQUEST)
@@ -462,7 +463,7 @@ impl<E: Environment> Session<E> {
         tracing::warn!(
             request_id = %self.request_id,
             status = r.status,
-            code = s.as_ref().and_then(|s| s.error_code.as_deref()).unwrap_or(""),
+            code = s.as_ref().and_then(|s| s.error_code.as_ref().map(Code::as_str)).unwrap_or(""),
             "answered with an error envelope"
         );
         immediate(r, DETAILS_ANSWER)
@@ -476,7 +477,7 @@ impl<E: Environment> Session<E> {
                 operation = s.operation.as_str(),
                 stream = s.stream,
                 outcome = ?s.outcome,
-                code = s.error_code.as_deref().unwrap_or(""),
+                code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
                 "answer translated"
             );
         }

@@ -31,7 +31,7 @@ use responses_core::client;
 use responses_core::connection::{Connection, Limits, Start};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{Settings, Summary};
-use responses_core::openresponses::ApiError;
+use responses_core::openresponses::{ApiError, Code, ErrorCode};
 use responses_core::translate::Meta;
 use upstream::{Upstream, UpstreamEvent};
 
@@ -137,14 +137,14 @@ async fn upgrade(
     if *shared.draining.borrow() {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
-            "server_shutting_down",
+            ErrorCode::ServerShuttingDown,
             "This server is shutting down: connect again.",
         );
     }
     let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
-            "websocket_connections_exhausted",
+            ErrorCode::WebsocketConnectionsExhausted,
             &format!(
                 "This server holds its maximum of {} WebSocket connections (--ws-max-connections): retry later or use HTTP.",
                 shared.settings.max_connections
@@ -175,7 +175,7 @@ async fn upgrade(
         })
 }
 
-fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
+fn refuse(status: StatusCode, code: ErrorCode, message: &str) -> Response {
     let err = ApiError::server(status.as_u16(), code, message);
     (
         status,
@@ -287,7 +287,7 @@ async fn drive(
                             tracing::info!(
                                 transport = "websocket",
                                 status = r.status,
-                                code = r.code.as_deref().unwrap_or(""),
+                                code = r.code.as_ref().map(Code::as_str).unwrap_or(""),
                                 "rejected message"
                             );
                             if let Some(mut span) = span {
@@ -296,7 +296,7 @@ async fn drive(
                                     total: started.elapsed(),
                                     ..Timing::default()
                                 };
-                                span.refused(r.status, r.code.as_deref(), &timing);
+                                span.refused(r.status, r.code.as_ref().map(Code::as_str), &timing);
                             }
                             vec![r.frame]
                         }
@@ -382,7 +382,7 @@ async fn drive(
                     }
                     UpstreamEvent::End => conn.upstream_body(&[], true, now),
                     UpstreamEvent::Failed(message) => {
-                        conn.upstream_failed("upstream_unavailable", &message, now)
+                        conn.upstream_failed(ErrorCode::UpstreamUnavailable, &message, now)
                     }
                 };
                 if let Some(clock) = &mut turn {
@@ -408,7 +408,7 @@ async fn drive(
                             response_id = s.response_id.as_deref().unwrap_or(""),
                             status = s.status.unwrap_or_default(),
                             outcome = ?s.outcome,
-                            code = s.error_code.as_deref().unwrap_or(""),
+                            code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
                             "answer translated"
                         );
                     }

@@ -25,7 +25,7 @@ use super::request::{
 use super::response::Completed;
 use super::{usage, Kept, Meta, Options, ResponsePlan};
 use crate::chat;
-use crate::openresponses::{ApiError, Usage};
+use crate::openresponses::{ApiError, ErrorCode, Usage};
 
 /// Validates a compact request and builds the summarising Chat request.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
@@ -35,7 +35,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         return Err(ApiError::invalid_body(
             "Compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
         )
-        .with_code("compaction_unavailable"));
+        .with_code(ErrorCode::CompactionUnavailable));
     }
     reject_stateful(&mut req)?;
     req.object("client_metadata")?;
@@ -48,7 +48,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
             "stream",
             "POST /v1/responses/compact answers with one JSON object and does not stream: omit 'stream' or set it to false.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     req.bool("store")?;
     // Accepted for compatibility with OpenAI's compact parameters; nothing to do with them.
@@ -127,7 +127,7 @@ enum OutputItem {
 fn cannot_seal() -> ApiError {
     ApiError::server(
         500,
-        "internal_error",
+        ErrorCode::InternalError,
         "The exchange could not be completed: no keys to seal the compaction.",
     )
 }
@@ -146,7 +146,7 @@ pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
     let invalid = |what: &str| {
         ApiError::server(
             502,
-            "upstream_invalid_response",
+            ErrorCode::UpstreamInvalidResponse,
             format!("The upstream's answer to the summarising request {what}."),
         )
     };
@@ -166,7 +166,7 @@ pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
     let Some(kept) = &plan.compact else {
         return Err(ApiError::server(
             500,
-            "internal_error",
+            ErrorCode::InternalError,
             "The exchange could not be completed: not a compact request.",
         ));
     };
@@ -192,7 +192,7 @@ pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
     let body = serde_json::to_vec(&object).map(Bytes::from).map_err(|e| {
         ApiError::server(
             500,
-            "internal_error",
+            ErrorCode::InternalError,
             format!("could not encode the compaction: {e}"),
         )
     })?;

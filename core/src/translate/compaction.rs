@@ -8,7 +8,7 @@
 use super::fields::bad_value;
 use super::seal::{self, Purpose};
 use super::{Options, ResponsePlan};
-use crate::openresponses::{ApiError, CompactionItem};
+use crate::openresponses::{ApiError, CompactionItem, ErrorCode};
 
 /// How an opened summary is given to the upstream in a later request: a system message at
 /// the head of the conversation (after the instructions), this prefix, then the summary.
@@ -30,14 +30,14 @@ pub(crate) fn open(blob: &str, path: &str, options: &Options) -> Result<String, 
             path,
             format!("Invalid '{path}': this server has no keys configured to open compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS)."),
         )
-        .with_code("invalid_encrypted_content")
+        .with_code(ErrorCode::InvalidEncryptedContent)
     })?;
     keyring.open_for(Purpose::Compaction, blob).map_err(|e| {
         bad_value(
             path,
             format!("Invalid '{path}': it cannot be opened ({e}). Send compaction items back unchanged, to the server that produced them."),
         )
-        .with_code("invalid_encrypted_content")
+        .with_code(ErrorCode::InvalidEncryptedContent)
     })
 }
 
@@ -59,7 +59,7 @@ pub(crate) fn sealed(plan: &ResponsePlan, n: usize, summary: &str) -> Option<Com
 pub(crate) fn no_summary() -> ApiError {
     ApiError::server(
         502,
-        "upstream_invalid_response",
+        ErrorCode::UpstreamInvalidResponse,
         "The upstream's answer to the summarising request has no text.",
     )
 }

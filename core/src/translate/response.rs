@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::{finish_status, logprobs, usage, Progress, ResponsePlan};
 use crate::chat;
 use crate::openresponses::{
-    ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, Phase, ReasoningItem,
-    ReasoningText, Status, Usage,
+    ApiError, Code, ErrorCode, ItemStatus, MessageItem, OutputContent, OutputItem, Phase,
+    ReasoningItem, ReasoningText, Status, Usage,
 };
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
@@ -58,7 +58,11 @@ pub fn translate_completion(
             .filter(|t| !t.trim().is_empty())
             .ok_or_else(super::compaction::no_summary)?;
         let item = super::compaction::sealed(plan, 0, &summary).ok_or_else(|| {
-            ApiError::server(500, "internal_error", "no keys to seal the compaction")
+            ApiError::server(
+                500,
+                ErrorCode::InternalError,
+                "no keys to seal the compaction",
+            )
         })?;
         output.push(OutputItem::Compaction(item));
     } else {
@@ -83,7 +87,7 @@ pub fn translate_completion(
         .map_err(|e| {
             ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 format!("could not encode the response: {e}"),
             )
         })?;
@@ -171,7 +175,7 @@ fn answer_items(
 fn not_a_completion() -> ApiError {
     ApiError::server(
         502,
-        "upstream_invalid_response",
+        ErrorCode::UpstreamInvalidResponse,
         "The upstream answered with a body that is not a Chat Completion.",
     )
 }
@@ -198,17 +202,17 @@ pub fn upstream_error(status: u16, body: &[u8]) -> ApiError {
         }
     });
     let default_code = match status {
-        413 => "request_too_large",
-        429 => "rate_limit_exceeded",
-        502 => "bad_gateway",
-        503 => "upstream_unavailable",
-        504 => "upstream_timeout",
-        500..=599 => "upstream_error",
-        _ => "upstream_rejected_request",
+        413 => ErrorCode::RequestTooLarge,
+        429 => ErrorCode::RateLimitExceeded,
+        502 => ErrorCode::BadGateway,
+        503 => ErrorCode::UpstreamUnavailable,
+        504 => ErrorCode::UpstreamTimeout,
+        500..=599 => ErrorCode::UpstreamError,
+        _ => ErrorCode::UpstreamRejectedRequest,
     };
     let mut err = ApiError::server(status, default_code, message);
     if let Some(c) = code {
-        err.code = Some(c);
+        err.code = Some(Code::upstream(&c));
     }
     err.param = param;
     err
@@ -339,7 +343,10 @@ mod tests {
         for body in [&b"not json"[..], b"{}", b"{\"choices\": []}", b"[1]"] {
             let e = completion(&plan(), body, 1).unwrap_err();
             assert_eq!(e.status, 502);
-            assert_eq!(e.code.as_deref(), Some("upstream_invalid_response"));
+            assert_eq!(
+                e.code.as_ref().map(Code::as_str),
+                Some("upstream_invalid_response")
+            );
         }
     }
 
@@ -350,7 +357,11 @@ mod tests {
             br#"{"error":{"message":"slow down","type":"rate_limit","code":"rate"}}"#,
         );
         assert_eq!(
-            (e.status, e.message.as_str(), e.code.as_deref()),
+            (
+                e.status,
+                e.message.as_str(),
+                e.code.as_ref().map(Code::as_str)
+            ),
             (429, "slow down", Some("rate"))
         );
         let e = upstream_error(
@@ -358,12 +369,19 @@ mod tests {
             br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#,
         );
         assert_eq!(
-            (e.status, e.message.as_str(), e.code.as_deref()),
+            (
+                e.status,
+                e.message.as_str(),
+                e.code.as_ref().map(Code::as_str)
+            ),
             (400, "bad", Some("400"))
         );
         let e = upstream_error(503, b"no healthy upstream");
         assert_eq!(e.status, 503);
-        assert_eq!(e.code.as_deref(), Some("upstream_unavailable"));
+        assert_eq!(
+            e.code.as_ref().map(Code::as_str),
+            Some("upstream_unavailable")
+        );
         assert!(e.message.contains("no healthy upstream"));
         let e = upstream_error(200, b"");
         assert_eq!(e.status, 502);

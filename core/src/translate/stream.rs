@@ -41,9 +41,9 @@ use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvent
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, DeltaFrame, Event, EventWriter, ItemStatus, LogProb, MessageItem,
-    OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText,
-    ResponseError, Status, Usage,
+    ApplyPatchStatus, Code, DeltaFrame, ErrorCode, Event, EventWriter, ItemStatus, LogProb,
+    MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem,
+    ReasoningText, ResponseError, Status, Usage,
 };
 use crate::sse::SseDecoder;
 
@@ -182,7 +182,7 @@ impl StreamTranslator {
             self.put_decoder(sse);
             // The frames before the oversized one may have ended the stream already.
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
-                self.fail("upstream_event_too_large", &e.to_string(), now);
+                self.fail(ErrorCode::UpstreamEventTooLarge, &e.to_string(), now);
             }
         }
         self.take_out()
@@ -197,7 +197,7 @@ impl StreamTranslator {
             let decoded = sse.finish_with(|frame| self.handle_frame(frame.data, true, now));
             self.put_decoder(sse);
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
-                self.fail("upstream_event_too_large", &e.to_string(), now);
+                self.fail(ErrorCode::UpstreamEventTooLarge, &e.to_string(), now);
             }
         }
         if self.phase == Phase::Open {
@@ -205,7 +205,7 @@ impl StreamTranslator {
                 self.complete(now);
             } else {
                 self.fail(
-                    "upstream_stream_truncated",
+                    ErrorCode::UpstreamStreamTruncated,
                     "The upstream stream ended before the answer was finished (no finish_reason and no [DONE]).",
                     now,
                 );
@@ -241,7 +241,7 @@ impl StreamTranslator {
 
     /// Ends the stream as failed for a reason outside the upstream body (a timeout, a
     /// reset): returns the events to send, or nothing if the stream had already ended.
-    pub fn abort(&mut self, code: &str, message: &str, now: u64) -> Bytes {
+    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> Bytes {
         self.start();
         if self.phase == Phase::Open {
             self.fail(code, message, now);
@@ -303,7 +303,7 @@ impl StreamTranslator {
             None if unterminated => return,
             None => {
                 self.fail(
-                    "upstream_invalid_chunk",
+                    ErrorCode::UpstreamInvalidChunk,
                     "The upstream sent a stream event that is not a valid chat.completion.chunk.",
                     now,
                 );
@@ -313,7 +313,8 @@ impl StreamTranslator {
         if let Some(err) = &chunk.error {
             let (message, code, _) = error_fields(&serde_json::json!({ "error": err }));
             self.fail(
-                code.as_deref().unwrap_or("upstream_error"),
+                code.as_deref()
+                    .map_or(ErrorCode::UpstreamError.into(), Code::upstream),
                 message
                     .as_deref()
                     .unwrap_or("The upstream reported an error mid-stream."),
@@ -346,7 +347,7 @@ impl StreamTranslator {
             self.output_bytes = self.output_bytes.saturating_add(size);
             if self.output_bytes > self.plan.options.max_output_bytes {
                 self.fail(
-                    "response_too_large",
+                    ErrorCode::ResponseTooLarge,
                     "The answer exceeded this server's output size limit.",
                     now,
                 );
@@ -966,7 +967,7 @@ impl StreamTranslator {
             .flatten();
         let Some(item) = item else {
             self.fail(
-                "upstream_invalid_response",
+                ErrorCode::UpstreamInvalidResponse,
                 "The upstream's answer to the summarising request has no text.",
                 now,
             );
@@ -1007,7 +1008,8 @@ impl StreamTranslator {
     }
 
     /// The answer failed: close what is open as incomplete, then `error` and `response.failed`.
-    fn fail(&mut self, code: &str, message: &str, _now: u64) {
+    fn fail(&mut self, code: impl Into<Code>, message: &str, _now: u64) {
+        let code = code.into();
         self.close_current(ItemStatus::Incomplete);
         self.close_calls(ItemStatus::Incomplete);
         self.events.write(
@@ -1015,7 +1017,7 @@ impl StreamTranslator {
             &Event::Error {
                 error: ErrorPayload {
                     kind: "server_error",
-                    code: Some(code),
+                    code: Some(&code),
                     message,
                     param: None,
                 },
@@ -1023,7 +1025,7 @@ impl StreamTranslator {
         );
         self.progress.status = Status::Failed;
         self.progress.error = Some(ResponseError {
-            code: code.to_owned(),
+            code,
             message: message.to_owned(),
         });
         let response = self.plan.resource(&self.progress, &self.output);

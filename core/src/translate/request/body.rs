@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::input::is_extension;
-use crate::openresponses::ApiError;
+use crate::openresponses::{ApiError, ErrorCode};
 use crate::translate::fields::{bad_value, Obj};
 use crate::translate::json::{self, ParseError};
 use crate::translate::Options;
@@ -19,18 +19,18 @@ pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>,
             options.max_request_bytes
         ))
         .with_status(413)
-        .with_code("request_too_large"));
+        .with_code(ErrorCode::RequestTooLarge));
     }
     let value = json::parse(body).map_err(|e| match e {
         ParseError::Syntax(e) => ApiError::invalid_body(format!(
             "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
         ))
-        .with_code("invalid_json"),
+        .with_code(ErrorCode::InvalidJson),
         ParseError::Duplicate(path) => ApiError::invalid(
             path.as_str(),
             format!("Invalid request: '{path}' is given twice. Each field may appear once."),
         )
-        .with_code("duplicate_key"),
+        .with_code(ErrorCode::DuplicateKey),
     })?;
     match value {
         Value::Object(map) => Ok(Obj { map, path: "" }),
@@ -44,7 +44,7 @@ pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>,
                 _ => "null",
             }
         ))
-        .with_code("invalid_json")),
+        .with_code(ErrorCode::InvalidJson)),
     }
 }
 
@@ -58,28 +58,28 @@ pub(crate) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
                  send the whole conversation in 'input' instead of 'previous_response_id'."
             ),
         )
-        .with_code("previous_response_not_found"));
+        .with_code(ErrorCode::PreviousResponseNotFound));
     }
     if req.bool("background")? == Some(true) {
         return Err(bad_value(
             "background",
             "Background responses need stored state, which this stateless server does not keep: omit 'background' or set it to false.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     if req.has("conversation") {
         return Err(bad_value(
             "conversation",
             "Conversations need stored state, which this stateless server does not keep: send the whole conversation in 'input'.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     if req.has("prompt") {
         return Err(bad_value(
             "prompt",
             "Stored prompt templates are not available on this stateless server: send 'instructions' and 'input' instead.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     Ok(())
 }
@@ -98,7 +98,7 @@ pub(crate) fn leftover_fields(
             return Err(ApiError::invalid(key.as_str(), format!(
                 "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
             ))
-            .with_code("unknown_parameter"));
+            .with_code(ErrorCode::UnknownParameter));
         }
     }
     Ok(std::mem::take(&mut req.map))

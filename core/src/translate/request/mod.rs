@@ -27,7 +27,7 @@ use serde_json::{json, Map, Value};
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
 use super::{Meta, Options, ResponsePlan};
 use crate::chat;
-use crate::openresponses::{ApiError, Echo};
+use crate::openresponses::{ApiError, Echo, ErrorCode};
 
 /// A translated request: the Chat body to send upstream and the state for the way back.
 #[derive(Debug)]
@@ -81,7 +81,7 @@ pub fn translate_object(
             "store",
             "This server is stateless and does not store responses: set 'store' to false or omit it.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     if let Some(so) = req.object("stream_options")? {
         let mut so = Obj {
@@ -221,7 +221,7 @@ pub fn translate_object(
             "include",
             "'reasoning.encrypted_content' is not available: this server has no reasoning keys configured.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     if let Some(text) = req.object("text")? {
         text_format(text, &mut chat, &mut echo)?;
@@ -305,7 +305,7 @@ pub fn translate_object(
                 "input",
                 "Compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
             )
-            .with_code("compaction_unavailable"));
+            .with_code(ErrorCode::CompactionUnavailable));
         }
     }
 
@@ -350,7 +350,7 @@ fn openai_platform_options(req: &mut Obj<'_>) -> Result<(), ApiError> {
             "moderation",
             "Moderation runs on OpenAI's platform; this server cannot score or block content: omit 'moderation'.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     Ok(())
 }
