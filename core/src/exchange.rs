@@ -41,10 +41,8 @@ impl Operation {
     }
 }
 
-/// Default of `Settings::max_body_bytes` (and of `--max-body-bytes`): 16 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
-
-/// The settings of the exchange rules (one source of truth: built from `config::Config`).
+/// The settings of the exchange rules (one source of truth: built from
+/// [`crate::settings::ExchangeConfig`], whose defaults are these defaults).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The path of `POST` requests that are ours (`/v1/responses`); query strings ignored.
@@ -64,14 +62,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings {
-            responses_path: "/v1/responses".into(),
-            chat_path: "/v1/chat/completions".into(),
-            model_header: "x-responses-model".into(),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            reasoning_events: ReasoningEventsPolicy::default(),
-            options: Options::default(),
-        }
+        crate::settings::ExchangeConfig::default().exchange_settings(None)
     }
 }
 

@@ -33,6 +33,8 @@ pub mod response;
 pub mod seal;
 pub mod stream;
 
+use serde::{Deserialize, Serialize};
+
 use crate::openresponses::{
     Echo, IncompleteDetails, OutputItem, ResponseError, ResponseResource, ResponseState, Status,
     Usage,
@@ -43,7 +45,8 @@ pub(crate) use calls::{flat_name, OfferedTool, ToolKind};
 pub use request::translate as translate_request;
 pub use request::translate_object as translate_request_object;
 
-/// Which event names carry reasoning text in a stream.
+/// Which event names carry reasoning text in one exchange's stream: chosen per exchange from
+/// the policy ([`crate::client::ReasoningEventsPolicy`]) and the client's headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReasoningEvents {
     /// `response.reasoning.delta` / `.done`, as the OpenResponses specification names them.
@@ -53,18 +56,26 @@ pub enum ReasoningEvents {
     OpenAi,
 }
 
-/// What `developer` messages (and `instructions`) become upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What `developer` messages (and `instructions`) become upstream (`--developer-role`, the
+/// module's `developer_role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", value(rename_all = "lowercase"))]
 pub enum DeveloperRole {
-    /// `system`: what open-weight chat templates understand.
+    /// What open-weight chat templates understand.
     #[default]
     System,
-    /// `developer`, for upstreams whose templates know the role.
+    /// For upstreams whose templates know the role.
     Developer,
 }
 
-/// What happens to hosted tools (`web_search`, `file_search`, ...) a Chat upstream cannot run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What happens to hosted tools (`web_search`, `file_search`, ...) a Chat upstream cannot run
+/// (`--hosted-tools`, the module's `hosted_tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", value(rename_all = "lowercase"))]
 pub enum HostedTools {
     /// Left out of the upstream request and of the echoed `tools`.
     #[default]
@@ -115,9 +126,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             strict: false,
-            reasoning_events: ReasoningEvents::Spec,
-            developer_role: DeveloperRole::System,
-            hosted_tools: HostedTools::Drop,
+            reasoning_events: ReasoningEvents::default(),
+            developer_role: DeveloperRole::default(),
+            hosted_tools: HostedTools::default(),
             max_request_bytes: limits::MAX_REQUEST_BYTES,
             max_input_items: limits::MAX_INPUT_ITEMS,
             max_part_bytes: limits::MAX_PART_BYTES,
