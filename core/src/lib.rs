@@ -6,6 +6,8 @@
 //! dependencies keep it so (no tokio, tonic, axum, reqwest). Each adapter (the ext_proc
 //! service, the WebSocket transport, the in-process Envoy module) is a thin driver around it.
 
+#![forbid(unsafe_code)]
+
 pub mod chat;
 pub mod client;
 pub mod connection;
