@@ -18,7 +18,7 @@ use criterion::{
 };
 use responses_core::translate::response::completion;
 use responses_core::translate::stream::StreamTranslator;
-use responses_core::translate::{translate_request, Exchange, Meta, Options};
+use responses_core::translate::{translate_request, Meta, Options, ResponsePlan};
 use serde_json::{json, Value};
 
 const NOW: u64 = 1_795_329_141;
@@ -27,8 +27,8 @@ const META: Meta = Meta {
     id_seed: 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef,
 };
 
-fn exchange(stream: bool) -> Exchange {
-    Exchange::new("smollm2", stream, META, Options::default())
+fn exchange(stream: bool) -> ResponsePlan {
+    ResponsePlan::new("smollm2", stream, META, Options::default())
 }
 
 /// Words that make up the synthetic answer; a few tokens per frame as real servers send.

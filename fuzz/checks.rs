@@ -2,7 +2,7 @@
 //! the committed corpus through them in every `cargo test` (the CI smoke run).
 
 use responses_core::translate::{
-    stream::StreamTranslator, translate_request, Exchange, Meta, Options,
+    stream::StreamTranslator, translate_request, Meta, Options, ResponsePlan,
 };
 
 /// Arbitrary bytes as a `POST /v1/responses` body: Ok with a JSON Chat request, or a typed
@@ -25,8 +25,8 @@ pub fn request(data: &[u8]) {
 }
 
 fn translate(body: &[u8], cuts: &[usize], options: &Options) -> Vec<u8> {
-    let exchange = Exchange::new("m", true, Meta { now: 1, id_seed: 7 }, options.clone());
-    let mut t = StreamTranslator::new(exchange);
+    let plan = ResponsePlan::new("m", true, Meta { now: 1, id_seed: 7 }, options.clone());
+    let mut t = StreamTranslator::new(plan);
     let mut out = Vec::new();
     let mut at = 0;
     for &cut in cuts {
@@ -197,7 +197,11 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
                 AbortStep::Send(out) => check_sent(&out),
                 AbortStep::Nothing => assert!(finished),
             },
-            _ => match ex.abort("internal_error", "fuzz", 2) {
+            _ => match ex.abort(
+                responses_core::openresponses::ErrorCode::InternalError,
+                "fuzz",
+                2,
+            ) {
                 AbortStep::Reply(e) => check_error(&e),
                 AbortStep::Send(out) => check_sent(&out),
                 AbortStep::Nothing => assert!(finished),

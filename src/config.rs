@@ -393,4 +393,22 @@ mod tests {
         .unwrap();
         assert_eq!(cli.serve.exchange, module);
     }
+
+    /// The enums of the settings are the core's own: each value has one name, as a flag
+    /// value and as a JSON value.
+    #[test]
+    fn every_enum_value_is_named_alike_in_flags_and_json() {
+        use responses_core::client::ReasoningEventsPolicy;
+        use responses_core::translate::{DeveloperRole, HostedTools};
+        fn alike<T: ValueEnum + serde::Serialize + std::fmt::Debug>() {
+            for v in T::value_variants() {
+                let flag = v.to_possible_value().expect("a visible value");
+                let json = serde_json::to_value(v).unwrap();
+                assert_eq!(json.as_str(), Some(flag.get_name()), "{v:?}");
+            }
+        }
+        alike::<ReasoningEventsPolicy>();
+        alike::<DeveloperRole>();
+        alike::<HostedTools>();
+    }
 }

@@ -2,6 +2,8 @@
 //! (`responses_core`) over gRPC (ext_proc) and the WebSocket transport, its settings,
 //! metrics, traces and the `main` binary's building blocks.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod extproc;
 pub mod metrics;

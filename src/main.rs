@@ -1,5 +1,7 @@
 //! `responses-extproc`: CLI, logging, the gRPC server and its graceful shutdown.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -14,7 +14,8 @@ use prometheus::{
 };
 
 use responses_core::exchange::{Outcome, Summary};
-use responses_core::proxy::{self, CAP_CODES};
+use responses_core::openresponses::Code;
+use responses_core::proxy;
 
 // `gen_ai_operation_name`: the spans' `gen_ai.operation.name`.
 use responses_core::telemetry::OPERATION;
@@ -256,11 +257,11 @@ impl Metrics {
     pub fn record(&self, summary: &Summary, timing: Timing) {
         let stream = if summary.stream { "true" } else { "false" };
         let outcome = proxy::recorded_outcome(summary.outcome);
-        let code = summary.error_code.as_deref().unwrap_or("");
+        let code = summary.error_code.as_ref().map(Code::as_str).unwrap_or("");
         self.exchanges
             .with_label_values(&[stream, outcome, self.error_codes.label(code)])
             .inc();
-        if CAP_CODES.contains(&code) {
+        if summary.error_code.as_ref().is_some_and(Code::is_cap) {
             self.caps_hit.with_label_values(&[code]).inc();
         }
         self.translation
@@ -312,10 +313,10 @@ impl Metrics {
 mod tests {
     use super::*;
     use responses_core::exchange::Operation;
-    use responses_core::openresponses::Usage;
+    use responses_core::openresponses::{ErrorCode, Usage};
     use std::time::Duration;
 
-    fn summary(model: &str, outcome: Outcome, code: Option<&str>) -> Summary {
+    fn summary(model: &str, outcome: Outcome, code: Option<ErrorCode>) -> Summary {
         Summary {
             operation: Operation::Create,
             response_id: Some("resp_1".into()),
@@ -393,7 +394,7 @@ mod tests {
     fn failures_count_their_code_and_caps() {
         let m = Metrics::new(LabelPolicy::default());
         m.record(
-            &summary("m", Outcome::Failed, Some("response_too_large")),
+            &summary("m", Outcome::Failed, Some(ErrorCode::ResponseTooLarge)),
             Timing::default(),
         );
         m.record(&summary("m", Outcome::Open, None), Timing::default());

@@ -143,7 +143,7 @@ fn every_row_does_what_it_says() {
                 );
                 let answer = json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "ok"}}]});
                 let resource: Value = serde_json::from_slice(
-                    &completion(&t.exchange, answer.to_string().as_bytes(), 2).unwrap(),
+                    &completion(&t.plan, answer.to_string().as_bytes(), 2).unwrap(),
                 )
                 .unwrap();
                 if row.handling == "echoed" {

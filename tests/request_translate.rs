@@ -5,7 +5,7 @@
 mod common;
 
 use common::schema::assert_valid;
-use responses_core::openresponses::{ApiError, ErrorKind};
+use responses_core::openresponses::{ApiError, Code, ErrorKind};
 use responses_core::translate::request::Translated;
 use responses_core::translate::response::completion;
 use responses_core::translate::seal::Keyring;
@@ -84,7 +84,7 @@ fn assert_400(e: &ApiError, param: Option<&str>, code: &str) {
     assert_eq!(e.status, 400, "{e}");
     assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
     assert_eq!(e.param.as_deref(), param, "{e}");
-    assert_eq!(e.code.as_deref(), Some(code), "{e}");
+    assert_eq!(e.code.as_ref().map(Code::as_str), Some(code), "{e}");
     assert!(!e.message.is_empty());
 }
 
@@ -111,7 +111,7 @@ fn echo(req: Value) -> Value {
         "choices": [{"index": 0, "finish_reason": "stop",
                      "message": {"role": "assistant", "content": "ok"}}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}});
-    let body = completion(&t.exchange, answer.to_string().as_bytes(), NOW + 1)
+    let body = completion(&t.plan, answer.to_string().as_bytes(), NOW + 1)
         .unwrap_or_else(|e| panic!("{e}"));
     let resource: Value = serde_json::from_slice(&body).expect("the resource is JSON");
     assert_valid("ResponseResource", &resource);
@@ -1102,14 +1102,14 @@ fn stream_true_asks_for_usage() {
                "stream": true, "stream_options": {"include_usage": true}})
     );
     let t = run(&with(json!({"stream": true})), &Options::default()).unwrap();
-    assert!(t.exchange.is_stream());
-    assert_eq!(t.exchange.model(), "m");
+    assert!(t.plan.is_stream());
+    assert_eq!(t.plan.model(), "m");
 }
 
 #[test]
 fn stream_false_sends_no_stream_fields() {
     let t = run(&with(json!({"stream": false})), &Options::default()).unwrap();
-    assert!(!t.exchange.is_stream());
+    assert!(!t.plan.is_stream());
     let c: Value = serde_json::from_slice(&t.body).unwrap();
     assert_eq!(
         c,
@@ -1510,7 +1510,7 @@ fn non_json_bodies_are_rejected() {
         let e = error_raw(body, &Options::default());
         assert_eq!((e.status, e.kind), (400, ErrorKind::InvalidRequest), "{e}");
         assert_eq!(e.param, None);
-        assert_eq!(e.code.as_deref(), Some("invalid_json"));
+        assert_eq!(e.code.as_ref().map(Code::as_str), Some("invalid_json"));
     }
 }
 
@@ -1520,7 +1520,7 @@ fn non_object_bodies_are_rejected() {
         let e = error_raw(body.as_bytes(), &Options::default());
         assert_eq!((e.status, e.kind), (400, ErrorKind::InvalidRequest), "{e}");
         assert_eq!(e.param, None);
-        assert_eq!(e.code.as_deref(), Some("invalid_json"));
+        assert_eq!(e.code.as_ref().map(Code::as_str), Some("invalid_json"));
     }
 }
 
@@ -1828,7 +1828,7 @@ fn echo_of_a_json_schema_format() {
     let answer = json!({"choices": [{"index": 0, "finish_reason": "stop",
         "message": {"content": "{}"}}]});
     let r: Value =
-        serde_json::from_slice(&completion(&t.exchange, answer.to_string().as_bytes(), 1).unwrap())
+        serde_json::from_slice(&completion(&t.plan, answer.to_string().as_bytes(), 1).unwrap())
             .unwrap();
     assert_eq!(
         r["text"],
@@ -1848,7 +1848,7 @@ fn logprobs_requested_are_returned_in_the_output() {
         "message": {"content": "A"},
         "logprobs": {"content": [{"token": "A", "logprob": -0.5, "top_logprobs": []}]}}]});
     let r: Value =
-        serde_json::from_slice(&completion(&t.exchange, answer.to_string().as_bytes(), 1).unwrap())
+        serde_json::from_slice(&completion(&t.plan, answer.to_string().as_bytes(), 1).unwrap())
             .unwrap();
     assert_eq!(
         r["output"][0]["content"][0]["logprobs"],
@@ -1862,7 +1862,7 @@ fn translation_is_deterministic() {
     let a = run(&req, &Options::default()).unwrap();
     let b = run(&req, &Options::default()).unwrap();
     assert_eq!(a.body, b.body);
-    assert_eq!(a.exchange.id(), b.exchange.id());
+    assert_eq!(a.plan.id(), b.plan.id());
 }
 
 // ---- The long tail: namespaces, hosted tools, roles, extensions, limits, sealed reasoning ----
@@ -1870,7 +1870,7 @@ fn translation_is_deterministic() {
 use responses_core::translate::{DeveloperRole, HostedTools};
 
 fn response_of(t: &Translated, chat_answer: Value) -> Value {
-    let out = completion(&t.exchange, chat_answer.to_string().as_bytes(), NOW).unwrap();
+    let out = completion(&t.plan, chat_answer.to_string().as_bytes(), NOW).unwrap();
     serde_json::from_slice(&out).unwrap()
 }
 
@@ -2132,7 +2132,7 @@ fn configured_limits_are_typed_errors() {
     let huge = json!({"model": "m", "input": "x".repeat(300)});
     let e = error_raw(huge.to_string().as_bytes(), &small);
     assert_eq!(
-        (e.status, e.code.as_deref()),
+        (e.status, e.code.as_ref().map(Code::as_str)),
         (413, Some("request_too_large"))
     );
 }
@@ -2235,7 +2235,7 @@ fn streams_seal_reasoning_and_cap_tool_calls_too() {
                           "tools": [weather_tool(), time_tool()], "max_tool_calls": 1}),
     );
     let t = run(&req, &keyed()).unwrap();
-    let mut s = StreamTranslator::new(t.exchange);
+    let mut s = StreamTranslator::new(t.plan);
     let body = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hmm\"}}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[",
@@ -2279,7 +2279,7 @@ fn streamed_logprobs_count_toward_the_output_cap() {
         &tight,
     )
     .unwrap();
-    let mut s = StreamTranslator::new(t.exchange);
+    let mut s = StreamTranslator::new(t.plan);
     let top: Vec<Value> = (0..5)
         .map(|i| json!({"token": format!("tok{i}"), "logprob": -1.0}))
         .collect();
@@ -2797,7 +2797,11 @@ fn a_compaction_trigger_asks_the_upstream_for_a_summary() {
     // The summary travels sealed: without keys there is nothing to answer with.
     let e = error(json!({"model": "m", "input": [
         {"role": "user", "content": "hi"}, {"type": "compaction_trigger"}]}));
-    assert_eq!(e.code.as_deref(), Some("compaction_unavailable"), "{e}");
+    assert_eq!(
+        e.code.as_ref().map(Code::as_str),
+        Some("compaction_unavailable"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -2829,7 +2833,7 @@ fn a_compaction_triggers_answer_is_one_sealed_compaction_item_that_opens_later()
     );
     // No summary: 502.
     let out = completion(
-        &t.exchange,
+        &t.plan,
         json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": " "}}]})
             .to_string()
             .as_bytes(),
@@ -2837,7 +2841,7 @@ fn a_compaction_triggers_answer_is_one_sealed_compaction_item_that_opens_later()
     )
     .unwrap_err();
     assert_eq!(
-        (out.status, out.code.as_deref()),
+        (out.status, out.code.as_ref().map(Code::as_str)),
         (502, Some("upstream_invalid_response"))
     );
 }

@@ -13,8 +13,9 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
+use responses_core::openresponses::ErrorCode;
 use responses_core::translate::stream::StreamTranslator;
-use responses_core::translate::{Exchange, Meta, Options, ReasoningEvents};
+use responses_core::translate::{Meta, Options, ReasoningEvents, ResponsePlan};
 use serde_json::{json, Value};
 
 /// `Meta.now`: becomes `created_at`.
@@ -61,7 +62,7 @@ fn translator(options: Options) -> StreamTranslator {
         now: NOW,
         id_seed: SEED,
     };
-    StreamTranslator::new(Exchange::new(MODEL, true, meta, options))
+    StreamTranslator::new(ResponsePlan::new(MODEL, true, meta, options))
 }
 
 /// Whether `out` is a whole number of frames: the translator never emits half an event.
@@ -1618,7 +1619,7 @@ fn nothing_is_sent_after_the_terminal_event() {
         assert!(t.push(b"data: [DONE]\n\n", END).is_empty());
         assert!(t.finish(END).is_empty(), "{name}: finish after the end");
         assert!(
-            t.abort("timeout", "late", END).is_empty(),
+            t.abort(ErrorCode::UpstreamTimeout, "late", END).is_empty(),
             "{name}: abort after the end"
         );
         assert_eq!(t.event_count(), count);
@@ -1663,7 +1664,11 @@ fn abort_ends_the_stream_as_failed() {
     let mut t = translator(Options::default());
     // The role chunk and the first text delta.
     let mut out = t.push(&frames(&body)[..2].concat(), END).to_vec();
-    out.extend_from_slice(&t.abort("upstream_timeout", "The upstream stopped sending.", END));
+    out.extend_from_slice(&t.abort(
+        ErrorCode::UpstreamTimeout,
+        "The upstream stopped sending.",
+        END,
+    ));
     assert!(t.push(&body, END).is_empty());
     assert!(t.finish(END).is_empty());
     let events = check(&out);
@@ -1681,7 +1686,7 @@ fn abort_ends_the_stream_as_failed() {
 
     // Before any input: a complete, valid failed stream.
     let mut t = translator(Options::default());
-    let events = check(&t.abort("upstream_timeout", "No answer.", END));
+    let events = check(&t.abort(ErrorCode::UpstreamTimeout, "No answer.", END));
     assert_eq!(
         trace(&events),
         [
@@ -1869,7 +1874,7 @@ fn a_custom_tool_call_streams_as_custom_tool_call_events_with_the_input_decoded(
     body += &frame(json!({}), json!("tool_calls"));
     body += "data: [DONE]\n\n";
 
-    let mut translator = StreamTranslator::new(t.exchange);
+    let mut translator = StreamTranslator::new(t.plan);
     let mut out = translator.push(body.as_bytes(), END).to_vec();
     out.extend_from_slice(&translator.finish(END));
     let events: Vec<Value> = String::from_utf8(out)
@@ -1949,7 +1954,7 @@ fn translator_for(request: Value) -> StreamTranslator {
         },
     )
     .unwrap();
-    StreamTranslator::new(t.exchange)
+    StreamTranslator::new(t.plan)
 }
 
 /// A Chat chunk of `choices[0]` (`delta`, `finish_reason`) as one SSE frame.

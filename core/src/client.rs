@@ -7,18 +7,24 @@
 //! 1.0.39 and 2.0.36) also reads only OpenAI's names: with the spec's it shows no reasoning.
 //! So each client gets the names it parses, by default.
 
+use serde::{Deserialize, Serialize};
+
 use crate::translate::ReasoningEvents;
 
-/// `--reasoning-events`: which names to serve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which names to serve (`--reasoning-events`, the module's `reasoning_events`); what one
+/// exchange gets is a [`ReasoningEvents`], from this and the client's headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", value(rename_all = "lowercase"))]
 pub enum ReasoningEventsPolicy {
-    /// OpenAI's names to the clients that parse only those (OpenAI's SDKs, Codex, the AI SDK),
-    /// the specification's to everyone else.
+    /// OpenAI's names to the clients that parse only those (OpenAI's SDKs, Codex, the AI SDK,
+    /// known by their standard headers), the specification's to everyone else.
     #[default]
     Auto,
-    /// The specification's names to every client.
+    /// `response.reasoning.delta` / `.done` (OpenResponses) to every client.
     Spec,
-    /// OpenAI's names to every client.
+    /// `response.reasoning_text.delta` / `.done` (OpenAI) to every client.
     OpenAi,
 }
 

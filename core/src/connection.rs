@@ -32,7 +32,7 @@ use crate::exchange::{
     AbortStep, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead,
     Settings, Summary, UpstreamRequest, EVENT_STREAM,
 };
-use crate::openresponses::ApiError;
+use crate::openresponses::{ApiError, Code, ErrorCode};
 use crate::translate::{Meta, ReasoningEvents};
 
 /// The limits of one connection (the adapter enforces the rest: count, age, idle time).
@@ -63,7 +63,7 @@ pub struct Rejection {
     pub frame: Bytes,
     /// Its status and code, for logs.
     pub status: u16,
-    pub code: Option<String>,
+    pub code: Option<Code>,
 }
 
 /// Messages for the client.
@@ -119,7 +119,7 @@ impl Context {
         let terminal: Terminal = serde_json::from_slice(&self.terminal).map_err(|e| {
             ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 format!("The kept response could not be read: {e}."),
             )
         })?;
@@ -215,7 +215,7 @@ impl Connection {
             &ApiError::invalid_body(
                 "Binary messages are not supported: send each event as a JSON text message.",
             )
-            .with_code("invalid_message"),
+            .with_code(ErrorCode::InvalidMessage),
         )
     }
 
@@ -231,7 +231,7 @@ impl Connection {
                 "This connection has reached its maximum age ({max_age_minutes} minutes): open a new one. \
                  Continuations cannot cross connections: send the whole input on the new one."
             ))
-            .with_code("websocket_connection_limit_reached"),
+            .with_code(ErrorCode::WebsocketConnectionLimitReached),
         )
     }
 
@@ -239,7 +239,7 @@ impl Connection {
         if self.turn.is_some() {
             return Err(ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 "A response.create arrived while a response is in flight.",
             ));
         }
@@ -254,19 +254,19 @@ impl Connection {
                     "type",
                     format!("Unknown event type '{t}'. This server accepts 'response.create'."),
                 )
-                .with_code("unknown_event_type"))
+                .with_code(ErrorCode::UnknownEventType))
             }
             Some(_) => {
                 return Err(
                     ApiError::invalid("type", "Invalid 'type': expected a string.")
-                        .with_code("invalid_type"),
+                        .with_code(ErrorCode::InvalidType),
                 )
             }
             None => return Err(ApiError::invalid(
                 "type",
                 "Missing required parameter: 'type'. Send {\"type\": \"response.create\", ...}.",
             )
-            .with_code("missing_required_parameter")),
+            .with_code(ErrorCode::MissingRequiredParameter)),
         }
         // A continuation takes the context it names: whatever happens next, a failure
         // leaves nothing to continue from.
@@ -278,7 +278,7 @@ impl Connection {
                     "previous_response_id",
                     "Invalid 'previous_response_id': expected a string.",
                 )
-                .with_code("invalid_type"))
+                .with_code(ErrorCode::InvalidType))
             }
         };
         for &(field, agrees) in TRANSPORT_FIELDS {
@@ -292,7 +292,7 @@ impl Connection {
                             "'{field}' is not allowed over the WebSocket transport: every response is streamed as events on the socket, none runs in the background."
                         ),
                     )
-                    .with_code("unsupported_parameter"))
+                    .with_code(ErrorCode::UnsupportedParameter))
                 }
             }
         }
@@ -301,7 +301,7 @@ impl Connection {
                 "stream_id",
                 "Lanes ('stream_id') are not supported: this server runs one response at a time per connection, in order.",
             )
-            .with_code("unsupported_parameter"));
+            .with_code(ErrorCode::UnsupportedParameter));
         }
         // `generate: false` preloads a context (instructions, tools, input) without a model
         // call: answered at once, continued by the next request.
@@ -313,7 +313,7 @@ impl Connection {
                     "generate",
                     format!("Invalid 'generate': expected a boolean, got {other}."),
                 )
-                .with_code("invalid_type"))
+                .with_code(ErrorCode::InvalidType))
             }
         };
         let continues = continued.as_ref().map(|c| c.id.clone());
@@ -344,7 +344,7 @@ impl Connection {
             RequestStep::Reply(reply) => Err(reply.error),
             RequestStep::Hold => Err(ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 "The request was not translated.",
             )),
         }
@@ -369,7 +369,7 @@ impl Connection {
                         "Previous response with id '{id}' not found: {why}. Responses are not stored (store: false): send the whole conversation in 'input'."
                     ),
                 )
-                .with_code("previous_response_not_found"))
+                .with_code(ErrorCode::PreviousResponseNotFound))
             }
         }
     }
@@ -390,7 +390,7 @@ impl Connection {
             None => {
                 return Err(
                     ApiError::invalid("input", "Missing required parameter: 'input'.")
-                        .with_code("missing_required_parameter"),
+                        .with_code(ErrorCode::MissingRequiredParameter),
                 )
             }
             Some(_) => {
@@ -398,7 +398,7 @@ impl Connection {
                     "input",
                     "Invalid 'input': expected a string or an array of items.",
                 )
-                .with_code("invalid_type"))
+                .with_code(ErrorCode::InvalidType))
             }
         };
         Ok(match continued {
@@ -436,7 +436,13 @@ impl Connection {
 
     /// The upstream failed (no answer, a reset, a timeout), at `at`: the response ends as
     /// failed.
-    pub fn upstream_failed(&mut self, code: &str, message: &str, now: u64, at: Instant) -> Frames {
+    pub fn upstream_failed(
+        &mut self,
+        code: ErrorCode,
+        message: &str,
+        now: u64,
+        at: Instant,
+    ) -> Frames {
         self.enter(at);
         let Some(turn) = &mut self.turn else {
             return Frames::default();
@@ -542,7 +548,7 @@ impl Connection {
             // Every response on a socket is a stream: an object cannot be framed as events.
             Reply::Answer(_) => vec![error_frame(&ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 "The response could not be framed as events.",
             ))],
             Reply::Error(e) => vec![error_frame(&e.error)],
@@ -601,7 +607,7 @@ fn message_too_large(limit: usize) -> ApiError {
         "The message is larger than this server accepts (--max-request-bytes, {limit} bytes)."
     ))
     .with_status(413)
-    .with_code("request_too_large")
+    .with_code(ErrorCode::RequestTooLarge)
 }
 
 /// The `error` event of the WebSocket transport: `{"type":"error","status":N,"error":{...}}`.
@@ -617,7 +623,7 @@ pub fn error_frame(err: &ApiError) -> Bytes {
     struct Payload<'a> {
         #[serde(rename = "type")]
         kind: &'static str,
-        code: Option<&'a str>,
+        code: Option<&'a Code>,
         message: &'a str,
         param: Option<&'a str>,
     }
@@ -626,7 +632,7 @@ pub fn error_frame(err: &ApiError) -> Bytes {
         status: err.status,
         error: Payload {
             kind: err.kind.as_str(),
-            code: err.code.as_deref(),
+            code: err.code.as_ref(),
             message: &err.message,
             param: err.param.as_deref(),
         },

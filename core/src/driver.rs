@@ -37,7 +37,7 @@ use crate::exchange::{
     self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, HeadStep, Operation, Reply,
     RequestStep, ResponseHead, Settings, Summary, UpstreamRequest,
 };
-use crate::openresponses::ApiError;
+use crate::openresponses::{ApiError, ErrorCode};
 use crate::proxy::{self, DETAILS_ANSWER, DETAILS_REQUEST};
 use crate::translate::Meta;
 
@@ -559,7 +559,7 @@ fn feed<'p>(
 fn internal(what: &str) -> ApiError {
     ApiError::server(
         500,
-        "internal_error",
+        ErrorCode::InternalError,
         format!("The exchange could not be completed: {what}."),
     )
 }
@@ -568,7 +568,7 @@ fn internal(what: &str) -> ApiError {
 fn failed() -> ApiError {
     ApiError::server(
         500,
-        "internal_error",
+        ErrorCode::InternalError,
         "responses-extproc failed while translating this exchange.",
     )
 }

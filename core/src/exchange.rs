@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::client::{self, ReasoningEventsPolicy};
-use crate::openresponses::{ApiError, Usage};
+use crate::openresponses::{ApiError, Code, ErrorCode, Usage};
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
 
@@ -41,10 +41,8 @@ impl Operation {
     }
 }
 
-/// Default of `Settings::max_body_bytes` (and of `--max-body-bytes`): 16 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
-
-/// The settings of the exchange rules (one source of truth: built from `config::Config`).
+/// The settings of the exchange rules (one source of truth: built from
+/// [`crate::settings::ExchangeConfig`], whose defaults are these defaults).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The path of `POST` requests that are ours (`/v1/responses`); query strings ignored.
@@ -64,14 +62,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings {
-            responses_path: "/v1/responses".into(),
-            chat_path: "/v1/chat/completions".into(),
-            model_header: "x-responses-model".into(),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            reasoning_events: ReasoningEventsPolicy::default(),
-            options: Options::default(),
-        }
+        crate::settings::ExchangeConfig::default().exchange_settings(None)
     }
 }
 
@@ -237,7 +228,7 @@ pub struct Summary {
     /// The HTTP status answered, once known.
     pub status: Option<u16>,
     /// The error code of a failed exchange.
-    pub error_code: Option<String>,
+    pub error_code: Option<Code>,
     /// Token usage, when the upstream reported it.
     pub usage: Option<Usage>,
     /// The model the upstream says answered.
@@ -255,9 +246,9 @@ pub struct Summary {
 #[derive(Debug)]
 enum Gather {
     /// A JSON chat completion to translate.
-    Json(Box<translate::Exchange>),
+    Json(Box<translate::ResponsePlan>),
     /// A stream answering a client that asked for one JSON object: folded into one.
-    Fold(Box<translate::Exchange>),
+    Fold(Box<translate::ResponsePlan>),
     /// Not a usable answer: read for a message, then replaced by an error envelope.
     Error {
         status: u16,
@@ -275,7 +266,7 @@ enum State {
         body: BytesMut,
     },
     /// Translated and sent; waiting for the answer's head.
-    Forwarded(Box<translate::Exchange>),
+    Forwarded(Box<translate::ResponsePlan>),
     Gathering {
         why: Gather,
         body: BytesMut,
@@ -388,7 +379,7 @@ impl Exchange {
             let err = ApiError::invalid_body(
                 "The request has no body. Send a JSON object with 'model' and 'input'.",
             )
-            .with_code("missing_body");
+            .with_code(ErrorCode::MissingBody);
             return RequestStep::Reply(self.fail(err));
         }
         let translated = match self.summary.operation {
@@ -414,7 +405,7 @@ impl Exchange {
         }
         let translated = translate::translate_request_object(body, &self.settings.options, meta)
             .map(|mut t| {
-                t.exchange.echo.previous_response_id = continues;
+                t.plan.echo.previous_response_id = continues;
                 t
             });
         self.forward(translated)
@@ -426,17 +417,17 @@ impl Exchange {
     ) -> RequestStep {
         match translated {
             Ok(mut t) => {
-                t.exchange.options.reasoning_events = self.reasoning_events;
-                self.summary.response_id = Some(t.exchange.id().to_owned());
-                self.summary.model = Some(t.exchange.model().to_owned());
-                self.summary.stream = t.exchange.is_stream();
-                self.summary.params = t.exchange.params();
+                t.plan.options.reasoning_events = self.reasoning_events;
+                self.summary.response_id = Some(t.plan.id().to_owned());
+                self.summary.model = Some(t.plan.model().to_owned());
+                self.summary.stream = t.plan.is_stream();
+                self.summary.params = t.plan.params();
                 let up = UpstreamRequest {
                     body: t.body,
-                    model: t.exchange.model().to_owned(),
-                    stream: t.exchange.is_stream(),
+                    model: t.plan.model().to_owned(),
+                    stream: t.plan.is_stream(),
                 };
-                self.state = State::Forwarded(Box::new(t.exchange));
+                self.state = State::Forwarded(Box::new(t.plan));
                 RequestStep::Forward(up)
             }
             Err(err) => RequestStep::Reply(self.fail(err)),
@@ -574,7 +565,7 @@ impl Exchange {
     pub fn response_overflow(&mut self) -> ErrorReply {
         let err = ApiError::server(
             502,
-            "upstream_response_too_large",
+            ErrorCode::UpstreamResponseTooLarge,
             format!(
                 "The upstream answer is larger than this server translates (--max-body-bytes, {} bytes).",
                 self.settings.max_body_bytes
@@ -595,7 +586,7 @@ impl Exchange {
                 AbortStep::Reply(self.response_overflow())
             }
             State::Streaming(_) => self.abort(
-                "response_too_large",
+                ErrorCode::ResponseTooLarge,
                 "The upstream sent more at once than this server reads.",
                 now,
             ),
@@ -605,7 +596,7 @@ impl Exchange {
 
     /// The transport failed (an internal error, a message it could not read): what can still
     /// be sent so that the client gets an OpenResponses ending.
-    pub fn abort(&mut self, code: &str, message: &str, now: u64) -> AbortStep {
+    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> AbortStep {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Done | State::StreamEnded => AbortStep::Nothing,
             State::Streaming(mut translator) => {
@@ -660,7 +651,7 @@ impl Exchange {
                 self.summary.finish_reason = folded.report.finish_reason;
                 match folded.report.error {
                     None => self.translated(200, JSON, folded.body),
-                    Some(e) => Reply::Error(self.fail(ApiError::server(502, &e.code, e.message))),
+                    Some(e) => Reply::Error(self.fail(ApiError::server(502, e.code, e.message))),
                 }
             }
             Gather::Error {
@@ -730,13 +721,13 @@ fn request_too_large(limit: usize) -> ApiError {
         "The request body is larger than this server accepts (--max-request-bytes, {limit} bytes)."
     ))
     .with_status(413)
-    .with_code("request_too_large")
+    .with_code(ErrorCode::RequestTooLarge)
 }
 
 fn internal(what: &str) -> ApiError {
     ApiError::server(
         500,
-        "internal_error",
+        ErrorCode::InternalError,
         format!("The exchange could not be completed: {what}."),
     )
 }
@@ -755,7 +746,7 @@ fn error_for(status: u16, expected_stream: bool, local: bool, body: &[u8]) -> Ap
         };
         return ApiError::server(
             502,
-            "upstream_invalid_response",
+            ErrorCode::UpstreamInvalidResponse,
             format!("The upstream answer cannot be translated: {what}."),
         );
     }
@@ -772,7 +763,7 @@ fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
             "The request body is larger than the proxy buffers (Envoy's per_connection_buffer_limit_bytes).",
         )
         .with_status(413)
-        .with_code("request_too_large");
+        .with_code(ErrorCode::RequestTooLarge);
     }
     let mut err = response::upstream_error(status, body);
     let text = String::from_utf8_lossy(body);
@@ -1138,15 +1129,18 @@ mod tests {
         let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
         ex.response_head(head(200, "text/event-stream"), 1);
         ex.response_body(CHUNK.as_bytes(), false, 1);
-        let AbortStep::Send(out) = ex.abort("internal_error", "boom", 1) else {
+        let AbortStep::Send(out) = ex.abort(ErrorCode::InternalError, "boom", 1) else {
             panic!("no ending");
         };
         let out = String::from_utf8(out.to_vec()).unwrap();
         assert!(out.contains("event: response.failed\n") && out.ends_with("data: [DONE]\n\n"));
-        assert_eq!(ex.summary().error_code.as_deref(), Some("internal_error"));
+        assert_eq!(
+            ex.summary().error_code.as_ref().map(Code::as_str),
+            Some("internal_error")
+        );
         // After the end: nothing.
         assert!(matches!(
-            ex.abort("internal_error", "again", 1),
+            ex.abort(ErrorCode::InternalError, "again", 1),
             AbortStep::Nothing
         ));
     }

@@ -7,6 +7,8 @@
 //! tonic, axum, reqwest). Each adapter (the ext_proc service, the WebSocket transport, the
 //! in-process Envoy module) is a thin shell around it.
 
+#![forbid(unsafe_code)]
+
 pub mod chat;
 pub mod client;
 pub mod connection;

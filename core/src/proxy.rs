@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use crate::exchange::{
     self, AbortStep, Answer, Exchange, Outcome, Settings, Summary, UpstreamRequest,
 };
-use crate::openresponses::Usage;
+use crate::openresponses::{ErrorCode, Usage};
 
 /// The namespace of the exchange's dynamic metadata in Envoy (README "Envoy metadata"): the
 /// access log and the token rate limit read it by this name.
@@ -21,16 +21,6 @@ pub const METADATA_NAMESPACE: &str = "responses_extproc";
 pub const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
 /// The details of an error envelope in place of an upstream's answer.
 pub const DETAILS_ANSWER: &str = "responses_extproc_upstream_error";
-
-/// The error codes an exchange ends with when it reaches a size cap.
-pub const CAP_CODES: &[&str] = &[
-    "request_too_large",
-    "content_too_large",
-    "too_many_input_items",
-    "upstream_response_too_large",
-    "upstream_event_too_large",
-    "response_too_large",
-];
 
 /// One edit of a header map. Owned, so that the driver's actions do not borrow it; the names
 /// and values are static but for the configured ones (the model header, the Chat path) and the
@@ -109,7 +99,7 @@ pub fn answer_edits(a: &Answer) -> Edits {
 /// How an exchange ends after a panic in it: whatever can still be sent.
 pub fn abort_after_panic(ex: &mut Exchange, now: u64) -> AbortStep {
     ex.abort(
-        "internal_error",
+        ErrorCode::InternalError,
         "responses-extproc failed while translating this exchange.",
         now,
     )
@@ -165,7 +155,10 @@ pub fn metadata(s: &Summary) -> Vec<(&'static str, MetadataValue)> {
         ("response_id", text(&s.response_id)),
         ("model", text(&s.model)),
         ("upstream_model", text(&s.upstream_model)),
-        ("error_code", text(&s.error_code)),
+        (
+            "error_code",
+            s.error_code.as_ref().map(|c| Str(c.to_string())),
+        ),
         ("status", s.status.map(|n| Num(f64::from(n)))),
     ] {
         if let Some(v) = value {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::client::ReasoningEventsPolicy;
-use crate::exchange::{self, DEFAULT_MAX_BODY_BYTES};
+use crate::exchange;
 use crate::translate::seal::Keyring;
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
@@ -23,41 +23,8 @@ pub const DEFAULT_RESPONSES_PATH: &str = "/v1/responses";
 pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
 /// Default of `model_header`.
 pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
-
-/// `reasoning_events`: which names streamed reasoning text gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum ReasoningEventNames {
-    /// OpenAI's names to OpenAI's SDKs and Codex (known by their standard headers), the
-    /// specification's to everyone else.
-    #[default]
-    Auto,
-    /// `response.reasoning.delta` / `.done` (OpenResponses).
-    Spec,
-    /// `response.reasoning_text.delta` / `.done` (OpenAI).
-    Openai,
-}
-
-/// `developer_role`: what `developer` messages become upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum DeveloperRoleName {
-    #[default]
-    System,
-    Developer,
-}
-
-/// `hosted_tools`: what happens to tools a Chat upstream cannot run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum HostedToolsPolicy {
-    #[default]
-    Drop,
-    Reject,
-}
+/// Default of `max_body_bytes`: 16 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 
 /// The settings every adapter shares: routing, translation, caps and sealing keys. The doc
 /// comments are the CLI's `--help`.
@@ -89,11 +56,11 @@ pub struct ExchangeConfig {
         arg(
             long,
             value_enum,
-            default_value = "auto",
+            default_value_t = ReasoningEventsPolicy::default(),
             env = "RESPONSES_EXTPROC_REASONING_EVENTS"
         )
     )]
-    pub reasoning_events: ReasoningEventNames,
+    pub reasoning_events: ReasoningEventsPolicy,
 
     /// Largest single upstream SSE event held while waiting for its end (bytes).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_SSE_FRAME_BYTES, env = "RESPONSES_EXTPROC_MAX_SSE_FRAME_BYTES"))]
@@ -111,11 +78,11 @@ pub struct ExchangeConfig {
         arg(
             long,
             value_enum,
-            default_value = "system",
+            default_value_t = DeveloperRole::default(),
             env = "RESPONSES_EXTPROC_DEVELOPER_ROLE"
         )
     )]
-    pub developer_role: DeveloperRoleName,
+    pub developer_role: DeveloperRole,
 
     /// Hosted tools (`web_search`, `file_search`, ...) cannot run on a Chat upstream: drop
     /// them from the request, or reject the request with 400.
@@ -124,11 +91,11 @@ pub struct ExchangeConfig {
         arg(
             long,
             value_enum,
-            default_value = "drop",
+            default_value_t = HostedTools::default(),
             env = "RESPONSES_EXTPROC_HOSTED_TOOLS"
         )
     )]
-    pub hosted_tools: HostedToolsPolicy,
+    pub hosted_tools: HostedTools,
 
     /// Largest accepted `/v1/responses` body (bytes); larger → 413. Envoy's own buffer limit
     /// (envoy.yaml) applies first.
@@ -168,11 +135,11 @@ impl Default for ExchangeConfig {
             chat_path: DEFAULT_CHAT_PATH.into(),
             model_header: DEFAULT_MODEL_HEADER.into(),
             strict: false,
-            reasoning_events: ReasoningEventNames::Auto,
+            reasoning_events: ReasoningEventsPolicy::default(),
             max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
             max_output_bytes: limits::MAX_OUTPUT_BYTES,
-            developer_role: DeveloperRoleName::System,
-            hosted_tools: HostedToolsPolicy::Drop,
+            developer_role: DeveloperRole::default(),
+            hosted_tools: HostedTools::default(),
             max_request_bytes: limits::MAX_REQUEST_BYTES,
             max_input_items: limits::MAX_INPUT_ITEMS,
             max_part_bytes: limits::MAX_PART_BYTES,
@@ -235,14 +202,8 @@ impl ExchangeConfig {
             strict: self.strict,
             // Resolved per exchange from the policy and the client's headers.
             reasoning_events: ReasoningEvents::default(),
-            developer_role: match self.developer_role {
-                DeveloperRoleName::System => DeveloperRole::System,
-                DeveloperRoleName::Developer => DeveloperRole::Developer,
-            },
-            hosted_tools: match self.hosted_tools {
-                HostedToolsPolicy::Drop => HostedTools::Drop,
-                HostedToolsPolicy::Reject => HostedTools::Reject,
-            },
+            developer_role: self.developer_role,
+            hosted_tools: self.hosted_tools,
             max_request_bytes: self.max_request_bytes,
             max_input_items: self.max_input_items,
             max_part_bytes: self.max_part_bytes,
@@ -260,11 +221,7 @@ impl ExchangeConfig {
             chat_path: self.chat_path.clone(),
             model_header: self.model_header.to_ascii_lowercase(),
             max_body_bytes: self.max_body_bytes,
-            reasoning_events: match self.reasoning_events {
-                ReasoningEventNames::Auto => ReasoningEventsPolicy::Auto,
-                ReasoningEventNames::Spec => ReasoningEventsPolicy::Spec,
-                ReasoningEventNames::Openai => ReasoningEventsPolicy::OpenAi,
-            },
+            reasoning_events: self.reasoning_events,
             options: self.translate_options(keyring),
         }
     }

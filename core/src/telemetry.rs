@@ -213,7 +213,7 @@ pub fn attributes<'a>(s: &'a Summary, timing: &Timing) -> Vec<Attribute<'a>> {
 pub fn error_type(s: &Summary) -> Option<&str> {
     match (s.outcome, &s.error_code) {
         (Outcome::Translated, _) => None,
-        (Outcome::Failed, Some(code)) => Some(code),
+        (Outcome::Failed, Some(code)) => Some(code.as_str()),
         (Outcome::Failed, None) => Some("_OTHER"),
         (Outcome::Open, _) => Some("cut"),
     }
@@ -324,7 +324,7 @@ mod tests {
             stream: false,
             outcome: Outcome::Failed,
             status: Some(400),
-            error_code: Some("invalid_json".into()),
+            error_code: Some(crate::openresponses::ErrorCode::InvalidJson.into()),
             usage: None,
             upstream_model: None,
             finish_reason: None,

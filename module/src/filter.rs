@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use responses_core::driver::{Action, Driver, Edits, Event, Failure, Finished, Gathering};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
+use responses_core::openresponses::Code;
 use responses_core::proxy::{self, HeaderEdit};
 use responses_core::telemetry::{self, Timing, Transport};
 
@@ -203,7 +204,7 @@ impl<E: Environment> Filter<E> {
                         "answered with an error envelope request_id={} status={} code={}",
                         self.request_id,
                         error.status(),
-                        error.error.code.as_deref().unwrap_or("")
+                        error.error.code.as_ref().map(Code::as_str).unwrap_or("")
                     )
                 });
                 host.send_reply(
@@ -261,7 +262,7 @@ impl<E: Environment> Filter<E> {
                     s.operation.as_str(),
                     s.stream,
                     proxy::outcome_name(s.outcome),
-                    s.error_code.as_deref().unwrap_or("")
+                    s.error_code.as_ref().map(Code::as_str).unwrap_or("")
                 )
             });
         }
@@ -300,12 +301,8 @@ fn record(host: &mut impl Host, m: &Metrics, f: &Finished) {
     let stream = if s.stream { "true" } else { "false" };
     let outcome = proxy::recorded_outcome(s.outcome);
     host.count(m.exchanges, &[s.operation.as_str(), stream, outcome], 1);
-    if let Some(code) = s
-        .error_code
-        .as_deref()
-        .filter(|c| proxy::CAP_CODES.contains(c))
-    {
-        host.count(m.caps_hit, &[code], 1);
+    if let Some(code) = s.error_code.as_ref().filter(|c| c.is_cap()) {
+        host.count(m.caps_hit, &[code.as_str()], 1);
     }
     if let Some(u) = &s.usage {
         for (kind, n) in proxy::token_counts(u) {

@@ -6,19 +6,24 @@
 //! Envoy 1.40 refuses a module that lacks any hook it looks up, including those of features
 //! this filter never uses (HTTP callouts and streams, scheduling, watermarks): they are here
 //! as no-ops. `.ci/module-symbols` checks the list against the Envoy binary.
+//!
+//! No `unsafe` here: what touches Envoy's pointers and buffers is the host layer's
+//! ([`host::ffi`]). The lint is denied rather than forbidden only because `#[no_mangle]`, which
+//! every export needs, counts as unsafe code to it: it is allowed on the exports alone.
+#![deny(unsafe_code)]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 
 use responses_core::environment::System;
 use responses_core::settings::KeySource;
 
-use crate::abi::{self, EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer};
-use crate::config::{FilterConfig, KeyFile, MetricKind};
-use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
-use crate::host::{self, Envoy, Level, MetricId};
-
-type EnvoyFilter = Filter<System>;
+use crate::config::{FilterConfig, KeyFile};
+use crate::filter::{BodyStatus, HeadersStatus, TrailersStatus};
+use crate::host::ffi::{
+    self as abi, EnvoyBuffer, EnvoyFilter, EnvoyHttpHeader, FilterConfigEnvoyPtr,
+    FilterConfigModulePtr, FilterEnvoyPtr, FilterModulePtr,
+};
+use crate::host::{self, Envoy, Level};
 
 /// Logs a panic's message in Envoy's log (instead of stderr), then unwinding continues to the
 /// hook's `catch_unwind`.
@@ -41,83 +46,40 @@ fn install_panic_log() {
     }));
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const std::ffi::c_char {
     match catch_unwind(install_panic_log) {
-        Ok(()) => abi::ABI_VERSION.as_ptr().cast(),
+        Ok(()) => abi::abi_version(),
         Err(_) => std::ptr::null(),
     }
 }
 
-fn define_metric(
-    config: abi::FilterConfigEnvoyPtr,
-    kind: MetricKind,
-    name: &str,
-    labels: &[&str],
-) -> Option<MetricId> {
-    let mut label_names: Vec<ModuleBuffer> = labels
-        .iter()
-        .map(|l| ModuleBuffer::from(l.as_bytes()))
-        .collect();
-    let mut id = 0usize;
-    let name = ModuleBuffer::from(name.as_bytes());
-    let labels_ptr = if label_names.is_empty() {
-        std::ptr::null_mut()
-    } else {
-        label_names.as_mut_ptr()
-    };
-    // SAFETY: Envoy's config pointer during config_new; it copies the names.
-    let result = unsafe {
-        match kind {
-            MetricKind::Counter => {
-                abi::envoy_dynamic_module_callback_http_filter_config_define_counter(
-                    config,
-                    name,
-                    labels_ptr,
-                    label_names.len(),
-                    &mut id,
-                )
-            }
-            MetricKind::Gauge => {
-                abi::envoy_dynamic_module_callback_http_filter_config_define_gauge(
-                    config,
-                    name,
-                    labels_ptr,
-                    label_names.len(),
-                    &mut id,
-                )
-            }
-            MetricKind::Histogram => {
-                abi::envoy_dynamic_module_callback_http_filter_config_define_histogram(
-                    config,
-                    name,
-                    labels_ptr,
-                    label_names.len(),
-                    &mut id,
-                )
-            }
-        }
-    };
-    (result == 0).then_some(MetricId(id))
-}
-
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
-    config_envoy: abi::FilterConfigEnvoyPtr,
+    config_envoy: FilterConfigEnvoyPtr,
     name: EnvoyBuffer,
     config: EnvoyBuffer,
-) -> abi::FilterConfigModulePtr {
+) -> FilterConfigModulePtr {
+    config_new(config_envoy, &name, &config)
+}
+
+/// Out of the export, so that the lint sees its body.
+fn config_new(
+    config_envoy: FilterConfigEnvoyPtr,
+    name: &EnvoyBuffer,
+    config: &EnvoyBuffer,
+) -> FilterConfigModulePtr {
     let made = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: Envoy's buffers, valid during this hook.
-        let (name, json) = unsafe { (name.as_bytes(), config.as_bytes()) };
-        // SAFETY: no pointers; config_new runs on the main thread.
-        let key_file = if unsafe { abi::envoy_dynamic_module_callback_is_validation_mode() } {
+        let (name, json) = (name.bytes(), config.bytes());
+        let key_file = if abi::is_validation_mode() {
             KeyFile::Skip
         } else {
             KeyFile::Read
         };
         let config = FilterConfig::new(json, key_file, &mut |kind, metric, labels| {
-            define_metric(config_envoy, kind, metric, labels)
+            abi::define_metric(config_envoy, kind, metric, labels)
         });
         let name = String::from_utf8_lossy(name);
         match config {
@@ -133,43 +95,45 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                     KeySource::Text => "reasoning keys loaded from reasoning_keys",
                 };
                 host::log(level, &format!("responses_module filter `{name}`: {keys}"));
-                Arc::into_raw(Arc::new(config)).cast()
+                abi::config_to_envoy(config)
             }
             Err(e) => {
                 host::log(
                     Level::Error,
                     &format!("responses_module filter `{name}`: config refused: {e}"),
                 );
-                std::ptr::null()
+                abi::no_config()
             }
         }
     }));
-    made.unwrap_or(std::ptr::null())
+    made.unwrap_or_else(|_| abi::no_config())
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(
-    config: abi::FilterConfigModulePtr,
+    config: FilterConfigModulePtr,
 ) {
-    if config.is_null() {
-        return;
-    }
-    // SAFETY: made by Arc::into_raw in config_new; Envoy destroys each config once.
-    let _ = catch_unwind(|| drop(unsafe { Arc::from_raw(config.cast::<FilterConfig>()) }));
+    let _ = catch_unwind(|| abi::drop_config(config));
 }
 
 /// Per-route settings are not supported: a route enables or disables the filter with
 /// Envoy's generic `FilterConfig { disabled }`. An empty per-route config is accepted (Envoy
 /// asks for one), anything else refused, so that it is not silently ignored.
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
     _name: EnvoyBuffer,
     config: EnvoyBuffer,
 ) -> *const std::ffi::c_void {
+    per_route_config_new(&config)
+}
+
+/// Out of the export, so that the lint sees its body.
+fn per_route_config_new(config: &EnvoyBuffer) -> *const std::ffi::c_void {
     static EMPTY: u8 = 0;
     let accepted = catch_unwind(|| {
-        // SAFETY: Envoy's buffer, valid during this hook.
-        let json = unsafe { config.as_bytes() };
+        let json = config.bytes();
         let trimmed: Vec<u8> = json
             .iter()
             .copied()
@@ -190,74 +154,60 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
     std::ptr::null()
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(
     _config: *const std::ffi::c_void,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
-    config: abi::FilterConfigModulePtr,
-    _filter_envoy: abi::FilterEnvoyPtr,
-) -> abi::FilterModulePtr {
-    if config.is_null() {
-        return std::ptr::null();
-    }
+    config: FilterConfigModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+) -> FilterModulePtr {
     let made = catch_unwind(|| {
-        // SAFETY: the config outlives its filters; a new Arc handle for this filter.
-        let config = unsafe {
-            Arc::increment_strong_count(config.cast::<FilterConfig>());
-            Arc::from_raw(config.cast::<FilterConfig>())
-        };
-        Box::into_raw(Box::new(EnvoyFilter::new(config, System))).cast_const()
+        abi::config_of(config).map_or_else(abi::no_filter, |c| {
+            abi::filter_to_envoy(EnvoyFilter::new(c, System))
+        })
     });
-    made.map_or(std::ptr::null(), |f| f.cast())
+    made.unwrap_or_else(|_| abi::no_filter())
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: abi::FilterModulePtr) {
-    if filter.is_null() {
-        return;
-    }
-    // SAFETY: made by Box::into_raw in filter_new; Envoy destroys each filter once.
-    let _ =
-        catch_unwind(|| drop(unsafe { Box::from_raw(filter.cast_mut().cast::<EnvoyFilter>()) }));
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: FilterModulePtr) {
+    let _ = catch_unwind(|| abi::drop_filter(filter));
 }
 
 /// Runs one hook on a filter, containing any panic: `hook`'s result, or else `on_panic`'s
 /// verdict after the filter ended the exchange ([`Filter::on_panic`]: true if the current
 /// data may pass).
 fn with_filter<R>(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
     hook: impl FnOnce(&mut EnvoyFilter, &mut Envoy) -> R,
     on_panic: impl FnOnce(bool) -> R,
 ) -> R {
-    if filter.is_null() {
+    abi::with_filter(filter_envoy, filter, |found| {
         // filter_new failed: Envoy closes the stream; never let anything pass meanwhile.
-        return on_panic(false);
-    }
-    // SAFETY: the filter Box of filter_new, used by one worker thread at a time; the Envoy
-    // pointer is this hook's.
-    let (filter, mut host) = unsafe {
-        (
-            &mut *filter.cast_mut().cast::<EnvoyFilter>(),
-            Envoy::new(filter_envoy),
-        )
-    };
-    match catch_unwind(AssertUnwindSafe(|| hook(filter, &mut host))) {
-        Ok(result) => result,
-        Err(_) => {
-            let pass = catch_unwind(AssertUnwindSafe(|| filter.on_panic(&mut host)))
-                .unwrap_or_else(|_| {
-                    // Even the ending failed: cut the stream.
-                    let _ = catch_unwind(AssertUnwindSafe(|| crate::host::Host::reset(&mut host)));
-                    false
-                });
-            on_panic(pass)
+        let Some((filter, host)) = found else {
+            return on_panic(false);
+        };
+        match catch_unwind(AssertUnwindSafe(|| hook(filter, host))) {
+            Ok(result) => result,
+            Err(_) => {
+                let pass =
+                    catch_unwind(AssertUnwindSafe(|| filter.on_panic(host))).unwrap_or_else(|_| {
+                        // Even the ending failed: cut the stream.
+                        let _ = catch_unwind(AssertUnwindSafe(|| crate::host::Host::reset(host)));
+                        false
+                    });
+                on_panic(pass)
+            }
         }
-    }
+    })
 }
 
 fn headers_status(s: HeadersStatus) -> abi::HeadersStatus {
@@ -281,10 +231,11 @@ fn trailers_status(s: TrailersStatus) -> abi::TrailersStatus {
     }
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
     end_of_stream: bool,
 ) -> abi::HeadersStatus {
     with_filter(
@@ -295,10 +246,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     )
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
     end_of_stream: bool,
 ) -> abi::BodyStatus {
     with_filter(
@@ -309,10 +261,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     )
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
 ) -> abi::TrailersStatus {
     with_filter(
         filter_envoy,
@@ -322,10 +275,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
     )
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
     end_of_stream: bool,
 ) -> abi::HeadersStatus {
     with_filter(
@@ -336,10 +290,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     )
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
     end_of_stream: bool,
 ) -> abi::BodyStatus {
     with_filter(
@@ -356,10 +311,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
     )
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
 ) -> abi::TrailersStatus {
     with_filter(
         filter_envoy,
@@ -375,10 +331,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
     )
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
-    filter_envoy: abi::FilterEnvoyPtr,
-    filter: abi::FilterModulePtr,
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
 ) {
     with_filter(
         filter_envoy,
@@ -390,10 +347,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 
 /// Envoy's local reply is about to be sent: it passes the response hooks next, where the
 /// core turns it into an envelope; nothing to do here.
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _response_code: u32,
     _details: EnvoyBuffer,
     _reset_imminent: bool,
@@ -404,10 +362,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
 // Hooks of features this filter never uses (it starts no callouts, schedules nothing and is
 // never a terminal filter), required by Envoy 1.40 all the same.
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _callout_id: u64,
     _result: u32,
     _headers: *mut EnvoyHttpHeader,
@@ -417,10 +376,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _stream_id: u64,
     _headers: *mut EnvoyHttpHeader,
     _headers_size: usize,
@@ -428,10 +388,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _stream_id: u64,
     _data: *const EnvoyBuffer,
     _data_count: usize,
@@ -439,53 +400,59 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _stream_id: u64,
     _trailers: *mut EnvoyHttpHeader,
     _trailers_size: usize,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _stream_id: u64,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _stream_id: u64,
     _reason: u32,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
     _event_id: u64,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    _config_envoy: abi::FilterConfigEnvoyPtr,
-    _config: abi::FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _event_id: u64,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
-    _config_envoy: abi::FilterConfigEnvoyPtr,
-    _config: abi::FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _callout_id: u64,
     _result: u32,
     _headers: *mut EnvoyHttpHeader,
@@ -495,10 +462,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers(
-    _config_envoy: abi::FilterConfigEnvoyPtr,
-    _config: abi::FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _stream_id: u64,
     _headers: *mut EnvoyHttpHeader,
     _headers_size: usize,
@@ -506,10 +474,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_headers
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
-    _config_envoy: abi::FilterConfigEnvoyPtr,
-    _config: abi::FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _stream_id: u64,
     _data: *const EnvoyBuffer,
     _data_count: usize,
@@ -517,43 +486,48 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_data(
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_trailers(
-    _config_envoy: abi::FilterConfigEnvoyPtr,
-    _config: abi::FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _stream_id: u64,
     _trailers: *mut EnvoyHttpHeader,
     _trailers_size: usize,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_complete(
-    _config_envoy: abi::FilterConfigEnvoyPtr,
-    _config: abi::FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _stream_id: u64,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_stream_reset(
-    _config_envoy: abi::FilterConfigEnvoyPtr,
-    _config: abi::FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _stream_id: u64,
     _reason: u32,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
 ) {
 }
 
+#[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
-    _filter_envoy: abi::FilterEnvoyPtr,
-    _filter: abi::FilterModulePtr,
+    _filter_envoy: FilterEnvoyPtr,
+    _filter: FilterModulePtr,
 ) {
 }

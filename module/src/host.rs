@@ -1,10 +1,17 @@
+//! The host layer: everything that touches Envoy's ABI, and the only code of the module with
+//! `unsafe` (the ABI, `abi`, is private to it).
+//!
 //! What the filter needs from Envoy, as a small trait: headers, the body bytes of the current
 //! hook, replies, metadata, stats and logs. [`Envoy`] implements it over the ABI; the tests and
 //! the fuzz target use a fake (`crate::fake`), so the adapter is tested with plain bytes.
+//! [`ffi`] is what the hooks exchange with Envoy.
+
+mod abi;
+pub mod ffi;
 
 use responses_core::proxy::MetadataValue;
 
-use crate::abi::{self, EnvoyBuffer, ModuleBuffer, ModuleHttpHeader};
+use abi::{EnvoyBuffer, ModuleBuffer, ModuleHttpHeader};
 
 /// Which half of the exchange a header map or a body belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +90,7 @@ pub struct Envoy {
 impl Envoy {
     /// # Safety
     /// `filter` is the pointer Envoy passed to the current hook; the value lives no longer.
-    pub unsafe fn new(filter: abi::FilterEnvoyPtr) -> Envoy {
+    unsafe fn new(filter: abi::FilterEnvoyPtr) -> Envoy {
         Envoy { filter }
     }
 }

@@ -5,21 +5,27 @@
 //! [`responses_core::driver::Driver`] as the ext_proc service, fed from Envoy's filter hooks
 //! instead of gRPC messages, with direct access to headers and body buffers.
 //!
-//! - [`abi`]: the ABI's types and the Envoy callbacks used, declared by hand;
 //! - [`hooks`]: the `envoy_dynamic_module_on_*` functions Envoy calls, each catching panics;
 //! - [`filter`]: one exchange, the driver's actions and events onto a [`host::Host`];
-//! - [`host`]: that small trait, and its implementation over the ABI;
+//! - [`host`]: that small trait, its implementation over the ABI, and what the hooks exchange
+//!   with Envoy ([`host::ffi`]); the ABI's types and the Envoy callbacks used, declared by
+//!   hand, are private to it;
 //! - [`config`]: the filter's JSON config (the processor's settings) and its Envoy stats;
 //! - [`fake`]: a fake Envoy, so the filter is tested (and fuzzed) with plain bytes.
 //!
-//! No async runtime and no I/O stack: the core, serde_json and the ABI.
+//! No async runtime and no I/O stack: the core, serde_json and the ABI. `unsafe` lives in
+//! the host layer alone: every other module forbids it, and `hooks` denies it but for the
+//! `#[no_mangle]` of its exports.
 
-pub mod abi;
+#[forbid(unsafe_code)]
 pub mod config;
+#[forbid(unsafe_code)]
 pub mod fake;
+#[forbid(unsafe_code)]
 pub mod filter;
 pub mod hooks;
 pub mod host;
 
 #[cfg(test)]
+#[forbid(unsafe_code)]
 mod tests;

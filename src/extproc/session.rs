@@ -33,6 +33,7 @@ use crate::config::StreamBodyMode;
 use crate::traces::{self, ExchangeSpan, Transport};
 use responses_core::driver::{Action, Cause, Driver, Edits, Event, Failure, Finished, Gathering};
 use responses_core::exchange::{self, ErrorReply};
+use responses_core::openresponses::Code;
 use responses_core::proxy::{self, HeaderEdit};
 
 pub use responses_core::environment::{Environment, System};
@@ -342,7 +343,7 @@ impl<E: Environment> Session<E> {
                 operation = s.operation.as_str(),
                 stream = s.stream,
                 outcome = ?s.outcome,
-                code = s.error_code.as_deref().unwrap_or(""),
+                code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
                 "answer translated"
             );
             if let Some(last) = last {
@@ -384,7 +385,7 @@ impl<E: Environment> Session<E> {
 
     /// An error envelope as Envoy's reply, in place of the request or of the upstream's answer.
     fn reply(&self, error: &ErrorReply, cause: Cause) -> ProcessingResponse {
-        let code = error.error.code.as_deref().unwrap_or("");
+        let code = error.error.code.as_ref().map(Code::as_str).unwrap_or("");
         match cause {
             Cause::Request => tracing::info!(
                 request_id = %self.request_id,

@@ -30,6 +30,7 @@ use opentelemetry_sdk::Resource;
 use crate::config::Config;
 use crate::metrics::{Metrics, Timing};
 use responses_core::exchange::{Outcome, Summary};
+use responses_core::openresponses::Code;
 pub use responses_core::telemetry::Transport;
 use responses_core::telemetry::{self, key, Attribute};
 
@@ -342,7 +343,7 @@ impl ExchangeSpan {
             match (summary.outcome, &summary.error_code) {
                 (Outcome::Translated, _) => {}
                 (Outcome::Failed, code) => self.span.set_status(Status::error(
-                    code.clone().unwrap_or_else(|| "failed".to_owned()),
+                    code.as_ref().map_or_else(|| "failed".to_owned(), Code::to_string),
                 )),
                 (Outcome::Open, _) => self.span.set_status(Status::error(
                     "the exchange ended before its answer was complete (client gone, upstream reset or timeout)",
@@ -419,7 +420,7 @@ pub fn terminal_event(sse: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
     use responses_core::exchange::Operation;
-    use responses_core::openresponses::Usage;
+    use responses_core::openresponses::{ErrorCode, Usage};
     use responses_core::translate::Params;
 
     fn get<'a>(a: &'a [KeyValue], key: &str) -> Option<&'a Value> {
@@ -444,7 +445,7 @@ mod tests {
             stream: true,
             outcome: Outcome::Failed,
             status: Some(502),
-            error_code: Some("upstream_stream_truncated".into()),
+            error_code: Some(ErrorCode::UpstreamStreamTruncated.into()),
             usage: Some(usage),
             upstream_model: Some("llama".into()),
             finish_reason: Some("length".into()),
@@ -544,7 +545,7 @@ mod tests {
             stream: true,
             outcome: Outcome::Failed,
             status: Some(502),
-            error_code: Some("upstream_stream_truncated".into()),
+            error_code: Some(ErrorCode::UpstreamStreamTruncated.into()),
             usage: Some(Usage::default()),
             upstream_model: Some("u".into()),
             finish_reason: Some("stop".into()),

@@ -32,7 +32,7 @@ use responses_core::connection::{Connection, Limits, Start};
 use responses_core::driver::Event;
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::Settings;
-use responses_core::openresponses::ApiError;
+use responses_core::openresponses::{ApiError, Code, ErrorCode};
 use responses_core::translate::Meta;
 use upstream::{Upstream, UpstreamEvent};
 
@@ -138,14 +138,14 @@ async fn upgrade(
     if *shared.draining.borrow() {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
-            "server_shutting_down",
+            ErrorCode::ServerShuttingDown,
             "This server is shutting down: connect again.",
         );
     }
     let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
-            "websocket_connections_exhausted",
+            ErrorCode::WebsocketConnectionsExhausted,
             &format!(
                 "This server holds its maximum of {} WebSocket connections (--ws-max-connections): retry later or use HTTP.",
                 shared.settings.max_connections
@@ -176,7 +176,7 @@ async fn upgrade(
         })
 }
 
-fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
+fn refuse(status: StatusCode, code: ErrorCode, message: &str) -> Response {
     let err = ApiError::server(status.as_u16(), code, message);
     (
         status,
@@ -288,7 +288,7 @@ async fn drive(
                             tracing::info!(
                                 transport = "websocket",
                                 status = r.status,
-                                code = r.code.as_deref().unwrap_or(""),
+                                code = r.code.as_ref().map(Code::as_str).unwrap_or(""),
                                 "rejected message"
                             );
                             // Not a response: its span says why, and nothing is recorded.
@@ -298,7 +298,11 @@ async fn drive(
                                     total: started.elapsed(),
                                     ..Timing::default()
                                 };
-                                refused.refused(r.status, r.code.as_deref(), &timing);
+                                refused.refused(
+                                    r.status,
+                                    r.code.as_ref().map(Code::as_str),
+                                    &timing,
+                                );
                             }
                             vec![r.frame]
                         }
@@ -386,7 +390,7 @@ async fn drive(
                     }
                     UpstreamEvent::End => conn.upstream_body(&[], true, now, at),
                     UpstreamEvent::Failed(message) => {
-                        conn.upstream_failed("upstream_unavailable", &message, now, at)
+                        conn.upstream_failed(ErrorCode::UpstreamUnavailable, &message, now, at)
                     }
                 };
                 if frames.done {
@@ -398,7 +402,7 @@ async fn drive(
                             response_id = s.response_id.as_deref().unwrap_or(""),
                             status = s.status.unwrap_or_default(),
                             outcome = ?s.outcome,
-                            code = s.error_code.as_deref().unwrap_or(""),
+                            code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
                             "answer translated"
                         );
                     }

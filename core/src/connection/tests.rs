@@ -261,7 +261,7 @@ fn a_failed_continuation_evicts_the_context() {
                 1,
                 at(),
             );
-            conn.upstream_failed("upstream_unavailable", "reset", 1, at())
+            conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 1, at())
         },
     ];
     for fail in failures {
@@ -564,7 +564,7 @@ fn an_upstream_failure_mid_stream_ends_with_response_failed() {
         at(),
     );
     assert!(!part.done);
-    let end = conn.upstream_failed("upstream_unavailable", "reset", 2, at());
+    let end = conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 2, at());
     assert!(end.done);
     let types: Vec<String> = events(&end)
         .iter()
@@ -578,7 +578,12 @@ fn an_upstream_failure_mid_stream_ends_with_response_failed() {
 fn an_upstream_that_never_answers_ends_with_an_error_event() {
     let mut conn = connection();
     forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
-    let end = conn.upstream_failed("upstream_unavailable", "connection refused", 1, at());
+    let end = conn.upstream_failed(
+        ErrorCode::UpstreamUnavailable,
+        "connection refused",
+        1,
+        at(),
+    );
     assert!(end.done);
     let frame: serde_json::Value = serde_json::from_slice(&end.messages[0]).unwrap();
     assert_eq!(frame["type"], json!("error"));

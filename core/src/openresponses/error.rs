@@ -3,6 +3,8 @@
 use bytes::Bytes;
 use serde::Serialize;
 
+use super::code::Code;
+
 /// An error answered to the client instead of a response object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -12,7 +14,7 @@ pub struct ApiError {
     pub message: String,
     /// The request field at fault, as a path (`input[2].content[0].type`).
     pub param: Option<String>,
-    pub code: Option<String>,
+    pub code: Option<Code>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,7 @@ impl ApiError {
         }
     }
 
-    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+    pub fn with_code(mut self, code: impl Into<Code>) -> Self {
         self.code = Some(code.into());
         self
     }
@@ -85,7 +87,7 @@ impl ApiError {
     }
 
     /// A server-side failure (bad upstream answer, internal limit) with the given status.
-    pub fn server(status: u16, code: &str, message: impl Into<String>) -> Self {
+    pub fn server(status: u16, code: impl Into<Code>, message: impl Into<String>) -> Self {
         ApiError {
             status,
             kind: ErrorKind::for_status(status),
@@ -107,14 +109,14 @@ impl ApiError {
             #[serde(rename = "type")]
             kind: &'static str,
             param: Option<&'a str>,
-            code: Option<&'a str>,
+            code: Option<&'a Code>,
         }
         let envelope = Envelope {
             error: Payload {
                 message: &self.message,
                 kind: self.kind.as_str(),
                 param: self.param.as_deref(),
-                code: self.code.as_deref(),
+                code: self.code.as_ref(),
             },
         };
         // Serialising plain strings cannot fail.
@@ -143,10 +145,12 @@ impl std::error::Error for ApiError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openresponses::ErrorCode;
 
     #[test]
     fn envelope_has_all_four_fields() {
-        let e = ApiError::invalid("input", "missing").with_code("missing_required_parameter");
+        let e =
+            ApiError::invalid("input", "missing").with_code(ErrorCode::MissingRequiredParameter);
         let v: serde_json::Value = serde_json::from_slice(&e.to_body()).unwrap();
         assert_eq!(
             v,

@@ -31,7 +31,7 @@ pub enum Part<'a> {
 pub struct ErrorPayload<'a> {
     #[serde(rename = "type")]
     pub kind: &'a str,
-    pub code: Option<&'a str>,
+    pub code: Option<&'a super::Code>,
     pub message: &'a str,
     pub param: Option<&'a str>,
 }

@@ -2,10 +2,12 @@
 //! events and the error envelope. Requests are validated from JSON by
 //! `translate::request`, which needs field paths for its errors more than it needs types.
 
+pub mod code;
 pub mod error;
 pub mod events;
 pub mod response;
 
+pub use code::{Code, ErrorCode};
 pub use error::{ApiError, ErrorKind};
 pub use events::{DeltaFrame, Event, EventWriter, Part};
 pub use response::*;

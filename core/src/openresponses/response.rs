@@ -260,7 +260,7 @@ pub struct IncompleteDetails {
 /// `ResponseResource.error`: what made a response fail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResponseError {
-    pub code: String,
+    pub code: super::Code,
     pub message: String,
 }
 

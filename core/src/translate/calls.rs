@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::Exchange;
+use super::ResponsePlan;
 use crate::openresponses::{
     ApplyPatchCallItem, ApplyPatchOperation, ApplyPatchStatus, CustomToolCallItem,
     FunctionCallItem, ItemStatus, LocalShellAction, LocalShellCallItem, OutputItem, ShellAction,
@@ -219,7 +219,7 @@ pub(crate) fn builtin_arguments(action: Map<String, Value>) -> String {
     Value::Object(action).to_string()
 }
 
-impl Exchange {
+impl ResponsePlan {
     /// What an upstream function name stands for, if more than a plain function.
     pub(crate) fn offered(&self, upstream: &str) -> Option<&OfferedTool> {
         self.tools.iter().find(|t| t.upstream == upstream)

@@ -4,8 +4,8 @@
 //! context for the upstream.
 //!
 //! Stateless like the rest: the summary lives only inside the sealed item, sealed with the
-//! operator keys of sealed reasoning ([`seal::Purpose::Compaction`], so that neither kind of
-//! blob opens as the other).
+//! operator keys of sealed reasoning (see `translate::compaction`, which seals and opens the
+//! items; [`super::request`] builds the summarising messages).
 
 use std::borrow::Cow;
 
@@ -13,68 +13,19 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+pub use super::compaction::CONTEXT_PREFIX;
+pub use super::request::{PROMPT, REQUEST};
+
+use super::compaction::{no_summary, sealed};
 use super::fields::{bad_value, missing};
 use super::request::{
-    check_part_size, input_messages, leftover_fields, merge_leading_system, parse_body,
-    reject_stateful, system_message, Input, Translated,
+    check_part_size, input_messages, leftover_fields, parse_body, reject_stateful,
+    summarising_messages, Translated,
 };
 use super::response::Completed;
-use super::seal::{self, Purpose};
-use super::{usage, Exchange, Meta, Options};
+use super::{usage, Kept, Meta, Options, ResponsePlan};
 use crate::chat;
-use crate::openresponses::{ApiError, CompactionItem, Usage};
-
-/// The system instruction of the summarising request (the first system message, merged with
-/// the summaries of earlier compactions when the window carries some).
-pub const PROMPT: &str = "You compress conversations. The messages that follow are a conversation between a user and an AI assistant, with its tool calls and their results. Write a summary that lets the assistant continue the conversation without the original messages: the user's goals and requests, decisions made, facts and results established (names, identifiers, numbers, code, tool results that matter), what has been done and what remains open. Be concise but complete. Write only the summary, in plain text, with no preamble.";
-
-/// The last user message of the summarising request, so that a model does not answer the
-/// conversation's own last question instead.
-pub const REQUEST: &str =
-    "Summarise the conversation above now, as instructed. Do not answer or continue it.";
-
-/// Before the upstream's view of the instructions the client gave the compacted exchange.
-const INSTRUCTIONS_NOTE: &str =
-    "The assistant was following these instructions, which it will be given again (do not repeat them in the summary):\n";
-
-/// How an opened summary is given to the upstream in a later request: a system message at
-/// the head of the conversation (after the instructions), this prefix, then the summary.
-pub const CONTEXT_PREFIX: &str =
-    "Summary of the earlier part of this conversation (compacted; the original messages are not repeated):\n";
-
-/// What the answer of a compact request keeps verbatim.
-#[derive(Debug, Clone)]
-pub struct Kept {
-    /// The window's latest user message, as the client sent it (string content as one
-    /// `input_text` part).
-    message: Option<Value>,
-}
-
-/// The system message text of an opened summary.
-pub(crate) fn context_text(summary: &str) -> String {
-    let mut text = String::with_capacity(CONTEXT_PREFIX.len() + summary.len());
-    text.push_str(CONTEXT_PREFIX);
-    text.push_str(summary);
-    text
-}
-
-/// Opens a `compaction` item's `encrypted_content`.
-pub(crate) fn open(blob: &str, path: &str, options: &Options) -> Result<String, ApiError> {
-    let keyring = options.keyring.as_ref().ok_or_else(|| {
-        bad_value(
-            path,
-            format!("Invalid '{path}': this server has no keys configured to open compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS)."),
-        )
-        .with_code("invalid_encrypted_content")
-    })?;
-    keyring.open_for(Purpose::Compaction, blob).map_err(|e| {
-        bad_value(
-            path,
-            format!("Invalid '{path}': it cannot be opened ({e}). Send compaction items back unchanged, to the server that produced them."),
-        )
-        .with_code("invalid_encrypted_content")
-    })
-}
+use crate::openresponses::{ApiError, ErrorCode, Usage};
 
 /// Validates a compact request and builds the summarising Chat request.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
@@ -84,7 +35,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         return Err(ApiError::invalid_body(
             "Compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
         )
-        .with_code("compaction_unavailable"));
+        .with_code(ErrorCode::CompactionUnavailable));
     }
     reject_stateful(&mut req)?;
     req.object("client_metadata")?;
@@ -97,7 +48,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
             "stream",
             "POST /v1/responses/compact answers with one JSON object and does not stream: omit 'stream' or set it to false.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     req.bool("store")?;
     // Accepted for compatibility with OpenAI's compact parameters; nothing to do with them.
@@ -131,39 +82,12 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     // Like /v1/responses: unknown fields are the upstream's (vLLM's `chat_template_kwargs`).
     chat.extra = leftover_fields(&mut req, options)?;
 
-    let mut exchange = Exchange::new(&model, false, meta, options.clone());
-    exchange.compact = Some(Box::new(Kept { message: kept }));
+    let mut plan = ResponsePlan::new(&model, false, meta, options.clone());
+    plan.compact = Some(Box::new(Kept { message: kept }));
     Ok(Translated {
         body: Bytes::from(chat.encode()),
-        exchange,
+        plan,
     })
-}
-
-/// The Chat messages of a summarising request: the prompt (and the client's instructions,
-/// as a note), the window's earlier summaries, the window, and the request to summarise it.
-pub(crate) fn summarising_messages(
-    instructions: Option<&str>,
-    window: Input,
-    options: &Options,
-) -> Vec<chat::request::Message> {
-    let mut prompt = PROMPT.to_owned();
-    if let Some(instructions) = instructions {
-        prompt.push_str("\n\n");
-        prompt.push_str(INSTRUCTIONS_NOTE);
-        prompt.push_str(instructions);
-    }
-    let Input {
-        messages: mut conversation,
-        mut context,
-        ..
-    } = window;
-    let mut messages = vec![system_message(prompt, options)];
-    messages.append(&mut context);
-    messages.append(&mut conversation);
-    messages.push(chat::request::Message::User {
-        content: chat::request::Content::Text(REQUEST.to_owned()),
-    });
-    merge_leading_system(messages)
 }
 
 /// The window's latest user message, as an output message item.
@@ -199,34 +123,11 @@ enum OutputItem {
     Compaction(crate::openresponses::OutputItem),
 }
 
-/// The summary `summary`, sealed into the `compaction` item that is output item `n` of
-/// `exchange` (`None` without keys: the request was refused then).
-pub(crate) fn sealed(exchange: &Exchange, n: usize, summary: &str) -> Option<CompactionItem> {
-    let keyring = exchange.options.keyring.as_ref()?;
-    Some(CompactionItem {
-        id: exchange.item_id("cmp", n),
-        encrypted_content: keyring.seal_for(
-            Purpose::Compaction,
-            summary,
-            seal::nonce(exchange.id_seed, n as u64),
-        ),
-    })
-}
-
-/// The upstream answered a summarising request without a summary.
-pub(crate) fn no_summary() -> ApiError {
-    ApiError::server(
-        502,
-        "upstream_invalid_response",
-        "The upstream's answer to the summarising request has no text.",
-    )
-}
-
 /// The exchange cannot seal (a library caller without keys).
 fn cannot_seal() -> ApiError {
     ApiError::server(
         500,
-        "internal_error",
+        ErrorCode::InternalError,
         "The exchange could not be completed: no keys to seal the compaction.",
     )
 }
@@ -241,11 +142,11 @@ struct Compaction<'a> {
 }
 
 /// The upstream's summary (a 2xx Chat Completion) → the `response.compaction` JSON body.
-pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
+pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
     let invalid = |what: &str| {
         ApiError::server(
             502,
-            "upstream_invalid_response",
+            ErrorCode::UpstreamInvalidResponse,
             format!("The upstream's answer to the summarising request {what}."),
         )
     };
@@ -262,36 +163,36 @@ pub fn answer(exchange: &Exchange, body: &[u8]) -> Result<Completed, ApiError> {
         .content
         .filter(|t| !t.trim().is_empty())
         .ok_or_else(no_summary)?;
-    let Some(kept) = &exchange.compact else {
+    let Some(kept) = &plan.compact else {
         return Err(ApiError::server(
             500,
-            "internal_error",
+            ErrorCode::InternalError,
             "The exchange could not be completed: not a compact request.",
         ));
     };
     let mut output = Vec::new();
     if let Some(mut message) = kept.message.clone() {
         if message.get("id").is_none_or(Value::is_null) {
-            message["id"] = exchange.item_id("msg", 0).into();
+            message["id"] = plan.item_id("msg", 0).into();
         }
         output.push(OutputItem::Message(message));
     }
-    let item = sealed(exchange, output.len(), &summary).ok_or_else(cannot_seal)?;
+    let item = sealed(plan, output.len(), &summary).ok_or_else(cannot_seal)?;
     output.push(OutputItem::Compaction(
         crate::openresponses::OutputItem::Compaction(item),
     ));
     let usage = completion.usage.as_ref().map(usage);
     let object = Compaction {
-        id: &exchange.id,
+        id: &plan.id,
         object: "response.compaction",
-        created_at: exchange.created_at,
+        created_at: plan.created_at,
         output,
         usage: usage.unwrap_or_default(),
     };
     let body = serde_json::to_vec(&object).map(Bytes::from).map_err(|e| {
         ApiError::server(
             500,
-            "internal_error",
+            ErrorCode::InternalError,
             format!("could not encode the compaction: {e}"),
         )
     })?;

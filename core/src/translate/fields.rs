@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::openresponses::ApiError;
+use crate::openresponses::{ApiError, ErrorCode};
 
 /// Joins a parent path and a key: `""+"model"` → `model`, `"text"+"format"` → `text.format`.
 pub fn join(parent: &str, key: &str) -> String {
@@ -36,16 +36,16 @@ pub fn wrong_type(path: &str, expected: &str, got: &Value) -> ApiError {
             type_name(got)
         ),
     )
-    .with_code("invalid_type")
+    .with_code(ErrorCode::InvalidType)
 }
 
 pub fn missing(path: &str) -> ApiError {
     ApiError::invalid(path, format!("Missing required parameter: '{path}'."))
-        .with_code("missing_required_parameter")
+        .with_code(ErrorCode::MissingRequiredParameter)
 }
 
 pub fn bad_value(path: &str, message: impl Into<String>) -> ApiError {
-    ApiError::invalid(path, message).with_code("invalid_value")
+    ApiError::invalid(path, message).with_code(ErrorCode::InvalidValue)
 }
 
 /// A JSON object being read field by field; `path` locates it in the request.
@@ -210,7 +210,7 @@ impl<'p> Obj<'p> {
                 let path = self.field_path(k);
                 Err(
                     ApiError::invalid(&path, format!("Unknown parameter: '{path}'."))
-                        .with_code("unknown_parameter"),
+                        .with_code(ErrorCode::UnknownParameter),
                 )
             }
         }

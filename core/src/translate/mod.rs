@@ -4,18 +4,36 @@
 //! clock and the randomness ([`Meta`]), so every translation is deterministic and can be
 //! tested and fuzzed with plain bytes.
 //!
-//! One [`Exchange`] is made per request by [`request::translate`]; it carries what the
+//! One [`ResponsePlan`] is made per request by [`request::translate`]; it carries what the
 //! response path needs (ids, echoed parameters, options) to [`response`] for JSON answers
 //! and to [`stream::StreamTranslator`] for SSE answers.
+//!
+//! Dependencies point one way (every module also uses this one's types):
+//!
+//! ```text
+//! compact    → request, response, compaction
+//! stream     → response, compaction, calls
+//! response   → compaction, calls
+//! request    → compaction, calls, fields, json
+//! compaction → seal, fields
+//! ```
+//!
+//! `compact` (the `/v1/responses/compact` endpoint) is on top: it uses the request side and
+//! the answer side. `compaction` (sealing and opening `compaction` items) is a leaf both
+//! sides share; `request`'s submodules `body`, `input` and `summary` hold what a compact
+//! request checks and builds like any other.
 
 mod calls;
 pub mod compact;
+mod compaction;
 mod fields;
 pub mod json;
 pub mod request;
 pub mod response;
 pub mod seal;
 pub mod stream;
+
+use serde::{Deserialize, Serialize};
 
 use crate::openresponses::{
     Echo, IncompleteDetails, OutputItem, ResponseError, ResponseResource, ResponseState, Status,
@@ -27,7 +45,8 @@ pub(crate) use calls::{flat_name, OfferedTool, ToolKind};
 pub use request::translate as translate_request;
 pub use request::translate_object as translate_request_object;
 
-/// Which event names carry reasoning text in a stream.
+/// Which event names carry reasoning text in one exchange's stream: chosen per exchange from
+/// the policy ([`crate::client::ReasoningEventsPolicy`]) and the client's headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReasoningEvents {
     /// `response.reasoning.delta` / `.done`, as the OpenResponses specification names them.
@@ -37,18 +56,26 @@ pub enum ReasoningEvents {
     OpenAi,
 }
 
-/// What `developer` messages (and `instructions`) become upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What `developer` messages (and `instructions`) become upstream (`--developer-role`, the
+/// module's `developer_role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", value(rename_all = "lowercase"))]
 pub enum DeveloperRole {
-    /// `system`: what open-weight chat templates understand.
+    /// What open-weight chat templates understand.
     #[default]
     System,
-    /// `developer`, for upstreams whose templates know the role.
+    /// For upstreams whose templates know the role.
     Developer,
 }
 
-/// What happens to hosted tools (`web_search`, `file_search`, ...) a Chat upstream cannot run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What happens to hosted tools (`web_search`, `file_search`, ...) a Chat upstream cannot run
+/// (`--hosted-tools`, the module's `hosted_tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", value(rename_all = "lowercase"))]
 pub enum HostedTools {
     /// Left out of the upstream request and of the echoed `tools`.
     #[default]
@@ -99,9 +126,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             strict: false,
-            reasoning_events: ReasoningEvents::Spec,
-            developer_role: DeveloperRole::System,
-            hosted_tools: HostedTools::Drop,
+            reasoning_events: ReasoningEvents::default(),
+            developer_role: DeveloperRole::default(),
+            hosted_tools: HostedTools::default(),
             max_request_bytes: limits::MAX_REQUEST_BYTES,
             max_input_items: limits::MAX_INPUT_ITEMS,
             max_part_bytes: limits::MAX_PART_BYTES,
@@ -133,9 +160,12 @@ pub struct Params {
     pub max_output_tokens: Option<u64>,
 }
 
-/// Everything the response path needs to know about the request it answers.
+/// The plan of one answer: everything the response path needs to know about the request it
+/// answers (ids, echoed parameters, options). Made by [`request::translate`], read by
+/// [`response`] and [`stream::StreamTranslator`]; the exchange's life is
+/// [`crate::exchange::Exchange`]'s.
 #[derive(Debug, Clone)]
-pub struct Exchange {
+pub struct ResponsePlan {
     pub(crate) id: String,
     pub(crate) model: String,
     pub(crate) created_at: u64,
@@ -153,15 +183,15 @@ pub struct Exchange {
     pub(crate) compaction: bool,
     pub(crate) options: Options,
     /// A `/v1/responses/compact` request: what its answer keeps verbatim.
-    pub(crate) compact: Option<Box<compact::Kept>>,
+    pub(crate) compact: Option<Box<Kept>>,
     /// The generation parameters the request set.
     pub(crate) params: Params,
 }
 
-impl Exchange {
-    /// An exchange for a request already known valid (tests, benches, fuzzing).
+impl ResponsePlan {
+    /// A plan for a request already known valid (tests, benches, fuzzing).
     pub fn new(model: &str, stream: bool, meta: Meta, options: Options) -> Self {
-        Exchange {
+        ResponsePlan {
             id: format!("resp_{:032x}", meta.id_seed),
             model: model.to_owned(),
             created_at: meta.now,
@@ -225,7 +255,7 @@ impl Exchange {
 
     pub(crate) fn resource<'a>(
         &'a self,
-        state: &'a Outcome,
+        state: &'a Progress,
         output: &'a [OutputItem],
     ) -> ResponseResource<'a> {
         ResponseResource::new(
@@ -245,9 +275,18 @@ impl Exchange {
     }
 }
 
-/// The parts of a response that change as it progresses.
+/// What the answer of a compact request keeps verbatim.
 #[derive(Debug, Clone)]
-pub(crate) struct Outcome {
+pub(crate) struct Kept {
+    /// The window's latest user message, as the client sent it (string content as one
+    /// `input_text` part).
+    pub(crate) message: Option<serde_json::Value>,
+}
+
+/// The parts of a response that change as it progresses (its status, error and usage so
+/// far); how the whole exchange ended is [`crate::exchange::Outcome`].
+#[derive(Debug, Clone)]
+pub(crate) struct Progress {
     pub status: Status,
     pub completed_at: Option<u64>,
     pub incomplete: Option<IncompleteDetails>,
@@ -255,9 +294,9 @@ pub(crate) struct Outcome {
     pub usage: Option<Usage>,
 }
 
-impl Outcome {
+impl Progress {
     pub fn in_progress() -> Self {
-        Outcome {
+        Progress {
             status: Status::InProgress,
             completed_at: None,
             incomplete: None,

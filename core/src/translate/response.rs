@@ -6,16 +6,16 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{finish_status, logprobs, usage, Exchange, Outcome};
+use super::{finish_status, logprobs, usage, Progress, ResponsePlan};
 use crate::chat;
 use crate::openresponses::{
-    ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, Phase, ReasoningItem,
-    ReasoningText, Status, Usage,
+    ApiError, Code, ErrorCode, ItemStatus, MessageItem, OutputContent, OutputItem, Phase,
+    ReasoningItem, ReasoningText, Status, Usage,
 };
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
-pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, ApiError> {
-    translate_completion(exchange, body, now).map(|c| c.body)
+pub fn completion(plan: &ResponsePlan, body: &[u8], now: u64) -> Result<Bytes, ApiError> {
+    translate_completion(plan, body, now).map(|c| c.body)
 }
 
 /// A translated JSON answer and what it reports, for logs, metrics and Envoy's metadata.
@@ -31,7 +31,7 @@ pub struct Completed {
 
 /// [`completion`], with the usage and the upstream's model.
 pub fn translate_completion(
-    exchange: &Exchange,
+    plan: &ResponsePlan,
     body: &[u8],
     now: u64,
 ) -> Result<Completed, ApiError> {
@@ -51,45 +51,49 @@ pub fn translate_completion(
 
     let mut output = Vec::new();
     let message = choice.message;
-    if exchange.compaction {
+    if plan.compaction {
         // A `compaction_trigger` request: the summary, sealed, is the only output item.
         let summary = message
             .content
             .filter(|t| !t.trim().is_empty())
-            .ok_or_else(super::compact::no_summary)?;
-        let item = super::compact::sealed(exchange, 0, &summary).ok_or_else(|| {
-            ApiError::server(500, "internal_error", "no keys to seal the compaction")
+            .ok_or_else(super::compaction::no_summary)?;
+        let item = super::compaction::sealed(plan, 0, &summary).ok_or_else(|| {
+            ApiError::server(
+                500,
+                ErrorCode::InternalError,
+                "no keys to seal the compaction",
+            )
         })?;
         output.push(OutputItem::Compaction(item));
     } else {
         answer_items(
-            exchange,
+            plan,
             message,
             choice.logprobs.as_ref(),
             item_status,
             &mut output,
         );
     }
-    let outcome = Outcome {
+    let progress = Progress {
         status,
         completed_at: Some(now),
         incomplete,
         error: None,
         usage: completion.usage.as_ref().map(usage),
     };
-    let resource = exchange.resource(&outcome, &output);
+    let resource = plan.resource(&progress, &output);
     let body = serde_json::to_vec(&resource)
         .map(Bytes::from)
         .map_err(|e| {
             ApiError::server(
                 500,
-                "internal_error",
+                ErrorCode::InternalError,
                 format!("could not encode the response: {e}"),
             )
         })?;
     Ok(Completed {
         body,
-        usage: outcome.usage,
+        usage: progress.usage,
         upstream_model: completion.model.map(Cow::into_owned),
         finish_reason: finish_reason.map(Cow::into_owned),
     })
@@ -98,7 +102,7 @@ pub fn translate_completion(
 /// The output items of one Chat answer: its reasoning, its message (text and refusal), its
 /// tool calls (up to `max_tool_calls`), as the client declared the tools.
 fn answer_items(
-    exchange: &Exchange,
+    plan: &ResponsePlan,
     message: chat::Message<'_>,
     lp: Option<&chat::Logprobs>,
     item_status: ItemStatus,
@@ -107,12 +111,12 @@ fn answer_items(
     if let Some(reasoning) = message.reasoning_text() {
         let n = output.len();
         output.push(OutputItem::Reasoning(ReasoningItem {
-            id: exchange.item_id("rs", n),
+            id: plan.item_id("rs", n),
             summary: Vec::new(),
             content: vec![ReasoningText {
                 text: reasoning.to_owned(),
             }],
-            encrypted_content: exchange.seal(n, reasoning),
+            encrypted_content: plan.seal(n, reasoning),
         }));
     }
     let mut content = Vec::new();
@@ -120,7 +124,7 @@ fn answer_items(
     let refusal = message.refusal.filter(|r| !r.is_empty());
     // An answer with nothing else still gets its (empty) text, so `output` is never empty.
     if text.is_some() || (refusal.is_none() && message.tool_calls.is_empty()) {
-        let logprobs = if exchange.logprobs {
+        let logprobs = if plan.logprobs {
             logprobs(lp)
         } else {
             Vec::new()
@@ -138,7 +142,7 @@ fn answer_items(
     }
     if !content.is_empty() {
         output.push(OutputItem::Message(MessageItem {
-            id: exchange.item_id("msg", output.len()),
+            id: plan.item_id("msg", output.len()),
             status: item_status,
             role: "assistant".into(),
             content,
@@ -152,13 +156,13 @@ fn answer_items(
     }
     for (calls, call) in message.tool_calls.into_iter().enumerate() {
         // `max_tool_calls`: calls beyond the limit are dropped (a Chat upstream cannot be told).
-        if exchange.over_tool_call_limit(calls) {
+        if plan.over_tool_call_limit(calls) {
             break;
         }
         let n = output.len();
         let name = call.function.name.map(Cow::into_owned).unwrap_or_default();
         let arguments = call.function.arguments.map(Cow::into_owned);
-        output.push(exchange.call_item(
+        output.push(plan.call_item(
             n,
             call.id.map(Cow::into_owned),
             name,
@@ -171,7 +175,7 @@ fn answer_items(
 fn not_a_completion() -> ApiError {
     ApiError::server(
         502,
-        "upstream_invalid_response",
+        ErrorCode::UpstreamInvalidResponse,
         "The upstream answered with a body that is not a Chat Completion.",
     )
 }
@@ -198,17 +202,17 @@ pub fn upstream_error(status: u16, body: &[u8]) -> ApiError {
         }
     });
     let default_code = match status {
-        413 => "request_too_large",
-        429 => "rate_limit_exceeded",
-        502 => "bad_gateway",
-        503 => "upstream_unavailable",
-        504 => "upstream_timeout",
-        500..=599 => "upstream_error",
-        _ => "upstream_rejected_request",
+        413 => ErrorCode::RequestTooLarge,
+        429 => ErrorCode::RateLimitExceeded,
+        502 => ErrorCode::BadGateway,
+        503 => ErrorCode::UpstreamUnavailable,
+        504 => ErrorCode::UpstreamTimeout,
+        500..=599 => ErrorCode::UpstreamError,
+        _ => ErrorCode::UpstreamRejectedRequest,
     };
     let mut err = ApiError::server(status, default_code, message);
     if let Some(c) = code {
-        err.code = Some(c);
+        err.code = Some(Code::upstream(&c));
     }
     err.param = param;
     err
@@ -241,8 +245,8 @@ mod tests {
     use super::*;
     use crate::translate::{Meta, Options};
 
-    fn exchange() -> Exchange {
-        Exchange::new(
+    fn plan() -> ResponsePlan {
+        ResponsePlan::new(
             "m",
             false,
             Meta {
@@ -254,7 +258,7 @@ mod tests {
     }
 
     fn translate(body: Value) -> Value {
-        let out = completion(&exchange(), body.to_string().as_bytes(), 123).unwrap();
+        let out = completion(&plan(), body.to_string().as_bytes(), 123).unwrap();
         serde_json::from_slice(&out).unwrap()
     }
 
@@ -337,9 +341,12 @@ mod tests {
     #[test]
     fn non_completion_bodies_are_502() {
         for body in [&b"not json"[..], b"{}", b"{\"choices\": []}", b"[1]"] {
-            let e = completion(&exchange(), body, 1).unwrap_err();
+            let e = completion(&plan(), body, 1).unwrap_err();
             assert_eq!(e.status, 502);
-            assert_eq!(e.code.as_deref(), Some("upstream_invalid_response"));
+            assert_eq!(
+                e.code.as_ref().map(Code::as_str),
+                Some("upstream_invalid_response")
+            );
         }
     }
 
@@ -350,7 +357,11 @@ mod tests {
             br#"{"error":{"message":"slow down","type":"rate_limit","code":"rate"}}"#,
         );
         assert_eq!(
-            (e.status, e.message.as_str(), e.code.as_deref()),
+            (
+                e.status,
+                e.message.as_str(),
+                e.code.as_ref().map(Code::as_str)
+            ),
             (429, "slow down", Some("rate"))
         );
         let e = upstream_error(
@@ -358,12 +369,19 @@ mod tests {
             br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#,
         );
         assert_eq!(
-            (e.status, e.message.as_str(), e.code.as_deref()),
+            (
+                e.status,
+                e.message.as_str(),
+                e.code.as_ref().map(Code::as_str)
+            ),
             (400, "bad", Some("400"))
         );
         let e = upstream_error(503, b"no healthy upstream");
         assert_eq!(e.status, 503);
-        assert_eq!(e.code.as_deref(), Some("upstream_unavailable"));
+        assert_eq!(
+            e.code.as_ref().map(Code::as_str),
+            Some("upstream_unavailable")
+        );
         assert!(e.message.contains("no healthy upstream"));
         let e = upstream_error(200, b"");
         assert_eq!(e.status, 502);

@@ -37,13 +37,13 @@ const OUTPUT_PER_INPUT_BYTE: usize = 2;
 
 use super::calls::custom_tool_input;
 use super::response::error_fields;
-use super::{compact, finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
+use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvents, ResponsePlan};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, DeltaFrame, Event, EventWriter, ItemStatus, LogProb, MessageItem,
-    OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem, ReasoningText,
-    ResponseError, Status, Usage,
+    ApplyPatchStatus, Code, DeltaFrame, ErrorCode, Event, EventWriter, ItemStatus, LogProb,
+    MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem,
+    ReasoningText, ResponseError, Status, Usage,
 };
 use crate::sse::SseDecoder;
 
@@ -112,13 +112,13 @@ pub struct FinalResponse {
 /// Translates one upstream SSE body. See the module docs for the rules.
 #[derive(Debug)]
 pub struct StreamTranslator {
-    exchange: Exchange,
+    plan: ResponsePlan,
     sse: SseDecoder,
     events: EventWriter,
     out: Vec<u8>,
     phase: Phase,
     output: Vec<OutputItem>,
-    outcome: Outcome,
+    progress: Progress,
     current: Current,
     /// The frame of the deltas of the open reasoning or message part, once the first is sent.
     delta_frame: Option<DeltaFrame>,
@@ -134,16 +134,16 @@ pub struct StreamTranslator {
 }
 
 impl StreamTranslator {
-    pub fn new(exchange: Exchange) -> Self {
-        let sse = SseDecoder::new(exchange.options.max_sse_frame_bytes);
+    pub fn new(plan: ResponsePlan) -> Self {
+        let sse = SseDecoder::new(plan.options.max_sse_frame_bytes);
         StreamTranslator {
-            exchange,
+            plan,
             sse,
             events: EventWriter::new(),
             out: Vec::new(),
             phase: Phase::New,
             output: Vec::new(),
-            outcome: Outcome::in_progress(),
+            progress: Progress::in_progress(),
             current: Current::None,
             delta_frame: None,
             calls: Vec::new(),
@@ -182,7 +182,7 @@ impl StreamTranslator {
             self.put_decoder(sse);
             // The frames before the oversized one may have ended the stream already.
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
-                self.fail("upstream_event_too_large", &e.to_string(), now);
+                self.fail(ErrorCode::UpstreamEventTooLarge, &e.to_string(), now);
             }
         }
         self.take_out()
@@ -197,7 +197,7 @@ impl StreamTranslator {
             let decoded = sse.finish_with(|frame| self.handle_frame(frame.data, true, now));
             self.put_decoder(sse);
             if let (Err(e), Phase::Open) = (decoded, self.phase) {
-                self.fail("upstream_event_too_large", &e.to_string(), now);
+                self.fail(ErrorCode::UpstreamEventTooLarge, &e.to_string(), now);
             }
         }
         if self.phase == Phase::Open {
@@ -205,7 +205,7 @@ impl StreamTranslator {
                 self.complete(now);
             } else {
                 self.fail(
-                    "upstream_stream_truncated",
+                    ErrorCode::UpstreamStreamTruncated,
                     "The upstream stream ended before the answer was finished (no finish_reason and no [DONE]).",
                     now,
                 );
@@ -221,7 +221,7 @@ impl StreamTranslator {
         if self.phase != Phase::Done {
             return None;
         }
-        let resource = self.exchange.resource(&self.outcome, &self.output);
+        let resource = self.plan.resource(&self.progress, &self.output);
         Some(FinalResponse {
             report: self.report(),
             // Serialising our own typed values cannot fail.
@@ -232,8 +232,8 @@ impl StreamTranslator {
     /// What the stream reported so far (cheap: no serialisation).
     pub fn report(&self) -> StreamReport {
         StreamReport {
-            error: self.outcome.error.clone(),
-            usage: self.outcome.usage,
+            error: self.progress.error.clone(),
+            usage: self.progress.usage,
             upstream_model: self.upstream_model.clone(),
             finish_reason: self.finish_reason.clone(),
         }
@@ -241,7 +241,7 @@ impl StreamTranslator {
 
     /// Ends the stream as failed for a reason outside the upstream body (a timeout, a
     /// reset): returns the events to send, or nothing if the stream had already ended.
-    pub fn abort(&mut self, code: &str, message: &str, now: u64) -> Bytes {
+    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> Bytes {
         self.start();
         if self.phase == Phase::Open {
             self.fail(code, message, now);
@@ -261,10 +261,10 @@ impl StreamTranslator {
             return;
         }
         self.phase = Phase::Open;
-        let r = self.exchange.resource(&self.outcome, &[]);
+        let r = self.plan.resource(&self.progress, &[]);
         self.events
             .write(&mut self.out, &Event::Created { response: r });
-        let r = self.exchange.resource(&self.outcome, &[]);
+        let r = self.plan.resource(&self.progress, &[]);
         self.events
             .write(&mut self.out, &Event::InProgress { response: r });
     }
@@ -303,7 +303,7 @@ impl StreamTranslator {
             None if unterminated => return,
             None => {
                 self.fail(
-                    "upstream_invalid_chunk",
+                    ErrorCode::UpstreamInvalidChunk,
                     "The upstream sent a stream event that is not a valid chat.completion.chunk.",
                     now,
                 );
@@ -313,7 +313,8 @@ impl StreamTranslator {
         if let Some(err) = &chunk.error {
             let (message, code, _) = error_fields(&serde_json::json!({ "error": err }));
             self.fail(
-                code.as_deref().unwrap_or("upstream_error"),
+                code.as_deref()
+                    .map_or(ErrorCode::UpstreamError.into(), Code::upstream),
                 message
                     .as_deref()
                     .unwrap_or("The upstream reported an error mid-stream."),
@@ -322,7 +323,7 @@ impl StreamTranslator {
             return;
         }
         if let Some(u) = &chunk.usage {
-            self.outcome.usage = Some(usage(u));
+            self.progress.usage = Some(usage(u));
         }
         if self.upstream_model.is_none() {
             self.upstream_model = chunk.model.map(Cow::into_owned);
@@ -342,17 +343,17 @@ impl StreamTranslator {
                     .iter()
                     .map(|tc| tc.function.arguments.as_deref().map_or(0, str::len))
                     .sum::<usize>()
-                + logprobs_size(choice.logprobs.as_ref(), self.exchange.logprobs);
+                + logprobs_size(choice.logprobs.as_ref(), self.plan.logprobs);
             self.output_bytes = self.output_bytes.saturating_add(size);
-            if self.output_bytes > self.exchange.options.max_output_bytes {
+            if self.output_bytes > self.plan.options.max_output_bytes {
                 self.fail(
-                    "response_too_large",
+                    ErrorCode::ResponseTooLarge,
                     "The answer exceeded this server's output size limit.",
                     now,
                 );
                 return;
             }
-            if self.exchange.compaction {
+            if self.plan.compaction {
                 // The summary is sealed whole: nothing of it streams, nothing else is output.
                 if let Some(text) = delta.content.as_deref() {
                     self.summary.push_str(text);
@@ -366,7 +367,7 @@ impl StreamTranslator {
                 self.reasoning_delta(r);
             }
             if let Some(text) = delta.content.as_deref().filter(|t| !t.is_empty()) {
-                let lp = if self.exchange.logprobs {
+                let lp = if self.plan.logprobs {
                     logprobs(choice.logprobs.as_ref())
                 } else {
                     Vec::new()
@@ -402,7 +403,7 @@ impl StreamTranslator {
                 self.close_current(ItemStatus::Completed);
                 let item = self.output.len();
                 self.output.push(OutputItem::Reasoning(ReasoningItem {
-                    id: self.exchange.item_id("rs", item),
+                    id: self.plan.item_id("rs", item),
                     summary: Vec::new(),
                     content: Vec::new(),
                     encrypted_content: None,
@@ -440,7 +441,7 @@ impl StreamTranslator {
             t.text.push_str(delta);
         }
         let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
-        let names = self.exchange.options.reasoning_events;
+        let names = self.plan.options.reasoning_events;
         let event = |delta| match names {
             ReasoningEvents::Spec => Event::ReasoningDelta {
                 item_id,
@@ -477,7 +478,7 @@ impl StreamTranslator {
                 self.close_current(ItemStatus::Completed);
                 let item = self.output.len();
                 self.output.push(OutputItem::Message(MessageItem {
-                    id: self.exchange.item_id("msg", item),
+                    id: self.plan.item_id("msg", item),
                     status: ItemStatus::InProgress,
                     role: "assistant".into(),
                     content: Vec::new(),
@@ -643,7 +644,7 @@ impl StreamTranslator {
                 if let OutputItem::Reasoning(r) = &self.output[item] {
                     let text = r.content.first().map_or("", |t| t.text.as_str());
                     let (item_id, output_index, content_index) = (r.id.as_str(), item, 0);
-                    let done = match self.exchange.options.reasoning_events {
+                    let done = match self.plan.options.reasoning_events {
                         ReasoningEvents::Spec => Event::ReasoningDone {
                             item_id,
                             output_index,
@@ -667,7 +668,7 @@ impl StreamTranslator {
                             part: Part::ReasoningText { text },
                         },
                     );
-                    let sealed = self.exchange.seal(item, text);
+                    let sealed = self.plan.seal(item, text);
                     if let OutputItem::Reasoning(r) = &mut self.output[item] {
                         r.encrypted_content = sealed;
                     }
@@ -729,7 +730,7 @@ impl StreamTranslator {
             None => {
                 call.pending.push_str(&args);
                 // A built-in's call is announced whole, when it closes.
-                if !call.name.is_empty() && !self.exchange.tool_kind(&call.name).is_builtin() {
+                if !call.name.is_empty() && !self.plan.tool_kind(&call.name).is_builtin() {
                     self.announce_call(slot);
                 }
             }
@@ -750,7 +751,7 @@ impl StreamTranslator {
             name: String::new(),
             pending: String::new(),
             closed: false,
-            dropped: self.exchange.over_tool_call_limit(kept),
+            dropped: self.plan.over_tool_call_limit(kept),
             delta_frame: None,
         });
         self.calls.len() - 1
@@ -765,11 +766,11 @@ impl StreamTranslator {
         let call_id = call
             .id
             .clone()
-            .unwrap_or_else(|| self.exchange.item_id("call", item));
+            .unwrap_or_else(|| self.plan.item_id("call", item));
         let name = std::mem::take(&mut call.name);
         // A custom tool's item holds the raw Chat arguments until the call is complete, then
         // its decoded input (see `close_calls`).
-        let added = self.exchange.call_item(
+        let added = self.plan.call_item(
             item,
             Some(call_id),
             name,
@@ -824,7 +825,7 @@ impl StreamTranslator {
                 continue;
             }
             if self.calls[slot].item.is_none()
-                && self.exchange.tool_kind(&self.calls[slot].name).is_builtin()
+                && self.plan.tool_kind(&self.calls[slot].name).is_builtin()
             {
                 self.calls[slot].closed = true;
                 self.builtin_call(slot, status);
@@ -885,9 +886,7 @@ impl StreamTranslator {
         let arguments = std::mem::take(&mut call.pending);
         let name = std::mem::take(&mut call.name);
         let call_id = call.id.clone();
-        let done = self
-            .exchange
-            .call_item(item, call_id, name, arguments, status);
+        let done = self.plan.call_item(item, call_id, name, arguments, status);
         // `output_item.added` shows it in progress, as every item starts.
         let mut added = done.clone();
         match &mut added {
@@ -964,11 +963,11 @@ impl StreamTranslator {
     fn seal_summary(&mut self, now: u64) -> bool {
         let summary = std::mem::take(&mut self.summary);
         let item = (!summary.trim().is_empty())
-            .then(|| compact::sealed(&self.exchange, 0, &summary))
+            .then(|| compaction::sealed(&self.plan, 0, &summary))
             .flatten();
         let Some(item) = item else {
             self.fail(
-                "upstream_invalid_response",
+                ErrorCode::UpstreamInvalidResponse,
                 "The upstream's answer to the summarising request has no text.",
                 now,
             );
@@ -988,17 +987,17 @@ impl StreamTranslator {
 
     /// The answer is complete: close what is open and send the terminal event.
     fn complete(&mut self, now: u64) {
-        if self.exchange.compaction && !self.seal_summary(now) {
+        if self.plan.compaction && !self.seal_summary(now) {
             return;
         }
         let (status, incomplete) = finish_status(self.finish_reason.as_deref());
         let item_status = self.item_status();
         self.close_current(item_status);
         self.close_calls(item_status);
-        self.outcome.status = status;
-        self.outcome.incomplete = incomplete;
-        self.outcome.completed_at = Some(now);
-        let response = self.exchange.resource(&self.outcome, &self.output);
+        self.progress.status = status;
+        self.progress.incomplete = incomplete;
+        self.progress.completed_at = Some(now);
+        let response = self.plan.resource(&self.progress, &self.output);
         let ev = if status == Status::Incomplete {
             Event::Incomplete { response }
         } else {
@@ -1009,7 +1008,8 @@ impl StreamTranslator {
     }
 
     /// The answer failed: close what is open as incomplete, then `error` and `response.failed`.
-    fn fail(&mut self, code: &str, message: &str, _now: u64) {
+    fn fail(&mut self, code: impl Into<Code>, message: &str, _now: u64) {
+        let code = code.into();
         self.close_current(ItemStatus::Incomplete);
         self.close_calls(ItemStatus::Incomplete);
         self.events.write(
@@ -1017,18 +1017,18 @@ impl StreamTranslator {
             &Event::Error {
                 error: ErrorPayload {
                     kind: "server_error",
-                    code: Some(code),
+                    code: Some(&code),
                     message,
                     param: None,
                 },
             },
         );
-        self.outcome.status = Status::Failed;
-        self.outcome.error = Some(ResponseError {
-            code: code.to_owned(),
+        self.progress.status = Status::Failed;
+        self.progress.error = Some(ResponseError {
+            code,
             message: message.to_owned(),
         });
-        let response = self.exchange.resource(&self.outcome, &self.output);
+        let response = self.plan.resource(&self.progress, &self.output);
         self.events
             .write(&mut self.out, &Event::Failed { response });
         self.end();

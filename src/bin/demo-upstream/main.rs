@@ -1,6 +1,8 @@
 //! `demo-upstream`: the deterministic Chat Completions server of the demo and the tests. A
 //! binary of its own, so that the production processor links none of it.
 
+#![forbid(unsafe_code)]
+
 mod demo;
 #[cfg(test)]
 mod tests;

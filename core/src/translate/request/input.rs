@@ -10,7 +10,7 @@ use super::tools::Declared;
 use crate::chat::request::{
     Assistant, Content, File, Function, FunctionKind, ImageUrl, Message, Part, ToolCall, VideoUrl,
 };
-use crate::openresponses::ApiError;
+use crate::openresponses::{ApiError, ErrorCode};
 use crate::translate::calls::{builtin_arguments, CUSTOM_TOOL_INPUT};
 use crate::translate::fields::{bad_value, index, missing, wrong_type, Obj};
 use crate::translate::{flat_name, DeveloperRole, Options};
@@ -93,7 +93,7 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                     options.max_input_items
                 ),
             )
-            .with_code("too_many_input_items"))
+            .with_code(ErrorCode::TooManyInputItems))
         }
         Value::Array(a) => a,
         other => return Err(wrong_type("input", "a string or an array of items", &other)),
@@ -227,9 +227,9 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                 let blob = item.required_string("encrypted_content")?;
                 item.string("created_by")?;
                 item.deny_unknown()?;
-                let summary = crate::translate::compact::open(&blob, &blob_path, options)?;
+                let summary = crate::translate::compaction::open(&blob, &blob_path, options)?;
                 out.context.push(system_message(
-                    crate::translate::compact::context_text(&summary),
+                    crate::translate::compaction::context_text(&summary),
                     options,
                 ));
             }
@@ -267,14 +267,14 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                         "Invalid '{path}': item references need stored items, which this stateless server does not keep. Send the item itself."
                     ),
                 )
-                .with_code("unsupported_parameter"))
+                .with_code(ErrorCode::UnsupportedParameter))
             }
             "computer_call" | "computer_call_output" => {
                 return Err(bad_value(
                     &item.field_path("type"),
                     format!("Invalid '{path}.type': '{kind}' items belong to computer use, which a Chat Completions model server does not offer."),
                 )
-                .with_code("unsupported_parameter"))
+                .with_code(ErrorCode::UnsupportedParameter))
             }
             other => {
                 return Err(bad_value(
@@ -527,7 +527,7 @@ fn reasoning_text(item: &mut Obj<'_>, options: &Options) -> Result<Option<String
                 &sealed_path,
                 format!("Invalid '{sealed_path}': this server has no reasoning keys to open it."),
             )
-            .with_code("invalid_encrypted_content")
+            .with_code(ErrorCode::InvalidEncryptedContent)
         })?;
         return match keyring.open(&blob) {
             Ok(text) => Ok((!text.is_empty()).then_some(text)),
@@ -535,7 +535,7 @@ fn reasoning_text(item: &mut Obj<'_>, options: &Options) -> Result<Option<String
                 &sealed_path,
                 format!("Invalid '{sealed_path}': it cannot be opened ({e}). Send reasoning items back unchanged, to the server that produced them."),
             )
-            .with_code("invalid_encrypted_content")),
+            .with_code(ErrorCode::InvalidEncryptedContent)),
         };
     }
     let mut text = String::new();
@@ -775,7 +775,7 @@ fn stored_file(path: &str) -> ApiError {
         path,
         format!("Invalid '{path}': stored files are not available on this stateless server. Send the content inline (data URL or 'file_data')."),
     )
-    .with_code("unsupported_parameter")
+    .with_code(ErrorCode::UnsupportedParameter)
 }
 
 /// The message `instructions` and `developer` input become upstream. Most open-weight chat
@@ -803,7 +803,7 @@ pub(crate) fn check_part_size(path: &str, len: usize, options: &Options) -> Resu
                 options.max_part_bytes
             ),
         )
-        .with_code("content_too_large"));
+        .with_code(ErrorCode::ContentTooLarge));
     }
     Ok(())
 }

@@ -6,30 +6,34 @@
 //! mode. Strings move from the request into the Chat messages without copies.
 //!
 //! Split by concern: this file maps the request's parameters and drives the rest; `tools`
-//! maps `tools` and `tool_choice`; `input` maps `input` items into Chat messages.
+//! maps `tools` and `tool_choice`; `input` maps `input` items into Chat messages; `body`
+//! checks the body as a whole; `summary` builds a compaction's summarising messages. `body`,
+//! `input` and `summary` serve `/v1/responses/compact` too ([`super::compact`]).
 
+mod body;
 mod input;
+mod summary;
 mod tools;
 
-pub(crate) use input::{
-    check_part_size, input_messages, is_extension, merge_leading_system, system_message, Input,
-};
+pub(crate) use body::{leftover_fields, parse_body, reject_stateful};
+pub(crate) use input::{check_part_size, input_messages, merge_leading_system, system_message};
+pub(crate) use summary::summarising_messages;
+pub use summary::{PROMPT, REQUEST};
 use tools::{tool_choice, tools, Declared};
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
-use super::json::ParseError;
-use super::{Exchange, Meta, Options};
+use super::{Meta, Options, ResponsePlan};
 use crate::chat;
-use crate::openresponses::{ApiError, Echo};
+use crate::openresponses::{ApiError, Echo, ErrorCode};
 
 /// A translated request: the Chat body to send upstream and the state for the way back.
 #[derive(Debug)]
 pub struct Translated {
     pub body: Bytes,
-    pub exchange: Exchange,
+    pub plan: ResponsePlan,
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -47,44 +51,6 @@ const INCLUDE_VALUES: &[&str] = &[
 ];
 const LOGPROBS_INCLUDE: &str = "message.output_text.logprobs";
 const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
-
-/// The request body as a JSON object, within the size cap.
-pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>, ApiError> {
-    if body.len() > options.max_request_bytes {
-        return Err(ApiError::invalid_body(format!(
-            "The request body has {} bytes; this server accepts at most {}.",
-            body.len(),
-            options.max_request_bytes
-        ))
-        .with_status(413)
-        .with_code("request_too_large"));
-    }
-    let value = super::json::parse(body).map_err(|e| match e {
-        ParseError::Syntax(e) => ApiError::invalid_body(format!(
-            "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
-        ))
-        .with_code("invalid_json"),
-        ParseError::Duplicate(path) => ApiError::invalid(
-            path.as_str(),
-            format!("Invalid request: '{path}' is given twice. Each field may appear once."),
-        )
-        .with_code("duplicate_key"),
-    })?;
-    match value {
-        Value::Object(map) => Ok(Obj { map, path: "" }),
-        other => Err(ApiError::invalid_body(format!(
-            "The request body must be a JSON object, not {}.",
-            match other {
-                Value::Array(_) => "an array",
-                Value::String(_) => "a string",
-                Value::Number(_) => "a number",
-                Value::Bool(_) => "a boolean",
-                _ => "null",
-            }
-        ))
-        .with_code("invalid_json")),
-    }
-}
 
 /// Validates a Responses request and maps it to Chat Completions.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
@@ -115,7 +81,7 @@ pub fn translate_object(
             "store",
             "This server is stateless and does not store responses: set 'store' to false or omit it.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     if let Some(so) = req.object("stream_options")? {
         let mut so = Obj {
@@ -142,7 +108,7 @@ pub fn translate_object(
     let additional_tools = std::mem::take(&mut input.tools);
     chat.messages = if compaction {
         // Codex's remote compaction: a summarising request, answered with a sealed summary.
-        super::compact::summarising_messages(instructions.as_deref(), input, options)
+        summarising_messages(instructions.as_deref(), input, options)
     } else {
         let mut messages = Vec::new();
         if let Some(i) = &instructions {
@@ -255,7 +221,7 @@ pub fn translate_object(
             "include",
             "'reasoning.encrypted_content' is not available: this server has no reasoning keys configured.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     if let Some(text) = req.object("text")? {
         text_format(text, &mut chat, &mut echo)?;
@@ -339,18 +305,18 @@ pub fn translate_object(
                 "input",
                 "Compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
             )
-            .with_code("compaction_unavailable"));
+            .with_code(ErrorCode::CompactionUnavailable));
         }
     }
 
     echo.store = false;
-    let mut exchange = Exchange::new(&model, stream, meta, options.clone());
-    exchange.echo = echo;
-    exchange.logprobs = logprobs && !compaction;
-    exchange.seal_reasoning = seal_reasoning;
-    exchange.tools = offered;
-    exchange.compaction = compaction;
-    exchange.params = super::Params {
+    let mut plan = ResponsePlan::new(&model, stream, meta, options.clone());
+    plan.echo = echo;
+    plan.logprobs = logprobs && !compaction;
+    plan.seal_reasoning = seal_reasoning;
+    plan.tools = offered;
+    plan.compaction = compaction;
+    plan.params = super::Params {
         temperature: chat.temperature,
         top_p: chat.top_p,
         presence_penalty: chat.presence_penalty,
@@ -359,44 +325,8 @@ pub fn translate_object(
     };
     Ok(Translated {
         body: Bytes::from(chat.encode()),
-        exchange,
+        plan,
     })
-}
-
-/// The stateless tier serves only requests that carry their whole context.
-pub(super) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
-    if let Some(id) = req.string("previous_response_id")? {
-        return Err(ApiError::invalid(
-            "previous_response_id",
-            format!(
-                "Previous response with id '{id}' not found. This server is stateless (store: false): \
-                 send the whole conversation in 'input' instead of 'previous_response_id'."
-            ),
-        )
-        .with_code("previous_response_not_found"));
-    }
-    if req.bool("background")? == Some(true) {
-        return Err(bad_value(
-            "background",
-            "Background responses need stored state, which this stateless server does not keep: omit 'background' or set it to false.",
-        )
-        .with_code("unsupported_parameter"));
-    }
-    if req.has("conversation") {
-        return Err(bad_value(
-            "conversation",
-            "Conversations need stored state, which this stateless server does not keep: send the whole conversation in 'input'.",
-        )
-        .with_code("unsupported_parameter"));
-    }
-    if req.has("prompt") {
-        return Err(bad_value(
-            "prompt",
-            "Stored prompt templates are not available on this stateless server: send 'instructions' and 'input' instead.",
-        )
-        .with_code("unsupported_parameter"));
-    }
-    Ok(())
 }
 
 /// Options of OpenAI's own platform that openai-python and openai-node type on a request
@@ -420,29 +350,9 @@ fn openai_platform_options(req: &mut Obj<'_>) -> Result<(), ApiError> {
             "moderation",
             "Moderation runs on OpenAI's platform; this server cannot score or block content: omit 'moderation'.",
         )
-        .with_code("unsupported_parameter"));
+        .with_code(ErrorCode::UnsupportedParameter));
     }
     Ok(())
-}
-
-/// The fields left once every Responses field is taken: the upstream's own (vLLM's
-/// `chat_template_kwargs`), forwarded as they are, or refused in strict mode. Provider
-/// extensions (`slug:field`) belong to another provider's API and are never forwarded.
-pub(super) fn leftover_fields(
-    req: &mut Obj<'_>,
-    options: &Options,
-) -> Result<Map<String, Value>, ApiError> {
-    // `null` is absent here as everywhere: nothing to forward, nothing to refuse.
-    req.map.retain(|k, v| !is_extension(k) && !v.is_null());
-    if options.strict {
-        if let Some(key) = req.map.keys().next() {
-            return Err(ApiError::invalid(key.as_str(), format!(
-                "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
-            ))
-            .with_code("unknown_parameter"));
-        }
-    }
-    Ok(std::mem::take(&mut req.map))
 }
 
 fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {

@@ -4,7 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::chat::request::{FunctionKind, Tool, ToolFunction};
-use crate::openresponses::{ApiError, Echo};
+use crate::openresponses::{ApiError, Echo, ErrorCode};
 use crate::translate::calls::{builtin_function, CUSTOM_TOOL_INPUT};
 use crate::translate::fields::{bad_value, join, missing, Obj};
 use crate::translate::{flat_name, HostedTools, OfferedTool, Options, ToolKind};
@@ -102,7 +102,7 @@ pub(crate) fn tools(
                         "Unsupported tool type '{kind}' in '{path}': computer use needs screenshots as tool results and a model trained on OpenAI's computer actions, which a Chat Completions model server does not offer."
                     ),
                 )
-                .with_code("unsupported_tool"))
+                .with_code(ErrorCode::UnsupportedTool))
             }
             _ if options.hosted_tools == HostedTools::Drop => {
                 // Hosted tools (web_search, file_search, ...) run on OpenAI's side; a Chat
@@ -115,7 +115,7 @@ pub(crate) fn tools(
                         "Unsupported tool type '{kind}' in '{path}': it runs on OpenAI's platform, and a Chat Completions model server can only call the tools the client runs (function, custom, namespace, shell, local_shell, apply_patch)."
                     ),
                 )
-                .with_code("unsupported_tool"))
+                .with_code(ErrorCode::UnsupportedTool))
             }
         }
     }

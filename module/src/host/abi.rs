@@ -1,5 +1,8 @@
 //! The part of Envoy's dynamic-module ABI this module uses: types and the callbacks Envoy
-//! exports (the hooks Envoy calls are in `hooks`).
+//! exports (the hooks Envoy calls are in `hooks`). Private to the host layer: nothing else
+//! calls Envoy, and the values Envoy hands the hooks (pointers, buffers) can be made only
+//! here (their fields are the host layer's), so the host's safe functions over them are only
+//! ever given what Envoy passed.
 //!
 //! Written from `source/extensions/dynamic_modules/abi/abi.h` of envoyproxy/envoy (facts and
 //! signatures only), and checked against the Envoy 1.40.0 binary: every callback declared here
@@ -19,12 +22,12 @@ pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EnvoyBuffer {
-    pub ptr: *const c_char,
-    pub length: usize,
+    pub(super) ptr: *const c_char,
+    pub(super) length: usize,
 }
 
 impl EnvoyBuffer {
-    pub const EMPTY: EnvoyBuffer = EnvoyBuffer {
+    pub(super) const EMPTY: EnvoyBuffer = EnvoyBuffer {
         ptr: std::ptr::null(),
         length: 0,
     };
@@ -33,7 +36,7 @@ impl EnvoyBuffer {
     ///
     /// # Safety
     /// `ptr` must point to `length` readable bytes that outlive `'a`.
-    pub unsafe fn as_bytes<'a>(self) -> &'a [u8] {
+    pub(super) unsafe fn as_bytes<'a>(self) -> &'a [u8] {
         if self.ptr.is_null() || self.length == 0 {
             &[]
         } else {
@@ -131,14 +134,23 @@ pub type TrailersStatus = u32;
 pub const TRAILERS_CONTINUE: TrailersStatus = 0;
 pub const TRAILERS_STOP_ITERATION: TrailersStatus = 1;
 
-/// Pointers Envoy hands out (`*_envoy_ptr`) and the module's own (`*_module_ptr`).
-pub type FilterEnvoyPtr = *mut c_void;
+/// Pointers Envoy hands out (`*_envoy_ptr`) and the module's own (`*_module_ptr`), each a
+/// type of its own (the pointer, as the ABI passes it) that only the host layer reads or makes.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct FilterEnvoyPtr(pub(super) *mut c_void);
 /// `envoy_dynamic_module_type_span_envoy_ptr`: the stream's active span, owned by Envoy, valid
 /// for the stream's lifetime (the module never finishes it).
 pub type SpanEnvoyPtr = *mut c_void;
-pub type FilterConfigEnvoyPtr = *mut c_void;
-pub type FilterModulePtr = *const c_void;
-pub type FilterConfigModulePtr = *const c_void;
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct FilterConfigEnvoyPtr(pub(super) *mut c_void);
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct FilterModulePtr(pub(super) *const c_void);
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct FilterConfigModulePtr(pub(super) *const c_void);
 
 unsafe extern "C" {
     pub fn envoy_dynamic_module_callback_log(level: LogLevel, message: ModuleBuffer);

@@ -1,0 +1,65 @@
+//! `compaction` items: a summary sealed into one (with the operator's keys, under
+//! [`Purpose::Compaction`] so that neither a reasoning blob nor a compaction opens as the
+//! other), opened again from a later request's `input`, and given to the upstream as context.
+//!
+//! A leaf of `translate`: the request side (opening) and the answer side (sealing) both use
+//! it, and it uses neither.
+
+use super::fields::bad_value;
+use super::seal::{self, Purpose};
+use super::{Options, ResponsePlan};
+use crate::openresponses::{ApiError, CompactionItem, ErrorCode};
+
+/// How an opened summary is given to the upstream in a later request: a system message at
+/// the head of the conversation (after the instructions), this prefix, then the summary.
+pub const CONTEXT_PREFIX: &str =
+    "Summary of the earlier part of this conversation (compacted; the original messages are not repeated):\n";
+
+/// The system message text of an opened summary.
+pub(crate) fn context_text(summary: &str) -> String {
+    let mut text = String::with_capacity(CONTEXT_PREFIX.len() + summary.len());
+    text.push_str(CONTEXT_PREFIX);
+    text.push_str(summary);
+    text
+}
+
+/// Opens a `compaction` item's `encrypted_content`.
+pub(crate) fn open(blob: &str, path: &str, options: &Options) -> Result<String, ApiError> {
+    let keyring = options.keyring.as_ref().ok_or_else(|| {
+        bad_value(
+            path,
+            format!("Invalid '{path}': this server has no keys configured to open compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS)."),
+        )
+        .with_code(ErrorCode::InvalidEncryptedContent)
+    })?;
+    keyring.open_for(Purpose::Compaction, blob).map_err(|e| {
+        bad_value(
+            path,
+            format!("Invalid '{path}': it cannot be opened ({e}). Send compaction items back unchanged, to the server that produced them."),
+        )
+        .with_code(ErrorCode::InvalidEncryptedContent)
+    })
+}
+
+/// The summary `summary`, sealed into the `compaction` item that is output item `n` of
+/// `plan` (`None` without keys: the request was refused then).
+pub(crate) fn sealed(plan: &ResponsePlan, n: usize, summary: &str) -> Option<CompactionItem> {
+    let keyring = plan.options.keyring.as_ref()?;
+    Some(CompactionItem {
+        id: plan.item_id("cmp", n),
+        encrypted_content: keyring.seal_for(
+            Purpose::Compaction,
+            summary,
+            seal::nonce(plan.id_seed, n as u64),
+        ),
+    })
+}
+
+/// The upstream answered a summarising request without a summary.
+pub(crate) fn no_summary() -> ApiError {
+    ApiError::server(
+        502,
+        ErrorCode::UpstreamInvalidResponse,
+        "The upstream's answer to the summarising request has no text.",
+    )
+}
