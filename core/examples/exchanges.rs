@@ -23,7 +23,9 @@
 
 use std::sync::Arc;
 
-use responses_core::exchange::{BodyStep, Exchange, HeadStep, Operation, RequestStep, ResponseHead};
+use responses_core::exchange::{
+    BodyStep, Exchange, HeadStep, Operation, RequestStep, ResponseHead,
+};
 use responses_core::settings::ExchangeConfig;
 use responses_core::translate::Meta;
 

@@ -28,7 +28,10 @@ impl Replay {
 
     pub fn new(body: &[u8], delay: Duration) -> Self {
         Replay {
-            frames: frames(body).into_iter().map(Bytes::copy_from_slice).collect(),
+            frames: frames(body)
+                .into_iter()
+                .map(Bytes::copy_from_slice)
+                .collect(),
             delay,
         }
     }
