@@ -77,6 +77,7 @@ def drive(listen, scenario, count):
         while piece := resp.read1(1 << 20):
             answer += piece
             chunks += 1
+        answer += resp.read()  # ends the response (read1 leaves a sized one open)
         if resp.status != 200 or scenario.expect not in answer.decode():
             raise SystemExit(f"callgrind: {scenario.name}: unexpected answer {resp.status}")
     conn.close()
