@@ -1,5 +1,5 @@
 //! What the client gets for every recorded Chat answer and for the edge cases of the Chat
-//! side's parsing, pinned in `tests/snapshots/` (insta): a change to how chunks and
+//! side's parsing, pinned in `tests/snapshots/answers/` (insta): a change to how chunks and
 //! completions are parsed must not change one byte of what is accepted, refused or emitted.
 //! (insta compares text without its trailing blank lines; every stream's ending is checked
 //! apart.)
@@ -117,6 +117,17 @@ fn streamed(request: &[u8], body: &[u8]) -> String {
     whole
 }
 
+/// Compares `text` with `tests/snapshots/answers/<name>.snap` (beside the JSON cases of
+/// tests/snapshots.rs, which compare values; these compare bytes).
+fn pinned(name: &str, text: String) {
+    insta::with_settings!({
+        snapshot_path => "snapshots/answers",
+        prepend_module_to_snapshot => false,
+    }, {
+        insta::assert_snapshot!(name, text);
+    });
+}
+
 fn stream_fixtures() -> Vec<std::path::PathBuf> {
     let root = common::repo_root();
     let mut files = Vec::new();
@@ -160,9 +171,9 @@ fn every_recorded_stream() {
             assert!(out.ends_with("data: [DONE]\n\n"), "{}", path.display());
         }
         let folded = answer(FOLD, 200, "text/event-stream", [&body[..]]);
-        insta::assert_snapshot!(
-            snapshot_name(&path),
-            format!("## stream\n{stream}\n## codex\n{with_tools}\n## fold\n{folded}\n")
+        pinned(
+            &snapshot_name(&path),
+            format!("## stream\n{stream}\n## codex\n{with_tools}\n## fold\n{folded}\n"),
         );
     }
 }
@@ -270,7 +281,7 @@ fn edge_frames() {
         };
         all.push_str(&format!("### {shown}\n{out}\n"));
     }
-    insta::assert_snapshot!(all);
+    pinned("edge_frames", all);
 }
 
 /// JSON answers (a request without `stream`), in the shapes and edge cases upstreams send.
@@ -313,5 +324,5 @@ fn json_answers() {
         assert_eq!(pieces, whole);
         all.push_str(&format!("### {}\n{whole}\n", String::from_utf8_lossy(body)));
     }
-    insta::assert_snapshot!(all);
+    pinned("json_answers", all);
 }
