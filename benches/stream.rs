@@ -1,7 +1,7 @@
 //! Throughput of the translation core (no gRPC, no Envoy): Chat SSE → Responses events,
 //! request translation and JSON response translation.
 //!
-//! Run: `cargo bench --bench stream` (about 1.5 minutes). Results: `benches/RESULTS.md`.
+//! Run: `cargo bench --bench stream` (about 1.5 minutes). Results: `docs/performance.md`.
 //!
 //! Stream benchmarks translate a whole upstream body per iteration; the reported time is
 //! per body, the throughput is upstream bytes per second. Divide the time by the number

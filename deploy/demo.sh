@@ -161,7 +161,7 @@ else
   cp "$ROOT/envoy/envoy.yaml" "$CONFIG"
 fi
 # An access log of every request, with what the processor reports for translated ones (its
-# dynamic metadata, README "Envoy metadata"): one JSON line each.
+# dynamic metadata, docs/operations.md): one JSON line each.
 ACCESS_LOG="$LOG_DIR/access.log"
 : >"$ACCESS_LOG"
 python3 - "$CONFIG" "$ACCESS_LOG" <<'PY'

@@ -175,14 +175,14 @@ async fn compact_failures_are_envelopes_and_nothing_raw_reaches_the_upstream() {
     }
 }
 
-/// The README documents the exact texts the upstream gets.
+/// `docs/compaction.md` states the exact texts the upstream gets.
 #[test]
-fn readme_states_the_prompt_and_the_context_prefix() {
+fn the_docs_state_the_prompt_and_the_context_prefix() {
     use responses_core::translate::compact::{CONTEXT_PREFIX, PROMPT, REQUEST};
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/compaction.md"))
+        .expect("docs/compaction.md");
     for text in [PROMPT, REQUEST, CONTEXT_PREFIX.trim_end()] {
-        assert!(readme.contains(text), "README.md lacks: {text}");
+        assert!(page.contains(text), "docs/compaction.md lacks: {text}");
     }
 }
 

@@ -3,7 +3,8 @@
 //! mode, a panic in both). Each test pins down what the client sees when something breaks
 //! (an error envelope, a failed stream, or a cut stream where Envoy gives the processor no
 //! chance to answer), and that the next request through the same Envoy works.
-//! `docs/FAULTS.md` tabulates the outcomes and the Envoy settings that shape them.
+//! `docs/limits-and-failures.md` tabulates the outcomes and the Envoy settings that shape
+//! them.
 //!
 //! Timeouts are shortened by substituting the repository's settings in the generated Envoy
 //! config (`stream_idle_timeout: 300s` → 2 s, `message_timeout: 5s` → 1 s), so the file runs in

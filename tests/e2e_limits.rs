@@ -6,7 +6,7 @@
 //! requests, 502 for answers) or a stream ending in `response.failed`, and nothing
 //! untranslated crosses in either direction.
 //!
-//! The limits (README "Limits"): Envoy's buffer (`per_connection_buffer_limit_bytes`, 16 MiB)
+//! The limits (docs/limits-and-failures.md): Envoy's buffer (`per_connection_buffer_limit_bytes`, 16 MiB)
 //! equals the processor's `--max-request-bytes` and `--max-body-bytes` (16 MiB each); the
 //! processor's gRPC message limit is derived from those caps. A processor run with lower caps
 //! than Envoy's buffer shows the other side: Envoy hands over a message larger than the

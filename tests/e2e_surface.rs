@@ -1,8 +1,8 @@
 //! The request surface, field path by field path, through the real Envoy (the processor or the
 //! module: `tests/common/stack.rs`) + demo upstream: every case of tests/surface/cases.json (generated from the installed
 //! openai-python's and openai-node's request types and the OpenResponses schema by
-//! tests/surface/generate.py) gets the answer the README's path table ("Request fields, path
-//! by path") states:
+//! tests/surface/generate.py) gets the answer the path table of `docs/request-mapping.md`
+//! ("Request fields, path by path") states:
 //!
 //! * `mapped`: 200, and the upstream request differs from the one without the field;
 //! * `echoed`: 200, the upstream request is the one without the field, and the response
@@ -60,7 +60,10 @@ fn case_file() -> CaseFile {
     serde_json::from_str(&text).expect("cases.json")
 }
 
-// ---- the README's path table ----
+// ---- the documented path table ----
+
+/// The page that holds the path table.
+const PAGE: &str = "docs/request-mapping.md";
 
 #[derive(Debug, Clone, PartialEq)]
 enum Handling {
@@ -179,11 +182,11 @@ fn code_spans(cell: &str) -> Vec<String> {
 }
 
 fn table() -> Vec<Row> {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
-    let section = readme
-        .split("\n### Request fields, path by path\n")
+    let page = std::fs::read_to_string(repo_root().join(PAGE)).expect(PAGE);
+    let section = page
+        .split("\n## Request fields, path by path\n")
         .nth(1)
-        .expect("a '### Request fields, path by path' section in README.md");
+        .expect("a '## Request fields, path by path' section in docs/request-mapping.md");
     section
         .lines()
         .skip_while(|l| !l.starts_with("| path |"))
@@ -425,10 +428,10 @@ fn check(case: &Case, got: &Outcome, without: &Outcome, rows: &[Row]) -> Option<
     let rows = rows_for(rows, &case.path, &case.value);
     let row = match rows.as_slice() {
         [row] => *row,
-        [] => return Some("no README row".into()),
+        [] => return Some("no documented row".into()),
         many => {
             return Some(format!(
-                "{} README rows: {}",
+                "{} documented rows: {}",
                 many.len(),
                 many.iter()
                     .map(|r| r.pattern.as_str())
@@ -439,7 +442,7 @@ fn check(case: &Case, got: &Outcome, without: &Outcome, rows: &[Row]) -> Option<
     };
     let said = |want: &str| {
         format!(
-            "README says {want}; got {} {} param {} (upstream {})",
+            "the docs say {want}; got {} {} param {} (upstream {})",
             got.status,
             got.code.as_deref().unwrap_or("-"),
             got.param.as_deref().unwrap_or("-"),
@@ -455,7 +458,7 @@ fn check(case: &Case, got: &Outcome, without: &Outcome, rows: &[Row]) -> Option<
     if case.value.is_null() {
         return match &row.null {
             NullAnswer::NotOptional => {
-                Some(format!("README row `{}` says no null case", row.pattern))
+                Some(format!("docs row `{}` says no null case", row.pattern))
             }
             NullAnswer::Absent => (got.status != without.status
                 || got.code != without.code
@@ -494,7 +497,7 @@ fn check(case: &Case, got: &Outcome, without: &Outcome, rows: &[Row]) -> Option<
                 .as_ref()
                 .and_then(|r| echoed_value(r, &case.path));
             (!case.path.contains(['.', '[']) && echoed != Some(&case.value))
-                .then(|| format!("README says echoed; the response has {echoed:?}"))
+                .then(|| format!("the docs say echoed; the response has {echoed:?}"))
         }
     }
 }
@@ -528,7 +531,7 @@ fn the_case_list_is_what_the_installed_sdks_generate() {
 /// Every generated path has exactly one row for each of its values, and every row matches a
 /// path.
 #[test]
-fn the_readme_path_table_covers_exactly_the_generated_paths() {
+fn the_documented_path_table_covers_exactly_the_generated_paths() {
     let file = case_file();
     let rows = table();
     let mut problems = Vec::new();
@@ -553,7 +556,7 @@ fn the_readme_path_table_covers_exactly_the_generated_paths() {
     }
     for r in &rows {
         if !used.contains(&r.line) {
-            problems.push(format!("README row matches no generated case: {}", r.line));
+            problems.push(format!("docs row matches no generated case: {}", r.line));
         }
     }
     // Rows saying a path has no null case, while a source makes one.
@@ -571,17 +574,17 @@ fn the_readme_path_table_covers_exactly_the_generated_paths() {
     problems.dedup();
     assert!(
         problems.is_empty(),
-        "{} problem(s) between README.md's path table and tests/surface/cases.json ({} paths):\n{}",
+        "{} problem(s) between the path table of {PAGE} and tests/surface/cases.json ({} paths):\n{}",
         problems.len(),
         file.paths.len(),
         problems.join("\n")
     );
 }
 
-/// Every case through the translating Envoy (either mode) + the demo: the answer the README's
+/// Every case through the translating Envoy (either mode) + the demo: the answer the docs'
 /// row states.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_case_gets_the_answer_of_its_readme_row() {
+async fn every_case_gets_the_answer_of_its_documented_row() {
     let file = case_file();
     let rows = table();
     let keyring = Keyring::parse(KEY_LINE).expect("the test key");
@@ -631,7 +634,7 @@ async fn every_case_gets_the_answer_of_its_readme_row() {
     }
     let failed: usize = failures.values().map(Vec::len).sum();
     println!(
-        "surface: {} cases ({} paths), {} requests in {elapsed:.1?}; {failed} cases on {} paths differ from the README",
+        "surface: {} cases ({} paths), {} requests in {elapsed:.1?}; {failed} cases on {} paths differ from the docs",
         file.cases.len(),
         file.paths.len(),
         bodies.len(),
@@ -654,7 +657,7 @@ async fn every_case_gets_the_answer_of_its_readme_row() {
     }
     assert!(
         failures.is_empty(),
-        "{failed} of {} cases ({} of {} paths) do not get the README's answer:\n{}",
+        "{failed} of {} cases ({} of {} paths) do not get the documented answer:\n{}",
         file.cases.len(),
         failures.len(),
         file.paths.len(),

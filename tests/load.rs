@@ -12,7 +12,7 @@
 //! (which is unique), so a mix-up between concurrent exchanges counts as an error.
 //!
 //! The default run is short (20 clients for 10 s) and asserts zero errors and bounded RSS
-//! growth, so it runs with `cargo test`. Long runs (see `docs/LOAD.md`):
+//! growth, so it runs with `cargo test`. Long runs (see `docs/testing.md`):
 //!
 //! ```sh
 //! LOAD_CONCURRENCY=200 LOAD_SECONDS=600 cargo test --release --test load -- --nocapture

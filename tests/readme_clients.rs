@@ -1,6 +1,6 @@
-//! The README's "Clients" table is checked here, so it cannot drift: each version is the one
-//! pinned for the tests (Python requirements, the Node package.json, the Codex script), and
-//! every test it names exists in tests/e2e_clients.rs.
+//! The clients table of `docs/clients.md` is checked here, so it cannot drift: each version
+//! is the one pinned for the tests (Python requirements, the Node package.json, the Codex
+//! script), and every test it names exists in tests/e2e_clients.rs.
 
 use std::path::Path;
 
@@ -9,6 +9,10 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
 }
 
+/// The page and the section that hold the table.
+const PAGE: &str = "docs/clients.md";
+const SECTION: &str = "\n## Clients verified\n";
+
 struct Row {
     client: String,
     version: String,
@@ -16,11 +20,11 @@ struct Row {
 }
 
 fn rows() -> Vec<Row> {
-    let readme = read("README.md");
-    let section = readme
-        .split("\n## Clients\n")
+    let page = read(PAGE);
+    let section = page
+        .split(SECTION)
         .nth(1)
-        .expect("a '## Clients' section");
+        .expect("a '## Clients verified' section in docs/clients.md");
     section
         .lines()
         .skip_while(|l| !l.starts_with("| client |"))
@@ -75,7 +79,7 @@ fn the_clients_table_matches_the_pins_and_the_tests() {
     let tests = read("tests/e2e_clients.rs");
     for row in &rows {
         if let Some(pin) = pinned(&row.client) {
-            assert_eq!(row.version, pin, "README version of {}", row.client);
+            assert_eq!(row.version, pin, "documented version of {}", row.client);
         } else {
             assert!(
                 row.version.is_empty(),
@@ -93,15 +97,15 @@ fn the_clients_table_matches_the_pins_and_the_tests() {
         }
     }
     // Helpers pinned beside the Node SDK and named in the table: the pinned version.
-    let section = read("README.md");
-    let section = section.split("\n## Clients\n").nth(1).unwrap_or_default();
+    let section = read(PAGE);
+    let section = section.split(SECTION).nth(1).unwrap_or_default();
     let node: serde_json::Value =
         serde_json::from_str(&read("tests/clients/node/package.json")).unwrap();
     for helper in ["ws", "typescript"] {
         let pin = node["dependencies"][helper].as_str().unwrap_or_default();
         assert!(
             section.contains(&format!("`{helper}` {pin}")),
-            "the Clients section names `{helper}` {pin} (tests/clients/node/package.json)"
+            "the clients section names `{helper}` {pin} (tests/clients/node/package.json)"
         );
     }
     // Every pinned client has its row.

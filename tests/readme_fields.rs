@@ -1,6 +1,6 @@
-//! The README's "Request fields" table is checked here, so it cannot drift: it must list
-//! exactly the fields of the official `CreateResponseBody`, and each row's example must do
-//! what the row says when it goes through the real translator.
+//! The "Request fields" table of `docs/request-mapping.md` is checked here, so it cannot
+//! drift: it must list exactly the fields of the official `CreateResponseBody`, and each
+//! row's example must do what the row says when it goes through the real translator.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -18,12 +18,15 @@ struct Row {
 }
 
 fn rows() -> Vec<Row> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let section = readme
-        .split("## Request fields")
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/request-mapping.md"
+    ))
+    .expect("docs/request-mapping.md");
+    let section = page
+        .split("\n## Request fields\n")
         .nth(1)
-        .expect("a '## Request fields' section");
+        .expect("a '## Request fields' section in docs/request-mapping.md");
     let code = |cell: &str| cell.trim().trim_matches('`').to_owned();
     section
         .lines()
@@ -102,7 +105,7 @@ fn every_row_does_what_it_says() {
             Meta { now: 1, id_seed: 1 },
         );
         let what = format!(
-            "README row `{}` ({}) with example {}",
+            "docs row `{}` ({}) with example {}",
             row.field, row.handling, row.example
         );
         if row.handling == "rejected" {

@@ -12,7 +12,7 @@ use crate::exchange::{
 };
 use crate::openresponses::{ErrorCode, Usage};
 
-/// The namespace of the exchange's dynamic metadata in Envoy (README "Envoy metadata"): the
+/// The namespace of the exchange's dynamic metadata in Envoy (docs/operations.md): the
 /// access log and the token rate limit read it by this name.
 pub const METADATA_NAMESPACE: &str = "responses_extproc";
 

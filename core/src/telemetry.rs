@@ -1,5 +1,5 @@
 //! What an exchange's span says, as plain data: its name, its attributes and its event, as the
-//! OpenTelemetry GenAI semantic conventions name them (README, "Operations: traces").
+//! OpenTelemetry GenAI semantic conventions name them (docs/operations.md, "Traces").
 //!
 //! Written once, here, for every adapter: the processor turns these into OpenTelemetry
 //! attributes on a span of its own (`src/traces`), the in-process module into tags on Envoy's
@@ -136,8 +136,8 @@ fn int(n: u64) -> Value<'static> {
     Value::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// The span's attributes for what the exchange reported (the README's table, less the
-/// transport and the processor's opt-in bodies).
+/// The span's attributes for what the exchange reported (the table in docs/operations.md,
+/// less the transport and the processor's opt-in bodies).
 pub fn attributes<'a>(s: &'a Summary, timing: &Timing) -> Vec<Attribute<'a>> {
     let mut a = Vec::with_capacity(24);
     a.push(attr(key::OPERATION_NAME, Value::Str(OPERATION)));

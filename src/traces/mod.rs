@@ -369,7 +369,7 @@ impl ExchangeSpan {
     }
 }
 
-/// The span's attributes (the core's, see the README's table) as OpenTelemetry's.
+/// The span's attributes (the core's, see the table in docs/operations.md) as OpenTelemetry's.
 fn attributes(s: &Summary, timing: &Timing) -> Vec<KeyValue> {
     telemetry::attributes(s, timing)
         .iter()
@@ -514,15 +514,17 @@ mod tests {
         );
     }
 
-    /// The README's table of the span's attributes lists exactly the attributes set here.
+    /// The table of the span's attributes in `docs/operations.md` lists exactly the
+    /// attributes set here.
     #[test]
-    fn the_readme_lists_every_attribute() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-            .expect("README.md");
-        let section = readme
-            .split("## Operations: traces")
+    fn the_docs_list_every_attribute() {
+        let page =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+                .expect("docs/operations.md");
+        let section = page
+            .split("\n## Traces\n")
             .nth(1)
-            .expect("an 'Operations: traces' section");
+            .expect("a 'Traces' section in docs/operations.md");
         let listed: std::collections::BTreeSet<String> = section
             .lines()
             .skip_while(|l| !l.starts_with("| attribute | value |"))

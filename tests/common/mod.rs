@@ -8,6 +8,7 @@
 //! * [`upstream::ScriptedUpstream`]: a Chat Completions stand-in answering from a per-test script
 //!   and recording every request; [`upstream::DemoUpstream`]: the built-in demo, in-process;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
+//! * [`stream_rules`]: the rules every translated event stream obeys;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
 //! * [`otlp::OtlpReceiver`]: an OTLP trace receiver recording the spans it is sent (over TLS
@@ -29,6 +30,7 @@ pub mod processor;
 pub mod schema;
 pub mod sse;
 pub mod stack;
+pub mod stream_rules;
 pub mod upstream;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

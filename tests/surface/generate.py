@@ -2,7 +2,7 @@
 the installed SDKs' own request types and the OpenResponses schema, and for each path the
 requests that carry it (a plausible value, each enum value, and `null` where the type allows
 leaving it out). tests/e2e_surface.rs sends every case through Envoy + the processor + the
-demo upstream and checks the answer against the README's field table.
+demo upstream and checks the answer against the path table of docs/request-mapping.md.
 
 Sources (one type tree each, format in tests/clients/python/surface_types.py):
   * openai-python, as pinned (tests/clients/python/requirements.txt): its TypedDicts;

@@ -1,0 +1,475 @@
+//! Snapshot tests of the translation. Each file under `tests/snapshots/` is one exchange: its
+//! inputs (the settings, the client's request, optionally the upstream's answer) and the
+//! outputs the core gives for them (the Chat request or the error envelope; the response, or
+//! the stream's events). Outputs are compared as JSON values, key order aside, and the core
+//! gets a fixed clock and id seed, so they are deterministic.
+//!
+//! `UPDATE_SNAPSHOTS=1 cargo test --test snapshots` writes the outputs the code gives into
+//! every file (and completes new files that hold only inputs); review them with
+//! `git diff tests/snapshots`. `docs/testing.md` describes the keys of a file.
+//!
+//! Besides the values, every case is checked for what holds of any exchange: the translation
+//! is the same twice, a response is valid against the OpenResponses schema, and an event
+//! stream obeys the stream rules (`common::stream_rules`) and is the same when the upstream's
+//! body arrives one byte at a time.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::stream_rules;
+use responses_core::openresponses::ApiError;
+use responses_core::settings::ExchangeConfig;
+use responses_core::translate::request::Translated;
+use responses_core::translate::response::completion;
+use responses_core::translate::stream::StreamTranslator;
+use responses_core::translate::{compact, translate_request, Meta, Options, ResponsePlan};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `Meta.now`: the responses' `created_at`.
+const NOW: u64 = 1_700_000_000;
+/// `Meta.id_seed`: the ids (`resp_…`, `msg_…`) and the sealing nonces.
+const SEED: u128 = 0xfeed;
+/// The clock when the answer arrives: the responses' `completed_at`.
+const ANSWERED_AT: u64 = NOW + 1;
+
+const META: Meta = Meta {
+    now: NOW,
+    id_seed: SEED,
+};
+
+/// The inputs of a case.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Inputs {
+    /// What the case is, for the reader.
+    #[allow(dead_code)]
+    about: Option<String>,
+    /// The operator's settings, as the module's JSON config names them (`{}`: the defaults).
+    #[serde(default)]
+    settings: ExchangeConfig,
+    #[serde(default)]
+    endpoint: Endpoint,
+    /// The request body, exactly one of: JSON (sent compact), text, bytes, or a file's bytes
+    /// (a path from the repository root).
+    request: Option<Value>,
+    request_text: Option<String>,
+    request_bytes: Option<Vec<u8>>,
+    request_file: Option<String>,
+    /// The upstream's answer to the translated request, at most one of: a Chat completion
+    /// (JSON), or an SSE body as text or as a file (a path from the repository root).
+    answer: Option<Value>,
+    answer_sse: Option<String>,
+    answer_sse_file: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Endpoint {
+    /// `POST /v1/responses`.
+    #[default]
+    Responses,
+    /// `POST /v1/responses/compact`.
+    Compact,
+}
+
+/// The outputs of a case (the expected ones in the file, or what the code gives).
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Outputs {
+    /// The Chat request sent upstream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chat: Option<Value>,
+    /// The request refused: `{"status", "body"}`, the body the client gets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+    /// The client's response to `answer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<Value>,
+    /// `answer` refused: `{"status", "body"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_error: Option<Value>,
+    /// The events the client gets for `answer_sse`, in order (the `data` of each; `[DONE]`
+    /// follows them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events: Option<Vec<Value>>,
+}
+
+const INPUT_KEYS: [&str; 10] = [
+    "about",
+    "settings",
+    "endpoint",
+    "request",
+    "request_text",
+    "request_bytes",
+    "request_file",
+    "answer",
+    "answer_sse",
+    "answer_sse_file",
+];
+
+fn root() -> PathBuf {
+    common::repo_root()
+}
+
+fn read_file(path: &str) -> Vec<u8> {
+    std::fs::read(root().join(path)).unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
+
+impl Inputs {
+    fn body(&self) -> Vec<u8> {
+        match (
+            &self.request,
+            &self.request_text,
+            &self.request_bytes,
+            &self.request_file,
+        ) {
+            (Some(json), None, None, None) => json.to_string().into_bytes(),
+            (None, Some(text), None, None) => text.clone().into_bytes(),
+            (None, None, Some(bytes), None) => bytes.clone(),
+            (None, None, None, Some(path)) => read_file(path),
+            _ => panic!("want exactly one of request, request_text, request_bytes, request_file"),
+        }
+    }
+
+    fn sse(&self) -> Option<Vec<u8>> {
+        match (&self.answer_sse, &self.answer_sse_file) {
+            (None, None) => None,
+            (Some(text), None) => Some(text.clone().into_bytes()),
+            (None, Some(path)) => Some(read_file(path)),
+            _ => panic!("want at most one of answer_sse, answer_sse_file"),
+        }
+    }
+
+    /// The translation's options from the settings, as the adapters derive them.
+    fn options(&self) -> Options {
+        let settings = &self.settings;
+        settings.validate().expect("valid settings");
+        // No keys configured: none at all (the library's case), not the binary's random one.
+        let keyring = (settings.reasoning_keys.is_some() || settings.reasoning_keys_file.is_some())
+            .then(|| {
+                let (ring, _) = settings
+                    .keyring(
+                        |path| std::fs::read_to_string(root().join(path)),
+                        || unreachable!("keys are configured"),
+                    )
+                    .expect("valid keys");
+                ring
+            });
+        let mut options = settings.translate_options(keyring);
+        // Resolved per exchange from the client's headers; a snapshot has none, so `auto` is
+        // what a client without an SDK identity gets.
+        options.reasoning_events =
+            responses_core::client::reasoning_events(settings.reasoning_events, |_| None);
+        options
+    }
+}
+
+fn strict(bytes: &[u8]) -> Value {
+    common::json::strict(std::str::from_utf8(bytes).expect("UTF-8 output"))
+}
+
+/// What the client gets for an error: its status and the envelope.
+fn refusal(e: &ApiError) -> Value {
+    serde_json::json!({"status": e.status, "body": strict(&e.to_body())})
+}
+
+fn translate(inputs: &Inputs, body: &[u8], options: &Options) -> Result<Translated, ApiError> {
+    match inputs.endpoint {
+        Endpoint::Responses => translate_request(body, options, META),
+        Endpoint::Compact => compact::translate(body, options, META),
+    }
+}
+
+/// The translator's whole output for `body`, pushed in the given pieces, then finished.
+fn stream(exchange: ResponsePlan, pieces: impl IntoIterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
+    let mut translator = StreamTranslator::new(exchange);
+    let mut out = Vec::new();
+    for piece in pieces {
+        out.extend_from_slice(&translator.push(piece.as_ref(), ANSWERED_AT));
+    }
+    out.extend_from_slice(&translator.finish(ANSWERED_AT));
+    out
+}
+
+/// Whether the OpenResponses schema can judge `response`: not when it carries what only
+/// OpenAI's API has (items of custom and built-in tool calls and compactions, a `tool_choice`
+/// forcing a built-in tool), nor with a `json_schema` text format (whose `schema` the
+/// published schema says must be `null`).
+fn schema_applies(response: &Value) -> bool {
+    let items = response["output"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let forced = response["tool_choice"]["type"]
+        .as_str()
+        .unwrap_or("function");
+    response["object"] == "response"
+        && items_checked(items.iter().map(|i| &i["type"]))
+        && ["function", "allowed_tools"].contains(&forced)
+        && response["text"]["format"]["type"] != "json_schema"
+}
+
+/// Whether every item type is one the stream rules and the schema know.
+fn items_checked<'a>(mut types: impl Iterator<Item = &'a Value>) -> bool {
+    types.all(|t| stream_rules::CHECKED_ITEMS.contains(&t.as_str().unwrap_or_default()))
+}
+
+/// Runs one case: what the code gives for its inputs.
+fn run(inputs: &Inputs) -> Outputs {
+    let options = inputs.options();
+    let body = inputs.body();
+    let mut outputs = Outputs::default();
+    let translated = match translate(inputs, &body, &options) {
+        Ok(t) => t,
+        Err(e) => {
+            assert!(
+                inputs.answer.is_none() && inputs.sse().is_none(),
+                "an answer to a refused request"
+            );
+            outputs.error = Some(refusal(&e));
+            return outputs;
+        }
+    };
+    let again = translate(inputs, &body, &options).expect("translated twice");
+    assert_eq!(
+        translated.body, again.body,
+        "the same request, another Chat body"
+    );
+    outputs.chat = Some(strict(&translated.body));
+
+    if let Some(answer) = &inputs.answer {
+        assert!(inputs.sse().is_none(), "both answer and answer_sse");
+        match completion(&translated.plan, answer.to_string().as_bytes(), ANSWERED_AT) {
+            Ok(bytes) => {
+                let response = strict(&bytes);
+                if schema_applies(&response) {
+                    common::schema::assert_valid("ResponseResource", &response);
+                }
+                outputs.response = Some(response);
+            }
+            Err(e) => outputs.response_error = Some(refusal(&e)),
+        }
+    }
+
+    if let Some(sse) = inputs.sse() {
+        let model = translated.plan.model().to_owned();
+        let whole = stream(translated.plan.clone(), [&sse]);
+        let bytewise = stream(translated.plan, sse.chunks(1));
+        assert!(
+            whole == bytewise,
+            "the stream differs when the answer arrives one byte at a time"
+        );
+        let events = stream_rules::events(&whole);
+        if items_checked(
+            events
+                .iter()
+                .filter_map(|e| e.get("item").map(|i| &i["type"])),
+        ) {
+            let expected = stream_rules::Expected {
+                model: &model,
+                created_at: NOW,
+                completed_at: ANSWERED_AT,
+            };
+            stream_rules::check(&whole, &expected);
+        }
+        outputs.events = Some(events);
+    }
+    outputs
+}
+
+/// One snapshot file, split into its inputs and outputs.
+struct Case {
+    path: PathBuf,
+    /// The file's keys in order, inputs then outputs.
+    file: Map<String, Value>,
+    inputs: Inputs,
+    expected: Outputs,
+}
+
+fn load(path: &Path) -> Case {
+    let text = std::fs::read_to_string(path).expect("read");
+    let Value::Object(file) = common::json::strict(&text) else {
+        panic!("not a JSON object");
+    };
+    let (inputs, outputs): (Map<_, _>, Map<_, _>) = file
+        .clone()
+        .into_iter()
+        .partition(|(k, _)| INPUT_KEYS.contains(&k.as_str()));
+    Case {
+        path: path.to_owned(),
+        file,
+        inputs: serde_json::from_value(Value::Object(inputs)).expect("inputs"),
+        expected: serde_json::from_value(Value::Object(outputs)).expect("outputs"),
+    }
+}
+
+/// The paths where `want` and `got` differ (key order aside), as readable lines.
+fn diff(at: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, wv) in w {
+                match g.get(k) {
+                    Some(gv) => diff(&format!("{at}.{k}"), wv, gv, out),
+                    None => out.push(format!("{at}.{k}: want {wv}, missing")),
+                }
+            }
+            for (k, gv) in g.iter().filter(|(k, _)| !w.contains_key(*k)) {
+                out.push(format!("{at}.{k}: not expected, got {gv}"));
+            }
+        }
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => {
+            for (i, (wv, gv)) in w.iter().zip(g).enumerate() {
+                diff(&format!("{at}[{i}]"), wv, gv, out);
+            }
+        }
+        _ if want != got => {
+            let short = |v: &Value| {
+                let s = v.to_string();
+                match s.char_indices().nth(300) {
+                    Some((i, _)) => format!("{}…", &s[..i]),
+                    None => s,
+                }
+            };
+            out.push(format!("{at}: want {}, got {}", short(want), short(got)));
+        }
+        _ => {}
+    }
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "json") {
+            out.push(path);
+        }
+    }
+}
+
+/// Runs every snapshot under `tests/snapshots/<dir>`; with `UPDATE_SNAPSHOTS=1`, writes the
+/// outputs the code gives instead of comparing.
+fn check_dir(dir: &str) {
+    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| v != "0" && !v.is_empty());
+    let mut paths = Vec::new();
+    files(&root().join("tests/snapshots").join(dir), &mut paths);
+    assert!(!paths.is_empty(), "no snapshots in tests/snapshots/{dir}");
+    let mut failures = Vec::new();
+    let mut updated = 0;
+    for path in &paths {
+        let name = path
+            .strip_prefix(root())
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let result = std::panic::catch_unwind(|| {
+            let case = load(path);
+            let got = run(&case.inputs);
+            (case, got)
+        });
+        let (case, got) = match result {
+            Ok(done) => done,
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push(format!("{name}: {why}"));
+                continue;
+            }
+        };
+        if case.expected == got {
+            continue;
+        }
+        if update {
+            write(&case, &got);
+            updated += 1;
+            continue;
+        }
+        let mut lines = Vec::new();
+        diff(
+            "",
+            &serde_json::to_value(&case.expected).unwrap(),
+            &serde_json::to_value(&got).unwrap(),
+            &mut lines,
+        );
+        lines.truncate(20);
+        failures.push(format!("{name}:\n  {}", lines.join("\n  ")));
+    }
+    if updated > 0 {
+        eprintln!("updated {updated} snapshot(s) in tests/snapshots/{dir}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} snapshots in tests/snapshots/{dir} differ from what the code gives \
+         (UPDATE_SNAPSHOTS=1 cargo test --test snapshots writes the code's; review the diff):\n{}",
+        failures.len(),
+        paths.len(),
+        failures.join("\n")
+    );
+}
+
+/// Writes `outputs` into the case's file after its inputs, pretty-printed.
+fn write(case: &Case, outputs: &Outputs) {
+    let mut file: Map<String, Value> = case
+        .file
+        .iter()
+        .filter(|(k, _)| INPUT_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let Value::Object(outputs) = serde_json::to_value(outputs).unwrap() else {
+        unreachable!()
+    };
+    file.extend(outputs);
+    let text = serde_json::to_string_pretty(&Value::Object(file)).unwrap() + "\n";
+    std::fs::write(&case.path, text).expect("write the snapshot");
+}
+
+/// The request translation, case by case: valid requests, refused ones, and what the
+/// response echoes of them.
+#[test]
+fn request_snapshots() {
+    check_dir("request");
+}
+
+/// The stream translation: upstream SSE bodies, recorded and handwritten, and their events.
+#[test]
+fn stream_snapshots() {
+    check_dir("stream");
+}
+
+/// The malformed bodies of `tests/fixtures/bad_requests/` with the settings of
+/// `tests/e2e_bad_requests.rs`: the whole envelope each gets.
+#[test]
+fn bad_request_snapshots() {
+    check_dir("bad_requests");
+}
+
+/// Requests real clients sent, as captured.
+#[test]
+fn recorded_snapshots() {
+    check_dir("recorded");
+}
+
+/// The comparison is by value: a change of key order alone is no change.
+#[test]
+fn key_order_is_not_compared() {
+    let a =
+        common::json::strict(r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#);
+    let b =
+        common::json::strict(r#"{"messages": [{"content": "hi", "role": "user"}], "model": "m"}"#);
+    assert_eq!(a, b);
+    let c =
+        common::json::strict(r#"{"messages": [{"content": "hi", "role": "user"}], "model": "n"}"#);
+    assert_ne!(a, c);
+    let mut lines = Vec::new();
+    diff("", &a, &c, &mut lines);
+    assert_eq!(lines, [r#".model: want "m", got "n""#]);
+}
