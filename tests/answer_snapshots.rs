@@ -68,7 +68,9 @@ fn answer<'a>(
     let mut status = match ex.response_head(head, META.now) {
         HeadStep::Stream => 200,
         HeadStep::Gather => 0,
-        HeadStep::Reply(r) => return format!("{} {}", r.status, String::from_utf8_lossy(&r.body)),
+        HeadStep::Reply(r) => {
+            return format!("{} {}", r.status(), String::from_utf8_lossy(r.body()))
+        }
     };
     let mut pieces = pieces.into_iter().peekable();
     while let Some(piece) = pieces.next() {
@@ -77,8 +79,8 @@ fn answer<'a>(
             BodyStep::Send(b) => out.extend_from_slice(&b),
             BodyStep::Hold => {}
             BodyStep::Reply(r) => {
-                status = r.status;
-                out.extend_from_slice(&r.body);
+                status = r.status();
+                out.extend_from_slice(r.body());
             }
         }
     }

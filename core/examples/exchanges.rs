@@ -9,7 +9,10 @@
 //! callgrind_annotate --inclusive=yes callgrind.out.<pid>
 //! ```
 //!
-//! Arguments: the scenario, then the number of exchanges (default 100). It checks each answer.
+//! Arguments: the scenario, then the number of exchanges (default 100), then `driver` to run
+//! each through the exchange driver as the module's hooks do (one hook per piece, its actions
+//! and events included), so that the driver's own cost is the difference. It checks each
+//! answer.
 //! - `json`: the benchmark's tiny request, its 411-byte `chat.completion`;
 //! - `sse`: the same request streamed, the 64-event llama-server stream in one piece;
 //! - `codex`: a real Codex CLI turn (`benches/fixtures/codex_turn.json`, 40 KB, streamed),
@@ -22,9 +25,12 @@
 //! for `sse500`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use responses_core::driver::{Action, Driver, Event, Gathering};
+use responses_core::environment::Environment;
 use responses_core::exchange::{
-    BodyStep, Exchange, HeadStep, Operation, RequestStep, ResponseHead,
+    BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead, Settings,
 };
 use responses_core::settings::ExchangeConfig;
 use responses_core::translate::Meta;
@@ -94,6 +100,11 @@ fn main() {
         .keyring(|_| unreachable!("no key file"), || [7; 32])
         .expect("a key");
     let settings = Arc::new(config.exchange_settings(Some(keyring)));
+    if args.next().as_deref() == Some("driver") {
+        let bytes: usize = (0..n).map(|i| driven(&settings, i, &scenario)).sum();
+        println!("{n} {kind} exchanges through the driver, {bytes} bytes out");
+        return;
+    }
     let mut bytes = 0;
     for i in 0..n {
         let meta = Meta {
@@ -119,7 +130,7 @@ fn main() {
         for (j, piece) in scenario.answer.iter().enumerate() {
             bytes += match ex.response_body(piece, j == last, meta.now) {
                 BodyStep::Send(b) => b.len(),
-                BodyStep::Reply(r) if r.translated => r.body.len(),
+                BodyStep::Reply(Reply::Answer(a)) => a.body.len(),
                 BodyStep::Hold => 0,
                 other => panic!("not translated: {other:?}"),
             };
@@ -127,4 +138,69 @@ fn main() {
         assert!(ex.is_finished());
     }
     println!("{n} {kind} exchanges, {bytes} bytes out");
+}
+
+/// The same clock and ids as above, as the driver's environment.
+struct Seeded(u64);
+
+impl Environment for Seeded {
+    fn now(&self) -> u64 {
+        1_795_329_141 + self.0
+    }
+    fn id_seed(&self) -> u128 {
+        u128::from(self.0) << 64 | 0x0123_4567_89ab_cdef
+    }
+}
+
+/// One exchange through the driver, fed as the module's hooks feed it (a lookup per head, the
+/// request in one piece, one hook per answer piece, the events polled after each hook); the
+/// bytes the client gets.
+fn driven(settings: &Arc<Settings>, i: u64, scenario: &Scenario) -> usize {
+    let mut d = Driver::new(settings.clone(), Seeded(i), Gathering::Pieces);
+    let mut finished = 0;
+    let mut poll = |d: &mut Driver<Seeded>| {
+        let now = Instant::now();
+        while let Some(e) = d.poll_event(now) {
+            finished += usize::from(matches!(e, Event::Finished(_)));
+        }
+    };
+    let request_head = [(":method", "POST"), (":path", "/v1/responses")];
+    let found = |name: &str| {
+        request_head
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    };
+    assert!(matches!(
+        d.request_headers(Instant::now(), found, false),
+        Action::ReadBody(_)
+    ));
+    poll(&mut d);
+    let forwarded = d.request_body(Instant::now(), || [scenario.request], true);
+    assert!(matches!(forwarded, Action::Forward { .. }), "{forwarded:?}");
+    poll(&mut d);
+    let answer_head = [(":status", "200"), ("content-type", scenario.content_type)];
+    let found = |name: &str| {
+        answer_head
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    };
+    d.response_headers(Instant::now(), found, false);
+    poll(&mut d);
+    let mut bytes = 0;
+    let last = scenario.answer.len() - 1;
+    for (j, piece) in scenario.answer.iter().enumerate() {
+        bytes += match d.response_body(Instant::now(), || [*piece], j == last) {
+            Action::Send { bytes, .. } => bytes.len(),
+            Action::Answer { answer, .. } => answer.body.len(),
+            Action::Hold => 0,
+            other => panic!("not translated: {other:?}"),
+        };
+        poll(&mut d);
+    }
+    d.closed(Instant::now());
+    poll(&mut d);
+    assert_eq!(finished, 1, "finished once");
+    bytes
 }
