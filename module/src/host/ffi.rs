@@ -8,6 +8,7 @@ use std::ffi::c_char;
 use std::sync::Arc;
 
 use responses_core::environment::System;
+use responses_core::metrics::Kind;
 
 pub use super::abi::{
     BodyStatus, EnvoyBuffer, EnvoyHttpHeader, FilterConfigEnvoyPtr, FilterConfigModulePtr,
@@ -18,7 +19,7 @@ pub use super::abi::{
 
 use super::abi::{self, ModuleBuffer};
 use super::{Envoy, MetricId};
-use crate::config::{FilterConfig, MetricKind};
+use crate::config::FilterConfig;
 use crate::filter::Filter;
 
 /// The filter Envoy runs, on the real clock and randomness.
@@ -48,7 +49,7 @@ pub fn is_validation_mode() -> bool {
 /// `None` if Envoy refused it.
 pub fn define_metric(
     config: FilterConfigEnvoyPtr,
-    kind: MetricKind,
+    kind: Kind,
     name: &str,
     labels: &[&str],
 ) -> Option<MetricId> {
@@ -64,11 +65,9 @@ pub fn define_metric(
         label_names.as_mut_ptr()
     };
     let define = match kind {
-        MetricKind::Counter => abi::envoy_dynamic_module_callback_http_filter_config_define_counter,
-        MetricKind::Gauge => abi::envoy_dynamic_module_callback_http_filter_config_define_gauge,
-        MetricKind::Histogram => {
-            abi::envoy_dynamic_module_callback_http_filter_config_define_histogram
-        }
+        Kind::Counter => abi::envoy_dynamic_module_callback_http_filter_config_define_counter,
+        Kind::Gauge => abi::envoy_dynamic_module_callback_http_filter_config_define_gauge,
+        Kind::Histogram => abi::envoy_dynamic_module_callback_http_filter_config_define_histogram,
     };
     // SAFETY: Envoy's config pointer during config_new; it copies the names.
     let result = unsafe { define(config, name, labels_ptr, label_names.len(), &mut id) };
