@@ -22,8 +22,10 @@ CALLGRIND_REQUESTS requests (1000; CALLGRIND_TURNS for the Codex and 400 KB turn
 CALLGRIND_STREAMS for the trickled stream, 20, each 5 s long; one keep-alive connection, one request at a time, each answer checked), then a dump. It
 prints the instructions per exchange (Ir, all threads) of Envoy, of those the share in
 libresponses_module.so's hooks (inclusive: the module's work and the Envoy callbacks it
-makes), and of the processor, and leaves the callgrind files (one per process and scenario)
-in CALLGRIND_DIR (/tmp/callgrind-envoy) for `callgrind_annotate --inclusive=yes FILE`.
+makes) and the share on Envoy's worker thread (the busiest; the rest is mostly the main
+thread's, where the module makes its labelled stats calls), and of the processor, and leaves
+the callgrind files (one per thread, process and scenario) in CALLGRIND_DIR
+(/tmp/callgrind-envoy) for `callgrind_annotate --inclusive=yes FILE`.
 Build the module, the processor and the demo upstream first (`cargo build --release --bins &&
 cargo build --release -p responses-module`); the script does not.
 """
@@ -100,11 +102,13 @@ def totals(path):
 
 
 def callgrind(out, argv, env=None, log=None):
-    """`argv` under callgrind, collection off until switched on."""
+    """`argv` under callgrind, collection off until switched on; one file per thread (the
+    worker's instructions apart from the main thread's)."""
     for f in os.listdir(OUT):
         if f.startswith(os.path.basename(out)):
             os.unlink(os.path.join(OUT, f))
     return subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             "--separate-threads=yes",
                              f"--callgrind-out-file={out}", *argv], env=env,
                             stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
 
@@ -116,14 +120,16 @@ def collect(on, pids):
 
 
 def count(out):
-    """(total, in the module's hooks) over the files of one process."""
-    total = module = 0
+    """(total, in the module's hooks, on the busiest thread) over the files of one process
+    (one per thread: the busiest is Envoy's worker, or the processor's)."""
+    total = module = busiest = 0
+    # Not the empty file callgrind leaves beside the per-thread ones.
     files = [os.path.join(OUT, f) for f in os.listdir(OUT)
-             if f.startswith(os.path.basename(out))]
+             if f.startswith(os.path.basename(out)) and os.path.getsize(os.path.join(OUT, f))]
     for f in files:
         t, m = totals(f)
-        total, module = total + t, module + m
-    return total, module, files
+        total, module, busiest = total + t, module + m, max(busiest, t)
+    return total, module, busiest, files
 
 
 def run(scenario, envoy_bin, ports, tmp):
@@ -158,12 +164,12 @@ def run(scenario, envoy_bin, ports, tmp):
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(120)
-    envoy, module, files = count(envoy_out)
+    envoy, module, worker, files = count(envoy_out)
     processor = None
     if scenario.processor:
-        processor, _, more = count(processor_out)
+        processor, _, _, more = count(processor_out)
         files += more
-    return n, envoy, module, processor, chunks / n, files
+    return n, envoy, module, worker, processor, chunks / n, files
 
 
 def main():
@@ -185,8 +191,8 @@ def main():
     try:
         for s in scenarios:
             sbs.log(f"{s.name}: {requests(s)} requests under callgrind")
-            n, envoy, module, processor, chunks, files = run(s, envoy_bin, ports, tmp)
-            rows.append((s.name, n, envoy / n, module / n,
+            n, envoy, module, worker, processor, chunks, files = run(s, envoy_bin, ports, tmp)
+            rows.append((s.name, n, envoy / n, module / n, worker / n,
                          None if processor is None else processor / n, chunks, files))
     finally:
         nginx.send_signal(signal.SIGQUIT)
@@ -195,11 +201,12 @@ def main():
             replay.send_signal(signal.SIGTERM)
             replay.wait(10)
     print("\n| scenario | requests | Envoy instructions/exchange | of which in the module's hooks "
-          "| processor instructions/exchange | Envoy + processor | HTTP chunks/answer |")
-    print("|---|---|---|---|---|---|---|")
-    for name, n, envoy, module, processor, chunks, _ in rows:
+          "| of which on Envoy's worker | processor instructions/exchange | Envoy + processor "
+          "| HTTP chunks/answer |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, n, envoy, module, worker, processor, chunks, _ in rows:
         proc = "-" if processor is None else f"{processor:,.0f}"
-        print(f"| {name} | {n} | {envoy:,.0f} | {module:,.0f} | {proc} | "
+        print(f"| {name} | {n} | {envoy:,.0f} | {module:,.0f} | {worker:,.0f} | {proc} | "
               f"{envoy + (processor or 0):,.0f} | {chunks:,.0f} |")
     for name, *_, files in rows:
         print(f"{name}: {' '.join(files)}")
