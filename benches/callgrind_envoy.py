@@ -8,6 +8,7 @@ be measured on a busy machine.
     CALLGRIND_ONLY=SSE python3 benches/callgrind_envoy.py   # scenarios whose name has this
     CALLGRIND_ONLY="Codex turn" python3 benches/callgrind_envoy.py
     CALLGRIND_REQUESTS=400 CALLGRIND_TURNS=50 python3 benches/callgrind_envoy.py
+    CALLGRIND_CONNECTIONS=8 python3 benches/callgrind_envoy.py   # 8 requests at a time
 
 Scenarios: the tiny JSON and SSE exchanges, the Codex turn (40 KB), the 400 KB turn, and the
 500-chunk trickled stream (the replaying demo upstream writes each event on its own,
@@ -19,8 +20,9 @@ stayed apart), each bare, through the module and through ext_proc.
 For each scenario: a fresh Envoy (`--concurrency 1`) under `valgrind --tool=callgrind` with
 collection off (and the processor too, for ext_proc), a warm-up, then collection on for
 CALLGRIND_REQUESTS requests (1000; CALLGRIND_TURNS for the Codex and 400 KB turns, 100;
-CALLGRIND_STREAMS for the trickled stream, 20, each 5 s long; one keep-alive connection, one request at a time, each answer checked), then a dump. It
-prints the instructions per exchange (Ir, all threads) of Envoy, of those the share in
+CALLGRIND_STREAMS for the trickled stream, 20, each 5 s long; one keep-alive connection, one
+request at a time (CALLGRIND_CONNECTIONS at a time, one each), each answer checked), then a
+dump. It prints the instructions per exchange (Ir, all threads) of Envoy, of those the share in
 libresponses_module.so's hooks (inclusive: the module's work and the Envoy callbacks it
 makes) and the share on Envoy's worker thread (the busiest; the rest is mostly the main
 thread's, where the module makes its labelled stats calls), and of the processor, and leaves
@@ -30,6 +32,7 @@ Build the module, the processor and the demo upstream first (`cargo build --rele
 cargo build --release -p responses-module`); the script does not.
 """
 
+import concurrent.futures
 import http.client
 import os
 import re
@@ -42,6 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import side_by_side as sbs  # noqa: E402
 
 REQUESTS = int(os.environ.get("CALLGRIND_REQUESTS", "1000"))
+# Connections driving the measured requests at once (each its share, one after the other).
+CONNECTIONS = int(os.environ.get("CALLGRIND_CONNECTIONS", "1"))
 TURNS = int(os.environ.get("CALLGRIND_TURNS", "100"))
 STREAMS = int(os.environ.get("CALLGRIND_STREAMS", "20"))
 REPLAY_DELAY_MS = int(os.environ.get("CALLGRIND_REPLAY_DELAY_MS", "10"))
@@ -91,8 +96,11 @@ def totals(path):
     work and the Envoy callbacks it makes) of a callgrind file."""
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
                          capture_output=True, text=True, check=True).stdout
-    total = int(re.search(r"^\s*([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", out, re.M).group(1)
-                .replace(",", ""))
+    found = re.search(r"^\s*([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", out, re.M)
+    if not found:
+        # A thread that ran nothing while collection was on.
+        return 0, 0
+    total = int(found.group(1).replace(",", ""))
     hooks = {}
     for m in re.finditer(r"^\s*([\d,]+) \([\d. ]+%\)\s+\S*:(envoy_dynamic_module_on_http_\w+)",
                          out, re.M):
@@ -157,7 +165,9 @@ def run(scenario, envoy_bin, ports, tmp):
         sbs.check_answer(f"http://127.0.0.1:{listen}{scenario.path}", scenario)
         drive(listen, scenario, 3 if scenario.trickle else 20)
         collect(True, [p.pid for p in procs])
-        chunks = drive(listen, scenario, n)
+        with concurrent.futures.ThreadPoolExecutor(CONNECTIONS) as pool:
+            shares = [n // CONNECTIONS + (i < n % CONNECTIONS) for i in range(CONNECTIONS)]
+            chunks = sum(pool.map(lambda k: drive(listen, scenario, k), shares))
         collect(False, [p.pid for p in procs])
     finally:
         for p in procs:
