@@ -1,0 +1,569 @@
+//! A request body as a borrowed document, read in one pass of serde_json's parser.
+//!
+//! Containers the translation reads are parsed into [`Node`]s, objects as their fields in
+//! document order (a `Vec`: no hashing, and the order the readers rely on, see
+//! `translate::fields`). Everything else is kept as the token it came as, borrowed from the
+//! body: strings with their escapes ([`Str::Token`]), numbers, and whole containers
+//! ([`Node::Kept`]: tool schemas, forwarded fields). So a text is never unescaped to be
+//! escaped again, and a schema never becomes a tree to be written out again: what carries
+//! over is copied once, byte for byte.
+//!
+//! What is accepted is exactly what [`super::parse`] (a `Value` tree) accepts: serde_json
+//! checks the syntax and the strings it decodes, and what it does not check in a kept token
+//! is checked here (surrogate escapes in strings; in containers, duplicate keys and the
+//! nesting limit, with numbers and strings decoded by serde_json). A body this refuses is
+//! refused as [`Invalid`], and the caller asks [`super::parse`] for its error, so messages
+//! and positions are serde_json's as before.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Number;
+
+use super::shape::{self, Capture, Kind};
+use crate::chat::request::unescaped_len;
+
+/// The most containers inside one another that serde_json accepts (its recursion limit).
+const MAX_NESTING: usize = 127;
+
+/// Objects with more keys than this are checked for duplicates by sorting, not pairwise.
+const PAIRWISE_KEYS: usize = 16;
+
+/// The body is not JSON that [`super::parse`] accepts; ask it why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Invalid;
+
+/// An object's fields, in document order.
+pub(crate) type Fields<'a> = Vec<(Cow<'a, str>, Node<'a>)>;
+
+/// One JSON value of the body.
+#[derive(Debug, Clone)]
+pub(crate) enum Node<'a> {
+    Null,
+    Bool(bool),
+    Number(Number),
+    Str(Str<'a>),
+    Array(Vec<Node<'a>>),
+    Object(Fields<'a>),
+    /// An array or object kept as it came (checked): parsed as `Kind` only if read.
+    Kept(&'a RawValue, Kind),
+}
+
+/// A JSON string of the body.
+#[derive(Debug, Clone)]
+pub(crate) enum Str<'a> {
+    /// The token as it came, quotes and escapes included (its surrogate escapes checked).
+    Token(&'a RawValue),
+    /// A string decoded by serde_json (a short one, or one of a container read whole).
+    Decoded(Cow<'a, str>),
+}
+
+impl<'a> Str<'a> {
+    /// The text, borrowed unless it has escapes.
+    pub(crate) fn as_str(&self) -> Cow<'_, str> {
+        match self {
+            Str::Token(raw) => token_text(raw),
+            Str::Decoded(s) => Cow::Borrowed(s),
+        }
+    }
+
+    /// [`Str::as_str`], for as long as the body.
+    pub(crate) fn into_cow(self) -> Cow<'a, str> {
+        match self {
+            Str::Token(raw) => token_text(raw),
+            Str::Decoded(s) => s,
+        }
+    }
+
+    pub(crate) fn into_string(self) -> String {
+        self.into_cow().into_owned()
+    }
+
+    /// The length of the text in bytes (escapes decoded): for a token, a scan of it.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Str::Token(raw) => unescaped_len(inner(raw)),
+            Str::Decoded(s) => s.len(),
+        }
+    }
+
+    /// At least [`Str::len`], known without a scan: a token's length between its quotes.
+    pub(crate) fn len_bound(&self) -> usize {
+        match self {
+            Str::Token(raw) => inner(raw).len(),
+            Str::Decoded(s) => s.len(),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len_bound() == 0
+    }
+
+    /// The string as JSON that outlives the body: the token copied as it came.
+    pub(crate) fn to_json(&self) -> Box<RawValue> {
+        owned_json(self)
+    }
+
+    /// The text between the quotes, as JSON has it: escaped, ready to be written into
+    /// another JSON string (`None`: a decoded string with characters JSON escapes).
+    pub(crate) fn escaped_text(&self) -> Option<&'a str> {
+        match self {
+            Str::Token(raw) => Some(inner(raw)),
+            // Borrowed from the body: it had no escapes there, so it needs none.
+            Str::Decoded(Cow::Borrowed(s)) => Some(s),
+            Str::Decoded(Cow::Owned(_)) => None,
+        }
+    }
+}
+
+impl PartialEq<str> for Str<'_> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl fmt::Display for Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str())
+    }
+}
+
+/// A string token's text between its quotes.
+fn inner(raw: &RawValue) -> &str {
+    let token = raw.get();
+    &token[1..token.len() - 1]
+}
+
+/// A string token's text: borrowed without escapes, decoded with (checked when it was
+/// read: decoding cannot fail).
+fn token_text(raw: &RawValue) -> Cow<'_, str> {
+    let text = inner(raw);
+    if memchr::memchr(b'\\', text.as_bytes()).is_none() {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(serde_json::from_str(raw.get()).unwrap_or_default())
+    }
+}
+
+/// A copy of `value` as JSON text, without parsing it again.
+pub(crate) fn owned_json<T: Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    // Strings, numbers and tokens into memory: cannot fail.
+    serde_json::value::to_raw_value(value).unwrap_or_default()
+}
+
+impl Node<'_> {
+    /// What the value is, for error messages ("expected an object, but got a string").
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            Node::Null => "null",
+            Node::Bool(_) => "a boolean",
+            Node::Number(_) => "a number",
+            Node::Str(_) => "a string",
+            Node::Array(_) => "an array",
+            Node::Object(_) => "an object",
+            Node::Kept(raw, _) if raw.get().starts_with('[') => "an array",
+            Node::Kept(..) => "an object",
+        }
+    }
+
+    pub(crate) fn is_null(&self) -> bool {
+        matches!(self, Node::Null)
+    }
+
+    pub(crate) fn is_object(&self) -> bool {
+        match self {
+            Node::Object(_) => true,
+            Node::Kept(raw, _) => raw.get().starts_with('{'),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn is_array(&self) -> bool {
+        match self {
+            Node::Array(_) => true,
+            Node::Kept(raw, _) => raw.get().starts_with('['),
+            _ => false,
+        }
+    }
+}
+
+/// Written as it came where it came as a token; as JSON of the value otherwise.
+impl Serialize for Node<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Node::Null => s.serialize_unit(),
+            Node::Bool(b) => s.serialize_bool(*b),
+            Node::Number(n) => n.serialize(s),
+            Node::Str(t) => t.serialize(s),
+            Node::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Node::Object(fields) => {
+                let mut map = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            Node::Kept(raw, _) => raw.serialize(s),
+        }
+    }
+}
+
+impl Serialize for Str<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Str::Token(raw) => raw.serialize(s),
+            Str::Decoded(text) => s.serialize_str(text),
+        }
+    }
+}
+
+/// Parses a whole body: a node of `kind` (or whatever value it is), or [`Invalid`].
+pub(crate) fn parse(text: &str, kind: Kind) -> Result<Node<'_>, Invalid> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let node = Seed {
+        capture: Capture::Parse(kind),
+        level: 0,
+        checked: false,
+    }
+    .deserialize(&mut de)
+    .map_err(|_| Invalid)?;
+    de.end().map_err(|_| Invalid)?;
+    Ok(node)
+}
+
+/// Parses a kept container (checked when it was kept) into nodes of its kind.
+pub(crate) fn open<'a>(raw: &'a RawValue, kind: Kind) -> Result<Node<'a>, Invalid> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    Seed {
+        capture: Capture::Parse(kind),
+        level: 0,
+        checked: true,
+    }
+    .deserialize(&mut de)
+    .map_err(|_| Invalid)
+}
+
+/// How to read the value at one position. `level`: the containers around it. `checked`:
+/// inside a kept container, which was checked whole when it was kept.
+#[derive(Clone, Copy)]
+struct Seed {
+    capture: Capture,
+    level: usize,
+    checked: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Seed {
+    type Value = Node<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Node<'de>, D::Error> {
+        match self.capture {
+            Capture::Parse(kind) => d.deserialize_any(Parse {
+                kind,
+                level: self.level,
+                checked: self.checked,
+            }),
+            Capture::Keep(kind) => {
+                let raw = <&'de RawValue>::deserialize(d)?;
+                keep(raw, kind, self.level, self.checked).map_err(de::Error::custom)
+            }
+        }
+    }
+}
+
+/// A kept value as a node: a token, or a container checked as [`super::parse`] would.
+fn keep(raw: &RawValue, kind: Kind, level: usize, checked: bool) -> Result<Node<'_>, &'static str> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'"') => {
+            if !checked && !surrogates_paired(inner(raw)) {
+                return Err("a lone surrogate escape");
+            }
+            Ok(Node::Str(Str::Token(raw)))
+        }
+        Some(b'{' | b'[') => {
+            if !checked {
+                check_container(text, level)?;
+            }
+            Ok(Node::Kept(raw, kind))
+        }
+        Some(b't') => Ok(Node::Bool(true)),
+        Some(b'f') => Ok(Node::Bool(false)),
+        Some(b'n') => Ok(Node::Null),
+        // A number: serde_json reads it as it reads any (its range checked).
+        _ => serde_json::from_str::<Number>(text)
+            .map(Node::Number)
+            .map_err(|_| "a number out of range"),
+    }
+}
+
+/// Whether every surrogate escape of a string token's text has its pair: what serde_json
+/// requires of a string it decodes, and the one thing its scan of a kept token does not
+/// check. Most texts have no `\\u` at all, which one search tells.
+fn surrogates_paired(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if memchr::memmem::find(bytes, b"\\u").is_none() {
+        return true;
+    }
+    let mut at = 0;
+    while let Some(i) = memchr::memchr(b'\\', &bytes[at..]) {
+        let i = at + i;
+        // serde_json's scan checked the escape: a known letter, or `u` and four hex digits.
+        if bytes.get(i + 1) != Some(&b'u') {
+            at = i + 2;
+            continue;
+        }
+        let Some(unit) = hex4(bytes, i + 2) else {
+            return false;
+        };
+        match unit {
+            0xDC00..=0xDFFF => return false,
+            0xD800..=0xDBFF => {
+                let paired = bytes.get(i + 6) == Some(&b'\\')
+                    && bytes.get(i + 7) == Some(&b'u')
+                    && hex4(bytes, i + 8).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+                if !paired {
+                    return false;
+                }
+                at = i + 12;
+            }
+            _ => at = i + 6,
+        }
+    }
+    true
+}
+
+fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
+    let digits = std::str::from_utf8(bytes.get(at..at + 4)?).ok()?;
+    u16::from_str_radix(digits, 16).ok()
+}
+
+/// Checks a kept container as serde_json would parse it into a tree: the nesting limit
+/// (counting the `level` containers around it), duplicate keys, strings and numbers.
+fn check_container(text: &str, level: usize) -> Result<(), &'static str> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    Check { level }
+        .deserialize(&mut de)
+        .map_err(|_| "not JSON serde_json accepts")
+}
+
+/// Reads a kept container for [`check_container`], keeping nothing.
+#[derive(Clone, Copy)]
+struct Check {
+    level: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Check {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Check {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inside = nested(self.level)?;
+        while seq.next_element_seed(inside)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inside = nested(self.level)?;
+        let mut keys = Vec::new();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            map.next_value_seed(inside)?;
+            keys.push(key);
+        }
+        if has_duplicates(&keys) {
+            return Err(de::Error::custom("a duplicate key"));
+        }
+        Ok(())
+    }
+}
+
+/// The seed of a container's children, one level deeper; an error past the limit.
+fn nested<E: de::Error>(level: usize) -> Result<Check, E> {
+    if level + 1 > MAX_NESTING {
+        return Err(E::custom("nested too deep"));
+    }
+    Ok(Check { level: level + 1 })
+}
+
+/// Whether two of `keys` are equal.
+fn has_duplicates<K: AsRef<str>>(keys: &[K]) -> bool {
+    if keys.len() <= PAIRWISE_KEYS {
+        return keys
+            .iter()
+            .enumerate()
+            .any(|(i, k)| keys[..i].iter().any(|p| p.as_ref() == k.as_ref()));
+    }
+    let mut sorted: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+    sorted.sort_unstable();
+    sorted.windows(2).any(|w| w[0] == w[1])
+}
+
+/// An object key: borrowed from the body unless it has escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+}
+
+/// Parses a value at a position captured as [`Capture::Parse`].
+struct Parse {
+    kind: Kind,
+    level: usize,
+    checked: bool,
+}
+
+impl Parse {
+    fn inside(&self, capture: Capture) -> Seed {
+        Seed {
+            capture,
+            level: self.level + 1,
+            checked: self.checked,
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Parse {
+    type Value = Node<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Node<'de>, E> {
+        Ok(Number::from_f64(v).map_or(Node::Null, Node::Number))
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Str::Decoded(Cow::Borrowed(v))))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Str::Decoded(Cow::Owned(v.to_owned()))))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Str::Decoded(Cow::Owned(v))))
+    }
+
+    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
+        if self.level + 1 > MAX_NESTING {
+            return Err(de::Error::custom("nested too deep"));
+        }
+        let inside = self.inside(shape::element(self.kind));
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(inside)? {
+            items.push(item);
+        }
+        Ok(Node::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
+        if self.level + 1 > MAX_NESTING {
+            return Err(de::Error::custom("nested too deep"));
+        }
+        let mut fields: Fields<'de> = Vec::with_capacity(8);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let value = map.next_value_seed(self.inside(shape::child(self.kind, &key)))?;
+            fields.push((key, value));
+        }
+        if !self.checked && has_duplicates_in(&fields) {
+            return Err(de::Error::custom("a duplicate key"));
+        }
+        Ok(Node::Object(fields))
+    }
+}
+
+fn has_duplicates_in(fields: &Fields<'_>) -> bool {
+    if fields.len() <= PAIRWISE_KEYS {
+        return fields
+            .iter()
+            .enumerate()
+            .any(|(i, (k, _))| fields[..i].iter().any(|(p, _)| p == k));
+    }
+    let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_ref()).collect();
+    has_duplicates(&keys)
+}
