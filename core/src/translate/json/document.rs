@@ -567,3 +567,275 @@ fn has_duplicates_in(fields: &Fields<'_>) -> bool {
     let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_ref()).collect();
     has_duplicates(&keys)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// What the tree parser makes of `text`, and what the document makes of it (as a value).
+    fn both(text: &str) -> (Option<Value>, Option<Value>) {
+        let tree = super::super::parse(text.as_bytes()).ok();
+        let doc = parse(text, Kind::Request)
+            .ok()
+            .map(|node| serde_json::to_value(&node).expect("a document is JSON"));
+        (tree, doc)
+    }
+
+    /// The document accepts exactly what the tree parser accepts, with the same value.
+    #[track_caller]
+    fn agrees(text: &str) {
+        let (tree, doc) = both(text);
+        assert_eq!(tree, doc, "{text:.300}");
+    }
+
+    /// `n` arrays around `inner`.
+    fn nested(n: usize, inner: &str) -> String {
+        format!("{}{inner}{}", "[".repeat(n), "]".repeat(n))
+    }
+
+    /// A document with `value` at each position the shapes treat differently: parsed
+    /// (`input`, an item's `content`), kept (an unknown field, `metadata`, a tool's
+    /// `parameters`, a part's `text`, `text.format.schema`) and kept then read (`output`).
+    fn placed(value: &str) -> Vec<String> {
+        vec![
+            format!(r#"{{"model":"m","x":{value}}}"#),
+            format!(r#"{{"model":"m","metadata":{value}}}"#),
+            format!(r#"{{"model":"m","temperature":{value}}}"#),
+            format!(r#"{{"input":{value}}}"#),
+            format!(r#"{{"input":[{{"type":"message","content":{value}}}]}}"#),
+            format!(r#"{{"input":[{{"content":[{{"type":"input_text","text":{value}}}]}}]}}"#),
+            format!(r#"{{"input":[{{"type":"function_call_output","output":{value}}}]}}"#),
+            format!(r#"{{"input":[{{"type":"function_call_output","output":[{value}]}}]}}"#),
+            format!(r#"{{"tools":[{{"type":"function","parameters":{value}}}]}}"#),
+            format!(r#"{{"tools":[{{"type":"function","parameters":{{"p":[{value}]}}}}]}}"#),
+            format!(r#"{{"text":{{"format":{{"type":"json_schema","schema":{value}}}}}}}"#),
+            format!(r#"{{"reasoning":{{"effort":{value}}}}}"#),
+        ]
+    }
+
+    #[test]
+    fn the_nesting_limit_is_serde_jsons_wherever_the_value_is() {
+        for depth in 118..=130 {
+            for text in placed(&nested(depth, "1")) {
+                agrees(&text);
+            }
+            agrees(&nested(depth, "{}"));
+            agrees(&format!(r#"{{"a":{}}}"#, nested(depth, r#"{"b":1}"#)));
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_wherever_they_are() {
+        for value in [
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1,"\u0061":2}"#,
+            r#"[{"k":1},{"k":1,"k":null}]"#,
+            r#"{"a":{"b":1,"c":2},"d":{"b":1,"b":1}}"#,
+        ] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+        // Many keys: the sorted check.
+        let keys: Vec<String> = (0..40).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        let unique = format!("{{{}}}", keys.join(","));
+        let twice = format!(r#"{{{},"k7":0}}"#, keys.join(","));
+        for value in [&unique, &twice] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+        agrees(r#"{"model":"a","model":"b"}"#);
+        agrees(r#"{"model":"a","mod\u0065l":"b"}"#);
+    }
+
+    #[test]
+    fn strings_are_checked_as_serde_json_decodes_them() {
+        for value in [
+            r#""plain""#,
+            r#""with \"escapes\" \n \t \\ \/ \b \f \r""#,
+            r#""\u00e9\u20ac\ud83d\ude00""#,
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+            r#""\ud800\n""#,
+            r#""\ud800x""#,
+            r#""\\ud800""#,
+            r#""\\\ud800""#,
+            r#""a\\u""#,
+            r#""\uD83D\uDE00""#,
+            r#""\u12""#,
+            r#""\x""#,
+            "\"tab\there\"",
+            "\"nul\u{0}\"",
+        ] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_are_read_as_serde_json_reads_them() {
+        for value in [
+            "0",
+            "-0",
+            "1.5",
+            "-2e-3",
+            "1e308",
+            "1e309",
+            "-1e400",
+            "1e-400",
+            "123456789012345678901234567890",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "01",
+            "1.",
+            "-",
+            "2E+2",
+        ] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+    }
+
+    #[test]
+    fn syntax_errors_and_other_documents_agree() {
+        for text in [
+            "",
+            " ",
+            "{",
+            "{}",
+            "[]",
+            "null",
+            "\"s\"",
+            "12",
+            r#"{"a":1} x"#,
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            r#"{"input":[1,]}"#,
+            r#"{"x":[1 2]}"#,
+            r#"{"x":{"a":1 "b":2}}"#,
+            r#"{"x":tru}"#,
+            " {\"model\" : \"m\" , \"x\" : [ 1 , { \"a\" : null } ] } ",
+        ] {
+            agrees(text);
+        }
+    }
+
+    #[test]
+    fn a_kept_container_reads_as_the_same_nodes() {
+        let text = r#"{"input":[{"type":"function_call_output","output":[{"type":"input_text","text":"a\nb"}]}]}"#;
+        let Ok(Node::Object(fields)) = parse(text, Kind::Request) else {
+            panic!("an object");
+        };
+        let Node::Array(items) = &fields[0].1 else {
+            panic!("input is parsed");
+        };
+        let Node::Object(item) = &items[0] else {
+            panic!("an item");
+        };
+        let Node::Kept(raw, kind) = item[1].1 else {
+            panic!("output is kept: {:?}", item[1].1);
+        };
+        let opened = open(raw, kind).expect("checked when kept");
+        assert_eq!(
+            serde_json::to_value(&opened).unwrap(),
+            serde_json::json!([{"type": "input_text", "text": "a\nb"}])
+        );
+        let Node::Array(parts) = opened else {
+            panic!("an array");
+        };
+        let Node::Object(part) = &parts[0] else {
+            panic!("a part");
+        };
+        // The part's text is a token: as it came, and its text decoded on demand.
+        let Node::Str(text) = &part[1].1 else {
+            panic!("a string");
+        };
+        assert!(matches!(text, Str::Token(_)));
+        assert_eq!(text.escaped_text(), Some(r"a\nb"));
+        assert_eq!(text.as_str(), "a\nb");
+        assert_eq!((text.len(), text.len_bound()), (3, 4));
+    }
+
+    /// JSON text of any shape, with the keys the shapes know, keys that decode alike, and
+    /// the numbers and strings serde_json refuses or reads its own way.
+    fn json_text() -> impl Strategy<Value = String> {
+        let number = prop::sample::select(vec![
+            "0",
+            "-0",
+            "7",
+            "1.5",
+            "1e400",
+            "-1e309",
+            "1e-400",
+            "18446744073709551616",
+        ]);
+        let string = prop::sample::select(vec![
+            r#""a""#,
+            r#""x\ny""#,
+            r#""\ud800""#,
+            r#""\ud83d\ude00""#,
+            r#""\udc00""#,
+            r#""\\ud800""#,
+            r#""\u0041""#,
+        ]);
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            number.prop_map(str::to_owned),
+            string.prop_map(str::to_owned),
+        ];
+        let key = prop::sample::select(vec![
+            "input",
+            "tools",
+            "content",
+            "text",
+            "parameters",
+            "output",
+            "type",
+            "format",
+            "schema",
+            "metadata",
+            "arguments",
+            "a",
+            r"\u0061",
+            "summary",
+            "instructions",
+        ]);
+        leaf.prop_recursive(6, 48, 5, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                prop::collection::vec((key.clone(), inner), 0..5).prop_map(|fields| {
+                    let fields: Vec<String> = fields
+                        .iter()
+                        .map(|(k, v)| format!(r#""{k}":{v}"#))
+                        .collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_document_is_accepted_as_the_tree_parser_accepts_it(
+            text in json_text(),
+            depth in prop_oneof![Just(0usize), 120usize..130],
+        ) {
+            let (tree, doc) = both(&text);
+            prop_assert_eq!(tree, doc, "{}", text);
+            let wrapped = format!(r#"{{"input":{}}}"#, nested(depth, &text));
+            let (tree, doc) = both(&wrapped);
+            prop_assert_eq!(tree, doc, "{}", wrapped);
+            let kept = format!(r#"{{"x":{}}}"#, nested(depth, &text));
+            let (tree, doc) = both(&kept);
+            prop_assert_eq!(tree, doc, "{}", kept);
+        }
+    }
+}
