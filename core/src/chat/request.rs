@@ -340,7 +340,9 @@ impl Request<'_> {
         if let Some(f) = &self.response_format {
             f.write(o.key("response_format"));
         }
-        o.option("verbosity", &self.verbosity);
+        if let Some(v) = self.verbosity {
+            o.name("verbosity", v);
+        }
         if let Some(e) = &self.reasoning_effort {
             e.write(o.key("reasoning_effort"));
         }
@@ -393,11 +395,11 @@ impl Message<'_> {
                 } else {
                     "developer"
                 };
-                o.option("role", &Some(role));
+                o.name("role", role);
                 content.write(o.key("content"));
             }
             Message::User { content } => {
-                o.option("role", &Some("user"));
+                o.name("role", "user");
                 let out = o.key("content");
                 match content {
                     Content::Text(t) => t.write(out),
@@ -414,7 +416,7 @@ impl Message<'_> {
                 }
             }
             Message::Assistant(turn) => {
-                o.option("role", &Some("assistant"));
+                o.name("role", "assistant");
                 match &turn.content {
                     Some(t) => t.write(o.key("content")),
                     None => o.key("content").extend_from_slice(b"null"),
@@ -431,7 +433,7 @@ impl Message<'_> {
                         }
                         let mut c = Object::open(out);
                         call.id.write(c.key("id"));
-                        c.option("type", &Some("function"));
+                        c.name("type", "function");
                         let mut f = Object::open(c.key("function"));
                         call.name.write(f.key("name"));
                         call.arguments.write(f.key("arguments"));
@@ -448,7 +450,7 @@ impl Message<'_> {
                 tool_call_id,
                 content,
             } => {
-                o.option("role", &Some("tool"));
+                o.name("role", "tool");
                 tool_call_id.write(o.key("tool_call_id"));
                 content.write(o.key("content"));
             }
@@ -462,14 +464,16 @@ impl Part<'_> {
         let mut o = Object::open(out);
         match self {
             Part::Text { text } => {
-                o.option("type", &Some("text"));
+                o.name("type", "text");
                 text.write(o.key("text"));
             }
             Part::ImageUrl { url, detail } => {
-                o.option("type", &Some("image_url"));
+                o.name("type", "image_url");
                 let mut i = Object::open(o.key("image_url"));
                 url.write(i.key("url"));
-                i.option("detail", detail);
+                if let Some(d) = detail {
+                    i.name("detail", d);
+                }
                 i.close();
             }
             Part::File {
@@ -477,7 +481,7 @@ impl Part<'_> {
                 file_url,
                 filename,
             } => {
-                o.option("type", &Some("file"));
+                o.name("type", "file");
                 let mut f = Object::open(o.key("file"));
                 for (key, value) in [
                     ("file_data", file_data),
@@ -491,7 +495,7 @@ impl Part<'_> {
                 f.close();
             }
             Part::VideoUrl { url } => {
-                o.option("type", &Some("video_url"));
+                o.name("type", "video_url");
                 let mut v = Object::open(o.key("video_url"));
                 url.write(v.key("url"));
                 v.close();
@@ -504,7 +508,7 @@ impl Part<'_> {
 impl Tool<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         let mut o = Object::open(out);
-        o.option("type", &Some("function"));
+        o.name("type", "function");
         let mut f = Object::open(o.key("function"));
         f.option("name", &Some(&self.name));
         if let Some(d) = &self.description {
@@ -522,10 +526,14 @@ impl Tool<'_> {
 impl ToolChoice<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         match self {
-            ToolChoice::Mode(mode) => json(out, mode),
+            ToolChoice::Mode(mode) => {
+                out.push(b'"');
+                out.extend_from_slice(mode.as_bytes());
+                out.push(b'"');
+            }
             ToolChoice::Function(name) => {
                 let mut o = Object::open(out);
-                o.option("type", &Some("function"));
+                o.name("type", "function");
                 let mut f = Object::open(o.key("function"));
                 f.option("name", &Some(name));
                 f.close();
@@ -539,14 +547,14 @@ impl ResponseFormat<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         let mut o = Object::open(out);
         match self {
-            ResponseFormat::JsonObject => o.option("type", &Some("json_object")),
+            ResponseFormat::JsonObject => o.name("type", "json_object"),
             ResponseFormat::JsonSchema {
                 name,
                 description,
                 schema,
                 strict,
             } => {
-                o.option("type", &Some("json_schema"));
+                o.name("type", "json_schema");
                 let mut s = Object::open(o.key("json_schema"));
                 name.write(s.key("name"));
                 if let Some(d) = description {
@@ -589,6 +597,14 @@ impl<'o> Object<'o> {
         escape(key, self.out);
         self.out.extend_from_slice(b"\":");
         self.out
+    }
+
+    /// The pair of `key` and a name that needs no escaping.
+    fn name(&mut self, key: &'static str, value: &'static str) {
+        let out = self.key(key);
+        out.push(b'"');
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'"');
     }
 
     /// The pair of `key`, if there is a value.

@@ -17,6 +17,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
@@ -310,8 +311,10 @@ fn keep(raw: &RawValue, kind: Kind, level: usize, checked: bool) -> Result<Node<
 /// requires of a string it decodes, and the one thing its scan of a kept token does not
 /// check. Most texts have no `\\u` at all, which one search tells.
 fn surrogates_paired(text: &str) -> bool {
+    static UNICODE_ESCAPE: OnceLock<memchr::memmem::Finder<'static>> = OnceLock::new();
     let bytes = text.as_bytes();
-    if memchr::memmem::find(bytes, b"\\u").is_none() {
+    let finder = UNICODE_ESCAPE.get_or_init(|| memchr::memmem::Finder::new(b"\\u"));
+    if finder.find(bytes).is_none() {
         return true;
     }
     let mut at = 0;
@@ -351,18 +354,23 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
 /// (counting the `level` containers around it), duplicate keys, strings and numbers.
 fn check_container(text: &str, level: usize) -> Result<(), &'static str> {
     let mut de = serde_json::Deserializer::from_str(text);
-    Check { level }
-        .deserialize(&mut de)
-        .map_err(|_| "not JSON serde_json accepts")
+    let mut keys = Vec::new();
+    Check {
+        level,
+        keys: &mut keys,
+    }
+    .deserialize(&mut de)
+    .map_err(|_| "not JSON serde_json accepts")
 }
 
-/// Reads a kept container for [`check_container`], keeping nothing.
-#[derive(Clone, Copy)]
-struct Check {
+/// Reads a kept container for [`check_container`], keeping nothing but the keys of the
+/// objects it is in (one stack for all of them: each object's keys above its parent's).
+struct Check<'k, 'de> {
     level: usize,
+    keys: &'k mut Vec<Cow<'de, str>>,
 }
 
-impl<'de> DeserializeSeed<'de> for Check {
+impl<'de> DeserializeSeed<'de> for Check<'_, 'de> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -370,7 +378,7 @@ impl<'de> DeserializeSeed<'de> for Check {
     }
 }
 
-impl<'de> Visitor<'de> for Check {
+impl<'de> Visitor<'de> for Check<'_, 'de> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -402,31 +410,42 @@ impl<'de> Visitor<'de> for Check {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let inside = nested(self.level)?;
-        while seq.next_element_seed(inside)?.is_some() {}
+        let level = nested(self.level)?;
+        while seq
+            .next_element_seed(Check {
+                level,
+                keys: &mut *self.keys,
+            })?
+            .is_some()
+        {}
         Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let inside = nested(self.level)?;
-        let mut keys = Vec::new();
+        let level = nested(self.level)?;
+        let start = self.keys.len();
         while let Some(key) = map.next_key_seed(KeySeed)? {
-            map.next_value_seed(inside)?;
-            keys.push(key);
+            map.next_value_seed(Check {
+                level,
+                keys: &mut *self.keys,
+            })?;
+            self.keys.push(key);
         }
-        if has_duplicates(&keys) {
+        let duplicate = has_duplicates(&self.keys[start..]);
+        self.keys.truncate(start);
+        if duplicate {
             return Err(de::Error::custom("a duplicate key"));
         }
         Ok(())
     }
 }
 
-/// The seed of a container's children, one level deeper; an error past the limit.
-fn nested<E: de::Error>(level: usize) -> Result<Check, E> {
+/// The nesting level of a container's children; an error past the limit.
+fn nested<E: de::Error>(level: usize) -> Result<usize, E> {
     if level + 1 > MAX_NESTING {
         return Err(E::custom("nested too deep"));
     }
-    Ok(Check { level: level + 1 })
+    Ok(level + 1)
 }
 
 /// Whether two of `keys` are equal.

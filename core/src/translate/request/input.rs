@@ -115,7 +115,10 @@ pub(crate) fn input_messages<'a>(
     };
     let last = items.len() - 1;
     let messages = &mut out.messages;
-    let mut calls = Calls::default();
+    // Each call is an item, and so is its output.
+    let mut calls = Calls {
+        ids: HashMap::with_capacity(items.len() / 2),
+    };
     // Reasoning text waiting for the assistant message that follows it.
     let mut pending_reasoning: Option<Text<'a>> = None;
     const INPUT: Path<'static> = Path::Key(&ROOT, "input");

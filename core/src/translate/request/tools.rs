@@ -13,7 +13,7 @@ use super::{object_json, text};
 use crate::chat::request::{Text, Tool, ToolChoice};
 use crate::openresponses::{ApiError, Echo, EchoTool, EchoToolChoice, ErrorCode};
 use crate::translate::calls::{builtin_function, CUSTOM_TOOL_INPUT};
-use crate::translate::fields::{bad_value, join, missing, wrong_type, Obj, Path};
+use crate::translate::fields::{bad_value, missing, wrong_type, Obj, Path};
 use crate::translate::json::document::{owned_json, Node, Str};
 use crate::translate::{flat_name, HostedTools, OfferedTool, Options, ToolKind};
 
@@ -43,32 +43,33 @@ pub(crate) fn tools<'a>(
         let kind = t.required_string("type")?.into_cow();
         match kind.as_ref() {
             "function" => {
-                let f = function_tool(t, &path)?;
-                out.push(f, None, ToolKind::Function, &path)?;
+                let f = function_tool(t)?;
+                out.push(f, None, ToolKind::Function, Path::Text(&path))?;
             }
             // Free-text input (Codex's `apply_patch`): a Chat server only calls functions, so
             // the upstream gets a function with one string parameter, and its calls go back
             // as `custom_tool_call` items.
             "custom" => {
-                let f = custom_tool(t, &path)?;
-                out.push(f, None, ToolKind::Custom, &path)?;
+                let f = custom_tool(t)?;
+                out.push(f, None, ToolKind::Custom, Path::Text(&path))?;
             }
             // A group of functions and custom tools under one name (Codex's MCP tools):
             // flattened for the upstream as `<namespace>__<name>`, restored on their calls.
             "namespace" => {
                 let ns = t.required_string("name")?.into_cow();
-                check_tool_name(&ns, &t.field_path("name"))?;
+                let at = t.path;
+                check_tool_name(&ns, Path::Key(&at, "name"))?;
                 t.string("description")?;
-                let tools_path = t.field_path("tools");
-                let inner = t.array("tools")?.ok_or_else(|| missing(&tools_path))?;
+                let tools_path = Path::Key(&at, "tools");
+                let inner = t.array("tools")?.ok_or_else(|| missing(tools_path))?;
                 t.deny_unknown()?;
                 for (j, f) in inner.into_iter().enumerate() {
-                    let fpath = format!("{tools_path}[{j}]");
-                    let mut ft = Obj::new(f, Path::Text(&fpath))?;
+                    let fpath = Path::Index(&tools_path, j);
+                    let mut ft = Obj::new(f, fpath)?;
                     let fkind = ft.required_string("type")?.into_cow();
                     let (f, kind) = match fkind.as_ref() {
-                        "function" => (function_tool(ft, &fpath)?, ToolKind::Function),
-                        "custom" => (custom_tool(ft, &fpath)?, ToolKind::Custom),
+                        "function" => (function_tool(ft)?, ToolKind::Function),
+                        "custom" => (custom_tool(ft)?, ToolKind::Custom),
                         _ => {
                             return Err(bad_value(
                                 ft.field_path("type"),
@@ -76,7 +77,7 @@ pub(crate) fn tools<'a>(
                             ))
                         }
                     };
-                    out.push(f, Some(&ns), kind, &fpath)?;
+                    out.push(f, Some(&ns), kind, fpath)?;
                 }
             }
             // Client-executed built-ins: the client runs them, so a Chat upstream can call
@@ -94,7 +95,7 @@ pub(crate) fn tools<'a>(
                     parameters: Some(Cow::Owned(owned_json(&parameters))),
                     strict: None,
                 };
-                out.push(f, None, kind, &path)?;
+                out.push(f, None, kind, Path::Text(&path))?;
             }
             // The computer tool acts on screens: its calls need a model trained on OpenAI's
             // computer actions, and its outputs are screenshots, which Chat tool messages
@@ -131,13 +132,13 @@ pub(crate) fn tools<'a>(
 /// hosted container), where it is a hosted tool like any other.
 fn builtin_runs_on_the_client(t: &mut Obj<'_, '_>) -> Result<bool, ApiError> {
     allowed_callers(t)?;
-    let env_path = t.field_path("environment");
+    let at = t.path;
     let Some(env) = t.object("environment")? else {
         return Ok(true);
     };
     let mut env = Obj {
         fields: env,
-        path: Path::Text(&env_path),
+        path: Path::Key(&at, "environment"),
     };
     let kind = env.required_string("type")?;
     if kind == *"local" {
@@ -154,7 +155,8 @@ fn builtin_runs_on_the_client(t: &mut Obj<'_, '_>) -> Result<bool, ApiError> {
 /// ignored: `allowed_callers` (programmatic tool calling runs on OpenAI's platform; here the
 /// model calls every tool itself).
 fn allowed_callers(t: &mut Obj<'_, '_>) -> Result<(), ApiError> {
-    let path = t.field_path("allowed_callers");
+    let at = t.path;
+    let path = Path::Key(&at, "allowed_callers");
     for (i, caller) in t
         .array("allowed_callers")?
         .unwrap_or_default()
@@ -165,7 +167,7 @@ fn allowed_callers(t: &mut Obj<'_, '_>) -> Result<(), ApiError> {
             Node::Str(s) if matches!(s.as_str().as_ref(), "direct" | "programmatic") => {}
             _ => {
                 return Err(bad_value(
-                    format!("{path}[{i}]"),
+                    Path::Index(&path, i),
                     format!("Invalid '{path}[{i}]': expected 'direct' or 'programmatic'."),
                 ))
             }
@@ -220,9 +222,10 @@ impl<'a> Description<'a> {
     }
 }
 
-fn function_tool<'a>(mut t: Obj<'a, '_>, path: &str) -> Result<FunctionTool<'a>, ApiError> {
+fn function_tool<'a>(mut t: Obj<'a, '_>) -> Result<FunctionTool<'a>, ApiError> {
     let name = t.required_string("name")?.into_cow();
-    check_tool_name(&name, &join(path, "name"))?;
+    let at = t.path;
+    check_tool_name(&name, Path::Key(&at, "name"))?;
     let description = t.string("description")?.map(Description::Client);
     let parameters = match t.take("parameters").map(object_json) {
         None => None,
@@ -245,16 +248,16 @@ fn function_tool<'a>(mut t: Obj<'a, '_>, path: &str) -> Result<FunctionTool<'a>,
 /// A `custom` tool as the Chat function that stands for it: one required string parameter,
 /// the input; the input's format (a grammar) goes into the descriptions, since a Chat
 /// server cannot constrain a function's arguments with one.
-fn custom_tool<'a>(mut t: Obj<'a, '_>, path: &str) -> Result<FunctionTool<'a>, ApiError> {
+fn custom_tool<'a>(mut t: Obj<'a, '_>) -> Result<FunctionTool<'a>, ApiError> {
     let name = t.required_string("name")?.into_cow();
-    check_tool_name(&name, &join(path, "name"))?;
+    let at = t.path;
+    check_tool_name(&name, Path::Key(&at, "name"))?;
     let description = t.string("description")?;
-    let format_path = t.field_path("format");
     let format = match t.object("format")? {
         None => None,
         Some(f) => custom_tool_format(Obj {
             fields: f,
-            path: Path::Text(&format_path),
+            path: Path::Key(&at, "format"),
         })?,
     };
     tool_hints(&mut t, false)?;
@@ -319,7 +322,7 @@ fn custom_tool_format(mut f: Obj<'_, '_>) -> Result<Option<String>, ApiError> {
     Ok(described)
 }
 
-fn check_tool_name(name: &str, path: &str) -> Result<(), ApiError> {
+fn check_tool_name(name: &str, path: Path<'_>) -> Result<(), ApiError> {
     if name.is_empty()
         || name.len() > 64
         || !name
@@ -349,7 +352,7 @@ impl<'a> Tools<'a, '_> {
         f: FunctionTool<'a>,
         namespace: Option<&str>,
         kind: ToolKind,
-        path: &str,
+        path: Path<'_>,
     ) -> Result<(), ApiError> {
         let upstream: Cow<'a, str> = match namespace {
             Some(ns) => flat_name(ns, &f.name).into(),
@@ -357,7 +360,7 @@ impl<'a> Tools<'a, '_> {
         };
         if self.chat.iter().any(|t| t.name == upstream) {
             return Err(bad_value(
-                join(path, "name"),
+                Path::Key(&path, "name"),
                 format!("Duplicate tool name '{upstream}' in 'tools'."),
             ));
         }
