@@ -156,6 +156,19 @@ pub(crate) fn owned_json<T: Serialize + ?Sized>(value: &T) -> Box<RawValue> {
     serde_json::value::to_raw_value(value).unwrap_or_default()
 }
 
+/// A copy of a kept container for the response to echo, on one line: a line break can
+/// only stand between JSON's tokens, and there it becomes a space, so that the container
+/// fits in an event's `data:` line as the client wrote it otherwise.
+pub(crate) fn echoed(raw: &RawValue) -> Box<RawValue> {
+    let text = raw.get();
+    if memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_none() {
+        return owned_json(raw);
+    }
+    let line = text.replace(['\n', '\r'], " ");
+    // Whitespace for whitespace in JSON that was valid: valid.
+    RawValue::from_string(line).unwrap_or_else(|_| owned_json(raw))
+}
+
 impl Node<'_> {
     /// What the value is, for error messages ("expected an object, but got a string").
     pub(crate) fn type_name(&self) -> &'static str {
@@ -769,6 +782,19 @@ mod tests {
         assert_eq!(text.escaped_text(), Some(r"a\nb"));
         assert_eq!(text.as_str(), "a\nb");
         assert_eq!((text.len(), text.len_bound()), (3, 4));
+    }
+
+    #[test]
+    fn an_echoed_container_is_on_one_line() {
+        let text = "{\r\n  \"type\": \"object\",\n  \"a b\": [1,\n 2]\n}";
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        let copy = echoed(raw);
+        assert!(!copy.get().contains(['\n', '\r']), "{}", copy.get());
+        let value: Value = serde_json::from_str(copy.get()).unwrap();
+        assert_eq!(value, serde_json::json!({"type": "object", "a b": [1, 2]}));
+        // Without line breaks: the client's bytes.
+        let compact: &RawValue = serde_json::from_str(r#"{ "a" : 1 }"#).unwrap();
+        assert_eq!(echoed(compact).get(), r#"{ "a" : 1 }"#);
     }
 
     /// JSON text of any shape, with the keys the shapes know, keys that decode alike, and

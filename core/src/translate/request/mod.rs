@@ -425,7 +425,10 @@ fn metadata(value: Node<'_>) -> Result<Box<RawValue>, ApiError> {
     if !value.is_object() {
         return Err(wrong_type("metadata", "an object", &value));
     }
-    let echoed = document::owned_json(&value);
+    let echoed = match &value {
+        Node::Kept(raw, _) => document::echoed(raw),
+        other => document::owned_json(other),
+    };
     let fields = Obj::new(value, Path::Text("metadata"))?.fields;
     if fields.len() > 16 {
         return Err(bad_value(
@@ -504,7 +507,7 @@ fn text_format<'a>(
                 echoed.format = EchoFormat::JsonSchema {
                     name: name.as_str().into_owned(),
                     description: description.as_ref().map(|d| d.as_str().into_owned()),
-                    schema: document::owned_json(schema.as_ref()),
+                    schema: document::echoed(&schema),
                     strict: strict.unwrap_or(false),
                 };
                 chat.response_format = Some(ResponseFormat::JsonSchema {

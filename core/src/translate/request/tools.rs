@@ -14,7 +14,7 @@ use crate::chat::request::{Text, Tool, ToolChoice};
 use crate::openresponses::{ApiError, Echo, EchoTool, EchoToolChoice, ErrorCode};
 use crate::translate::calls::{builtin_function, CUSTOM_TOOL_INPUT};
 use crate::translate::fields::{bad_value, missing, wrong_type, Obj, Path};
-use crate::translate::json::document::{owned_json, Node, Str};
+use crate::translate::json::document::{echoed, owned_json, Node, Str};
 use crate::translate::{flat_name, HostedTools, OfferedTool, Options, ToolKind};
 
 /// A tool as the client sent it, and where (`tools[2]`, or `input[5].tools[0]` for a tool an
@@ -368,7 +368,7 @@ impl<'a> Tools<'a, '_> {
             self.echo.tools.push(EchoTool {
                 name: f.name.clone().into_owned(),
                 description: f.description.as_ref().map(Description::echoed),
-                parameters: f.parameters.as_deref().map(owned_json),
+                parameters: f.parameters.as_deref().map(echoed),
                 strict: f.strict,
             });
         } else {
