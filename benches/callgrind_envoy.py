@@ -1,55 +1,87 @@
 #!/usr/bin/env python3
-"""Instructions per exchange of Envoy itself, module included, under callgrind: the same
-scenarios as benches/side_by_side.py (same nginx upstream, Envoy configs and requests), but
-counted instead of timed, so that a change can be measured on a busy machine.
+"""Instructions per exchange of Envoy itself, module included, and of the ext_proc processor,
+under callgrind: the same scenarios as benches/side_by_side.py (same nginx upstream, replaying
+demo upstream, Envoy configs and requests), but counted instead of timed, so that a change can
+be measured on a busy machine.
 
-    python3 benches/callgrind_envoy.py                      # module JSON and SSE, bare Envoy
+    python3 benches/callgrind_envoy.py                      # every scenario below
     CALLGRIND_ONLY=SSE python3 benches/callgrind_envoy.py   # scenarios whose name has this
-    CALLGRIND_REQUESTS=400 python3 benches/callgrind_envoy.py
+    CALLGRIND_ONLY="Codex turn" python3 benches/callgrind_envoy.py
+    CALLGRIND_REQUESTS=400 CALLGRIND_TURNS=50 python3 benches/callgrind_envoy.py
+
+Scenarios: the tiny JSON and SSE exchanges, the Codex turn (40 KB), the 400 KB turn, and the
+500-chunk trickled stream (the replaying demo upstream writes each event on its own,
+CALLGRIND_REPLAY_DELAY_MS apart, 10 by default: Envoy under callgrind on a busy machine is a
+hundred times slower than native, and the pause keeps the events apart, one body callback
+each; the table shows the HTTP chunks each stream reached the client in, about 500 when they
+stayed apart), each bare, through the module and through ext_proc.
 
 For each scenario: a fresh Envoy (`--concurrency 1`) under `valgrind --tool=callgrind` with
-collection off, a warm-up, then collection on for CALLGRIND_REQUESTS requests (one keep-alive
-connection, one request at a time, each answer checked), then a dump. It prints the
-instructions per exchange (Ir, all threads) and of those, the share in
-libresponses_module.so, and leaves the callgrind files (one per scenario) in
-CALLGRIND_DIR (/tmp/callgrind-envoy) for `callgrind_annotate --inclusive=yes FILE`.
-Build the module first (`cargo build --release -p responses-module`); the script does not.
+collection off (and the processor too, for ext_proc), a warm-up, then collection on for
+CALLGRIND_REQUESTS requests (1000; CALLGRIND_TURNS for the Codex and 400 KB turns, 100;
+CALLGRIND_STREAMS for the trickled stream, 20, each 5 s long; one keep-alive connection, one request at a time, each answer checked), then a dump. It
+prints the instructions per exchange (Ir, all threads) of Envoy, of those the share in
+libresponses_module.so's hooks (inclusive: the module's work and the Envoy callbacks it
+makes), and of the processor, and leaves the callgrind files (one per process and scenario)
+in CALLGRIND_DIR (/tmp/callgrind-envoy) for `callgrind_annotate --inclusive=yes FILE`.
+Build the module, the processor and the demo upstream first (`cargo build --release --bins &&
+cargo build --release -p responses-module`); the script does not.
 """
 
 import http.client
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import side_by_side as sbs  # noqa: E402
 
 REQUESTS = int(os.environ.get("CALLGRIND_REQUESTS", "1000"))
+TURNS = int(os.environ.get("CALLGRIND_TURNS", "100"))
+STREAMS = int(os.environ.get("CALLGRIND_STREAMS", "20"))
+REPLAY_DELAY_MS = int(os.environ.get("CALLGRIND_REPLAY_DELAY_MS", "10"))
 ONLY = os.environ.get("CALLGRIND_ONLY")
 OUT = os.environ.get("CALLGRIND_DIR", "/tmp/callgrind-envoy")
-NAMES = ["bare Envoy, JSON", "module, /v1/responses JSON", "bare Envoy, SSE",
-         "module, /v1/responses SSE"]
+NAMES = [
+    "bare Envoy, JSON", "module, /v1/responses JSON", "ext_proc, /v1/responses JSON",
+    "bare Envoy, SSE", "module, /v1/responses SSE", "ext_proc, /v1/responses SSE",
+    "bare Envoy, Codex turn", "module, Codex turn", "ext_proc, Codex turn",
+    "bare Envoy, 400 KB turn", "module, 400 KB turn", "ext_proc, 400 KB turn",
+    "bare Envoy, 500-chunk trickled stream", "module, 500-chunk trickled stream",
+    "ext_proc, 500-chunk trickled stream",
+]
+
+
+def requests(scenario):
+    if scenario.trickle:
+        return STREAMS
+    return TURNS if isinstance(scenario.body, str) else REQUESTS
 
 
 def drive(listen, scenario, count):
     """`count` requests, one after the other on one keep-alive connection, each answer read
     whole and checked (Envoy under callgrind is the slow side: the client's speed does not
-    matter)."""
-    body = json.dumps(scenario.body).encode()
+    matter). Returns the HTTP chunks of the answers, about one per write of Envoy's."""
+    body = sbs.body_bytes(scenario)
     headers = {"content-type": "application/json", **sbs.CLIENT_HEADERS}
-    conn = http.client.HTTPConnection("127.0.0.1", listen, timeout=120)
+    conn = http.client.HTTPConnection("127.0.0.1", listen, timeout=300)
+    chunks = 0
     for _ in range(count):
         conn.request("POST", scenario.path, body=body, headers=headers)
         resp = conn.getresponse()
-        answer = resp.read().decode()
-        if resp.status != 200 or scenario.expect not in answer:
+        answer = bytearray()
+        # read1 returns no more than the rest of the chunk being read.
+        while piece := resp.read1(1 << 20):
+            answer += piece
+            chunks += 1
+        answer += resp.read()  # ends the response (read1 leaves a sized one open)
+        if resp.status != 200 or scenario.expect not in answer.decode():
             raise SystemExit(f"callgrind: {scenario.name}: unexpected answer {resp.status}")
     conn.close()
+    return chunks
 
 
 def totals(path):
@@ -67,40 +99,71 @@ def totals(path):
     return total, sum(hooks.values())
 
 
+def callgrind(out, argv, env=None, log=None):
+    """`argv` under callgrind, collection off until switched on."""
+    for f in os.listdir(OUT):
+        if f.startswith(os.path.basename(out)):
+            os.unlink(os.path.join(OUT, f))
+    return subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             f"--callgrind-out-file={out}", *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
+
+
+def collect(on, pids):
+    for pid in pids:
+        subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)], check=True,
+                       capture_output=True)
+
+
+def count(out):
+    """(total, in the module's hooks) over the files of one process."""
+    total = module = 0
+    files = [os.path.join(OUT, f) for f in os.listdir(OUT)
+             if f.startswith(os.path.basename(out))]
+    for f in files:
+        t, m = totals(f)
+        total, module = total + t, module + m
+    return total, module, files
+
+
 def run(scenario, envoy_bin, ports, tmp):
-    listen, admin = sbs.free_port(), sbs.free_port()
-    config = sbs.envoy_config(scenario, tmp, listen, admin, sbs.free_port(),
+    listen, admin, extproc = sbs.free_port(), sbs.free_port(), sbs.free_port()
+    config = sbs.envoy_config(scenario, tmp, listen, admin, extproc,
                               ports[scenario.upstream], os.path.join(tmp, "x.sock"))
     env = {**os.environ, "ENVOY_DYNAMIC_MODULES_SEARCH_PATH": sbs.MODULE_DIR} \
         if scenario.module else None
     name = re.sub(r"[^a-z0-9]+", "-", scenario.name.lower()).strip("-")
-    out = os.path.join(OUT, f"{name}.callgrind")
-    for f in os.listdir(OUT):
-        if f.startswith(f"{name}.callgrind"):
-            os.unlink(os.path.join(OUT, f))
-    envoy = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                              f"--callgrind-out-file={out}", envoy_bin, "-c", config,
-                              "--concurrency", "1", "--log-level", "warn",
-                              "--base-id", str(listen)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/envoy.log", "w"))
+    envoy_out = os.path.join(OUT, f"{name}.envoy.callgrind")
+    processor_out = os.path.join(OUT, f"{name}.processor.callgrind")
+    n = requests(scenario)
+    procs = []
     try:
+        if scenario.processor:
+            procs.append(callgrind(processor_out, [sbs.PROCESSOR_BIN, "--listen",
+                                                   f"127.0.0.1:{extproc}"],
+                                   env={**os.environ, "RUST_LOG": "warn"},
+                                   log=open(f"{tmp}/processor.log", "w")))
+            sbs.wait_port(extproc, timeout=300)
+        procs.insert(0, callgrind(envoy_out, [envoy_bin, "-c", config, "--concurrency", "1",
+                                              "--log-level", "warn", "--base-id", str(listen)],
+                                  env=env, log=open(f"{tmp}/envoy.log", "w")))
         sbs.wait_http(f"http://127.0.0.1:{admin}/ready", timeout=300)
         sbs.check_answer(f"http://127.0.0.1:{listen}{scenario.path}", scenario)
-        drive(listen, scenario, 20)
-        subprocess.run(["callgrind_control", "-i", "on", str(envoy.pid)], check=True,
-                       capture_output=True)
-        drive(listen, scenario, REQUESTS)
-        subprocess.run(["callgrind_control", "-i", "off", str(envoy.pid)], check=True,
-                       capture_output=True)
+        drive(listen, scenario, 3 if scenario.trickle else 20)
+        collect(True, [p.pid for p in procs])
+        chunks = drive(listen, scenario, n)
+        collect(False, [p.pid for p in procs])
     finally:
-        envoy.send_signal(signal.SIGTERM)
-        envoy.wait(120)
-    files = [os.path.join(OUT, f) for f in os.listdir(OUT) if f.startswith(f"{name}.callgrind")]
-    total = module = 0
-    for f in files:
-        t, m = totals(f)
-        total, module = total + t, module + m
-    return REQUESTS, total, module, files
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(120)
+    envoy, module, files = count(envoy_out)
+    processor = None
+    if scenario.processor:
+        processor, _, more = count(processor_out)
+        files += more
+    return n, envoy, module, processor, chunks / n, files
 
 
 def main():
@@ -113,22 +176,31 @@ def main():
                                text=True).stdout.strip()
     os.makedirs(OUT, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="callgrind-envoy-")
+    scenarios = [s for s in sbs.SCENARIOS if s.name in NAMES and (not ONLY or ONLY in s.name)]
     nginx, ports = sbs.start_nginx(tmp)
+    replay = None
+    if any(s.upstream == "replay" for s in scenarios):
+        replay, ports["replay"], _ = sbs.start_trickle(tmp, REPLAY_DELAY_MS)
     rows = []
     try:
-        for s in sbs.SCENARIOS:
-            if s.name not in NAMES or (ONLY and ONLY not in s.name):
-                continue
-            sbs.log(f"{s.name}: {REQUESTS} requests under callgrind")
-            n, total, module, files = run(s, envoy_bin, ports, tmp)
-            rows.append((s.name, n, total / n, module / n, files))
+        for s in scenarios:
+            sbs.log(f"{s.name}: {requests(s)} requests under callgrind")
+            n, envoy, module, processor, chunks, files = run(s, envoy_bin, ports, tmp)
+            rows.append((s.name, n, envoy / n, module / n,
+                         None if processor is None else processor / n, chunks, files))
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(10)
-    print("\n| scenario | requests | Envoy instructions/exchange | of which in the module's hooks |")
-    print("|---|---|---|---|")
-    for name, n, total, module, _ in rows:
-        print(f"| {name} | {n} | {total:,.0f} | {module:,.0f} |")
+        if replay:
+            replay.send_signal(signal.SIGTERM)
+            replay.wait(10)
+    print("\n| scenario | requests | Envoy instructions/exchange | of which in the module's hooks "
+          "| processor instructions/exchange | Envoy + processor | HTTP chunks/answer |")
+    print("|---|---|---|---|---|---|---|")
+    for name, n, envoy, module, processor, chunks, _ in rows:
+        proc = "-" if processor is None else f"{processor:,.0f}"
+        print(f"| {name} | {n} | {envoy:,.0f} | {module:,.0f} | {proc} | "
+              f"{envoy + (processor or 0):,.0f} | {chunks:,.0f} |")
     for name, *_, files in rows:
         print(f"{name}: {' '.join(files)}")
 

@@ -5,9 +5,12 @@ processor beside it, the dynamic module inside it), same upstream, same run.
     python3 benches/side_by_side.py            # 10 s per scenario (about 4 minutes in all)
     BENCH_SECONDS=30 python3 benches/side_by_side.py
     BENCH_ONLY=trickle python3 benches/side_by_side.py   # the trickle scenarios only
+    BENCH_ONLY="Codex turn" python3 benches/side_by_side.py   # one realistic scenario
 
 Knobs (environment): BENCH_SECONDS, BENCH_WARMUP_SECONDS, BENCH_CONNECTIONS (wrk -c, 32),
-BENCH_TRICKLE_CONNECTIONS (wrk -c of the trickle scenarios, 256), BENCH_ONLY (scenarios whose
+BENCH_TRICKLE_CONNECTIONS (wrk -c of the trickle scenarios, 256), BENCH_REPLAY_DELAY_MS (the
+pause between two events of the 500-chunk stream, 5), BENCH_REPLAY_CONNECTIONS (its wrk -c,
+64: 12,800 events/s like the other trickle scenario), BENCH_ONLY (scenarios whose
 name contains this, with their baselines), BENCH_SKIP (not those whose name contains this),
 BENCH_FILTER_CONFIG (another bootstrap for the ext_proc scenarios), BENCH_PROCESSOR_ARGS (extra processor flags), BENCH_PROCESSOR_BIN
 (another processor build), BENCH_MODULE_DIR (the directory of another libresponses_module.so).
@@ -32,6 +35,13 @@ deploy/install-envoy.sh, and builds the release binaries. Every answer's status 
 (wrk's non-2xx line), and each scenario's answer is checked once before the load (a Responses
 object, a Responses event stream ending in response.completed, the Chat answer for other
 traffic). Nothing here asserts speed; it measures.
+
+The realistic scenarios (benches/fixtures/README.md): "Codex turn" posts a real Codex CLI 0.169
+turn (40 KB, `stream: true`) as is, "400 KB turn" the same grown to a long agent session; both
+are answered by the 64-event stream, and bare Envoy gets the same bytes on the Chat route.
+"500-chunk trickled stream" is a trickle scenario: a second demo upstream replays
+benches/fixtures/chat_500.sse (500 token-sized vLLM deltas and usage), each event written on
+its own, BENCH_REPLAY_DELAY_MS apart.
 
 The trickle scenarios print a second table: streams/s, the upstream events per stream, and the
 CPU per streamed event of Envoy and of the processor, and what each mode adds per event over
@@ -69,6 +79,8 @@ TRICKLE_CONNECTIONS = int(os.environ.get("BENCH_TRICKLE_CONNECTIONS", "256"))
 FILTER_CONFIG = os.environ.get("BENCH_FILTER_CONFIG", "envoy/envoy.yaml")
 ONLY = os.environ.get("BENCH_ONLY")  # run only the scenarios whose name contains this
 SKIP = os.environ.get("BENCH_SKIP")  # and not those whose name contains this
+REPLAY_DELAY_MS = int(os.environ.get("BENCH_REPLAY_DELAY_MS", "5"))
+REPLAY_CONNECTIONS = int(os.environ.get("BENCH_REPLAY_CONNECTIONS", "64"))
 PROCESSOR_ARGS = os.environ.get("BENCH_PROCESSOR_ARGS", "").split()  # e.g. "--worker-threads 2"
 # Another processor binary (e.g. an older build, to compare), with BENCH_FILTER_CONFIG.
 PROCESSOR_BIN = os.environ.get("BENCH_PROCESSOR_BIN", f"{ROOT}/target/release/responses-extproc")
@@ -104,15 +116,21 @@ TRICKLE_INPUT = " ".join(["tick"] * 38)
 TRICKLE_CHAT = {"model": "bench-model", "stream": True,
                 "messages": [{"role": "user", "content": TRICKLE_INPUT}]}
 TRICKLE_RESPONSES = {"model": "bench-model", "input": TRICKLE_INPUT, "stream": True}
+FIXTURES = os.path.join(ROOT, "benches", "fixtures")
+# Request bodies posted byte for byte as recorded or generated (benches/fixtures/README.md).
+CODEX_TURN = os.path.join(FIXTURES, "codex_turn.json")
+LONG_TURN = os.path.join(FIXTURES, "codex_turn_400k.json")
+# What the replaying demo upstream streams in the 500-chunk scenario.
+REPLAYED_STREAM = os.path.join(FIXTURES, "chat_500.sse")
 
 
 @dataclass
 class Scenario:
     name: str
     envoy_config: str  # path relative to ROOT
-    upstream: str  # "json" or "sse"
+    upstream: str  # "json", "sse", "trickle" (the demo) or "replay" (the 500-chunk stream)
     path: str
-    body: dict
+    body: dict | str  # a JSON object, or the path of a file posted as is
     processor: bool  # start the processor
     baseline: str  # name of the scenario it is compared with
     expect: str  # a substring of a correct answer
@@ -162,6 +180,18 @@ SCENARIOS = [
              RESPONSES_SSE, True, "bare Envoy, SSE", "event: response.completed", traced=True),
     Scenario("module, /v1/responses SSE", MODULE_CONFIG, "sse", "/v1/responses",
              RESPONSES_SSE, False, "bare Envoy, SSE", "event: response.completed", module=True),
+    Scenario("bare Envoy, Codex turn", "benches/envoy-bare.yaml", "sse", "/v1/chat/completions",
+             CODEX_TURN, False, "bare Envoy, Codex turn", "data: [DONE]"),
+    Scenario("ext_proc, Codex turn", FILTER_CONFIG, "sse", "/v1/responses", CODEX_TURN, True,
+             "bare Envoy, Codex turn", "event: response.completed"),
+    Scenario("module, Codex turn", MODULE_CONFIG, "sse", "/v1/responses", CODEX_TURN, False,
+             "bare Envoy, Codex turn", "event: response.completed", module=True),
+    Scenario("bare Envoy, 400 KB turn", "benches/envoy-bare.yaml", "sse", "/v1/chat/completions",
+             LONG_TURN, False, "bare Envoy, 400 KB turn", "data: [DONE]"),
+    Scenario("ext_proc, 400 KB turn", FILTER_CONFIG, "sse", "/v1/responses", LONG_TURN, True,
+             "bare Envoy, 400 KB turn", "event: response.completed"),
+    Scenario("module, 400 KB turn", MODULE_CONFIG, "sse", "/v1/responses", LONG_TURN, False,
+             "bare Envoy, 400 KB turn", "event: response.completed", module=True),
     Scenario("bare Envoy, trickle SSE", "benches/envoy-bare.yaml", "trickle",
              "/v1/chat/completions", TRICKLE_CHAT, False, "bare Envoy, trickle SSE",
              "data: [DONE]", trickle=True),
@@ -171,7 +201,24 @@ SCENARIOS = [
     Scenario("module, trickle SSE", MODULE_CONFIG, "trickle", "/v1/responses",
              TRICKLE_RESPONSES, False, "bare Envoy, trickle SSE", "event: response.completed",
              module=True, trickle=True),
+    Scenario("bare Envoy, 500-chunk trickled stream", "benches/envoy-bare.yaml", "replay",
+             "/v1/chat/completions", CHAT_JSON | {"stream": True}, False,
+             "bare Envoy, 500-chunk trickled stream", "data: [DONE]", trickle=True),
+    Scenario("ext_proc, 500-chunk trickled stream", FILTER_CONFIG, "replay", "/v1/responses",
+             RESPONSES_SSE, True, "bare Envoy, 500-chunk trickled stream",
+             "event: response.completed", trickle=True),
+    Scenario("module, 500-chunk trickled stream", MODULE_CONFIG, "replay", "/v1/responses",
+             RESPONSES_SSE, False, "bare Envoy, 500-chunk trickled stream",
+             "event: response.completed", module=True, trickle=True),
 ]
+
+
+def body_bytes(scenario):
+    """What a scenario posts: its JSON object, or a fixture's bytes as they are."""
+    if isinstance(scenario.body, str):
+        with open(scenario.body, "rb") as f:
+            return f.read()
+    return json.dumps(scenario.body).encode()
 
 
 @dataclass
@@ -334,12 +381,17 @@ http {{
     return proc, ports
 
 
-def start_trickle(tmp):
-    """The demo upstream (release build): paced streams, one word per event."""
+def start_trickle(tmp, replay_delay_ms=None):
+    """The demo upstream (release build): paced streams, one word per event; or, with a
+    delay, replaying the 500-chunk stream (each event on its own, that many ms apart)."""
     port = free_port()
-    proc = subprocess.Popen([f"{ROOT}/target/release/demo-upstream", "--listen", f"127.0.0.1:{port}"],
+    replay = [] if replay_delay_ms is None else ["--replay", REPLAYED_STREAM,
+                                                  "--replay-delay-ms", str(replay_delay_ms)]
+    name = "demo-upstream" if replay_delay_ms is None else "replay-upstream"
+    proc = subprocess.Popen([f"{ROOT}/target/release/demo-upstream", "--listen", f"127.0.0.1:{port}",
+                             *replay],
                             env={**os.environ, "RUST_LOG": "warn"},
-                            stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/demo-upstream.log", "w"))
+                            stdout=subprocess.DEVNULL, stderr=open(f"{tmp}/{name}.log", "w"))
     wait_port(port)
     # Events per stream: what the upstream writes, each on its own (the [DONE] line included).
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions",
@@ -375,10 +427,14 @@ def envoy_config(scenario, tmp, listen, admin, extproc, upstream, socket_path):
 
 
 def wrk_script(tmp, scenario):
-    body = json.dumps(scenario.body).replace("\\", "\\\\").replace('"', '\\"')
+    # The body from a file: fixtures are hundreds of KB, and posted byte for byte.
+    body = os.path.join(tmp, "body.json")
+    with open(body, "wb") as f:
+        f.write(body_bytes(scenario))
     path = os.path.join(tmp, "post.lua")
     with open(path, "w") as f:
-        f.write(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
+        f.write(f'local file = io.open("{body}", "rb")\nwrk.body = file:read("*a")\nfile:close()\n'
+                f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
         for name, value in CLIENT_HEADERS.items():
             f.write(f'wrk.headers["{name}"] = "{value}"\n')
     return path
@@ -402,7 +458,7 @@ def run_wrk(url, script, seconds, connections):
 
 
 def check_answer(url, scenario):
-    req = urllib.request.Request(url, data=json.dumps(scenario.body).encode(),
+    req = urllib.request.Request(url, data=body_bytes(scenario),
                                  headers={"content-type": "application/json", **CLIENT_HEADERS})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
@@ -445,7 +501,8 @@ def run(scenario, envoy_bin, ports, tmp, nginx, sink_python):
         url = f"http://127.0.0.1:{listen}{scenario.path}"
         check_answer(url, scenario)
         script = wrk_script(tmp, scenario)
-        connections = TRICKLE_CONNECTIONS if scenario.trickle else CONNECTIONS
+        connections = {"trickle": TRICKLE_CONNECTIONS, "replay": REPLAY_CONNECTIONS}.get(
+            scenario.upstream, CONNECTIONS)
         run_wrk(url, script, WARMUP, connections)
         e0 = cpu_seconds(envoy.pid)
         p0 = cpu_seconds(processor.pid) if processor else 0
@@ -465,6 +522,9 @@ def run(scenario, envoy_bin, ports, tmp, nginx, sink_python):
         stolen = (m1[1] - m0[1]) / ticks
         if stolen > 0.05:
             log(f"{scenario.name}: {stolen:.0%} of the CPU was stolen by the host: re-run on a quieter machine")
+        if requests == 0:
+            raise SystemExit(f"bench: {scenario.name}: no exchange completed in {SECONDS} s "
+                             "(raise BENCH_SECONDS)")
         result = Result(rps, p50, p99, requests, errors, (e1 - e0) / requests * 1e6,
                         (p1 - p0) / requests * 1e6 if processor else None,
                         (x1 - x0) / requests if processor else None, busy,
@@ -494,11 +554,15 @@ def run(scenario, envoy_bin, ports, tmp, nginx, sink_python):
             os.unlink(socket_path)
 
 
-def wanted(s):
-    """BENCH_ONLY and BENCH_SKIP; a baseline always runs."""
-    if s.name == s.baseline:
-        return True
+def chosen(s):
     return (not ONLY or ONLY in s.name) and not (SKIP and SKIP in s.name)
+
+
+def wanted(s):
+    """BENCH_ONLY and BENCH_SKIP; a baseline runs when a chosen scenario is measured against it."""
+    if s.name == s.baseline:
+        return chosen(s) or any(o.baseline == s.name and chosen(o) for o in SCENARIOS)
+    return chosen(s)
 
 
 def main():
@@ -507,7 +571,9 @@ def main():
     sink_python = ensure_sink_python() if any(s.traced for s in selected) else None
     tmp = tempfile.mkdtemp(prefix="side-by-side-")
     nginx, ports = start_nginx(tmp)
-    trickle, ports["trickle"], events = start_trickle(tmp)
+    trickle, ports["trickle"], demo_events = start_trickle(tmp)
+    replay, ports["replay"], replay_events = start_trickle(tmp, REPLAY_DELAY_MS)
+    events = {"trickle": demo_events, "replay": replay_events}
     results = {}
     try:
         for s in selected:
@@ -516,12 +582,13 @@ def main():
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(10)
-        trickle.send_signal(signal.SIGTERM)
-        trickle.wait(10)
+        for upstream in (trickle, replay):
+            upstream.send_signal(signal.SIGTERM)
+            upstream.wait(10)
     version = subprocess.run([envoy_bin, "--version"], capture_output=True, text=True).stdout
     version = re.search(r"version: \S+", version).group(0) if version else envoy_bin
     print(f"\nside by side: {os.cpu_count()} cores, Envoy {version} --concurrency 1, wrk -t1 "
-          f"-c{CONNECTIONS} (trickle: -c{TRICKLE_CONNECTIONS}), {SECONDS} s per scenario, "
+          f"-c{CONNECTIONS} (trickle: -c{TRICKLE_CONNECTIONS}, replay: -c{REPLAY_CONNECTIONS}), {SECONDS} s per scenario, "
           f"{time.strftime('%Y-%m-%d')}\n")
     print("| scenario | req/s | vs bare | p50 ms | p99 ms | p99 vs bare | errors | Envoy µs/exchange "
           "| processor µs/exchange | wrk+nginx µs/exchange | ext_proc messages/exchange | machine busy |")
@@ -537,19 +604,21 @@ def main():
               f"{r.machine_busy:.0%} |")
     trickles = [s for s in SCENARIOS if s.trickle and s.name in results and s.baseline in results]
     if trickles:
-        print(f"\ntrickle: the demo upstream writes each of its {events} events on its own, 20 ms "
-              f"apart; {TRICKLE_CONNECTIONS} concurrent streams\n")
-        print("| scenario | streams/s | p50 ms | events/stream | Envoy µs/event | processor µs/event "
-              "| added µs/event (Envoy + processor, over bare) | errors | machine busy |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print(f"\ntrickle: the demo upstream writes each of its {demo_events} events on its own, "
+              f"20 ms apart; the replay upstream its {replay_events} events {REPLAY_DELAY_MS} ms "
+              f"apart; {TRICKLE_CONNECTIONS} and {REPLAY_CONNECTIONS} concurrent streams\n")
+        print("| scenario | streams/s | p50 ms | p99 ms | events/stream | Envoy µs/event | "
+              "processor µs/event | added µs/event (Envoy + processor, over bare) | errors | "
+              "machine busy |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for s in trickles:
-            r, b = results[s.name], results[s.baseline]
-            envoy_ev, bare_ev = r.envoy_us / events, b.envoy_us / events
-            proc_ev = (r.processor_us or 0) / events
+            r, b, n = results[s.name], results[s.baseline], events[s.upstream]
+            envoy_ev, bare_ev = r.envoy_us / n, b.envoy_us / n
+            proc_ev = (r.processor_us or 0) / n
             proc = f"{proc_ev:.2f}" if r.processor_us is not None else "-"
             added = "-" if s.name == s.baseline else f"{envoy_ev - bare_ev + proc_ev:.2f}"
-            print(f"| {s.name} | {r.rps:,.0f} | {r.p50_ms:.0f} | {events} | {envoy_ev:.2f} | {proc} | "
-                  f"{added} | {r.errors} | {r.machine_busy:.0%} |")
+            print(f"| {s.name} | {r.rps:,.0f} | {r.p50_ms:.0f} | {r.p99_ms:.0f} | {n} | "
+                  f"{envoy_ev:.2f} | {proc} | {added} | {r.errors} | {r.machine_busy:.0%} |")
     for name, r in results.items():
         if r.sink_us is not None:
             print(f"\n{name}: the OTLP sink took {r.sink_us:.0f} µs of CPU per exchange "

@@ -80,33 +80,36 @@ pub fn exchange(data: &[u8]) {
 
 fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
     use responses_core::exchange::{
-        AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
-        Settings,
+        AbortStep, BodyStep, ErrorReply, Exchange, HeadStep, Operation, Reply, RequestStep,
+        ResponseHead, Settings,
     };
     use responses_core::translate::seal::Keyring;
     use std::sync::Arc;
 
     let compact = operation == Operation::Compact;
-    let check_reply = |r: &Reply| {
-        if r.translated && compact {
+    let check_error = |e: &ErrorReply| {
+        assert!((400..600).contains(&e.status()), "{}", e.status());
+        let v: serde_json::Value = serde_json::from_slice(&e.body).expect("JSON envelope");
+        assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string());
+    };
+    let check_reply = |r: &Reply| match r {
+        Reply::Answer(a) if compact => {
             // A compaction is one JSON object, never a stream.
-            assert_eq!((r.status, r.content_type), (200, "application/json"));
-            let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+            assert_eq!((a.status, a.content_type), (200, "application/json"));
+            let v: serde_json::Value = serde_json::from_slice(&a.body).expect("JSON");
             assert_eq!(v["object"], "response.compaction");
-        } else if r.translated {
-            assert_eq!(r.status, 200);
-            if r.content_type == "text/event-stream" {
-                let text = std::str::from_utf8(&r.body).expect("UTF-8 events");
+        }
+        Reply::Answer(a) => {
+            assert_eq!(a.status, 200);
+            if a.content_type == "text/event-stream" {
+                let text = std::str::from_utf8(&a.body).expect("UTF-8 events");
                 assert!(text.starts_with("event: ") && text.ends_with("data: [DONE]\n\n"));
             } else {
-                let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+                let v: serde_json::Value = serde_json::from_slice(&a.body).expect("JSON");
                 assert_eq!(v["object"], "response");
             }
-        } else {
-            assert!((400..600).contains(&r.status), "{}", r.status);
-            let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON envelope");
-            assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string());
         }
+        Reply::Error(e) => check_error(e),
     };
     fn check_sent(bytes: &[u8]) {
         if bytes.is_empty() {
@@ -165,7 +168,7 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
         let finished = ex.is_finished();
         match op % 6 {
             0 => match ex.request_body(&body(arg), arg & 0x40 != 0, meta) {
-                RequestStep::Reply(r) => check_reply(&r),
+                RequestStep::Reply(e) => check_error(&e),
                 RequestStep::Forward(up) => {
                     let _: serde_json::Value = serde_json::from_slice(&up.body).expect("JSON");
                 }
@@ -190,7 +193,7 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
                 BodyStep::Hold => assert!(!finished),
             },
             4 => match ex.overflow(2) {
-                AbortStep::Reply(r) => check_reply(&r),
+                AbortStep::Reply(e) => check_error(&e),
                 AbortStep::Send(out) => check_sent(&out),
                 AbortStep::Nothing => assert!(finished),
             },
@@ -199,7 +202,7 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
                 "fuzz",
                 2,
             ) {
-                AbortStep::Reply(r) => check_reply(&r),
+                AbortStep::Reply(e) => check_error(&e),
                 AbortStep::Send(out) => check_sent(&out),
                 AbortStep::Nothing => assert!(finished),
             },

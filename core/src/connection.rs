@@ -16,16 +16,21 @@
 //!
 //! One response at a time: the adapter queues further messages and hands them over in
 //! order once [`Connection::in_flight`] is false.
+//!
+//! Each response's life (its first output, its end, a cut by the socket's close) is told as
+//! the driver's [`Event`]s, polled after each input; times come from the caller.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::driver::{Event, Life};
 use crate::exchange::{
-    BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead, Settings,
-    Summary, UpstreamRequest, EVENT_STREAM,
+    AbortStep, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead,
+    Settings, Summary, UpstreamRequest, EVENT_STREAM,
 };
 use crate::openresponses::{ApiError, Code, ErrorCode};
 use crate::translate::{Meta, ReasoningEvents};
@@ -85,6 +90,8 @@ pub struct Connection {
     turn: Option<Turn>,
     /// The summary of the last exchange that ended, for logs and metrics.
     last: Option<Summary>,
+    /// The life of the response in flight, or of the last one until its end is polled.
+    life: Option<Life>,
 }
 
 #[derive(Debug)]
@@ -156,6 +163,7 @@ impl Connection {
             too_large: None,
             turn: None,
             last: None,
+            life: None,
         }
     }
 
@@ -179,15 +187,25 @@ impl Connection {
         self.context.as_ref().map_or(0, |c| c.bytes)
     }
 
-    /// A text message from the client.
-    pub fn on_text(&mut self, text: &[u8], meta: Meta) -> Start {
+    /// A text message from the client, at `now`.
+    pub fn on_text(&mut self, text: &[u8], meta: Meta, now: Instant) -> Start {
+        let mut life = Life::default();
+        life.enter(now);
+        self.life = Some(life);
         match self.start(text, meta) {
-            Ok(start) => start,
-            Err(err) => Start::Reject(Rejection {
-                frame: error_frame(&err),
-                status: err.status,
-                code: err.code,
-            }),
+            Ok(start) => {
+                self.settle();
+                start
+            }
+            Err(err) => {
+                // Not a response: nothing to tell.
+                self.life = None;
+                Start::Reject(Rejection {
+                    frame: error_frame(&err),
+                    status: err.status,
+                    code: err.code,
+                })
+            }
         }
     }
 
@@ -318,12 +336,12 @@ impl Connection {
                 // The same exchange, fed an answer with nothing in it: the same events,
                 // ids and echo as any response, and its context kept.
                 let now = meta.now;
-                let head = self.upstream_head(200, "text/event-stream", now);
-                let mut frames = self.upstream_body(NOTHING_GENERATED, true, now);
+                let head = self.head(200, "text/event-stream", now);
+                let mut frames = self.body(NOTHING_GENERATED, true, now);
                 frames.messages.splice(0..0, head.messages);
                 Ok(Start::Answered(frames))
             }
-            RequestStep::Reply(reply) => Err(reply_error(reply)),
+            RequestStep::Reply(reply) => Err(reply.error),
             RequestStep::Hold => Err(ApiError::server(
                 500,
                 ErrorCode::InternalError,
@@ -394,8 +412,101 @@ impl Connection {
         })
     }
 
-    /// The head of the upstream's answer.
-    pub fn upstream_head(&mut self, status: u16, content_type: &str, now: u64) -> Frames {
+    /// The head of the upstream's answer, at `at` (`now`: the wall clock, in seconds).
+    pub fn upstream_head(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        now: u64,
+        at: Instant,
+    ) -> Frames {
+        self.enter(at);
+        let frames = self.head(status, content_type, now);
+        self.settle();
+        frames
+    }
+
+    /// A piece of the upstream's body, at `at`; `end` on the last one.
+    pub fn upstream_body(&mut self, chunk: &[u8], end: bool, now: u64, at: Instant) -> Frames {
+        self.enter(at);
+        let frames = self.body(chunk, end, now);
+        self.settle();
+        frames
+    }
+
+    /// The upstream failed (no answer, a reset, a timeout), at `at`: the response ends as
+    /// failed.
+    pub fn upstream_failed(
+        &mut self,
+        code: ErrorCode,
+        message: &str,
+        now: u64,
+        at: Instant,
+    ) -> Frames {
+        self.enter(at);
+        let Some(turn) = &mut self.turn else {
+            return Frames::default();
+        };
+        let frames = match turn.exchange.abort(code, message, now) {
+            AbortStep::Send(bytes) => {
+                let messages = event_messages(&bytes);
+                self.end_turn(messages)
+            }
+            AbortStep::Reply(reply) => self.end_with(Reply::Error(reply)),
+            AbortStep::Nothing => self.end_turn(Vec::new()),
+        };
+        self.settle();
+        frames
+    }
+
+    /// The socket closed, at `at`: a response in flight was cut.
+    pub fn closed(&mut self, at: Instant) {
+        if let (Some(life), Some(_)) = (&mut self.life, &self.turn) {
+            life.enter(at);
+            life.finish(true);
+        }
+    }
+
+    /// The next thing that happened to the response in flight (or that just ended), once
+    /// each: its first output, its end. Poll after each input until `None`.
+    pub fn poll_event(&mut self, at: Instant) -> Option<Event> {
+        let life = self.life.as_mut()?;
+        let summary = match &self.turn {
+            Some(turn) => Some(turn.exchange.summary()),
+            None => self.last.as_ref(),
+        };
+        let event = life.poll(at, summary);
+        if life.is_over() {
+            self.life = None;
+        }
+        event
+    }
+
+    fn enter(&mut self, at: Instant) {
+        if let Some(life) = &mut self.life {
+            life.enter(at);
+        }
+    }
+
+    /// Notes what the last input changed: the first output, the end.
+    fn settle(&mut self) {
+        let Some(life) = &mut self.life else {
+            return;
+        };
+        let (output, ended) = match &self.turn {
+            Some(turn) => (turn.exchange.has_output(), false),
+            // An ended response is the connection's last summary.
+            None => (self.last.as_ref().is_some_and(|s| s.streamed_output), true),
+        };
+        if output {
+            life.output();
+        }
+        if ended {
+            life.finish(false);
+        }
+    }
+
+    fn head(&mut self, status: u16, content_type: &str, now: u64) -> Frames {
         let Some(turn) = &mut self.turn else {
             return Frames::default();
         };
@@ -410,8 +521,7 @@ impl Connection {
         }
     }
 
-    /// A piece of the upstream's body; `end` on the last one.
-    pub fn upstream_body(&mut self, chunk: &[u8], end: bool, now: u64) -> Frames {
+    fn body(&mut self, chunk: &[u8], end: bool, now: u64) -> Frames {
         let Some(turn) = &mut self.turn else {
             return Frames::default();
         };
@@ -432,26 +542,16 @@ impl Connection {
         }
     }
 
-    /// The upstream failed (no answer, a reset, a timeout): the response ends as failed.
-    pub fn upstream_failed(&mut self, code: ErrorCode, message: &str, now: u64) -> Frames {
-        let Some(turn) = &mut self.turn else {
-            return Frames::default();
-        };
-        match turn.exchange.abort(code, message, now) {
-            crate::exchange::AbortStep::Send(bytes) => {
-                let messages = event_messages(&bytes);
-                self.end_turn(messages)
-            }
-            crate::exchange::AbortStep::Reply(reply) => self.end_with(reply),
-            crate::exchange::AbortStep::Nothing => self.end_turn(Vec::new()),
-        }
-    }
-
     fn end_with(&mut self, reply: Reply) -> Frames {
-        let messages = if reply.translated && reply.content_type == EVENT_STREAM {
-            event_messages(&reply.body)
-        } else {
-            vec![error_frame(&reply_error(reply))]
+        let messages = match reply {
+            Reply::Answer(a) if a.content_type == EVENT_STREAM => event_messages(&a.body),
+            // Every response on a socket is a stream: an object cannot be framed as events.
+            Reply::Answer(_) => vec![error_frame(&ApiError::server(
+                500,
+                ErrorCode::InternalError,
+                "The response could not be framed as events.",
+            ))],
+            Reply::Error(e) => vec![error_frame(&e.error)],
         };
         self.end_turn(messages)
     }
@@ -508,16 +608,6 @@ fn message_too_large(limit: usize) -> ApiError {
     ))
     .with_status(413)
     .with_code(ErrorCode::RequestTooLarge)
-}
-
-fn reply_error(reply: Reply) -> ApiError {
-    reply.error.unwrap_or_else(|| {
-        ApiError::server(
-            500,
-            ErrorCode::InternalError,
-            "The response could not be framed as events.",
-        )
-    })
 }
 
 /// The `error` event of the WebSocket transport: `{"type":"error","status":N,"error":{...}}`.

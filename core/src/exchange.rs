@@ -81,28 +81,70 @@ pub fn route(settings: &Settings, method: &str, path: &str) -> Option<Operation>
 
 /// A complete answer for the client, replacing whatever the upstream sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub enum Reply {
+    /// The translation: a response (or compaction) object, or a whole event stream.
+    Answer(Answer),
+    /// An OpenResponses error envelope.
+    Error(ErrorReply),
+}
+
+/// A translated answer, whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// 200, whatever 2xx the upstream chose.
     pub status: u16,
     pub content_type: &'static str,
     pub body: Bytes,
-    /// Whether this is a translated answer (rather than an error envelope).
-    pub translated: bool,
-    /// The error of an error envelope, for transports that frame it their own way (the
-    /// WebSocket `error` event).
-    pub error: Option<ApiError>,
+}
+
+/// An error envelope: its JSON body, and its error for transports that frame it their own
+/// way (the WebSocket `error` event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorReply {
+    pub error: ApiError,
+    pub body: Bytes,
 }
 
 pub const JSON: &str = "application/json";
 pub const EVENT_STREAM: &str = "text/event-stream";
 
+impl ErrorReply {
+    pub fn new(error: ApiError) -> Self {
+        ErrorReply {
+            body: error.to_body(),
+            error,
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.error.status
+    }
+
+    /// Always JSON.
+    pub fn content_type(&self) -> &'static str {
+        JSON
+    }
+}
+
 impl Reply {
-    fn error(err: &ApiError) -> Self {
-        Reply {
-            status: err.status,
-            content_type: JSON,
-            body: err.to_body(),
-            translated: false,
-            error: Some(err.clone()),
+    pub fn status(&self) -> u16 {
+        match self {
+            Reply::Answer(a) => a.status,
+            Reply::Error(e) => e.status(),
+        }
+    }
+
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            Reply::Answer(a) => a.content_type,
+            Reply::Error(e) => e.content_type(),
+        }
+    }
+
+    pub fn body(&self) -> &Bytes {
+        match self {
+            Reply::Answer(a) => &a.body,
+            Reply::Error(e) => &e.body,
         }
     }
 }
@@ -121,8 +163,8 @@ pub enum RequestStep {
     Hold,
     /// Send this instead of the client's body (to `Settings::chat_path`).
     Forward(UpstreamRequest),
-    /// Answer the client with this; the upstream is never called.
-    Reply(Reply),
+    /// Answer the client with this envelope; the upstream is never called.
+    Reply(ErrorReply),
 }
 
 /// The head of the answer to a forwarded request (or of Envoy's own reply in its place).
@@ -156,8 +198,8 @@ pub enum BodyStep {
 
 #[derive(Debug)]
 pub enum AbortStep {
-    /// Nothing was sent to the client yet: answer with this.
-    Reply(Reply),
+    /// Nothing was sent to the client yet: answer with this envelope.
+    Reply(ErrorReply),
     /// A stream is open: its last events (`error`, `response.failed`, `[DONE]`).
     Send(Bytes),
     /// The exchange had already ended.
@@ -314,11 +356,11 @@ impl Exchange {
         #[cfg(feature = "fault-injection")]
         crate::fault::check(chunk);
         let State::Request { body } = &mut self.state else {
-            return RequestStep::Reply(self.fail(&internal("a request body after the request")));
+            return RequestStep::Reply(self.fail(internal("a request body after the request")));
         };
         if body.len() + chunk.len() > self.settings.options.max_request_bytes {
             let limit = self.settings.options.max_request_bytes;
-            return RequestStep::Reply(self.fail(&request_too_large(limit)));
+            return RequestStep::Reply(self.fail(request_too_large(limit)));
         }
         if !end {
             body.extend_from_slice(chunk);
@@ -338,7 +380,7 @@ impl Exchange {
                 "The request has no body. Send a JSON object with 'model' and 'input'.",
             )
             .with_code(ErrorCode::MissingBody);
-            return RequestStep::Reply(self.fail(&err));
+            return RequestStep::Reply(self.fail(err));
         }
         let translated = match self.summary.operation {
             Operation::Create => translate::translate_request(full, &self.settings.options, meta),
@@ -359,7 +401,7 @@ impl Exchange {
         if !matches!(self.state, State::Request { .. })
             || self.summary.operation != Operation::Create
         {
-            return RequestStep::Reply(self.fail(&internal("a parsed request out of place")));
+            return RequestStep::Reply(self.fail(internal("a parsed request out of place")));
         }
         let translated = translate::translate_request_object(body, &self.settings.options, meta)
             .map(|mut t| {
@@ -388,7 +430,7 @@ impl Exchange {
                 self.state = State::Forwarded(Box::new(t.plan));
                 RequestStep::Forward(up)
             }
-            Err(err) => RequestStep::Reply(self.fail(&err)),
+            Err(err) => RequestStep::Reply(self.fail(err)),
         }
     }
 
@@ -446,10 +488,12 @@ impl Exchange {
             },
             // The client already has a head: fail (a transport resets the stream).
             State::Streaming(_) => {
-                return HeadStep::Reply(self.fail(&internal("a second answer head")));
+                return HeadStep::Reply(Reply::Error(self.fail(internal("a second answer head"))));
             }
             State::Done | State::StreamEnded => {
-                return HeadStep::Reply(self.fail(&internal("an answer after the end")))
+                return HeadStep::Reply(Reply::Error(
+                    self.fail(internal("an answer after the end")),
+                ))
             }
         };
         if head.end_of_stream {
@@ -486,7 +530,7 @@ impl Exchange {
             }
             State::Gathering { body, .. } => {
                 if body.len() + chunk.len() > self.settings.max_body_bytes {
-                    return BodyStep::Reply(self.response_overflow());
+                    return BodyStep::Reply(Reply::Error(self.response_overflow()));
                 }
                 if end && body.is_empty() {
                     // The usual case: the whole answer in one piece; no copy.
@@ -511,12 +555,14 @@ impl Exchange {
             // The upstream goes on after its terminal event (or after a cap ended the
             // stream): dropped, the client's stream is complete.
             State::StreamEnded => BodyStep::Send(Bytes::new()),
-            _ => BodyStep::Reply(self.fail(&internal("an answer body without its head"))),
+            _ => BodyStep::Reply(Reply::Error(
+                self.fail(internal("an answer body without its head")),
+            )),
         }
     }
 
     /// The transport cannot hold more of a gathered answer (or it is over our cap).
-    pub fn response_overflow(&mut self) -> Reply {
+    pub fn response_overflow(&mut self) -> ErrorReply {
         let err = ApiError::server(
             502,
             ErrorCode::UpstreamResponseTooLarge,
@@ -525,7 +571,7 @@ impl Exchange {
                 self.settings.max_body_bytes
             ),
         );
-        self.fail(&err)
+        self.fail(err)
     }
 
     /// The transport could not take in a message of this exchange (over its size limit):
@@ -534,7 +580,7 @@ impl Exchange {
         match &self.state {
             State::Request { .. } => {
                 let limit = self.settings.options.max_request_bytes;
-                AbortStep::Reply(self.fail(&request_too_large(limit)))
+                AbortStep::Reply(self.fail(request_too_large(limit)))
             }
             State::Forwarded(_) | State::Gathering { .. } => {
                 AbortStep::Reply(self.response_overflow())
@@ -558,17 +604,17 @@ impl Exchange {
                 self.note_stream_end(&translator);
                 AbortStep::Send(out)
             }
-            _ => AbortStep::Reply(self.fail(&ApiError::server(500, code, message))),
+            _ => AbortStep::Reply(self.fail(ApiError::server(500, code, message))),
         }
     }
 
     /// Ends the exchange with an error envelope.
-    fn fail(&mut self, err: &ApiError) -> Reply {
+    fn fail(&mut self, err: ApiError) -> ErrorReply {
         self.state = State::Done;
         self.summary.outcome = Outcome::Failed;
         self.summary.status = Some(err.status);
         self.summary.error_code = err.code.clone();
-        Reply::error(err)
+        ErrorReply::new(err)
     }
 
     /// The whole answer is here: translate it, or make its error envelope.
@@ -582,7 +628,7 @@ impl Exchange {
                     self.summary.finish_reason = out.finish_reason;
                     self.translated(200, JSON, out.body)
                 }
-                Err(err) => self.fail(&err),
+                Err(err) => Reply::Error(self.fail(err)),
             },
             Gather::Json(ex) => match response::translate_completion(&ex, body, now) {
                 Ok(out) => {
@@ -591,53 +637,49 @@ impl Exchange {
                     self.summary.finish_reason = out.finish_reason;
                     self.translated(200, JSON, out.body)
                 }
-                Err(err) => self.fail(&err),
+                Err(err) => Reply::Error(self.fail(err)),
             },
             Gather::Fold(ex) => {
                 let mut translator = StreamTranslator::new(*ex);
                 translator.push(body, now);
                 translator.finish(now);
                 let Some(folded) = translator.final_response() else {
-                    return self.fail(&internal("a folded stream did not end"));
+                    return Reply::Error(self.fail(internal("a folded stream did not end")));
                 };
                 self.summary.usage = folded.report.usage;
                 self.summary.upstream_model = folded.report.upstream_model;
                 self.summary.finish_reason = folded.report.finish_reason;
                 match folded.report.error {
                     None => self.translated(200, JSON, folded.body),
-                    Some(e) => self.fail(&ApiError::server(502, e.code, e.message)),
+                    Some(e) => Reply::Error(self.fail(ApiError::server(502, e.code, e.message))),
                 }
             }
             Gather::Error {
                 status,
                 expected_stream,
                 local,
-            } => self.fail(&error_for(status, expected_stream, local, body)),
+            } => Reply::Error(self.fail(error_for(status, expected_stream, local, body))),
         }
     }
 
     fn translated(&mut self, status: u16, content_type: &'static str, body: Bytes) -> Reply {
         self.summary.outcome = Outcome::Translated;
         self.summary.status = Some(status);
-        Reply {
+        Reply::Answer(Answer {
             status,
             content_type,
             body,
-            translated: true,
-            error: None,
-        }
+        })
     }
 
     /// A stream that ends at once (no body): its events as one reply.
     fn finish_stream(&mut self, translator: &StreamTranslator, body: Bytes) -> Reply {
         self.note_stream_end(translator);
-        Reply {
+        Reply::Answer(Answer {
             status: 200,
             content_type: EVENT_STREAM,
             body,
-            translated: true,
-            error: None,
-        }
+        })
     }
 
     fn note_stream_end(&mut self, translator: &StreamTranslator) {
@@ -656,7 +698,8 @@ impl Exchange {
     }
 }
 
-fn concat(a: Bytes, b: Bytes) -> Bytes {
+/// `a` then `b`, copied only if both hold bytes.
+pub(crate) fn concat(a: Bytes, b: Bytes) -> Bytes {
     if a.is_empty() {
         return b;
     }
@@ -771,9 +814,16 @@ mod tests {
         }
     }
 
-    fn envelope(r: &Reply) -> Value {
-        assert_eq!(r.content_type, JSON);
-        assert!(!r.translated);
+    fn error(r: &Reply) -> &ErrorReply {
+        match r {
+            Reply::Error(e) => e,
+            Reply::Answer(a) => panic!("not an envelope: {a:?}"),
+        }
+    }
+
+    fn envelope(r: &ErrorReply) -> Value {
+        assert_eq!(r.content_type(), JSON);
+        assert_eq!(r.status(), r.error.status);
         serde_json::from_slice::<Value>(&r.body).unwrap()["error"].clone()
     }
 
@@ -836,7 +886,7 @@ mod tests {
         let RequestStep::Reply(r) = ex.request_body(body.as_bytes(), true, META) else {
             panic!("over the cap");
         };
-        assert_eq!(r.status, 413);
+        assert_eq!(r.status(), 413);
         assert_eq!(envelope(&r)["code"], "request_too_large");
         assert!(ex.is_finished());
         // Also when it arrives in pieces: refused as soon as the pieces exceed the cap.
@@ -871,7 +921,9 @@ mod tests {
         let BodyStep::Reply(r) = ex.response_body(b, true, 1) else {
             panic!("no reply");
         };
-        assert!(r.translated);
+        let Reply::Answer(r) = r else {
+            panic!("not translated: {r:?}");
+        };
         let v: Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(v["output"][0]["content"][0]["text"], "yo");
         assert_eq!(ex.summary().outcome, Outcome::Translated);
@@ -940,12 +992,12 @@ mod tests {
         let BodyStep::Reply(r) = ex.response_body(b" ", true, 1) else {
             panic!("over the cap");
         };
-        assert_eq!(r.status, 502);
-        assert_eq!(envelope(&r)["code"], "upstream_response_too_large");
+        assert_eq!(r.status(), 502);
+        assert_eq!(envelope(error(&r))["code"], "upstream_response_too_large");
         // The transport's own limit says the same.
         let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
         ex.response_head(head(200, "application/json"), 1);
-        assert_eq!(ex.response_overflow().status, 502);
+        assert_eq!(ex.response_overflow().status(), 502);
     }
 
     #[test]
@@ -986,7 +1038,7 @@ mod tests {
         let BodyStep::Reply(r) = ex.response_body(END.as_bytes(), true, 1) else {
             panic!("no reply");
         };
-        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let v: Value = serde_json::from_slice(r.body()).unwrap();
         assert_eq!(
             (v["object"].as_str(), v["status"].as_str()),
             (Some("response"), Some("completed"))
@@ -999,7 +1051,7 @@ mod tests {
             panic!("no reply");
         };
         assert_eq!(
-            (r.status, envelope(&r)["code"].as_str()),
+            (r.status(), envelope(error(&r))["code"].as_str()),
             (502, Some("upstream_stream_truncated"))
         );
     }
@@ -1020,7 +1072,7 @@ mod tests {
             let BodyStep::Reply(r) = ex.response_body(b"nope", true, 1) else {
                 panic!("no reply");
             };
-            assert_eq!(envelope(&r)["code"], code, "{status} {content_type}");
+            assert_eq!(envelope(error(&r))["code"], code, "{status} {content_type}");
             assert_eq!(ex.summary().outcome, Outcome::Failed);
         }
     }
@@ -1036,9 +1088,9 @@ mod tests {
         let BodyStep::Reply(r) = ex.response_body(b"Payload Too Large", true, 1) else {
             panic!("no reply");
         };
-        let e = envelope(&r);
+        let e = envelope(error(&r));
         assert_eq!(
-            (r.status, e["code"].as_str()),
+            (r.status(), e["code"].as_str()),
             (413, Some("request_too_large"))
         );
         assert!(!e["message"].as_str().unwrap().contains("upstream"), "{e}");
@@ -1048,7 +1100,9 @@ mod tests {
     fn out_of_order_calls_fail_closed() {
         // A body before any head.
         let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
-        assert!(matches!(ex.response_body(b"raw", true, 1), BodyStep::Reply(r) if r.status == 500));
+        assert!(
+            matches!(ex.response_body(b"raw", true, 1), BodyStep::Reply(r) if r.status() == 500)
+        );
         // A second head once a stream is open.
         let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
         ex.response_head(head(200, "text/event-stream"), 1);
@@ -1068,9 +1122,9 @@ mod tests {
     fn transport_failures_end_with_what_can_still_be_sent() {
         // Before any answer: an envelope.
         let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
-        assert!(matches!(ex.overflow(1), AbortStep::Reply(r) if r.status == 413));
+        assert!(matches!(ex.overflow(1), AbortStep::Reply(r) if r.status() == 413));
         let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
-        assert!(matches!(ex.overflow(1), AbortStep::Reply(r) if r.status == 502));
+        assert!(matches!(ex.overflow(1), AbortStep::Reply(r) if r.status() == 502));
         // Mid-stream: the stream's failed ending.
         let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
         ex.response_head(head(200, "text/event-stream"), 1);
@@ -1125,10 +1179,10 @@ mod tests {
         let BodyStep::Reply(r) = ex.response_body(upstream.as_bytes(), true, 1) else {
             panic!("no reply");
         };
-        assert!(r.translated, "{:?}", r.body);
+        assert!(matches!(r, Reply::Answer(_)), "{:?}", r.body());
         (
             serde_json::from_slice(&up.body).unwrap(),
-            serde_json::from_slice(&r.body).unwrap(),
+            serde_json::from_slice(r.body()).unwrap(),
         )
     }
 
@@ -1205,7 +1259,7 @@ mod tests {
         let RequestStep::Reply(r) = ex.request_body(body.to_string().as_bytes(), true, META) else {
             panic!("forwarded: {body}");
         };
-        (r.status, envelope(&r))
+        (r.status(), envelope(&r))
     }
 
     #[test]
@@ -1332,7 +1386,7 @@ mod tests {
             let BodyStep::Reply(r) = ex.response_body(upstream.as_bytes(), true, 1) else {
                 panic!("no reply");
             };
-            assert_eq!(envelope(&r)["code"], code, "{status} {content_type}");
+            assert_eq!(envelope(error(&r))["code"], code, "{status} {content_type}");
             assert_eq!(ex.summary().outcome, Outcome::Failed);
         }
     }

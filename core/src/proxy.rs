@@ -1,14 +1,14 @@
 //! What an adapter inside an HTTP proxy changes around an exchange, as plain data: the header
 //! edits of each step, the names its replies carry, and its summary as metadata.
 //!
-//! Both Envoy adapters (the ext_proc service and the in-process module) apply these, each in
-//! its own form (protobuf mutations, ABI calls), so the rules are written once. Nothing here
-//! does I/O.
+//! The driver ([`crate::driver`]) hands the edits to both Envoy adapters (the ext_proc service
+//! and the in-process module) with its actions; each applies them in its own form (protobuf
+//! mutations, ABI calls), so the rules are written once. Nothing here does I/O.
 
 use std::borrow::Cow;
 
 use crate::exchange::{
-    self, AbortStep, Exchange, Outcome, Reply, Settings, Summary, UpstreamRequest,
+    self, AbortStep, Answer, Exchange, Outcome, Settings, Summary, UpstreamRequest,
 };
 use crate::openresponses::{ErrorCode, Usage};
 
@@ -22,61 +22,81 @@ pub const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
 /// The details of an error envelope in place of an upstream's answer.
 pub const DETAILS_ANSWER: &str = "responses_extproc_upstream_error";
 
-/// One edit of a header map.
+/// One edit of a header map. Owned, so that the driver's actions do not borrow it; the names
+/// and values are static but for the configured ones (the model header, the Chat path) and the
+/// lengths.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HeaderEdit<'a> {
+pub enum HeaderEdit {
     /// Replace every value of the header with this one.
-    Set(&'a str, Cow<'a, str>),
-    Remove(&'a str),
+    Set(Cow<'static, str>, Cow<'static, str>),
+    Remove(&'static str),
+}
+
+/// Header edits, in order: a fixed set, or one made for the step.
+pub type Edits = Cow<'static, [HeaderEdit]>;
+
+/// A header set to a static value.
+const fn set(name: &'static str, value: &'static str) -> HeaderEdit {
+    Set(Cow::Borrowed(name), Cow::Borrowed(value))
 }
 
 use HeaderEdit::{Remove, Set};
 
 /// The request head of an exchange that is ours: the upstream must answer in plain bytes we
 /// can parse.
-pub fn request_head_edits() -> [HeaderEdit<'static>; 1] {
-    [Remove("accept-encoding")]
-}
+pub const REQUEST_HEAD_EDITS: &[HeaderEdit] = &[Remove("accept-encoding")];
 
 /// The request head once the body is translated: the Chat path (the route is computed again:
 /// adapters clear Envoy's route cache), the new body's type and length, the model for routes.
-pub fn forward_edits<'a>(settings: &'a Settings, up: &UpstreamRequest) -> [HeaderEdit<'a>; 4] {
+pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 4] {
     [
-        Set(":path", Cow::Borrowed(&settings.chat_path)),
-        Set("content-type", Cow::Borrowed(exchange::JSON)),
-        Set("content-length", Cow::Owned(up.body.len().to_string())),
-        Set(&settings.model_header, Cow::Owned(up.model.clone())),
+        Set(
+            Cow::Borrowed(":path"),
+            Cow::Owned(settings.chat_path.clone()),
+        ),
+        set("content-type", exchange::JSON),
+        Set(
+            Cow::Borrowed("content-length"),
+            Cow::Owned(up.body.len().to_string()),
+        ),
+        Set(
+            Cow::Owned(settings.model_header.clone()),
+            Cow::Owned(up.model.clone()),
+        ),
     ]
 }
 
 /// The answer's head when a stream is translated as it comes (`HeadStep::Stream`), or when a
-/// stream without a body is replaced whole (a translated `HeadStep::Reply`): a translated
-/// answer is a 200 whatever 2xx the upstream chose.
-pub fn stream_head_edits() -> [HeaderEdit<'static>; 4] {
-    [
-        Set(":status", Cow::Borrowed("200")),
-        Set("content-type", Cow::Borrowed(exchange::EVENT_STREAM)),
-        Set("cache-control", Cow::Borrowed("no-cache")),
-        Remove("content-length"),
-    ]
-}
+/// stream without a body is replaced whole (an event stream [`Answer`]): a translated answer
+/// is a 200 whatever 2xx the upstream chose.
+pub const STREAM_HEAD_EDITS: &[HeaderEdit] = &[
+    set(":status", "200"),
+    set("content-type", exchange::EVENT_STREAM),
+    set("cache-control", "no-cache"),
+    Remove("content-length"),
+];
 
 /// The answer's head while its body is gathered (`HeadStep::Gather`): the length changes.
-pub fn gather_head_edits() -> [HeaderEdit<'static>; 1] {
-    [Remove("content-length")]
+pub const GATHER_HEAD_EDITS: &[HeaderEdit] = &[Remove("content-length")];
+
+/// The answer's head when a translated answer replaces the upstream's whole: a stream's
+/// ([`STREAM_HEAD_EDITS`]), or the answer's status (200, whatever 2xx the upstream chose),
+/// type and length.
+pub fn answer_edits(a: &Answer) -> Edits {
+    if a.content_type == exchange::EVENT_STREAM {
+        return Cow::Borrowed(STREAM_HEAD_EDITS);
+    }
+    Cow::Owned(vec![
+        Set(Cow::Borrowed(":status"), Cow::Owned(a.status.to_string())),
+        set("content-type", a.content_type),
+        Set(
+            Cow::Borrowed("content-length"),
+            Cow::Owned(a.body.len().to_string()),
+        ),
+    ])
 }
 
-/// The answer's head when a gathered answer is replaced by its translation (its status is the
-/// reply's, 200, whatever 2xx the upstream chose).
-pub fn translated_reply_edits(r: &Reply) -> [HeaderEdit<'static>; 3] {
-    [
-        Set(":status", Cow::Owned(r.status.to_string())),
-        Set("content-type", Cow::Borrowed(r.content_type)),
-        Set("content-length", Cow::Owned(r.body.len().to_string())),
-    ]
-}
-
-/// How an adapter ends an exchange after a panic in it: whatever can still be sent.
+/// How an exchange ends after a panic in it: whatever can still be sent.
 pub fn abort_after_panic(ex: &mut Exchange, now: u64) -> AbortStep {
     ex.abort(
         ErrorCode::InternalError,

@@ -3,6 +3,7 @@
 //! duplicate-rejecting JSON reader (`translate::json::parse`), as a strict client would.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use responses_core::connection::{Connection, Limits, Start};
@@ -99,15 +100,15 @@ fn exchange(op: Operation, request: &Value, content_type: &str, answer: &[u8]) -
     match ex.response_head(head, 1) {
         HeadStep::Stream => match ex.response_body(answer, true, 2) {
             BodyStep::Send(bytes) => check_sse(&bytes, &what),
-            BodyStep::Reply(reply) => vec![check(&reply.body, &what)],
+            BodyStep::Reply(reply) => vec![check(reply.body(), &what)],
             BodyStep::Hold => panic!("held a stream"),
         },
         HeadStep::Gather => match ex.response_body(answer, true, 2) {
-            BodyStep::Reply(reply) if reply.content_type == SSE => check_sse(&reply.body, &what),
-            BodyStep::Reply(reply) => vec![check(&reply.body, &what)],
+            BodyStep::Reply(reply) if reply.content_type() == SSE => check_sse(reply.body(), &what),
+            BodyStep::Reply(reply) => vec![check(reply.body(), &what)],
             other => panic!("{what}: gathered answer not replied: {other:?}"),
         },
-        HeadStep::Reply(reply) => vec![check(&reply.body, &what)],
+        HeadStep::Reply(reply) => vec![check(reply.body(), &what)],
     }
 }
 
@@ -269,26 +270,34 @@ fn websocket_frames_have_no_duplicate_keys() {
     };
     let mut conn = Connection::new(settings(), limits, ReasoningEvents::OpenAi);
     let first = json!({"type": "response.create", "model": "m", "input": "hi"});
-    let Start::Forward(_) = conn.on_text(first.to_string().as_bytes(), meta()) else {
+    let Start::Forward(_) = conn.on_text(first.to_string().as_bytes(), meta(), Instant::now())
+    else {
         panic!("the first response was not forwarded")
     };
-    let mut frames = conn.upstream_head(200, SSE, 1).messages;
+    let mut frames = conn.upstream_head(200, SSE, 1, Instant::now()).messages;
     let stream =
         chat_stream(&[json!({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"})]);
-    frames.extend(conn.upstream_body(stream.as_bytes(), true, 2).messages);
+    frames.extend(
+        conn.upstream_body(stream.as_bytes(), true, 2, Instant::now())
+            .messages,
+    );
     let id = check(frames.last().unwrap(), "terminal event")["response"]["id"].clone();
     // A continuation echoes `previous_response_id` (once).
     let next = json!({"type": "response.create", "model": "m", "previous_response_id": id,
                       "input": "again"});
-    let Start::Forward(_) = conn.on_text(next.to_string().as_bytes(), meta()) else {
+    let Start::Forward(_) = conn.on_text(next.to_string().as_bytes(), meta(), Instant::now())
+    else {
         panic!("the continuation was not forwarded")
     };
-    frames.extend(conn.upstream_head(200, SSE, 3).messages);
-    frames.extend(conn.upstream_body(stream.as_bytes(), true, 3).messages);
+    frames.extend(conn.upstream_head(200, SSE, 3, Instant::now()).messages);
+    frames.extend(
+        conn.upstream_body(stream.as_bytes(), true, 3, Instant::now())
+            .messages,
+    );
     let last = check(frames.last().unwrap(), "continuation terminal");
     assert_eq!(last["response"]["previous_response_id"], id);
     // A refused message.
-    match conn.on_text(b"{\"type\":\"response.create\"}", meta()) {
+    match conn.on_text(b"{\"type\":\"response.create\"}", meta(), Instant::now()) {
         Start::Reject(r) => frames.push(r.frame),
         other => panic!("not refused: {other:?}"),
     }

@@ -2,11 +2,11 @@
 //!
 //! A shared object (`libresponses_module.so`) that Envoy 1.40 loads by the name
 //! `responses_module` and runs as a native HTTP filter in its workers: the same
-//! [`responses_core::exchange::Exchange`] as the ext_proc service, driven from Envoy's filter
-//! hooks instead of gRPC messages, with direct access to headers and body buffers.
+//! [`responses_core::driver::Driver`] as the ext_proc service, fed from Envoy's filter hooks
+//! instead of gRPC messages, with direct access to headers and body buffers.
 //!
 //! - [`hooks`]: the `envoy_dynamic_module_on_*` functions Envoy calls, each catching panics;
-//! - [`filter`]: one exchange, mapping the core's decisions onto a [`host::Host`];
+//! - [`filter`]: one exchange, the driver's actions and events onto a [`host::Host`];
 //! - [`host`]: that small trait, its implementation over the ABI, and what the hooks exchange
 //!   with Envoy ([`host::ffi`]); the ABI's types and the Envoy callbacks used, declared by
 //!   hand, are private to it;

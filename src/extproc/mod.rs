@@ -177,28 +177,13 @@ impl Driver {
 
     fn end_by_envoy(&mut self) {
         self.ended = true;
-        self.log_if_cut();
-        self.session.record();
-    }
-
-    fn log_if_cut(&self) {
-        if self.session.is_unfinished() {
-            // The client got a cut answer (or none).
-            tracing::info!(
-                request_id = %self.session.request_id(),
-                "exchange ended by Envoy before its answer was complete \
-                 (client disconnected, upstream reset or timeout)"
-            );
-        }
+        self.session.closed();
     }
 }
 
 impl Drop for Driver {
     /// tonic drops the stream without polling it again when Envoy resets it.
     fn drop(&mut self) {
-        if !self.ended {
-            self.log_if_cut();
-        }
-        self.session.record();
+        self.session.closed();
     }
 }

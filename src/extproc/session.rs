@@ -1,38 +1,40 @@
-//! One HTTP exchange as Envoy reports it: ext_proc messages in, ext_proc answers out. A thin,
-//! synchronous driver of [`exchange::Exchange`], which makes every decision; this file only
-//! maps those decisions to protobuf (body modes, mutations, immediate responses).
+//! One HTTP exchange as Envoy reports it: ext_proc messages in, ext_proc answers out. A shell
+//! around the core's [`Driver`], which owns the exchange's life (what each message means, what
+//! Envoy does next, when it is ours, streams, first shows output and ends); this file only maps
+//! its actions to protobuf (body modes, mutations, immediate responses) and its events to the
+//! metrics, the span and Envoy's dynamic metadata, as `module/src/filter.rs` maps them to
+//! Envoy's filter ABI.
 //!
 //! Envoy sends, per request: request headers → request body (BUFFERED) → response headers →
 //! response body (the mode we pick on the response headers). Each message gets exactly one
 //! answer. Gathered answers use BUFFERED_PARTIAL: Envoy holds the head and hands us the whole
-//! body, or, when its buffer is full, what it has so far (`end_of_stream: false`), which we
-//! answer with an error envelope instead of letting Envoy fail the request itself.
+//! body, or, when its buffer is full, what it has so far (`end_of_stream: false`), which the
+//! driver answers with an error envelope ([`Gathering::Whole`]) instead of letting Envoy fail
+//! the request itself.
 //!
 //! Fail closed: once a request is ours, no answer to a body message leaves the original bytes
 //! in place, and no answer to a response head lets its body pass unread
 //! (`tests::prop_nothing_untranslated_passes` checks both over random message sequences).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     body_mutation::Mutation, common_response::ResponseStatus, processing_request::Request,
-    processing_response, BodyMutation, CommonResponse, HttpBody, HttpHeaders, ProcessingRequest,
+    processing_response, BodyMutation, CommonResponse, HttpHeaders, ProcessingRequest,
     ProcessingResponse,
 };
 
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
-use crate::metrics::Timing;
 use crate::traces::{self, ExchangeSpan, Transport};
-use responses_core::exchange::{
-    self, AbortStep, BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead,
-};
+use responses_core::driver::{Action, Cause, Driver, Edits, Event, Failure, Finished, Gathering};
+use responses_core::exchange::{self, ErrorReply};
 use responses_core::openresponses::Code;
-use responses_core::proxy::{self, HeaderEdit, DETAILS_ANSWER, DETAILS_REQUEST};
-use responses_core::translate::Meta;
+use responses_core::proxy::{self, HeaderEdit};
 
 pub use responses_core::environment::{Environment, System};
 
@@ -61,26 +63,25 @@ pub const HEADERS_READ: [&str; 9] = [
     responses_core::client::IDENTITY_HEADERS[3],
 ];
 
-#[derive(Debug)]
-enum Phase {
-    /// Waiting for the first message.
-    Start,
-    /// Not ours: Envoy was told to stop sending us this exchange.
-    PassThrough,
-    /// Ours, from the request headers on.
-    Ours(Box<Exchange>),
+/// The message an answer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Message {
+    RequestHeaders,
+    RequestBody,
+    ResponseHeaders,
+    ResponseBody,
+    ResponseTrailers,
+    /// No message: the last answers before the gRPC stream ends with an error.
+    Failure,
 }
 
 /// One HTTP request/response exchange.
 #[derive(Debug)]
 pub struct Session<E = System> {
     settings: Arc<Settings>,
-    env: E,
-    phase: Phase,
+    driver: Driver<E>,
     /// `x-request-id`, for logs.
     request_id: String,
-    /// What the metrics need to know of this exchange.
-    clock: Clock,
     /// The exchange's span, when traces are on.
     trace: Trace,
 }
@@ -95,28 +96,15 @@ enum Trace {
     Open(Box<ExchangeSpan>),
 }
 
-/// The exchange's timing, for metrics.
-#[derive(Debug, Default)]
-struct Clock {
-    /// The first message of the exchange.
-    started: Option<Instant>,
-    first_output: Option<Duration>,
-    /// Time spent answering the exchange's messages.
-    busy: Duration,
-    /// Counted in the streams-in-flight gauge.
-    streaming: bool,
-    /// Recorded in the metrics (once).
-    recorded: bool,
-}
-
 impl<E: Environment> Session<E> {
     pub fn new(settings: Arc<Settings>, env: E) -> Self {
+        // BUFFERED_PARTIAL hands a gathered answer over whole (or what Envoy holds when its
+        // buffer is full).
+        let driver = Driver::new(settings.exchange.clone(), env, Gathering::Whole);
         Session {
             settings,
-            env,
-            phase: Phase::Start,
+            driver,
             request_id: String::new(),
-            clock: Clock::default(),
             trace: Trace::Off,
         }
     }
@@ -127,23 +115,9 @@ impl<E: Environment> Session<E> {
         self.trace = Trace::Parent(parent);
     }
 
-    /// Whether this exchange is being translated (for metrics and tests).
+    /// Whether this exchange is being translated (for tests).
     pub fn is_translating(&self) -> bool {
-        matches!(self.phase, Phase::Ours(_))
-    }
-
-    /// Whether a translated exchange still owes the client (part of) its answer. If Envoy
-    /// ends the gRPC stream now, the client did not get a complete answer.
-    pub fn is_unfinished(&self) -> bool {
-        matches!(&self.phase, Phase::Ours(ex) if !ex.is_finished())
-    }
-
-    /// The exchange, once it is ours (for logs and metrics).
-    pub fn exchange(&self) -> Option<&Exchange> {
-        match &self.phase {
-            Phase::Ours(ex) => Some(ex),
-            _ => None,
-        }
+        self.driver.is_ours()
     }
 
     /// `x-request-id` of the exchange (empty before the request headers), for logs.
@@ -157,31 +131,222 @@ impl<E: Environment> Session<E> {
         let Some(req) = req.request else {
             return Vec::new();
         };
-        let was_open = !self.exchange().is_some_and(Exchange::is_finished);
-        let began = Instant::now();
-        let started = *self.clock.started.get_or_insert(began);
-        let mut answers = self.answer(req);
-        self.clock.busy += began.elapsed();
-        let Phase::Ours(ex) = &self.phase else {
-            return answers;
+        let now = Instant::now();
+        let mut answers = match req {
+            Request::RequestHeaders(h) => {
+                self.request_id = read(&h, "x-request-id").unwrap_or_default().to_owned();
+                let action =
+                    self.driver
+                        .request_headers(now, |name| read(&h, name), h.end_of_stream);
+                self.carry(Message::RequestHeaders, action)
+            }
+            Request::RequestBody(b) => {
+                if self.settings.log_content && b.end_of_stream {
+                    log_content(&self.request_id, "client request (last piece)", &b.body);
+                }
+                if let Trace::Open(span) = &mut self.trace {
+                    if b.end_of_stream && span.wants_content() {
+                        span.record_request(&b.body);
+                    }
+                }
+                let action = self
+                    .driver
+                    .request_body(now, || [&b.body[..]], b.end_of_stream);
+                self.carry(Message::RequestBody, action)
+            }
+            Request::ResponseHeaders(h) => {
+                let action =
+                    self.driver
+                        .response_headers(now, |name| read(&h, name), h.end_of_stream);
+                if self.driver.is_ours() {
+                    tracing::debug!(
+                        request_id = %self.request_id,
+                        status = read(&h, ":status").unwrap_or_default(),
+                        content_type = read(&h, "content-type").unwrap_or_default(),
+                        "answer head"
+                    );
+                }
+                self.carry(Message::ResponseHeaders, action)
+            }
+            Request::ResponseBody(b) => {
+                if self.settings.log_content {
+                    log_content(&self.request_id, "upstream body", &b.body);
+                }
+                let action = self
+                    .driver
+                    .response_body(now, || [&b.body[..]], b.end_of_stream);
+                self.carry(Message::ResponseBody, action)
+            }
+            // Envoy sends them only when asked (request_trailer_mode: SKIP in every shipped
+            // config), and a trailers answer could not carry the body they would end.
+            Request::RequestTrailers(_) => vec![msg::request_trailers()],
+            // In FULL_DUPLEX_STREAMED mode trailers may be what ends the upstream body.
+            Request::ResponseTrailers(_) => {
+                let action = self.driver.response_trailers(now);
+                self.carry(Message::ResponseTrailers, action)
+            }
         };
-        if let (Trace::Parent(parent), Some(t)) = (&self.trace, &self.settings.traces) {
-            let span = t.start_exchange(parent, Transport::ExtProc, started.elapsed());
-            self.trace = Trace::Open(Box::new(span));
-        }
-        let clock = &mut self.clock;
-        if clock.first_output.is_none() && ex.has_output() {
-            clock.first_output = Some(started.elapsed());
-        }
-        if !clock.streaming && ex.is_streaming() {
-            clock.streaming = true;
-            if let Some(m) = &self.settings.metrics {
-                m.stream_started();
+        self.settle(&mut answers);
+        answers
+    }
+
+    /// Envoy sent a message we could not read (over the gRPC message limit) or handling one
+    /// failed (a panic): end the exchange with an OpenResponses error while Envoy still waits
+    /// for an answer. The caller then ends the gRPC stream with an error status, so that
+    /// Envoy fails the request rather than carrying on without us.
+    pub fn on_failure(&mut self, unreadable: bool) -> Vec<ProcessingResponse> {
+        let why = if unreadable {
+            Failure::Unreadable
+        } else {
+            Failure::Panic
+        };
+        let action = self.driver.fail(Instant::now(), why);
+        let mut answers = self.carry(Message::Failure, action);
+        self.settle(&mut answers);
+        answers
+    }
+
+    /// Envoy ended the gRPC stream (or dropped it): an exchange still open was cut, and is
+    /// recorded as such (every exchange is recorded once).
+    pub fn closed(&mut self) {
+        self.driver.closed(Instant::now());
+        self.settle(&mut []);
+    }
+
+    /// The driver's action as the answer to a message.
+    fn carry(&self, at: Message, action: Action) -> Vec<ProcessingResponse> {
+        let (common, mode) = match action {
+            Action::Reply { error, cause } => return vec![self.reply(&error, cause)],
+            // Envoy resets a stream whose head went out when it is answered this way.
+            Action::Reset { error } => return vec![self.reply(&error, Cause::Answer)],
+            Action::Pass | Action::Hold if at == Message::ResponseTrailers => {
+                return vec![msg::response_trailers()]
+            }
+            Action::Pass | Action::Hold if at == Message::Failure => return Vec::new(),
+            // Not ours: Envoy stops sending us this exchange.
+            Action::Pass if at == Message::RequestHeaders => (
+                msg::common(Headers::default(), None, false),
+                Some(msg::pass_through_mode()),
+            ),
+            Action::Pass => (msg::common(Headers::default(), None, false), None),
+            Action::Hold => (clear_body(), None),
+            Action::ReadBody(edits) => {
+                // The request body comes BUFFERED (the filter's config); a gathered answer
+                // BUFFERED_PARTIAL.
+                let mode = (at == Message::ResponseHeaders)
+                    .then(|| msg::response_body_mode(BodySendMode::BufferedPartial));
+                (msg::common(headers(edits), None, false), mode)
+            }
+            Action::Forward { edits, request } => {
+                tracing::info!(
+                    request_id = %self.request_id,
+                    response_id = self.driver.summary().and_then(|s| s.response_id.as_deref()).unwrap_or(""),
+                    model = %request.model,
+                    stream = request.stream,
+                    body_bytes = request.body.len(),
+                    "translated request"
+                );
+                if self.settings.log_content {
+                    log_content(&self.request_id, "upstream request", &request.body);
+                }
+                let body = Some(Vec::from(request.body));
+                (msg::common(headers(edits), body, true), None)
+            }
+            Action::OpenStream(edits) => {
+                let mode = match self.settings.stream_body_mode {
+                    StreamBodyMode::Streamed => BodySendMode::Streamed,
+                    StreamBodyMode::FullDuplexStreamed => BodySendMode::FullDuplexStreamed,
+                };
+                (
+                    msg::common(headers(edits), None, false),
+                    Some(msg::response_body_mode(mode)),
+                )
+            }
+            // The stream's last events, then the trailers.
+            Action::Send { bytes, .. } if at == Message::ResponseTrailers => {
+                return vec![
+                    msg::streamed_body(Vec::from(bytes), true),
+                    msg::response_trailers(),
+                ]
+            }
+            Action::Send { bytes, end }
+                if matches!(at, Message::ResponseBody | Message::Failure) =>
+            {
+                return vec![self.stream_bytes(bytes, end)]
+            }
+            Action::Send { bytes, .. } => (
+                msg::common(Headers::default(), Some(Vec::from(bytes)), false),
+                None,
+            ),
+            // A trailers answer cannot carry a body: the answer goes as Envoy's reply.
+            Action::Answer { answer, .. }
+                if matches!(at, Message::ResponseTrailers | Message::Failure) =>
+            {
+                return vec![msg::immediate(
+                    answer.status,
+                    answer.content_type,
+                    Vec::from(answer.body),
+                    Cause::Answer.details(),
+                )]
+            }
+            Action::Answer { edits, answer } => (
+                msg::common(headers(edits), Some(Vec::from(answer.body)), false),
+                None,
+            ),
+        };
+        vec![wrap(at, common, mode)]
+    }
+
+    /// What the driver tells, into the metrics, the span and Envoy's metadata (on the last
+    /// answer).
+    fn settle(&mut self, answers: &mut [ProcessingResponse]) {
+        let now = Instant::now();
+        while let Some(event) = self.driver.poll_event(now) {
+            match event {
+                Event::Claimed { elapsed } => {
+                    if let (Trace::Parent(parent), Some(t)) = (&self.trace, &self.settings.traces) {
+                        let span = t.start_exchange(parent, Transport::ExtProc, elapsed);
+                        self.trace = Trace::Open(Box::new(span));
+                    }
+                }
+                Event::StreamOpened => {
+                    if let Some(m) = &self.settings.metrics {
+                        m.stream_started();
+                    }
+                }
+                Event::StreamClosed => {
+                    if let Some(m) = &self.settings.metrics {
+                        m.stream_ended();
+                    }
+                }
+                Event::FirstOutput { .. } => {}
+                Event::Finished(f) => self.finished(&f, answers.last_mut()),
             }
         }
-        // The answer that ends a translated exchange carries its summary as Envoy metadata.
-        if was_open && ex.is_finished() {
-            if let Some(last) = answers.last_mut() {
+    }
+
+    /// The exchange ended: the answer that ends it carries its summary as Envoy metadata, and
+    /// it is recorded in the metrics and on its span.
+    fn finished(&mut self, f: &Finished, last: Option<&mut ProcessingResponse>) {
+        let s = &f.summary;
+        if f.cut {
+            // The client got a cut answer (or none).
+            tracing::info!(
+                request_id = %self.request_id,
+                "exchange ended by Envoy before its answer was complete \
+                 (client disconnected, upstream reset or timeout)"
+            );
+        } else {
+            tracing::info!(
+                request_id = %self.request_id,
+                response_id = s.response_id.as_deref().unwrap_or(""),
+                operation = s.operation.as_str(),
+                stream = s.stream,
+                outcome = ?s.outcome,
+                code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
+                "answer translated"
+            );
+            if let Some(last) = last {
                 if let Trace::Open(span) = &mut self.trace {
                     if let (true, Some(body)) = (span.wants_content(), answer_body(last)) {
                         // A stream's last bytes: its terminal event holds the response.
@@ -193,254 +358,15 @@ impl<E: Environment> Session<E> {
                         span.record_answer(answer);
                     }
                 }
-                last.dynamic_metadata = Some(metadata(ex.summary()));
+                last.dynamic_metadata = Some(metadata(s));
             }
-            self.record();
         }
-        answers
-    }
-
-    /// Records the exchange in the metrics, once: when it ends, or when Envoy ends it first
-    /// (then as `cut`).
-    pub fn record(&mut self) {
-        let (Phase::Ours(ex), false) = (&self.phase, self.clock.recorded) else {
-            return;
-        };
-        self.clock.recorded = true;
-        let timing = Timing {
-            total: self.clock.started.map(|t| t.elapsed()).unwrap_or_default(),
-            first_output: self.clock.first_output,
-            translation: self.clock.busy,
-        };
         if let Some(m) = &self.settings.metrics {
-            m.record(ex.summary(), timing);
-            if self.clock.streaming {
-                m.stream_ended();
-            }
+            m.record(s, f.timing);
         }
         if let Trace::Open(span) = std::mem::take(&mut self.trace) {
-            span.finish(ex.summary(), &timing);
+            span.finish(s, &f.timing);
         }
-    }
-
-    fn answer(&mut self, req: Request) -> Vec<ProcessingResponse> {
-        match req {
-            Request::RequestHeaders(h) => vec![self.on_request_headers(&h)],
-            Request::RequestBody(b) => vec![self.on_request_body(b)],
-            Request::ResponseHeaders(h) => vec![self.on_response_headers(&h)],
-            Request::ResponseBody(b) => vec![self.on_response_body(b)],
-            Request::RequestTrailers(_) => vec![msg::request_trailers()],
-            Request::ResponseTrailers(_) => self.on_response_trailers(),
-        }
-    }
-
-    /// Envoy sent a message we could not read (over the gRPC message limit) or handling one
-    /// failed (a panic): end the exchange with an OpenResponses error while Envoy still waits
-    /// for an answer. The caller then ends the gRPC stream with an error status, so that
-    /// Envoy fails the request rather than carrying on without us.
-    pub fn on_failure(&mut self, unreadable: bool) -> Vec<ProcessingResponse> {
-        let now = self.env.now();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return Vec::new();
-        };
-        let step = if unreadable {
-            ex.overflow(now)
-        } else {
-            proxy::abort_after_panic(ex, now)
-        };
-        match step {
-            AbortStep::Reply(r) => vec![self.reply(&r)],
-            // Envoy waits for the answer to the chunk it sent: replace it with the ending.
-            AbortStep::Send(bytes) => vec![self.stream_bytes(bytes, true)],
-            AbortStep::Nothing => Vec::new(),
-        }
-    }
-
-    fn on_request_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
-        self.request_id = read(h, "x-request-id").unwrap_or_default().to_owned();
-        let method = read(h, ":method").unwrap_or_default();
-        let path = read(h, ":path").unwrap_or_default();
-        let Some(op) = exchange::route(&self.settings.exchange, method, path) else {
-            self.phase = Phase::PassThrough;
-            return msg::request_headers(
-                msg::common(Headers::default(), None, false),
-                Some(msg::pass_through_mode()),
-            );
-        };
-        let mut ex = Box::new(Exchange::new(self.settings.exchange.clone(), op));
-        ex.identify_client(|name| read(h, name));
-        if h.end_of_stream {
-            let step = ex.request_body(&[], true, self.meta());
-            self.phase = Phase::Ours(ex);
-            return self.request_step(step);
-        }
-        self.phase = Phase::Ours(ex);
-        // The upstream must answer in plain bytes we can parse.
-        msg::request_headers(
-            msg::common(edits(proxy::request_head_edits()), None, false),
-            None,
-        )
-    }
-
-    /// A first message other than the request headers: they were skipped (a per-route
-    /// processing mode), and only the Responses route sends us anything, so the exchange is
-    /// ours. Fail closed: an answer to a request we never saw is never let through.
-    fn claim_unannounced(&mut self) {
-        if matches!(self.phase, Phase::Start) {
-            self.phase = Phase::Ours(Box::new(Exchange::new(
-                self.settings.exchange.clone(),
-                Operation::Create,
-            )));
-        }
-    }
-
-    fn on_request_body(&mut self, b: HttpBody) -> ProcessingResponse {
-        self.claim_unannounced();
-        let meta = self.meta();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return msg::request_body(msg::common(Headers::default(), None, false));
-        };
-        if self.settings.log_content && b.end_of_stream {
-            log_content(&self.request_id, "client request (last piece)", &b.body);
-        }
-        if let Trace::Open(span) = &mut self.trace {
-            if b.end_of_stream && span.wants_content() {
-                span.record_request(&b.body);
-            }
-        }
-        let step = ex.request_body(&b.body, b.end_of_stream, meta);
-        self.request_step(step)
-    }
-
-    fn request_step(&mut self, step: RequestStep) -> ProcessingResponse {
-        match step {
-            RequestStep::Hold => msg::request_body(clear_body()),
-            RequestStep::Forward(up) => {
-                let settings = &self.settings.exchange;
-                tracing::info!(
-                    request_id = %self.request_id,
-                    response_id = self.exchange().and_then(|e| e.summary().response_id.as_deref()).unwrap_or(""),
-                    model = %up.model,
-                    stream = up.stream,
-                    body_bytes = up.body.len(),
-                    "translated request"
-                );
-                if self.settings.log_content {
-                    log_content(&self.request_id, "upstream request", &up.body);
-                }
-                let headers = edits(proxy::forward_edits(settings, &up));
-                msg::request_body(msg::common(headers, Some(Vec::from(up.body)), true))
-            }
-            RequestStep::Reply(r) => {
-                let s = self.exchange().map(|e| e.summary().clone());
-                tracing::info!(
-                    request_id = %self.request_id,
-                    status = r.status,
-                    code = s.as_ref().and_then(|s| s.error_code.as_ref().map(Code::as_str)).unwrap_or(""),
-                    "rejected request"
-                );
-                immediate(&r, DETAILS_REQUEST)
-            }
-        }
-    }
-
-    fn on_response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
-        self.claim_unannounced();
-        let now = self.env.now();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return msg::response_headers(msg::common(Headers::default(), None, false), None);
-        };
-        let status: u16 = read(h, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let content_type = read(h, "content-type").unwrap_or_default();
-        tracing::debug!(request_id = %self.request_id, status, content_type, "answer head");
-        let head = ResponseHead {
-            status,
-            content_type,
-            end_of_stream: h.end_of_stream,
-        };
-        match ex.response_head(head, now) {
-            HeadStep::Stream => {
-                let headers = edits(proxy::stream_head_edits());
-                let mode = match self.settings.stream_body_mode {
-                    StreamBodyMode::Streamed => BodySendMode::Streamed,
-                    StreamBodyMode::FullDuplexStreamed => BodySendMode::FullDuplexStreamed,
-                };
-                msg::response_headers(
-                    msg::common(headers, None, false),
-                    Some(msg::response_body_mode(mode)),
-                )
-            }
-            HeadStep::Gather => msg::response_headers(
-                msg::common(edits(proxy::gather_head_edits()), None, false),
-                Some(msg::response_body_mode(BodySendMode::BufferedPartial)),
-            ),
-            HeadStep::Reply(r) if r.translated => {
-                // A stream without a body: its whole (failed) event stream replaces it.
-                let headers = edits(proxy::stream_head_edits());
-                let mut c = msg::common(headers, Some(Vec::from(r.body)), false);
-                c.status = ResponseStatus::ContinueAndReplace as i32;
-                msg::response_headers(c, None)
-            }
-            HeadStep::Reply(r) => self.reply(&r),
-        }
-    }
-
-    fn on_response_body(&mut self, b: HttpBody) -> ProcessingResponse {
-        self.claim_unannounced();
-        let now = self.env.now();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return msg::response_body(msg::common(Headers::default(), None, false));
-        };
-        if self.settings.log_content {
-            log_content(&self.request_id, "upstream body", &b.body);
-        }
-        let streaming = ex.is_streaming();
-        let step = ex.response_body(&b.body, b.end_of_stream, now);
-        match step {
-            BodyStep::Send(bytes) => {
-                if streaming && ex.is_finished() {
-                    self.log_end();
-                }
-                self.stream_bytes(bytes, b.end_of_stream)
-            }
-            // BUFFERED_PARTIAL hands over a body before its end only when Envoy's buffer is
-            // full: it cannot hold the head any longer, so the answer ends here.
-            BodyStep::Hold => {
-                let r = ex.response_overflow();
-                self.reply(&r)
-            }
-            BodyStep::Reply(r) if streaming => {
-                // Cannot happen: a streaming exchange answers with bytes. Fail closed.
-                self.reply(&r)
-            }
-            BodyStep::Reply(r) if r.translated => {
-                self.log_end();
-                let headers = edits(proxy::translated_reply_edits(&r));
-                msg::response_body(msg::common(headers, Some(Vec::from(r.body)), false))
-            }
-            BodyStep::Reply(r) => self.reply(&r),
-        }
-    }
-
-    /// In FULL_DUPLEX_STREAMED mode trailers may be what ends the upstream body: finish the
-    /// stream (its last events, end_of_stream), then let the trailers pass.
-    fn on_response_trailers(&mut self) -> Vec<ProcessingResponse> {
-        let now = self.env.now();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return vec![msg::response_trailers()];
-        };
-        if !ex.is_streaming() {
-            return vec![msg::response_trailers()];
-        }
-        let last = match ex.response_body(&[], true, now) {
-            BodyStep::Send(bytes) => bytes,
-            _ => bytes::Bytes::new(),
-        };
-        self.log_end();
-        vec![
-            msg::streamed_body(Vec::from(last), true),
-            msg::response_trailers(),
-        ]
     }
 
     /// Translated stream bytes, in the answer form of the configured body mode.
@@ -457,36 +383,49 @@ impl<E: Environment> Session<E> {
         }
     }
 
-    /// An error envelope (or other reply) instead of the upstream's answer.
-    fn reply(&self, r: &Reply) -> ProcessingResponse {
-        let s = self.exchange().map(|e| e.summary().clone());
-        tracing::warn!(
-            request_id = %self.request_id,
-            status = r.status,
-            code = s.as_ref().and_then(|s| s.error_code.as_ref().map(Code::as_str)).unwrap_or(""),
-            "answered with an error envelope"
-        );
-        immediate(r, DETAILS_ANSWER)
-    }
-
-    fn log_end(&self) {
-        if let Some(s) = self.exchange().map(Exchange::summary) {
-            tracing::info!(
+    /// An error envelope as Envoy's reply, in place of the request or of the upstream's answer.
+    fn reply(&self, error: &ErrorReply, cause: Cause) -> ProcessingResponse {
+        let code = error.error.code.as_ref().map(Code::as_str).unwrap_or("");
+        match cause {
+            Cause::Request => tracing::info!(
                 request_id = %self.request_id,
-                response_id = s.response_id.as_deref().unwrap_or(""),
-                operation = s.operation.as_str(),
-                stream = s.stream,
-                outcome = ?s.outcome,
-                code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
-                "answer translated"
-            );
+                status = error.status(),
+                code,
+                "rejected request"
+            ),
+            Cause::Answer => tracing::warn!(
+                request_id = %self.request_id,
+                status = error.status(),
+                code,
+                "answered with an error envelope"
+            ),
         }
+        msg::immediate(
+            error.status(),
+            error.content_type(),
+            error.body.to_vec(),
+            cause.details(),
+        )
     }
+}
 
-    fn meta(&self) -> Meta {
-        Meta {
-            now: self.env.now(),
-            id_seed: self.env.id_seed(),
+/// A common response as the answer to its message. A head's answer replaces the body only
+/// as CONTINUE_AND_REPLACE.
+fn wrap(at: Message, mut c: CommonResponse, mode: Option<ProcessingMode>) -> ProcessingResponse {
+    match at {
+        Message::RequestHeaders | Message::ResponseHeaders => {
+            if c.body_mutation.is_some() {
+                c.status = ResponseStatus::ContinueAndReplace as i32;
+            }
+            if at == Message::RequestHeaders {
+                msg::request_headers(c, mode)
+            } else {
+                msg::response_headers(c, mode)
+            }
+        }
+        Message::RequestBody => msg::request_body(c),
+        Message::ResponseBody | Message::ResponseTrailers | Message::Failure => {
+            msg::response_body(c)
         }
     }
 }
@@ -516,18 +455,14 @@ fn read<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
     header(h, name)
 }
 
-/// The core's header edits as an ext_proc header mutation.
-fn edits<'a>(edits: impl IntoIterator<Item = HeaderEdit<'a>>) -> Headers {
+/// The driver's header edits as an ext_proc header mutation.
+fn headers(edits: Edits) -> Headers {
     edits
-        .into_iter()
+        .iter()
         .fold(Headers::default(), |headers, edit| match edit {
-            HeaderEdit::Set(name, value) => headers.set(name, value.into_owned()),
+            HeaderEdit::Set(name, value) => headers.set(name, value.as_ref()),
             HeaderEdit::Remove(name) => headers.remove(name),
         })
-}
-
-fn immediate(r: &Reply, details: &str) -> ProcessingResponse {
-    msg::immediate(r.status, r.content_type, r.body.to_vec(), details)
 }
 
 /// Logs a body only when the operator asked for content logging (`--log-content`).
@@ -548,7 +483,8 @@ mod tests {
     use super::*;
     use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
     use envoy_types::pb::envoy::service::ext_proc::v3::{
-        processing_response::Response as R, CommonResponse, HeaderMutation, ImmediateResponse,
+        processing_response::Response as R, CommonResponse, HeaderMutation, HttpBody,
+        ImmediateResponse,
     };
     use serde_json::{json, Value};
 

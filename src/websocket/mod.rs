@@ -29,8 +29,9 @@ use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use responses_core::client;
 use responses_core::connection::{Connection, Limits, Start};
+use responses_core::driver::Event;
 use responses_core::environment::{Environment, System};
-use responses_core::exchange::{Settings, Summary};
+use responses_core::exchange::Settings;
 use responses_core::openresponses::{ApiError, Code, ErrorCode};
 use responses_core::translate::Meta;
 use upstream::{Upstream, UpstreamEvent};
@@ -219,7 +220,8 @@ async fn drive(
     let mut queued_bytes = 0usize;
     let mut draining = shared.draining.clone();
     let mut upstream: Option<upstream::Call> = None;
-    let mut turn: Option<TurnClock> = None;
+    // The span of the response in flight (traces on).
+    let mut span: Option<ExchangeSpan> = None;
     let age_deadline = tokio::time::Instant::now() + shared.settings.max_age;
     let mut idle_deadline = tokio::time::Instant::now() + shared.settings.idle_timeout;
     let mut aged = false;
@@ -242,11 +244,11 @@ async fn drive(
                     if shared.settings.log_content {
                         log_content("client message", &text);
                     }
-                    let mut span = open_span(started);
-                    if let Some(s) = span.as_mut().filter(|s| s.wants_content()) {
+                    let mut opened = open_span(started);
+                    if let Some(s) = opened.as_mut().filter(|s| s.wants_content()) {
                         s.record_request(&text);
                     }
-                    match conn.on_text(&text, meta()) {
+                    let out = match conn.on_text(&text, meta(), started) {
                         Start::Forward(req) => {
                             let summary = conn.exchange().map(|e| e.summary());
                             tracing::info!(
@@ -261,11 +263,11 @@ async fn drive(
                             }
                             // The Chat request continues the response's trace, so that
                             // Envoy's spans for it are children of the response's span.
-                            let trace_headers = span
+                            let trace_headers = opened
                                 .as_ref()
                                 .map(ExchangeSpan::propagation_headers)
                                 .unwrap_or_default();
-                            turn = Some(TurnClock::new(started, span));
+                            span = opened;
                             upstream = Some(shared.upstream.call(req, &forwarded, &trace_headers));
                             Vec::new()
                         }
@@ -278,9 +280,8 @@ async fn drive(
                                     .unwrap_or(""),
                                 "preloaded context (generate: false)"
                             );
-                            let mut clock = TurnClock::new(started, span);
-                            clock.answered(&frames.messages);
-                            record(&metrics, conn.last_summary(), Some(clock));
+                            span = opened;
+                            answered(&mut span, &frames.messages);
                             frames.messages
                         }
                         Start::Reject(r) => {
@@ -290,17 +291,24 @@ async fn drive(
                                 code = r.code.as_ref().map(Code::as_str).unwrap_or(""),
                                 "rejected message"
                             );
-                            if let Some(mut span) = span {
-                                span.record_answer(&r.frame);
+                            // Not a response: its span says why, and nothing is recorded.
+                            if let Some(mut refused) = opened {
+                                refused.record_answer(&r.frame);
                                 let timing = Timing {
                                     total: started.elapsed(),
                                     ..Timing::default()
                                 };
-                                span.refused(r.status, r.code.as_ref().map(Code::as_str), &timing);
+                                refused.refused(
+                                    r.status,
+                                    r.code.as_ref().map(Code::as_str),
+                                    &timing,
+                                );
                             }
                             vec![r.frame]
                         }
-                    }
+                    };
+                    tell(&mut conn, &metrics, &mut span);
+                    out
                 }
             };
             if send(&mut sink, out).await.is_err() {
@@ -365,10 +373,10 @@ async fn drive(
             }
             event = next_upstream(&mut upstream) => {
                 let now = unix_now();
-                let core = Instant::now();
+                let at = Instant::now();
                 let frames = match event {
                     UpstreamEvent::Head { status, content_type, body } => {
-                        let frames = conn.upstream_head(status, &content_type, now);
+                        let frames = conn.upstream_head(status, &content_type, now, at);
                         if !frames.done {
                             upstream = Some(upstream::Call::Body(body));
                         }
@@ -378,30 +386,16 @@ async fn drive(
                         if shared.settings.log_content {
                             log_content("upstream body", &chunk);
                         }
-                        conn.upstream_body(&chunk, false, now)
+                        conn.upstream_body(&chunk, false, now, at)
                     }
-                    UpstreamEvent::End => conn.upstream_body(&[], true, now),
+                    UpstreamEvent::End => conn.upstream_body(&[], true, now, at),
                     UpstreamEvent::Failed(message) => {
-                        conn.upstream_failed(ErrorCode::UpstreamUnavailable, &message, now)
+                        conn.upstream_failed(ErrorCode::UpstreamUnavailable, &message, now, at)
                     }
                 };
-                if let Some(clock) = &mut turn {
-                    clock.busy += core.elapsed();
-                    // An ended response is the connection's last summary.
-                    let output = match conn.exchange() {
-                        Some(e) => e.has_output(),
-                        None => conn.last_summary().is_some_and(|s| s.streamed_output),
-                    };
-                    if clock.first_output.is_none() && output {
-                        clock.first_output = Some(clock.started.elapsed());
-                    }
-                }
-                let done = frames.done;
-                if done {
+                if frames.done {
                     upstream = None;
-                    if let Some(clock) = &mut turn {
-                        clock.answered(&frames.messages);
-                    }
+                    answered(&mut span, &frames.messages);
                     if let Some(s) = conn.last_summary() {
                         tracing::info!(
                             transport = "websocket",
@@ -412,8 +406,8 @@ async fn drive(
                             "answer translated"
                         );
                     }
-                    record(&metrics, conn.last_summary(), turn.take());
                 }
+                tell(&mut conn, &metrics, &mut span);
                 if send(&mut sink, frames.messages).await.is_err() {
                     client_gone = true;
                 }
@@ -438,7 +432,8 @@ async fn drive(
             reason,
             "response ended before its answer was complete (the connection closed)"
         );
-        record(&metrics, conn.exchange().map(|e| e.summary()), turn.take());
+        conn.closed(Instant::now());
+        tell(&mut conn, &metrics, &mut span);
     }
     if let Some(m) = &metrics {
         m.websocket_connections().dec();
@@ -497,51 +492,29 @@ fn is_too_large(e: &axum::Error) -> bool {
     false
 }
 
-/// When the turn in flight started and first showed output, and the time spent in the
-/// core, for metrics; and its span (traces on).
-struct TurnClock {
-    started: Instant,
-    first_output: Option<Duration>,
-    busy: Duration,
-    span: Option<ExchangeSpan>,
-}
-
-impl TurnClock {
-    fn new(started: Instant, span: Option<ExchangeSpan>) -> Self {
-        TurnClock {
-            started,
-            first_output: None,
-            busy: started.elapsed(),
-            span,
-        }
-    }
-
-    /// The turn's last messages were sent: the last one (its terminal event, or its error)
-    /// goes on the span with `--trace-content`.
-    fn answered(&mut self, messages: &[Bytes]) {
-        if let (Some(span), Some(last)) = (&mut self.span, messages.last()) {
-            if span.wants_content() {
-                span.record_answer(last);
-            }
+/// A response's last messages were sent: the last one (its terminal event, or its error)
+/// goes on its span with `--trace-content`.
+fn answered(span: &mut Option<ExchangeSpan>, messages: &[Bytes]) {
+    if let (Some(span), Some(last)) = (span, messages.last()) {
+        if span.wants_content() {
+            span.record_answer(last);
         }
     }
 }
 
-/// Records an ended (or cut) response in the metrics and ends its span.
-fn record(metrics: &Option<Arc<Metrics>>, summary: Option<&Summary>, clock: Option<TurnClock>) {
-    let (Some(summary), Some(clock)) = (summary, clock) else {
-        return;
-    };
-    let timing = Timing {
-        total: clock.started.elapsed(),
-        first_output: clock.first_output,
-        translation: clock.busy,
-    };
-    if let Some(m) = metrics {
-        m.record(summary, timing);
-    }
-    if let Some(span) = clock.span {
-        span.finish(summary, &timing);
+/// What the connection tells of its responses, into the metrics and their spans: an ended
+/// (or cut) response is recorded and its span ended, with the timing the core kept.
+fn tell(conn: &mut Connection, metrics: &Option<Arc<Metrics>>, span: &mut Option<ExchangeSpan>) {
+    let now = Instant::now();
+    while let Some(event) = conn.poll_event(now) {
+        // Its first output is in the timing it ends with.
+        let Event::Finished(f) = event else { continue };
+        if let Some(m) = metrics {
+            m.record(&f.summary, f.timing);
+        }
+        if let Some(span) = span.take() {
+            span.finish(&f.summary, &f.timing);
+        }
     }
 }
 

@@ -20,6 +20,11 @@ fn connection() -> Connection {
     Connection::new(settings(), limits(), ReasoningEvents::Spec)
 }
 
+/// The time of an input: these tests do not look at timing (the driver's tests do).
+fn at() -> Instant {
+    Instant::now()
+}
+
 fn meta(seed: u128) -> Meta {
     Meta {
         now: 1_700_000_000,
@@ -49,7 +54,7 @@ fn chat_stream(text: &str) -> String {
 }
 
 fn forward(conn: &mut Connection, message: &[u8], seed: u128) -> UpstreamRequest {
-    match conn.on_text(message, meta(seed)) {
+    match conn.on_text(message, meta(seed), at()) {
         Start::Forward(up) => up,
         Start::Reject(r) => panic!("rejected: {}", String::from_utf8_lossy(&r.frame)),
         Start::Answered(_) => panic!("answered without the upstream"),
@@ -57,7 +62,7 @@ fn forward(conn: &mut Connection, message: &[u8], seed: u128) -> UpstreamRequest
 }
 
 fn reject(conn: &mut Connection, message: &[u8]) -> serde_json::Value {
-    match conn.on_text(message, meta(9)) {
+    match conn.on_text(message, meta(9), at()) {
         Start::Reject(r) => serde_json::from_slice(&r.frame).unwrap(),
         Start::Forward(up) => panic!("forwarded: {}", String::from_utf8_lossy(&up.body)),
         Start::Answered(_) => panic!("answered instead of refused"),
@@ -74,9 +79,9 @@ fn events(frames: &Frames) -> Vec<serde_json::Value> {
 
 /// Runs one response to its end with a stream that says `text`; returns its events.
 fn answer(conn: &mut Connection, text: &str) -> Vec<serde_json::Value> {
-    let head = conn.upstream_head(200, SSE, 1);
+    let head = conn.upstream_head(200, SSE, 1, at());
     assert!(head.messages.is_empty() && !head.done);
-    let frames = conn.upstream_body(chat_stream(text).as_bytes(), true, 2);
+    let frames = conn.upstream_body(chat_stream(text).as_bytes(), true, 2, at());
     assert!(frames.done, "the stream ended");
     assert!(!conn.in_flight());
     events(&frames)
@@ -201,7 +206,7 @@ fn a_failed_continuation_evicts_the_context() {
             let bad = create(json!({"model": "m", "previous_response_id": id, "input": [
                 {"type": "function_call_output", "call_id": "call_openresponses_missing",
                  "output": "No matching tool call exists in the previous response."}]}));
-            match conn.on_text(&bad, meta(2)) {
+            match conn.on_text(&bad, meta(2), at()) {
                 Start::Reject(r) => {
                     let frame: serde_json::Value = serde_json::from_slice(&r.frame).unwrap();
                     assert_eq!(frame["error"]["param"], "input[2].call_id", "{frame}");
@@ -225,15 +230,15 @@ fn a_failed_continuation_evicts_the_context() {
                 &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
                 2,
             );
-            conn.upstream_head(500, "application/json", 1);
-            conn.upstream_body(br#"{"error":{"message":"boom"}}"#, true, 1)
+            conn.upstream_head(500, "application/json", 1, at());
+            conn.upstream_body(br#"{"error":{"message":"boom"}}"#, true, 1, at())
         },
         |conn, id| {
             let bad = create(
                 json!({"model": "m", "previous_response_id": id, "input": "x",
                 "temperature": "hot"}),
             );
-            match conn.on_text(&bad, meta(2)) {
+            match conn.on_text(&bad, meta(2), at()) {
                 Start::Reject(r) => Frames {
                     messages: vec![r.frame],
                     done: true,
@@ -249,13 +254,14 @@ fn a_failed_continuation_evicts_the_context() {
                 &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
                 2,
             );
-            conn.upstream_head(200, SSE, 1);
+            conn.upstream_head(200, SSE, 1, at());
             conn.upstream_body(
                 b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n",
                 false,
                 1,
+                at(),
             );
-            conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 1)
+            conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 1, at())
         },
     ];
     for fail in failures {
@@ -293,7 +299,7 @@ fn an_output_may_answer_a_call_of_the_kept_context() {
                        "tools": [{"type": "function", "name": "get_weather"}]})),
         1,
     );
-    conn.upstream_head(200, SSE, 1);
+    conn.upstream_head(200, SSE, 1, at());
     let call = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,",
         "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",",
@@ -301,7 +307,7 @@ fn an_output_may_answer_a_call_of_the_kept_context() {
         "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
         "data: [DONE]\n\n"
     );
-    let frames = conn.upstream_body(call.as_bytes(), true, 2);
+    let frames = conn.upstream_body(call.as_bytes(), true, 2, at());
     let id = events(&frames).last().unwrap()["response"]["id"].clone();
     let up = forward(
         &mut conn,
@@ -361,8 +367,8 @@ fn a_failed_fresh_response_keeps_the_context() {
     forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
     let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
     forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
-    conn.upstream_head(503, "application/json", 1);
-    let frames = conn.upstream_body(b"{}", true, 1);
+    conn.upstream_head(503, "application/json", 1, at());
+    let frames = conn.upstream_body(b"{}", true, 1, at());
     let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
     assert_eq!(frame["type"], json!("error"));
     assert_eq!(frame["status"], json!(503));
@@ -419,7 +425,7 @@ fn generate_false_preloads_a_context_without_the_upstream() {
     let mut conn = connection();
     let prewarm = create(json!({"model": "m", "instructions": "be brief",
         "input": [{"role": "user", "content": "context"}], "generate": false}));
-    let Start::Answered(frames) = conn.on_text(&prewarm, meta(1)) else {
+    let Start::Answered(frames) = conn.on_text(&prewarm, meta(1), at()) else {
         panic!("generate: false went upstream");
     };
     assert!(frames.done && !conn.in_flight());
@@ -550,14 +556,15 @@ fn a_context_over_its_cap_is_not_kept_and_says_so() {
 fn an_upstream_failure_mid_stream_ends_with_response_failed() {
     let mut conn = connection();
     forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
-    conn.upstream_head(200, SSE, 1);
+    conn.upstream_head(200, SSE, 1, at());
     let part = conn.upstream_body(
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"half\"}}]}\n\n",
         false,
         1,
+        at(),
     );
     assert!(!part.done);
-    let end = conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 2);
+    let end = conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 2, at());
     assert!(end.done);
     let types: Vec<String> = events(&end)
         .iter()
@@ -571,7 +578,12 @@ fn an_upstream_failure_mid_stream_ends_with_response_failed() {
 fn an_upstream_that_never_answers_ends_with_an_error_event() {
     let mut conn = connection();
     forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
-    let end = conn.upstream_failed(ErrorCode::UpstreamUnavailable, "connection refused", 1);
+    let end = conn.upstream_failed(
+        ErrorCode::UpstreamUnavailable,
+        "connection refused",
+        1,
+        at(),
+    );
     assert!(end.done);
     let frame: serde_json::Value = serde_json::from_slice(&end.messages[0]).unwrap();
     assert_eq!(frame["type"], json!("error"));
@@ -596,4 +608,85 @@ fn sse_output_splits_into_zero_copy_messages() {
     assert!(messages
         .iter()
         .all(|m| sse.as_ptr_range().contains(&m.as_ptr())));
+}
+
+/// Every event due at `at`.
+fn told(conn: &mut Connection, at: Instant) -> Vec<Event> {
+    std::iter::from_fn(|| conn.poll_event(at)).collect()
+}
+
+#[test]
+fn each_response_is_told_once_with_its_time() {
+    use crate::driver::Finished;
+    use std::time::Duration;
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let finished = |events: &[Event]| -> Vec<Finished> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Finished(f) => Some((**f).clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut conn = connection();
+    // A refused message is not a response: nothing to tell.
+    let bad = conn.on_text(b"{}", meta(1), ms(0));
+    assert!(matches!(bad, Start::Reject(_)));
+    assert!(told(&mut conn, ms(0)).is_empty());
+    // A response: its first output, then its end, with the time since its message.
+    let Start::Forward(_) = conn.on_text(
+        &create(json!({"model": "m", "input": "hi"})),
+        meta(2),
+        ms(10),
+    ) else {
+        panic!("not forwarded")
+    };
+    assert!(told(&mut conn, ms(11)).is_empty());
+    conn.upstream_head(200, SSE, 1, ms(20));
+    assert!(told(&mut conn, ms(20)).is_empty());
+    let stream = chat_stream("Hi");
+    let (first, rest) = stream.split_at(stream.find("\n\n").unwrap() + 2);
+    conn.upstream_body(first.as_bytes(), false, 1, ms(30));
+    let events = told(&mut conn, ms(31));
+    assert!(
+        matches!(&events[..], [Event::FirstOutput { elapsed }] if *elapsed == Duration::from_millis(21)),
+        "{events:?}"
+    );
+    let frames = conn.upstream_body(rest.as_bytes(), true, 1, ms(40));
+    assert!(frames.done);
+    let events = told(&mut conn, ms(42));
+    let f = finished(&events);
+    assert_eq!(f.len(), 1, "{events:?}");
+    assert!(!f[0].cut);
+    assert_eq!(f[0].summary.outcome, Outcome::Translated);
+    assert_eq!(f[0].timing.total, Duration::from_millis(32));
+    assert_eq!(f[0].timing.first_output, Some(Duration::from_millis(21)));
+    // Busy from each input to its last poll: 1 ms after the message, 1 after the first
+    // piece, 2 after the last.
+    assert_eq!(f[0].timing.translation, Duration::from_millis(4));
+    assert!(told(&mut conn, ms(50)).is_empty(), "once");
+    // `generate: false`: answered at once, told at once.
+    let preload = create(json!({"model": "m", "input": "hi", "generate": false}));
+    assert!(matches!(
+        conn.on_text(&preload, meta(3), ms(60)),
+        Start::Answered(_)
+    ));
+    let f = finished(&told(&mut conn, ms(61)));
+    assert_eq!((f.len(), f[0].cut), (1, false));
+    // Cut by the socket's close mid-stream: told as cut, its outcome still open.
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "input": "again"})),
+        4,
+    );
+    conn.upstream_head(200, SSE, 1, ms(70));
+    conn.closed(ms(90));
+    let f = finished(&told(&mut conn, ms(90)));
+    assert_eq!(f.len(), 1);
+    assert!(f[0].cut);
+    assert_eq!(f[0].summary.outcome, Outcome::Open);
+    conn.closed(ms(95));
+    assert!(told(&mut conn, ms(95)).is_empty(), "once");
 }

@@ -82,17 +82,18 @@ pub fn translate_completion(
         usage: completion.usage.as_ref().map(usage),
     };
     let resource = plan.resource(&progress, &output);
-    let body = serde_json::to_vec(&resource)
-        .map(Bytes::from)
-        .map_err(|e| {
-            ApiError::server(
-                500,
-                ErrorCode::InternalError,
-                format!("could not encode the response: {e}"),
-            )
-        })?;
+    // Written into one buffer sized for the answer's text and the object around it (about
+    // 1 KB, more with echoed tools), instead of one grown from nothing.
+    let mut out = Vec::with_capacity(body.len() + 2048);
+    serde_json::to_writer(&mut out, &resource).map_err(|e| {
+        ApiError::server(
+            500,
+            ErrorCode::InternalError,
+            format!("could not encode the response: {e}"),
+        )
+    })?;
     Ok(Completed {
-        body,
+        body: Bytes::from(out),
         usage: progress.usage,
         upstream_model: completion.model.map(Cow::into_owned),
         finish_reason: finish_reason.map(Cow::into_owned),

@@ -4,11 +4,14 @@
 #![forbid(unsafe_code)]
 
 mod demo;
+mod replay;
 #[cfg(test)]
 mod tests;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -19,6 +22,12 @@ struct Cli {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:18080", env = "DEMO_UPSTREAM_LISTEN")]
     listen: SocketAddr,
+    /// Answer every POST with this recorded SSE body instead, one frame per write (benchmarks).
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// The pause between two frames of `--replay`, in milliseconds.
+    #[arg(long, default_value_t = 20, requires = "replay")]
+    replay_delay_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -43,7 +52,14 @@ fn main() -> ExitCode {
     let result: std::io::Result<()> = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(cli.listen).await?;
         tracing::info!(addr = %listener.local_addr()?, "demo upstream listening");
-        demo::serve(listener).await
+        match &cli.replay {
+            Some(path) => {
+                let delay = Duration::from_millis(cli.replay_delay_ms);
+                let app = replay::Replay::load(path, delay)?.router();
+                axum::serve(listener, app).await
+            }
+            None => demo::serve(listener).await,
+        }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

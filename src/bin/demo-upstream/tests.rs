@@ -388,3 +388,39 @@ fn builtin_functions_get_runnable_arguments() {
         );
     }
 }
+
+#[test]
+fn replay_frames_are_the_body_cut_after_each_blank_line() {
+    let body = b"data: {\"a\":1}\n\n: keep-alive\n\ndata: [DONE]\n\ntail";
+    let frames = crate::replay::frames(body);
+    assert_eq!(
+        frames,
+        [
+            &b"data: {\"a\":1}\n\n"[..],
+            b": keep-alive\n\n",
+            b"data: [DONE]\n\n",
+            b"tail"
+        ]
+    );
+    assert_eq!(frames.concat(), body);
+}
+
+#[tokio::test]
+async fn replay_answers_every_post_with_the_recorded_body() {
+    let body = b"data: {\"x\":1}\n\ndata: {\"x\":2}\n\ndata: [DONE]\n\n";
+    let app = crate::replay::Replay::new(body, std::time::Duration::from_millis(1)).router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    for path in ["/v1/chat/completions", "/anything"] {
+        let resp = client()
+            .post(format!("{base}{path}"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        assert_eq!(&resp.bytes().await.unwrap()[..], body);
+    }
+    server.abort();
+}

@@ -1,0 +1,574 @@
+//! The life of one HTTP exchange inside a proxy, sans-IO: what the host saw goes in (the
+//! request's head, body pieces, the answer's head and body, trailers, the host ending the
+//! stream, a panic the adapter caught), what the host must do comes out ([`Action`]), and what
+//! happened is polled ([`Event`]: claimed, stream opened, first output, finished with its
+//! summary and timing).
+//!
+//! As `quinn-proto`'s `Connection` is to `quinn`: the adapters (the ext_proc session, the Envoy
+//! module's filter) only turn their host's callbacks into these inputs and the actions into
+//! protobuf answers or ABI calls. The translation's rules stay in [`exchange`]; this file
+//! decides which of the exchange's steps a callback is, what the host does with the result,
+//! and when the exchange is ours, opens a stream, first shows output and ends.
+//!
+//! Times come from the caller: `now` on every input and poll (the core reads no clock; the
+//! wall clock of `created_at` and the ids' randomness come from the [`Environment`]).
+//!
+//! Fail closed: once an exchange is ours, no action lets a body the host brought pass
+//! untranslated (`Pass` is only for traffic that is not ours and for our own reply coming back
+//! through the response callbacks), and every failure ends in an envelope, a stream's failed
+//! ending, or a reset.
+
+mod life;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use life::Life;
+pub use life::{Event, Finished};
+
+use std::borrow::Cow;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::environment::{Environment, System};
+use crate::exchange::{
+    self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, HeadStep, Operation, Reply,
+    RequestStep, ResponseHead, Settings, Summary, UpstreamRequest,
+};
+use crate::openresponses::{ApiError, ErrorCode};
+use crate::proxy::{self, DETAILS_ANSWER, DETAILS_REQUEST};
+use crate::translate::Meta;
+
+pub use crate::proxy::Edits;
+
+/// How the host hands over the body of an answer the driver gathers ([`Action::ReadBody`] on
+/// the answer's head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gathering {
+    /// Piece by piece as it arrives, each dropped from the host once read (the module's
+    /// `StopIterationNoBuffer`): the driver gathers it.
+    Pieces,
+    /// Whole, from the host's own buffer; a piece before the end means that buffer is full
+    /// (ext_proc's BUFFERED_PARTIAL): the answer cannot be held any longer and ends there, as
+    /// too large.
+    Whole,
+}
+
+/// Why the host cannot go on with a callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The adapter caught a panic in this exchange.
+    Panic,
+    /// The host sent a message the adapter could not read (over its size limit).
+    Unreadable,
+}
+
+/// What a local reply answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The client's request, refused before anything went upstream.
+    Request,
+    /// The upstream's answer (or the host's own reply in its place), replaced by an envelope.
+    Answer,
+}
+
+impl Cause {
+    /// Envoy's response code details of the reply (its access logs; `local_reply_config` tells
+    /// our envelopes from Envoy's own replies by them).
+    pub fn details(self) -> &'static str {
+        match self {
+            Cause::Request => DETAILS_REQUEST,
+            Cause::Answer => DETAILS_ANSWER,
+        }
+    }
+}
+
+/// What the host does at the end of a callback: exactly this, nothing else. "The head" is the
+/// head of the callback's side (the request's in request callbacks, the answer's in response
+/// callbacks); "the piece" is the body the callback brought, if any.
+#[derive(Debug)]
+pub enum Action {
+    /// Carry on untouched: the traffic is not ours, our own reply is coming back through the
+    /// response callbacks, or there is nothing to change.
+    Pass,
+    /// Drop the piece (the driver has read it, or it must not pass) and hold the head, if the
+    /// host still holds one.
+    Hold,
+    /// Apply these edits to the head, hold it, and hand over its body: the request's, to
+    /// translate, or an answer's, to gather whole.
+    ReadBody(Edits),
+    /// The translated request replaces the client's: these edits on its head (its route
+    /// changes: the host computes it again), this body instead of the piece; let it go.
+    Forward {
+        edits: Edits,
+        request: UpstreamRequest,
+    },
+    /// The answer is a stream: these edits on its head, which goes to the client now; its
+    /// body follows translated, piece by piece ([`Action::Send`]).
+    OpenStream(Edits),
+    /// A stream's bytes (possibly none) instead of the piece; `end`: the last of its body.
+    Send { bytes: Bytes, end: bool },
+    /// The translated answer, whole: these edits on its head, this body instead of the
+    /// upstream's; let it go.
+    Answer { edits: Edits, answer: Answer },
+    /// Answer the client with this envelope (the host's local reply) instead of anything
+    /// else.
+    Reply { error: ErrorReply, cause: Cause },
+    /// The client already has the answer's head: end the stream abruptly. A host whose only
+    /// way is a local reply sends `error` (Envoy turns a reply after the head into a reset).
+    Reset { error: ErrorReply },
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Before the request's head.
+    Start,
+    /// Not ours: every callback passes.
+    PassThrough,
+    /// Ours, from the request's head on.
+    Ours(Box<Exchange>),
+}
+
+/// One HTTP exchange as a proxy's host reports it. See the module docs.
+#[derive(Debug)]
+pub struct Driver<E = System> {
+    settings: Arc<Settings>,
+    env: E,
+    gathering: Gathering,
+    phase: Phase,
+    /// The translated request went upstream.
+    forwarded: bool,
+    /// The client has the answer's head (a stream is open, or the answer went out whole):
+    /// from then on only bytes can be added, or the stream reset.
+    head_sent: bool,
+    /// We answered with a local reply: when the host shows it to the response callbacks, it
+    /// passes.
+    replied: bool,
+    /// A failure (a panic, an unreadable message) ended the exchange: every later byte is
+    /// dropped.
+    failed: bool,
+    life: Life,
+}
+
+impl<E: Environment> Driver<E> {
+    pub fn new(settings: Arc<Settings>, env: E, gathering: Gathering) -> Self {
+        Driver {
+            settings,
+            env,
+            gathering,
+            phase: Phase::Start,
+            forwarded: false,
+            head_sent: false,
+            replied: false,
+            failed: false,
+            life: Life::default(),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The exchange, once it is ours.
+    pub fn exchange(&self) -> Option<&Exchange> {
+        match &self.phase {
+            Phase::Ours(ex) => Some(ex),
+            _ => None,
+        }
+    }
+
+    /// What is known of the exchange, once it is ours (for logs).
+    pub fn summary(&self) -> Option<&Summary> {
+        self.exchange().map(Exchange::summary)
+    }
+
+    /// Whether the exchange is being translated.
+    pub fn is_ours(&self) -> bool {
+        matches!(self.phase, Phase::Ours(_))
+    }
+
+    /// The request's head (`header` looks one up by lowercase name: `:method`, `:path` and
+    /// the client's identity are read); `end`: it has no body.
+    pub fn request_headers<'h>(
+        &mut self,
+        now: Instant,
+        header: impl Fn(&str) -> Option<&'h str>,
+        end: bool,
+    ) -> Action {
+        self.life.enter(now);
+        if !matches!(self.phase, Phase::Start) {
+            return Action::Pass;
+        }
+        let method = header(":method").unwrap_or_default();
+        let path = header(":path").unwrap_or_default();
+        let Some(op) = exchange::route(&self.settings, method, path) else {
+            self.phase = Phase::PassThrough;
+            return Action::Pass;
+        };
+        let mut ex = Exchange::new(self.settings.clone(), op);
+        ex.identify_client(header);
+        self.claim(ex);
+        if !end {
+            // The upstream must answer in plain bytes we can parse.
+            return Action::ReadBody(Cow::Borrowed(proxy::REQUEST_HEAD_EDITS));
+        }
+        let meta = self.meta();
+        let step = self.ours().request_body(&[], true, meta);
+        self.request_step(step, true)
+    }
+
+    /// Pieces of the request's body (`pieces` is called only if the driver reads them: the
+    /// host's buffers are not touched for traffic that is not ours); `end` with the last.
+    pub fn request_body<'p, P>(
+        &mut self,
+        now: Instant,
+        pieces: impl FnOnce() -> P,
+        end: bool,
+    ) -> Action
+    where
+        P: IntoIterator<Item = &'p [u8]>,
+    {
+        self.life.enter(now);
+        if self.replied || self.failed || self.forwarded {
+            return Action::Hold;
+        }
+        self.claim_unannounced();
+        if !self.is_ours() {
+            return Action::Pass;
+        }
+        let meta = self.meta();
+        let ex = self.ours();
+        let mut step = RequestStep::Hold;
+        feed(pieces(), end, |piece, last| {
+            step = ex.request_body(piece, last, meta);
+            matches!(step, RequestStep::Hold)
+        });
+        self.request_step(step, false)
+    }
+
+    /// The request's trailers: they end a body that had no end of its own.
+    pub fn request_trailers(&mut self, now: Instant) -> Action {
+        self.life.enter(now);
+        if self.replied || self.failed {
+            return Action::Hold;
+        }
+        let meta = self.meta();
+        match &mut self.phase {
+            Phase::Ours(ex) if !self.forwarded && !ex.is_finished() => {
+                let step = ex.request_body(&[], true, meta);
+                self.request_step(step, false)
+            }
+            _ => Action::Pass,
+        }
+    }
+
+    /// The answer's head, from the upstream or the host's own reply in its place (`:status`
+    /// and `content-type` are read); `end`: it has no body.
+    pub fn response_headers<'h>(
+        &mut self,
+        now: Instant,
+        header: impl Fn(&str) -> Option<&'h str>,
+        end: bool,
+    ) -> Action {
+        self.life.enter(now);
+        if self.replied || self.failed {
+            return Action::Pass;
+        }
+        self.claim_unannounced();
+        let unix = self.env.now();
+        let Phase::Ours(ex) = &mut self.phase else {
+            return Action::Pass;
+        };
+        let head = ResponseHead {
+            status: header(":status").and_then(|s| s.parse().ok()).unwrap_or(0),
+            content_type: header("content-type").unwrap_or_default(),
+            end_of_stream: end,
+        };
+        let action = match ex.response_head(head, unix) {
+            HeadStep::Stream => {
+                self.head_sent = true;
+                self.life.open_stream();
+                Action::OpenStream(Cow::Borrowed(proxy::STREAM_HEAD_EDITS))
+            }
+            HeadStep::Gather => Action::ReadBody(Cow::Borrowed(proxy::GATHER_HEAD_EDITS)),
+            HeadStep::Reply(reply) => self.reply(reply),
+        };
+        self.settle();
+        action
+    }
+
+    /// Pieces of the answer's body (`pieces` is called only if the driver reads them); `end`
+    /// with the last.
+    pub fn response_body<'p, P>(
+        &mut self,
+        now: Instant,
+        pieces: impl FnOnce() -> P,
+        end: bool,
+    ) -> Action
+    where
+        P: IntoIterator<Item = &'p [u8]>,
+    {
+        self.life.enter(now);
+        if self.replied {
+            return Action::Pass;
+        }
+        if self.failed {
+            return self.dropped(end);
+        }
+        self.claim_unannounced();
+        let unix = self.env.now();
+        let Phase::Ours(ex) = &mut self.phase else {
+            return Action::Pass;
+        };
+        let mut sent = Bytes::new();
+        let mut reply = None;
+        feed(pieces(), end, |piece, last| {
+            match ex.response_body(piece, last, unix) {
+                BodyStep::Send(bytes) => {
+                    sent = exchange::concat(std::mem::take(&mut sent), bytes);
+                    true
+                }
+                BodyStep::Hold => true,
+                BodyStep::Reply(r) => {
+                    reply = Some(r);
+                    false
+                }
+            }
+        });
+        let action = match reply {
+            Some(reply) => self.reply(reply),
+            None if self.head_sent => Action::Send { bytes: sent, end },
+            None if self.gathering == Gathering::Whole => {
+                let error = self.ours().response_overflow();
+                self.reply(Reply::Error(error))
+            }
+            // Gathering: the head stays held.
+            None => Action::Hold,
+        };
+        self.settle();
+        action
+    }
+
+    /// The answer's trailers: they end a body that had no end of its own.
+    pub fn response_trailers(&mut self, now: Instant) -> Action {
+        self.life.enter(now);
+        if self.replied || self.failed {
+            return Action::Pass;
+        }
+        let unix = self.env.now();
+        let Phase::Ours(ex) = &mut self.phase else {
+            return Action::Pass;
+        };
+        if ex.is_finished() {
+            return Action::Pass;
+        }
+        let action = match ex.response_body(&[], true, unix) {
+            BodyStep::Send(bytes) if self.head_sent => Action::Send { bytes, end: true },
+            BodyStep::Reply(reply) => self.reply(reply),
+            // Cannot happen: a stream answers with bytes, a gathered answer ends in a reply.
+            BodyStep::Send(_) | BodyStep::Hold => self.reset(internal("trailers out of place")),
+        };
+        self.settle();
+        action
+    }
+
+    /// The host cannot go on with the current callback: end the exchange with what can still
+    /// be sent, an envelope while the client has no head yet, else the stream's failed
+    /// ending, else a reset. After that, every byte is dropped.
+    pub fn fail(&mut self, now: Instant, why: Failure) -> Action {
+        self.life.enter(now);
+        let already = self.failed || self.replied;
+        self.failed = true;
+        if already {
+            return self.dropped(false);
+        }
+        let unix = self.env.now();
+        let step = match &mut self.phase {
+            // The exchange's state may be what panicked: if ending it panics too, it is over.
+            Phase::Ours(ex) => catch_unwind(AssertUnwindSafe(|| match why {
+                Failure::Panic => proxy::abort_after_panic(ex, unix),
+                Failure::Unreadable => ex.overflow(unix),
+            }))
+            .unwrap_or(AbortStep::Nothing),
+            _ => AbortStep::Nothing,
+        };
+        let action = match step {
+            AbortStep::Send(bytes) if self.head_sent => Action::Send { bytes, end: true },
+            AbortStep::Reply(error) if !self.head_sent => self.reply(Reply::Error(error)),
+            _ => self.reply(Reply::Error(ErrorReply::new(failed()))),
+        };
+        self.settle();
+        action
+    }
+
+    /// The host is done with the exchange (the stream completed, was reset, or the host's
+    /// channel to us ended): if it had not ended, it was cut.
+    pub fn closed(&mut self, now: Instant) {
+        self.life.enter(now);
+        if let Phase::Ours(ex) = &self.phase {
+            self.life.finish(!ex.is_finished());
+        }
+    }
+
+    /// The next thing that happened, once each; `None` when nothing more did. Poll after each
+    /// input until `None`: the callback counts as busy until the last poll.
+    pub fn poll_event(&mut self, now: Instant) -> Option<Event> {
+        let summary = match &self.phase {
+            Phase::Ours(ex) => Some(ex.summary()),
+            _ => None,
+        };
+        self.life.poll(now, summary)
+    }
+
+    fn meta(&self) -> Meta {
+        Meta {
+            now: self.env.now(),
+            id_seed: self.env.id_seed(),
+        }
+    }
+
+    fn claim(&mut self, ex: Exchange) {
+        self.phase = Phase::Ours(Box::new(ex));
+        self.life.claim();
+    }
+
+    /// A first callback other than the request's head: it was skipped (ext_proc's per-route
+    /// processing mode), and only the Responses route sends us anything, so the exchange is
+    /// ours. Fail closed: an answer to a request we never saw is never let through.
+    fn claim_unannounced(&mut self) {
+        if matches!(self.phase, Phase::Start) {
+            self.claim(Exchange::new(self.settings.clone(), Operation::Create));
+        }
+    }
+
+    fn ours(&mut self) -> &mut Exchange {
+        match &mut self.phase {
+            Phase::Ours(ex) => ex,
+            _ => unreachable!("called once the exchange is ours"),
+        }
+    }
+
+    /// What the host does with a step of the request; `at_head`: in the head's callback,
+    /// whose own edits go with it.
+    fn request_step(&mut self, step: RequestStep, at_head: bool) -> Action {
+        let action = match step {
+            RequestStep::Hold => Action::Hold,
+            RequestStep::Forward(request) => {
+                self.forwarded = true;
+                let mut edits = Vec::new();
+                if at_head {
+                    edits.extend_from_slice(proxy::REQUEST_HEAD_EDITS);
+                }
+                edits.extend(proxy::forward_edits(&self.settings, &request));
+                Action::Forward {
+                    edits: Cow::Owned(edits),
+                    request,
+                }
+            }
+            RequestStep::Reply(error) => {
+                self.replied = true;
+                Action::Reply {
+                    error,
+                    cause: Cause::Request,
+                }
+            }
+        };
+        self.settle();
+        action
+    }
+
+    /// A whole answer: translated, it replaces the upstream's head and body; an envelope is a
+    /// local reply. Once the client has a head, only a reset is left.
+    fn reply(&mut self, reply: Reply) -> Action {
+        match reply {
+            Reply::Error(error) if self.head_sent => Action::Reset { error },
+            Reply::Answer(_) if self.head_sent => {
+                self.reset(internal("an answer after the answer's head"))
+            }
+            Reply::Answer(answer) => {
+                self.head_sent = true;
+                Action::Answer {
+                    edits: proxy::answer_edits(&answer),
+                    answer,
+                }
+            }
+            Reply::Error(error) => {
+                self.replied = true;
+                Action::Reply {
+                    error,
+                    cause: Cause::Answer,
+                }
+            }
+        }
+    }
+
+    fn reset(&mut self, error: ApiError) -> Action {
+        Action::Reset {
+            error: ErrorReply::new(error),
+        }
+    }
+
+    /// After a failure: the piece is dropped; an open stream carries on empty to its end.
+    fn dropped(&self, end: bool) -> Action {
+        if self.head_sent {
+            Action::Send {
+                bytes: Bytes::new(),
+                end,
+            }
+        } else {
+            Action::Hold
+        }
+    }
+
+    /// Notes what the last step changed: the first output, the end.
+    fn settle(&mut self) {
+        if let Phase::Ours(ex) = &self.phase {
+            if ex.has_output() {
+                self.life.output();
+            }
+            if ex.is_finished() {
+                self.life.finish(false);
+            }
+        }
+    }
+}
+
+/// Feeds a callback's body pieces to `step` (`last` with the last one, when the body ends
+/// with them; an empty last piece when it ends with none) while it asks for more.
+fn feed<'p>(
+    pieces: impl IntoIterator<Item = &'p [u8]>,
+    end: bool,
+    mut step: impl FnMut(&[u8], bool) -> bool,
+) {
+    let mut pieces = pieces.into_iter().peekable();
+    if pieces.peek().is_none() {
+        if end {
+            step(&[], true);
+        }
+        return;
+    }
+    while let Some(piece) = pieces.next() {
+        if !step(piece, end && pieces.peek().is_none()) {
+            return;
+        }
+    }
+}
+
+fn internal(what: &str) -> ApiError {
+    ApiError::server(
+        500,
+        ErrorCode::InternalError,
+        format!("The exchange could not be completed: {what}."),
+    )
+}
+
+/// The envelope of an exchange a failure ended when the core had nothing left to send.
+fn failed() -> ApiError {
+    ApiError::server(
+        500,
+        ErrorCode::InternalError,
+        "responses-extproc failed while translating this exchange.",
+    )
+}
