@@ -9,11 +9,11 @@
 //! over is copied once, byte for byte.
 //!
 //! What is accepted is exactly what [`super::parse`] (a `Value` tree) accepts: serde_json
-//! checks the syntax and the strings it decodes, and what it does not check in a kept token
-//! is checked here (surrogate escapes in strings; in containers, duplicate keys and the
-//! nesting limit, with numbers and strings decoded by serde_json). A body this refuses is
-//! refused as [`Invalid`], and the caller asks [`super::parse`] for its error, so messages
-//! and positions are serde_json's as before.
+//! checks the syntax and what it decodes, and what its scan of a kept token does not check is
+//! checked here (a string's surrogate escapes; in a container, the nesting limit, duplicate
+//! keys, numbers that may overflow and surrogate escapes). A body this refuses is refused as
+//! [`Invalid`], and the caller asks [`super::parse`] for its error, so messages and positions
+//! are serde_json's as before.
 
 use std::borrow::Cow;
 use std::fmt;
