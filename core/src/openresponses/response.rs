@@ -5,6 +5,7 @@
 //! terminal stream event costs one serialisation and no copies.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// Lifecycle of a response.
@@ -266,27 +267,31 @@ pub struct ResponseError {
 
 /// The request parameters a response echoes, with the spec's defaults filled in.
 /// Built once per request by the request translator; [`ResponseResource`] borrows its fields.
-#[derive(Debug, Clone, PartialEq)]
+/// What the client wrote that is echoed as written (its instructions, tool schemas,
+/// metadata) is a copy of its JSON, made once: the response writes it out as it came.
+#[derive(Debug, Clone)]
 pub struct Echo {
-    pub instructions: Option<String>,
+    /// The client's string, as JSON.
+    pub instructions: Option<Box<RawValue>>,
     /// Function tools in Responses form (`type`, `name`, `description`, `parameters`, `strict`).
-    pub tools: Vec<Value>,
-    pub tool_choice: Value,
-    pub truncation: String,
+    pub tools: Vec<EchoTool>,
+    pub tool_choice: EchoToolChoice,
+    pub truncation: &'static str,
     pub parallel_tool_calls: bool,
-    pub text: Value,
+    pub text: EchoText,
     pub top_p: f64,
     pub presence_penalty: f64,
     pub frequency_penalty: f64,
     pub top_logprobs: u64,
     pub temperature: f64,
-    pub reasoning: Option<Value>,
+    pub reasoning: Option<EchoReasoning>,
     pub max_output_tokens: Option<u64>,
     pub max_tool_calls: Option<u64>,
     pub store: bool,
     pub background: bool,
     pub service_tier: String,
-    pub metadata: Value,
+    /// The client's object, as JSON (`None`: `{}`).
+    pub metadata: Option<Box<RawValue>>,
     pub safety_identifier: Option<String>,
     pub prompt_cache_key: Option<String>,
     /// The response this one continues (WebSocket transport, connection-local context).
@@ -298,10 +303,10 @@ impl Default for Echo {
         Echo {
             instructions: None,
             tools: Vec::new(),
-            tool_choice: Value::String("auto".into()),
-            truncation: "disabled".into(),
+            tool_choice: EchoToolChoice::Mode("auto"),
+            truncation: "disabled",
             parallel_tool_calls: true,
-            text: serde_json::json!({"format": {"type": "text"}}),
+            text: EchoText::default(),
             top_p: 1.0,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
@@ -313,12 +318,105 @@ impl Default for Echo {
             store: false,
             background: false,
             service_tier: "default".into(),
-            metadata: Value::Object(Default::default()),
+            metadata: None,
             safety_identifier: None,
             prompt_cache_key: None,
             previous_response_id: None,
         }
     }
+}
+
+/// A function tool as the response echoes it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename = "function")]
+pub struct EchoTool {
+    pub name: String,
+    /// The client's string, as JSON.
+    pub description: Option<Box<RawValue>>,
+    /// The client's schema, as JSON.
+    pub parameters: Option<Box<RawValue>>,
+    pub strict: Option<bool>,
+}
+
+/// `tool_choice` as the response echoes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EchoToolChoice {
+    /// `auto`, `none` or `required`.
+    Mode(&'static str),
+    /// `{"type": "function" | "custom", "name": ...}`.
+    Named { kind: &'static str, name: String },
+    /// `{"type": "allowed_tools", "mode": ..., "tools": [{"type": "function", "name": ...}]}`.
+    AllowedTools {
+        mode: &'static str,
+        tools: Vec<String>,
+    },
+    /// A client-executed built-in tool by its type: `{"type": "shell"}`.
+    Builtin(&'static str),
+}
+
+impl Serialize for EchoToolChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        #[derive(Serialize)]
+        struct Function<'a> {
+            r#type: &'static str,
+            name: &'a str,
+        }
+        match self {
+            EchoToolChoice::Mode(mode) => s.serialize_str(mode),
+            EchoToolChoice::Named { kind, name } => Function { r#type: kind, name }.serialize(s),
+            EchoToolChoice::AllowedTools { mode, tools } => {
+                let mut m = s.serialize_map(Some(3))?;
+                m.serialize_entry("type", "allowed_tools")?;
+                m.serialize_entry("mode", mode)?;
+                let tools: Vec<Function<'_>> = tools
+                    .iter()
+                    .map(|name| Function {
+                        r#type: "function",
+                        name,
+                    })
+                    .collect();
+                m.serialize_entry("tools", &tools)?;
+                m.end()
+            }
+            EchoToolChoice::Builtin(kind) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("type", kind)?;
+                m.end()
+            }
+        }
+    }
+}
+
+/// `text` as the response echoes it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EchoText {
+    pub format: EchoFormat,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verbosity: Option<&'static str>,
+}
+
+/// `text.format` as the response echoes it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EchoFormat {
+    #[default]
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        description: Option<String>,
+        /// The client's schema, as JSON.
+        schema: Box<RawValue>,
+        strict: bool,
+    },
+}
+
+/// `reasoning` as the response echoes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EchoReasoning {
+    pub effort: Option<String>,
+    pub summary: Option<&'static str>,
 }
 
 /// The response object. Borrowing keeps the hot path free of copies.
@@ -340,24 +438,25 @@ pub struct ResponseResource<'a> {
     pub error: Option<&'a ResponseError>,
     pub usage: Option<&'a Usage>,
     // The request's parameters, echoed (`Echo`).
-    pub instructions: Option<&'a str>,
-    pub tools: &'a [Value],
-    pub tool_choice: &'a Value,
+    pub instructions: Option<&'a RawValue>,
+    pub tools: &'a [EchoTool],
+    pub tool_choice: &'a EchoToolChoice,
     pub truncation: &'a str,
     pub parallel_tool_calls: bool,
-    pub text: &'a Value,
+    pub text: &'a EchoText,
     pub top_p: f64,
     pub presence_penalty: f64,
     pub frequency_penalty: f64,
     pub top_logprobs: u64,
     pub temperature: f64,
-    pub reasoning: Option<&'a Value>,
+    pub reasoning: Option<&'a EchoReasoning>,
     pub max_output_tokens: Option<u64>,
     pub max_tool_calls: Option<u64>,
     pub store: bool,
     pub background: bool,
     pub service_tier: &'a str,
-    pub metadata: &'a Value,
+    #[serde(serialize_with = "object_or_empty")]
+    pub metadata: Option<&'a RawValue>,
     pub safety_identifier: Option<&'a str>,
     pub prompt_cache_key: Option<&'a str>,
 }
@@ -394,7 +493,7 @@ impl<'a> ResponseResource<'a> {
             instructions: echo.instructions.as_deref(),
             tools: &echo.tools,
             tool_choice: &echo.tool_choice,
-            truncation: &echo.truncation,
+            truncation: echo.truncation,
             parallel_tool_calls: echo.parallel_tool_calls,
             text: &echo.text,
             top_p: echo.top_p,
@@ -408,9 +507,23 @@ impl<'a> ResponseResource<'a> {
             store: echo.store,
             background: echo.background,
             service_tier: &echo.service_tier,
-            metadata: &echo.metadata,
+            metadata: echo.metadata.as_deref(),
             safety_identifier: echo.safety_identifier.as_deref(),
             prompt_cache_key: echo.prompt_cache_key.as_deref(),
+        }
+    }
+}
+
+/// An echoed object, or `{}` when the request had none.
+fn object_or_empty<S: serde::Serializer>(
+    value: &Option<&RawValue>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(raw) => raw.serialize(s),
+        None => {
+            use serde::ser::SerializeMap;
+            s.serialize_map(Some(0))?.end()
         }
     }
 }

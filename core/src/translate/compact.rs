@@ -18,9 +18,10 @@ pub use super::request::{PROMPT, REQUEST};
 
 use super::compaction::{no_summary, sealed};
 use super::fields::{bad_value, missing};
+use super::json::document::Node;
 use super::request::{
-    check_part_size, input_messages, leftover_fields, parse_body, reject_stateful,
-    summarising_messages, Translated,
+    check_part_size, input_messages, leftover_fields, parse_request, reject_stateful,
+    summarising_messages, text, Translated,
 };
 use super::response::Completed;
 use super::{usage, Kept, Meta, Options, ResponsePlan};
@@ -29,7 +30,7 @@ use crate::openresponses::{ApiError, ErrorCode, Usage};
 
 /// Validates a compact request and builds the summarising Chat request.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
-    let mut req = parse_body(body, options)?;
+    let mut req = parse_request(body, options)?;
     if options.keyring.is_none() {
         // The summary can only travel sealed; without keys there is nothing to answer with.
         return Err(ApiError::invalid_body(
@@ -38,7 +39,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         .with_code(ErrorCode::CompactionUnavailable));
     }
     reject_stateful(&mut req)?;
-    req.object("client_metadata")?;
+    req.skip_object("client_metadata")?;
     let model = req.required_string("model")?;
     if model.is_empty() {
         return Err(bad_value("model", "Invalid 'model': must not be empty."));
@@ -64,16 +65,17 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
 
     let instructions = req.string("instructions")?;
     if let Some(i) = &instructions {
-        check_part_size("instructions", i.len(), options)?;
+        check_part_size("instructions", i, options)?;
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
     let kept = latest_user_message(&input);
     // A `compaction_trigger` asks for what this endpoint does anyway.
     let window = input_messages(input, options)?;
-    let messages = summarising_messages(instructions.as_deref(), window, options);
+    let messages = summarising_messages(instructions.map(text), window, options);
 
+    let model_name = model.as_str().into_owned();
     let mut chat = chat::Request {
-        model: model.clone(),
+        model: text(model),
         messages,
         // Always one JSON answer: the summary is sealed whole.
         stream: Some(false),
@@ -82,29 +84,36 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     // Like /v1/responses: unknown fields are the upstream's (vLLM's `chat_template_kwargs`).
     chat.extra = leftover_fields(&mut req, options)?;
 
-    let mut plan = ResponsePlan::new(&model, false, meta, options.clone());
+    let mut plan = ResponsePlan::new(&model_name, false, meta, options.clone());
     plan.compact = Some(Box::new(Kept { message: kept }));
     Ok(Translated {
-        body: Bytes::from(chat.encode()),
+        body: Bytes::from(chat.encode(body.len() + PROMPT.len() + 1024)),
         plan,
     })
 }
 
 /// The window's latest user message, as an output message item.
-fn latest_user_message(input: &Value) -> Option<Value> {
+fn latest_user_message(input: &Node<'_>) -> Option<Value> {
+    let is_str = |node: Option<&Node<'_>>, want: &str| match node {
+        Some(Node::Str(s)) => *s == *want,
+        _ => false,
+    };
     let mut item = match input {
-        Value::String(s) => json!({"role": "user", "content": s}),
-        Value::Array(items) => items
-            .iter()
-            .rev()
-            .find(|it| {
-                it.get("role").and_then(Value::as_str) == Some("user")
-                    && it
-                        .get("type")
-                        .and_then(Value::as_str)
-                        .is_none_or(|t| t == "message")
-            })?
-            .clone(),
+        Node::Str(s) => json!({"role": "user", "content": s.as_str()}),
+        Node::Array(items) => {
+            let found = items.iter().rev().find(|it| {
+                let Node::Object(fields) = it else {
+                    return false;
+                };
+                let get = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+                is_str(get("role"), "user")
+                    && match get("type") {
+                        Some(Node::Str(t)) => *t == *"message",
+                        _ => true,
+                    }
+            })?;
+            serde_json::to_value(found).ok()?
+        }
         _ => return None,
     };
     if let Some(text) = item.get("content").and_then(Value::as_str) {

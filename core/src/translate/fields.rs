@@ -1,166 +1,244 @@
 //! Typed reads of JSON fields that fail with a 400 naming the field's path.
+//!
+//! A path is rendered only when an error names it ([`Path`]): a request that is valid
+//! costs no formatting.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::fmt;
 
+use super::json::document::{self, Fields, Node, Str};
 use crate::openresponses::{ApiError, ErrorCode};
+
+/// Where a value sits in the request (`input[3].content[0].text`), as a chain of borrowed
+/// steps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Path<'p> {
+    /// A path written out already (`""`: the body itself).
+    Text(&'p str),
+    /// A field of an object.
+    Key(&'p Path<'p>, &'p str),
+    /// An item of an array.
+    Index(&'p Path<'p>, usize),
+}
+
+/// The body itself.
+pub(crate) const ROOT: Path<'static> = Path::Text("");
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Text(t) => f.write_str(t),
+            // `""+"model"` → `model`, `"text"+"format"` → `text.format`.
+            Path::Key(Path::Text(""), key) => f.write_str(key),
+            Path::Key(parent, key) => write!(f, "{parent}.{key}"),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
+impl Path<'_> {
+    fn is_root(&self) -> bool {
+        matches!(self, Path::Text(""))
+    }
+}
 
 /// Joins a parent path and a key: `""+"model"` → `model`, `"text"+"format"` → `text.format`.
 pub fn join(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{parent}.{key}")
-    }
+    Path::Key(&Path::Text(parent), key).to_string()
 }
 
 pub fn index(parent: &str, i: usize) -> String {
-    format!("{parent}[{i}]")
+    Path::Index(&Path::Text(parent), i).to_string()
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-pub fn wrong_type(path: &str, expected: &str, got: &Value) -> ApiError {
+pub(crate) fn wrong_type(path: impl fmt::Display, expected: &str, got: &Node<'_>) -> ApiError {
     ApiError::invalid(
-        path,
+        path.to_string(),
         format!(
             "Invalid type for '{path}': expected {expected}, but got {}.",
-            type_name(got)
+            got.type_name()
         ),
     )
     .with_code(ErrorCode::InvalidType)
 }
 
-pub fn missing(path: &str) -> ApiError {
-    ApiError::invalid(path, format!("Missing required parameter: '{path}'."))
-        .with_code(ErrorCode::MissingRequiredParameter)
+pub(crate) fn missing(path: impl fmt::Display) -> ApiError {
+    ApiError::invalid(
+        path.to_string(),
+        format!("Missing required parameter: '{path}'."),
+    )
+    .with_code(ErrorCode::MissingRequiredParameter)
 }
 
-pub fn bad_value(path: &str, message: impl Into<String>) -> ApiError {
-    ApiError::invalid(path, message).with_code(ErrorCode::InvalidValue)
+pub(crate) fn bad_value(path: impl fmt::Display, message: impl Into<String>) -> ApiError {
+    ApiError::invalid(path.to_string(), message).with_code(ErrorCode::InvalidValue)
+}
+
+/// A kept container read as nodes. It was checked when the body was read, so this cannot
+/// fail; if it did, the request fails rather than pass unread.
+fn opened<'a>(node: Node<'a>) -> Result<Node<'a>, ApiError> {
+    match node {
+        Node::Kept(raw, kind) => document::open(raw, kind).map_err(|_| {
+            ApiError::server(
+                500,
+                ErrorCode::InternalError,
+                "The request could not be read again.",
+            )
+        }),
+        other => Ok(other),
+    }
+}
+
+/// An array's items (a kept array parsed now); `Err` gives the value back when it is not one.
+pub(crate) fn into_items(node: Node<'_>) -> Result<Result<Vec<Node<'_>>, Node<'_>>, ApiError> {
+    Ok(match opened(node)? {
+        Node::Array(items) => Ok(items),
+        other => Err(other),
+    })
 }
 
 /// A JSON object being read field by field; `path` locates it in the request.
-pub struct Obj<'p> {
-    pub map: Map<String, Value>,
-    pub path: &'p str,
+///
+/// Its fields stay in document order, and a field read is removed the way serde_json's
+/// ordered map removes it (the last field takes its place), so that "the first field left"
+/// (an unknown one, refused) is the one it always was.
+pub(crate) struct Obj<'a, 'p> {
+    pub fields: Fields<'a>,
+    pub path: Path<'p>,
 }
 
-impl<'p> Obj<'p> {
-    pub fn new(value: Value, path: &'p str) -> Result<Self, ApiError> {
-        match value {
-            Value::Object(map) => Ok(Obj { map, path }),
-            other => Err(wrong_type(
-                if path.is_empty() { "body" } else { path },
-                "an object",
-                &other,
-            )),
+impl<'a, 'p> Obj<'a, 'p> {
+    pub fn new(value: Node<'a>, path: Path<'p>) -> Result<Self, ApiError> {
+        match opened(value)? {
+            Node::Object(fields) => Ok(Obj { fields, path }),
+            other if path.is_root() => Err(wrong_type("body", "an object", &other)),
+            other => Err(wrong_type(path, "an object", &other)),
         }
     }
 
+    /// The path of one of its fields, written out (for an error).
     pub fn field_path(&self, key: &str) -> String {
-        join(self.path, key)
+        Path::Key(&self.path, key).to_string()
     }
 
     /// Removes a field; JSON `null` counts as absent, as the schema's nullable fields allow.
-    pub fn take(&mut self, key: &str) -> Option<Value> {
-        match self.map.remove(key) {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v),
+    pub fn take(&mut self, key: &str) -> Option<Node<'a>> {
+        let at = self.fields.iter().position(|(k, _)| k == key)?;
+        match self.fields.swap_remove(at).1 {
+            Node::Null => None,
+            v => Some(v),
         }
     }
 
     pub fn has(&self, key: &str) -> bool {
-        self.map.get(key).is_some_and(|v| !v.is_null())
+        self.fields.iter().any(|(k, v)| k == key && !v.is_null())
     }
 
-    pub fn string(&mut self, key: &str) -> Result<Option<String>, ApiError> {
+    pub fn string(&mut self, key: &str) -> Result<Option<Str<'a>>, ApiError> {
         match self.take(key) {
             None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(wrong_type(&self.field_path(key), "a string", &other)),
+            Some(Node::Str(s)) => Ok(Some(s)),
+            Some(other) => Err(wrong_type(self.field_path(key), "a string", &other)),
         }
     }
 
-    pub fn required_string(&mut self, key: &str) -> Result<String, ApiError> {
+    pub fn required_string(&mut self, key: &str) -> Result<Str<'a>, ApiError> {
         self.string(key)?
-            .ok_or_else(|| missing(&self.field_path(key)))
+            .ok_or_else(|| missing(self.field_path(key)))
     }
 
     pub fn bool(&mut self, key: &str) -> Result<Option<bool>, ApiError> {
         match self.take(key) {
             None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(b)),
-            Some(other) => Err(wrong_type(&self.field_path(key), "a boolean", &other)),
+            Some(Node::Bool(b)) => Ok(Some(b)),
+            Some(other) => Err(wrong_type(self.field_path(key), "a boolean", &other)),
         }
     }
 
     /// A number within `[min, max]`.
     pub fn number(&mut self, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
-        let path = self.field_path(key);
+        let parent = self.path;
+        let path = Path::Key(&parent, key);
         match self.take(key) {
             None => Ok(None),
-            Some(Value::Number(n)) => {
+            Some(Node::Number(n)) => {
                 let x = n.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
-                    bad_value(&path, format!("Invalid '{path}': not a finite number."))
+                    bad_value(path, format!("Invalid '{path}': not a finite number."))
                 })?;
                 if x < min || x > max {
                     return Err(bad_value(
-                        &path,
+                        path,
                         format!("Invalid '{path}': {x} is out of range; expected a value between {min} and {max}."),
                     ));
                 }
                 Ok(Some(x))
             }
-            Some(other) => Err(wrong_type(&path, "a number", &other)),
+            Some(other) => Err(wrong_type(path, "a number", &other)),
         }
     }
 
     /// An integer within `[min, max]`.
     pub fn integer(&mut self, key: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
-        let path = self.field_path(key);
+        let parent = self.path;
+        let path = Path::Key(&parent, key);
         match self.take(key) {
             None => Ok(None),
-            Some(Value::Number(n)) => {
+            Some(Node::Number(n)) => {
                 let x = n.as_u64().ok_or_else(|| {
                     bad_value(
-                        &path,
+                        path,
                         format!("Invalid '{path}': expected an integer between {min} and {max}."),
                     )
                 })?;
                 if x < min || x > max {
                     return Err(bad_value(
-                        &path,
+                        path,
                         format!("Invalid '{path}': {x} is out of range; expected an integer between {min} and {max}."),
                     ));
                 }
                 Ok(Some(x))
             }
-            Some(other) => Err(wrong_type(&path, "an integer", &other)),
+            Some(other) => Err(wrong_type(path, "an integer", &other)),
         }
     }
 
-    pub fn array(&mut self, key: &str) -> Result<Option<Vec<Value>>, ApiError> {
-        match self.take(key) {
-            None => Ok(None),
-            Some(Value::Array(a)) => Ok(Some(a)),
-            Some(other) => Err(wrong_type(&self.field_path(key), "an array", &other)),
+    pub fn array(&mut self, key: &str) -> Result<Option<Vec<Node<'a>>>, ApiError> {
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        match into_items(node)? {
+            Ok(items) => Ok(Some(items)),
+            Err(other) => Err(wrong_type(self.field_path(key), "an array", &other)),
         }
     }
 
-    pub fn object(&mut self, key: &str) -> Result<Option<Map<String, Value>>, ApiError> {
+    pub fn object(&mut self, key: &str) -> Result<Option<Fields<'a>>, ApiError> {
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        match opened(node)? {
+            Node::Object(fields) => Ok(Some(fields)),
+            other => Err(wrong_type(self.field_path(key), "an object", &other)),
+        }
+    }
+
+    /// Removes a field that must be an array if given, without reading it.
+    pub fn skip_array(&mut self, key: &str) -> Result<(), ApiError> {
         match self.take(key) {
-            None => Ok(None),
-            Some(Value::Object(m)) => Ok(Some(m)),
-            Some(other) => Err(wrong_type(&self.field_path(key), "an object", &other)),
+            Some(node) if !node.is_array() => {
+                Err(wrong_type(self.field_path(key), "an array", &node))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes a field that must be an object if given, without reading it.
+    pub fn skip_object(&mut self, key: &str) -> Result<(), ApiError> {
+        match self.take(key) {
+            Some(node) if !node.is_object() => {
+                Err(wrong_type(self.field_path(key), "an object", &node))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -170,28 +248,29 @@ impl<'p> Obj<'p> {
         key: &str,
         allowed: &[&'static str],
     ) -> Result<Option<&'static str>, ApiError> {
-        let path = self.field_path(key);
-        match self.string(key)? {
-            None => Ok(None),
-            Some(s) => allowed
-                .iter()
-                .find(|a| **a == s)
-                .copied()
-                .map(Some)
-                .ok_or_else(|| {
-                    bad_value(
-                        &path,
-                        format!(
-                            "Invalid value for '{path}': '{s}'. Supported values are: {}.",
-                            allowed
-                                .iter()
-                                .map(|a| format!("'{a}'"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    )
-                }),
-        }
+        let Some(s) = self.string(key)? else {
+            return Ok(None);
+        };
+        let s: Cow<'_, str> = s.as_str();
+        allowed
+            .iter()
+            .find(|a| **a == s)
+            .copied()
+            .map(Some)
+            .ok_or_else(|| {
+                let path = self.field_path(key);
+                bad_value(
+                    &path,
+                    format!(
+                        "Invalid value for '{path}': '{s}'. Supported values are: {}.",
+                        allowed
+                            .iter()
+                            .map(|a| format!("'{a}'"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
     }
 
     /// Fails on the first field left unread: for objects whose every field we know.
@@ -204,7 +283,12 @@ impl<'p> Obj<'p> {
     /// with a `required_*` reader, for which `null` is missing: 400
     /// `missing_required_parameter`.
     pub fn deny_unknown(&self) -> Result<(), ApiError> {
-        match self.map.iter().find(|(_, v)| !v.is_null()).map(|(k, _)| k) {
+        match self
+            .fields
+            .iter()
+            .find(|(_, v)| !v.is_null())
+            .map(|(k, _)| k)
+        {
             None => Ok(()),
             Some(k) => {
                 let path = self.field_path(k);

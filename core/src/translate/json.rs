@@ -4,6 +4,15 @@
 //! first (a WAF, a logging proxy) would then see a different request than the one we
 //! translate (`"stream": false, "stream": true`), so duplicates are an error, named by path.
 //! The path is only rendered when a duplicate is found: parsing pays nothing for it.
+//!
+//! Two readers accept exactly the same documents: [`parse`] builds a `Value` tree and says
+//! what is wrong with a document it refuses (serde_json's message and position, or the path
+//! of a duplicate key); [`document`] reads a request body borrowed, in one pass, keeping
+//! what it only carries as the tokens it came as, and leaves the telling of errors to
+//! [`parse`].
+
+pub(crate) mod document;
+pub(crate) mod shape;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -23,7 +32,7 @@ pub enum ParseError {
 pub fn parse(bytes: &[u8]) -> Result<Value, ParseError> {
     let duplicate = RefCell::new(None);
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let node = Node {
+    let node = ValueSeed {
         at: &Segment::Root,
         duplicate: &duplicate,
     };
@@ -53,12 +62,12 @@ impl fmt::Display for Segment<'_> {
     }
 }
 
-struct Node<'a> {
+struct ValueSeed<'a> {
     at: &'a Segment<'a>,
     duplicate: &'a RefCell<Option<String>>,
 }
 
-impl<'de> DeserializeSeed<'de> for Node<'_> {
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
     type Value = Value;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
@@ -66,7 +75,7 @@ impl<'de> DeserializeSeed<'de> for Node<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for Node<'_> {
+impl<'de> Visitor<'de> for ValueSeed<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -107,7 +116,7 @@ impl<'de> Visitor<'de> for Node<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(item) = seq.next_element_seed(Node {
+        while let Some(item) = seq.next_element_seed(ValueSeed {
             at: &Segment::Index(self.at, items.len()),
             duplicate: self.duplicate,
         })? {
@@ -124,7 +133,7 @@ impl<'de> Visitor<'de> for Node<'_> {
                 *self.duplicate.borrow_mut() = Some(at.to_string());
                 return Err(de::Error::custom(format_args!("duplicate key '{at}'")));
             }
-            let value = map.next_value_seed(Node {
+            let value = map.next_value_seed(ValueSeed {
                 at: &at,
                 duplicate: self.duplicate,
             })?;

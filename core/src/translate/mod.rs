@@ -192,7 +192,7 @@ impl ResponsePlan {
     /// A plan for a request already known valid (tests, benches, fuzzing).
     pub fn new(model: &str, stream: bool, meta: Meta, options: Options) -> Self {
         ResponsePlan {
-            id: format!("resp_{:032x}", meta.id_seed),
+            id: hex_id("resp", meta.id_seed, None),
             model: model.to_owned(),
             created_at: meta.now,
             stream,
@@ -233,7 +233,7 @@ impl ResponsePlan {
 
     /// The id of the `n`th output item, with the prefix of its type (`msg`, `fc`, `rs`).
     pub(crate) fn item_id(&self, prefix: &str, n: usize) -> String {
-        format!("{prefix}_{:032x}{n:04x}", self.id_seed)
+        hex_id(prefix, self.id_seed, Some(n))
     }
 
     /// Seals reasoning text for `encrypted_content`, when the client asked for it.
@@ -273,6 +273,25 @@ impl ResponsePlan {
             &self.echo,
         )
     }
+}
+
+/// `{prefix}_{seed:032x}` and, for an item, `{n:04x}` after it: written digit by digit (the
+/// formatter pads a `u128` one character at a time).
+fn hex_id(prefix: &str, seed: u128, n: Option<usize>) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(prefix.len() + 1 + 32 + 8);
+    id.push_str(prefix);
+    id.push('_');
+    for shift in (0..32).rev() {
+        id.push(char::from(DIGITS[((seed >> (shift * 4)) & 0xf) as usize]));
+    }
+    if let Some(n) = n {
+        let width = (usize::BITS - n.leading_zeros()).div_ceil(4).max(4);
+        for shift in (0..width).rev() {
+            id.push(char::from(DIGITS[(n >> (shift * 4)) & 0xf]));
+        }
+    }
+    id
 }
 
 /// What the answer of a compact request keeps verbatim.
@@ -376,4 +395,27 @@ pub(crate) fn logprobs(lp: Option<&crate::chat::Logprobs>) -> Vec<crate::openres
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hex_id;
+
+    #[test]
+    fn ids_are_the_formatters_hex() {
+        for seed in [
+            0u128,
+            0xfeed,
+            u128::MAX,
+            0x0123_4567_89ab_cdef_0011_2233_4455_6677,
+        ] {
+            assert_eq!(hex_id("resp", seed, None), format!("resp_{seed:032x}"));
+            for n in [0usize, 1, 0xabc, 0xffff, 0x1_0000, 0x12_3456, usize::MAX] {
+                assert_eq!(
+                    hex_id("fc", seed, Some(n)),
+                    format!("fc_{seed:032x}{n:04x}")
+                );
+            }
+        }
+    }
 }

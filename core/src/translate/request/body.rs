@@ -2,16 +2,73 @@
 //! its parsing within the size cap, the stateless tier's refusals, and the fields left once
 //! every known one is taken.
 
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::input::is_extension;
+use crate::chat::request::Extra;
 use crate::openresponses::{ApiError, ErrorCode};
-use crate::translate::fields::{bad_value, Obj};
+use crate::translate::fields::{bad_value, Obj, ROOT};
+use crate::translate::json::document::{self, owned_json, Node};
+use crate::translate::json::shape::Kind;
 use crate::translate::json::{self, ParseError};
 use crate::translate::Options;
 
-/// The request body as a JSON object, within the size cap.
-pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>, ApiError> {
+/// The request body as a borrowed object of fields, within the size cap.
+pub(crate) fn parse_request<'a>(
+    body: &'a [u8],
+    options: &Options,
+) -> Result<Obj<'a, 'static>, ApiError> {
+    check_size(body, options)?;
+    read(body)
+}
+
+/// [`parse_request`] without the size cap: for a body this server put together itself (a
+/// WebSocket message whose cap was checked, with the kept context spliced in).
+pub(crate) fn read(body: &[u8]) -> Result<Obj<'_, 'static>, ApiError> {
+    let parsed = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| document::parse(text, Kind::Request).ok());
+    match parsed {
+        Some(Node::Object(fields)) => Ok(Obj { fields, path: ROOT }),
+        Some(other) => Err(not_an_object(other.type_name())),
+        // Refused: the tree parser says why, in serde_json's words.
+        None => Err(match json::parse(body) {
+            Err(e) => parse_error(e),
+            Ok(_) => {
+                debug_assert!(false, "the two JSON readers disagree on {body:?}");
+                ApiError::invalid_body(
+                "The request body is not valid JSON. Send a JSON object with 'model' and 'input'.",
+                )
+                .with_code(ErrorCode::InvalidJson)
+            }
+        }),
+    }
+}
+
+/// The request body as a JSON object (a tree), within the size cap: for the WebSocket
+/// transport, which takes its own fields off a message and splices a kept context in.
+pub(crate) struct Parsed {
+    pub map: Map<String, Value>,
+}
+
+pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Parsed, ApiError> {
+    check_size(body, options)?;
+    match json::parse(body).map_err(parse_error)? {
+        Value::Object(map) => Ok(Parsed { map }),
+        other => Err(not_an_object(match other {
+            Value::Array(_) => "an array",
+            Value::String(_) => "a string",
+            Value::Number(_) => "a number",
+            Value::Bool(_) => "a boolean",
+            _ => "null",
+        })),
+    }
+}
+
+fn check_size(body: &[u8], options: &Options) -> Result<(), ApiError> {
     if body.len() > options.max_request_bytes {
         return Err(ApiError::invalid_body(format!(
             "The request body has {} bytes; this server accepts at most {}.",
@@ -21,7 +78,11 @@ pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>,
         .with_status(413)
         .with_code(ErrorCode::RequestTooLarge));
     }
-    let value = json::parse(body).map_err(|e| match e {
+    Ok(())
+}
+
+fn parse_error(e: ParseError) -> ApiError {
+    match e {
         ParseError::Syntax(e) => ApiError::invalid_body(format!(
             "The request body is not valid JSON: {e}. Send a JSON object with 'model' and 'input'."
         ))
@@ -31,25 +92,18 @@ pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Obj<'static>,
             format!("Invalid request: '{path}' is given twice. Each field may appear once."),
         )
         .with_code(ErrorCode::DuplicateKey),
-    })?;
-    match value {
-        Value::Object(map) => Ok(Obj { map, path: "" }),
-        other => Err(ApiError::invalid_body(format!(
-            "The request body must be a JSON object, not {}.",
-            match other {
-                Value::Array(_) => "an array",
-                Value::String(_) => "a string",
-                Value::Number(_) => "a number",
-                Value::Bool(_) => "a boolean",
-                _ => "null",
-            }
-        ))
-        .with_code(ErrorCode::InvalidJson)),
     }
 }
 
+fn not_an_object(type_name: &str) -> ApiError {
+    ApiError::invalid_body(format!(
+        "The request body must be a JSON object, not {type_name}."
+    ))
+    .with_code(ErrorCode::InvalidJson)
+}
+
 /// The stateless tier serves only requests that carry their whole context.
-pub(crate) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
+pub(crate) fn reject_stateful(req: &mut Obj<'_, '_>) -> Result<(), ApiError> {
     if let Some(id) = req.string("previous_response_id")? {
         return Err(ApiError::invalid(
             "previous_response_id",
@@ -85,21 +139,33 @@ pub(crate) fn reject_stateful(req: &mut Obj<'_>) -> Result<(), ApiError> {
 }
 
 /// The fields left once every Responses field is taken: the upstream's own (vLLM's
-/// `chat_template_kwargs`), forwarded as they are, or refused in strict mode. Provider
+/// `chat_template_kwargs`), forwarded as they came, or refused in strict mode. Provider
 /// extensions (`slug:field`) belong to another provider's API and are never forwarded.
-pub(crate) fn leftover_fields(
-    req: &mut Obj<'_>,
+pub(crate) fn leftover_fields<'a>(
+    req: &mut Obj<'a, '_>,
     options: &Options,
-) -> Result<Map<String, Value>, ApiError> {
+) -> Result<Extra<'a>, ApiError> {
     // `null` is absent here as everywhere: nothing to forward, nothing to refuse.
-    req.map.retain(|k, v| !is_extension(k) && !v.is_null());
+    req.fields.retain(|(k, v)| !is_extension(k) && !v.is_null());
     if options.strict {
-        if let Some(key) = req.map.keys().next() {
-            return Err(ApiError::invalid(key.as_str(), format!(
+        if let Some((key, _)) = req.fields.first() {
+            return Err(ApiError::invalid(key.as_ref(), format!(
                 "Unknown parameter: '{key}'. This server runs in strict mode and forwards no fields outside the OpenResponses API."
             ))
             .with_code(ErrorCode::UnknownParameter));
         }
     }
-    Ok(std::mem::take(&mut req.map))
+    Ok(std::mem::take(&mut req.fields)
+        .into_iter()
+        .map(|(k, v)| (k, as_json(v)))
+        .collect())
+}
+
+/// A value as JSON to write out: borrowed where it is a token of the body.
+fn as_json(node: Node<'_>) -> Cow<'_, RawValue> {
+    match node {
+        Node::Kept(raw, _) => Cow::Borrowed(raw),
+        Node::Str(document::Str::Token(raw)) => Cow::Borrowed(raw),
+        other => Cow::Owned(owned_json(&other)),
+    }
 }

@@ -1,30 +1,35 @@
 //! `input` items → Chat messages (messages and their content parts, tool calls and their
 //! outputs, reasoning, compaction summaries), with the size caps on each part; and what the
 //! items declare besides messages (`additional_tools`, a `compaction_trigger`).
+//!
+//! Texts go from the request into the Chat messages as the tokens they came as ([`text`]);
+//! only what is rebuilt (a built-in call's arguments, a custom call's input as JSON) is
+//! decoded and written again.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
+use super::text;
 use super::tools::Declared;
-use crate::chat::request::{
-    Assistant, Content, File, Function, FunctionKind, ImageUrl, Message, Part, ToolCall, VideoUrl,
-};
+use crate::chat::request::{Assistant, Content, Message, Part, Text, ToolCall};
 use crate::openresponses::{ApiError, ErrorCode};
 use crate::translate::calls::{builtin_arguments, CUSTOM_TOOL_INPUT};
-use crate::translate::fields::{bad_value, index, missing, wrong_type, Obj};
+use crate::translate::fields::{bad_value, into_items, missing, wrong_type, Obj, Path, ROOT};
+use crate::translate::json::document::{Fields, Node, Str};
 use crate::translate::{flat_name, DeveloperRole, Options};
 
 /// The input items, translated.
 #[derive(Default)]
-pub(crate) struct Input {
+pub(crate) struct Input<'a> {
     /// The conversation as Chat messages, in order.
-    pub messages: Vec<Message>,
+    pub messages: Vec<Message<'a>>,
     /// Summaries opened from `compaction` items: the caller puts them at the head, next to
     /// the instructions, because most chat templates accept system messages only there.
-    pub context: Vec<Message>,
+    pub context: Vec<Message<'a>>,
     /// Tools declared by `additional_tools` items, merged into the request's `tools`.
-    pub tools: Vec<Declared>,
+    pub tools: Vec<Declared<'a>>,
     /// The input ends with a `compaction_trigger`: the answer is a sealed summary.
     pub compaction_trigger: bool,
 }
@@ -35,27 +40,34 @@ const PHASES: &[&str] = &["commentary", "final_answer"];
 /// The calls seen so far, so that each output answers one (by `call_id`; a `local_shell_call`
 /// also by its item `id`, which is what a `local_shell_call_output` names).
 #[derive(Default)]
-struct Calls {
+struct Calls<'a> {
     /// Any id an output may name → the call's `call_id`.
-    ids: HashMap<String, String>,
+    ids: HashMap<Cow<'a, str>, Str<'a>>,
 }
 
-impl Calls {
-    fn add(&mut self, call_id: &str, item_id: Option<&str>) {
-        self.ids.insert(call_id.to_owned(), call_id.to_owned());
+impl<'a> Calls<'a> {
+    fn add(&mut self, call_id: &Str<'a>, item_id: Option<&Str<'a>>) {
+        self.ids.insert(call_id.clone().into_cow(), call_id.clone());
         if let Some(id) = item_id {
             self.ids
-                .entry(id.to_owned())
-                .or_insert_with(|| call_id.to_owned());
+                .entry(id.clone().into_cow())
+                .or_insert_with(|| call_id.clone());
         }
     }
 
-    /// The `call_id` of the call an output at `path` names; a 400 naming the item when no
-    /// earlier item is that call (OpenAI's answer, in OpenAI's words).
-    fn answered(&self, id: &str, what: &str, path: &str, field: &str) -> Result<String, ApiError> {
+    /// The `call_id` of the call an output of type `kind` at `path` names; a 400 naming the
+    /// item when no earlier item is that call (OpenAI's answer, in OpenAI's words).
+    fn answered(
+        &self,
+        id: &str,
+        kind: &str,
+        path: Path<'_>,
+        field: &str,
+    ) -> Result<Str<'a>, ApiError> {
         self.ids.get(id).cloned().ok_or_else(|| {
+            let what = kind.replace('_', " ");
             bad_value(
-                &format!("{path}.{field}"),
+                Path::Key(&path, field),
                 format!(
                     "No tool call found for {what} with call_id {id}. '{path}' answers a call that no earlier item of 'input' makes: send the call item before its output."
                 ),
@@ -65,26 +77,29 @@ impl Calls {
 }
 
 /// The input items as Chat messages, in order.
-pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, ApiError> {
+pub(crate) fn input_messages<'a>(
+    input: Node<'a>,
+    options: &Options,
+) -> Result<Input<'a>, ApiError> {
     let mut out = Input::default();
-    let items = match input {
-        Value::String(s) if s.is_empty() => {
+    let items = match into_items(input)? {
+        Err(Node::Str(s)) if s.is_empty() => {
             return Err(bad_value("input", "Invalid 'input': must not be empty."))
         }
-        Value::String(s) => {
-            check_part_size("input", s.len(), options)?;
+        Err(Node::Str(s)) => {
+            check_part_size("input", &s, options)?;
             out.messages.push(Message::User {
-                content: Content::Text(s),
+                content: Content::Text(text(s)),
             });
             return Ok(out);
         }
-        Value::Array(a) if a.is_empty() => {
+        Ok(a) if a.is_empty() => {
             return Err(bad_value(
                 "input",
                 "Invalid 'input': must contain at least one item.",
             ))
         }
-        Value::Array(a) if a.len() > options.max_input_items => {
+        Ok(a) if a.len() > options.max_input_items => {
             return Err(bad_value(
                 "input",
                 format!(
@@ -95,27 +110,31 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
             )
             .with_code(ErrorCode::TooManyInputItems))
         }
-        Value::Array(a) => a,
-        other => return Err(wrong_type("input", "a string or an array of items", &other)),
+        Ok(a) => a,
+        Err(other) => return Err(wrong_type("input", "a string or an array of items", &other)),
     };
     let last = items.len() - 1;
     let messages = &mut out.messages;
-    let mut calls = Calls::default();
+    // Each call is an item, and so is its output.
+    let mut calls = Calls {
+        ids: HashMap::with_capacity(items.len() / 2),
+    };
     // Reasoning text waiting for the assistant message that follows it.
-    let mut pending_reasoning: Option<String> = None;
+    let mut pending_reasoning: Option<Text<'a>> = None;
+    const INPUT: Path<'static> = Path::Key(&ROOT, "input");
     for (i, item) in items.into_iter().enumerate() {
-        let path = index("input", i);
-        let mut item = Obj::new(item, &path)?;
-        let kind = match item.take("type") {
-            None if item.has("role") => "message".to_owned(),
-            None if item.has("id") => "item_reference".to_owned(),
-            None => return Err(missing(&item.field_path("type"))),
-            Some(Value::String(s)) => s,
-            Some(other) => return Err(wrong_type(&item.field_path("type"), "a string", &other)),
+        let path = Path::Index(&INPUT, i);
+        let mut item = Obj::new(item, path)?;
+        let kind: Cow<'a, str> = match item.take("type") {
+            None if item.has("role") => "message".into(),
+            None if item.has("id") => "item_reference".into(),
+            None => return Err(missing(item.field_path("type"))),
+            Some(Node::Str(s)) => s.into_cow(),
+            Some(other) => return Err(wrong_type(item.field_path("type"), "a string", &other)),
         };
         // Every item may carry the id the API gave it, and the status it had.
         let item_id = item.string("id")?;
-        match kind.as_str() {
+        match kind.as_ref() {
             // Provider extensions (`slug:type`) mean nothing to a Chat upstream: dropped.
             kind if is_extension(kind) => {}
             "message" => {
@@ -129,11 +148,11 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                 let call_id = item.required_string("call_id")?;
                 let name = item.required_string("name")?;
                 let arguments = item.required_string("arguments")?;
-                check_part_size(&item.field_path("arguments"), arguments.len(), options)?;
+                check_part_size(Path::Key(&path, "arguments"), &arguments, options)?;
                 // A call of a `namespace` function: the upstream knows it by its flat name.
                 let name = match item.string("namespace")? {
-                    Some(ns) => flat_name(&ns, &name),
-                    None => name,
+                    Some(ns) => Text::plain(flat_name(&ns.as_str(), &name.as_str())),
+                    None => text(name),
                 };
                 item.string("status")?;
                 call_hints(&mut item)?;
@@ -141,7 +160,7 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                 item.take("parsed_arguments");
                 item.deny_unknown()?;
                 calls.add(&call_id, None);
-                push_tool_call(messages, &mut pending_reasoning, call_id, name, arguments);
+                push_tool_call(messages, &mut pending_reasoning, text(call_id), name, text(arguments));
             }
             // A call of a `custom` tool: the upstream made it as a function whose one
             // parameter is the input (see `custom_tool`).
@@ -149,46 +168,45 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                 let call_id = item.required_string("call_id")?;
                 let name = item.required_string("name")?;
                 let input = item.required_string("input")?;
-                check_part_size(&item.field_path("input"), input.len(), options)?;
+                check_part_size(Path::Key(&path, "input"), &input, options)?;
                 let name = match item.string("namespace")? {
-                    Some(ns) => flat_name(&ns, &name),
-                    None => name,
+                    Some(ns) => Text::plain(flat_name(&ns.as_str(), &name.as_str())),
+                    None => text(name),
                 };
                 item.string("status")?;
                 call_hints(&mut item)?;
                 item.deny_unknown()?;
                 calls.add(&call_id, None);
-                let arguments = json!({ CUSTOM_TOOL_INPUT: input }).to_string();
-                push_tool_call(messages, &mut pending_reasoning, call_id, name, arguments);
+                let arguments = json!({ CUSTOM_TOOL_INPUT: input.as_str() }).to_string();
+                push_tool_call(messages, &mut pending_reasoning, text(call_id), name, Text::plain(arguments));
             }
             // Calls of the client-executed built-ins: the function the upstream called, with
             // the action as its arguments (see `calls::builtin_function`).
             "shell_call" | "local_shell_call" | "apply_patch_call" => {
                 let call_id = item.required_string("call_id")?;
                 let (name, action) = builtin_call(&mut item, &kind)?;
-                let action_path = item.field_path(action);
+                let action_path = Path::Key(&path, action);
                 let fields = item
                     .object(action)?
-                    .ok_or_else(|| missing(&action_path))?;
-                let fields = builtin_action(fields, &kind, &action_path)?;
+                    .ok_or_else(|| missing(action_path))?;
+                let fields = builtin_action(fields, &kind, action_path)?;
                 let arguments = builtin_arguments(fields);
-                check_part_size(&action_path, arguments.len(), options)?;
+                check_part_size(action_path, &arguments.len(), options)?;
                 item.deny_unknown()?;
-                calls.add(&call_id, item_id.as_deref());
-                push_tool_call(messages, &mut pending_reasoning, call_id, name.to_owned(), arguments);
+                calls.add(&call_id, item_id.as_ref());
+                push_tool_call(messages, &mut pending_reasoning, text(call_id), Text::plain(name), Text::plain(arguments));
             }
             "function_call_output" | "custom_tool_call_output" => {
                 let call_id = item.required_string("call_id")?;
-                let what = kind.replace('_', " ");
-                let call_id = calls.answered(&call_id, &what, &path, "call_id")?;
-                let output_path = item.field_path("output");
-                let output = match item.take("output") {
-                    Some(Value::String(s)) => s,
-                    Some(Value::Array(parts)) => text_of_parts(parts, &output_path, options)?,
-                    Some(other) => return Err(wrong_type(&output_path, "a string or an array", &other)),
-                    None => return Err(missing(&output_path)),
+                let call_id = calls.answered(&call_id.as_str(), &kind, path, "call_id")?;
+                let output_path = Path::Key(&path, "output");
+                let output = match item.take("output").map(into_items).transpose()? {
+                    Some(Err(Node::Str(s))) => text(s),
+                    Some(Ok(parts)) => text_of_parts(parts, output_path, options)?,
+                    Some(Err(other)) => return Err(wrong_type(output_path, "a string or an array", &other)),
+                    None => return Err(missing(output_path)),
                 };
-                check_part_size(&output_path, output.len(), options)?;
+                check_part_size(output_path, &output, options)?;
                 item.string("status")?;
                 // The tool's name and namespace: the call already says them.
                 item.string("name")?;
@@ -196,54 +214,53 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
                 caller(&mut item)?;
                 item.deny_unknown()?;
                 messages.push(Message::Tool {
-                    tool_call_id: call_id,
+                    tool_call_id: text(call_id),
                     content: output,
                 });
             }
             "shell_call_output" | "local_shell_call_output" | "apply_patch_call_output" => {
-                let (call_id, content) = builtin_output(&mut item, &kind, item_id, &calls, &path)?;
-                check_part_size(&item.field_path("output"), content.len(), options)?;
+                let (call_id, content) = builtin_output(&mut item, &kind, item_id, &calls, path)?;
+                check_part_size(Path::Key(&path, "output"), &content, options)?;
                 item.deny_unknown()?;
                 messages.push(Message::Tool {
-                    tool_call_id: call_id,
+                    tool_call_id: text(call_id),
                     content,
                 });
             }
             "reasoning" => {
-                let text = reasoning_text(&mut item, options)?;
+                let reasoning = reasoning_text(&mut item, options)?;
                 item.deny_unknown()?;
-                if let Some(t) = text {
+                if let Some(t) = reasoning {
                     match &mut pending_reasoning {
                         Some(p) => {
-                            p.push('\n');
-                            p.push_str(&t);
+                            p.push_plain("\n");
+                            p.push(t);
                         }
                         None => pending_reasoning = Some(t),
                     }
                 }
             }
             "compaction" => {
-                let blob_path = item.field_path("encrypted_content");
                 let blob = item.required_string("encrypted_content")?;
                 item.string("created_by")?;
                 item.deny_unknown()?;
-                let summary = crate::translate::compaction::open(&blob, &blob_path, options)?;
+                let blob_path = item.field_path("encrypted_content");
+                let summary = crate::translate::compaction::open(&blob.as_str(), &blob_path, options)?;
                 out.context.push(system_message(
-                    crate::translate::compaction::context_text(&summary),
+                    Text::plain(crate::translate::compaction::context_text(&summary)),
                     options,
                 ));
             }
             // Tools declared mid-conversation (Codex): Chat has one list of tools per
             // request, so they join the request's `tools`.
             "additional_tools" => {
-                let role_path = item.field_path("role");
                 item.enumeration("role", &["developer"])?
-                    .ok_or_else(|| missing(&role_path))?;
-                let tools_path = item.field_path("tools");
-                let tools = item.array("tools")?.ok_or_else(|| missing(&tools_path))?;
+                    .ok_or_else(|| missing(Path::Key(&path, "role")))?;
+                let tools_path = Path::Key(&path, "tools");
+                let tools = item.array("tools")?.ok_or_else(|| missing(tools_path))?;
                 item.deny_unknown()?;
                 out.tools.extend(tools.into_iter().enumerate().map(|(j, tool)| Declared {
-                    path: index(&tools_path, j),
+                    path: Path::Index(&tools_path, j).to_string(),
                     tool,
                 }));
             }
@@ -251,7 +268,7 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
             "compaction_trigger" => {
                 if i != last {
                     return Err(bad_value(
-                        &path,
+                        path,
                         format!("Invalid '{path}': a 'compaction_trigger' must be the last item of 'input'."),
                     ));
                 }
@@ -262,7 +279,7 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
             }
             "item_reference" => {
                 return Err(bad_value(
-                    &path,
+                    path,
                     format!(
                         "Invalid '{path}': item references need stored items, which this stateless server does not keep. Send the item itself."
                     ),
@@ -271,14 +288,14 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
             }
             "computer_call" | "computer_call_output" => {
                 return Err(bad_value(
-                    &item.field_path("type"),
+                    item.field_path("type"),
                     format!("Invalid '{path}.type': '{kind}' items belong to computer use, which a Chat Completions model server does not offer."),
                 )
                 .with_code(ErrorCode::UnsupportedParameter))
             }
             other => {
                 return Err(bad_value(
-                    &item.field_path("type"),
+                    item.field_path("type"),
                     format!(
                         "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'shell_call', 'shell_call_output', 'local_shell_call', 'local_shell_call_output', 'apply_patch_call', 'apply_patch_call_output', 'reasoning', 'compaction', 'additional_tools', 'compaction_trigger'. The other items come from tools that run on OpenAI's platform."
                     ),
@@ -291,21 +308,21 @@ pub(crate) fn input_messages(input: Value, options: &Options) -> Result<Input, A
 
 /// Who made a call and how the client runs it: OpenAI's bookkeeping (`caller`: the model or
 /// a program on OpenAI's platform; `async`), validated and ignored.
-fn call_hints(item: &mut Obj<'_>) -> Result<(), ApiError> {
+fn call_hints(item: &mut Obj<'_, '_>) -> Result<(), ApiError> {
     caller(item)?;
     item.bool("async")?;
     Ok(())
 }
 
-fn caller(item: &mut Obj<'_>) -> Result<(), ApiError> {
-    let path = item.field_path("caller");
+fn caller(item: &mut Obj<'_, '_>) -> Result<(), ApiError> {
+    let parent = item.path;
     if let Some(c) = item.object("caller")? {
         let mut c = Obj {
-            map: c,
-            path: &path,
+            fields: c,
+            path: Path::Key(&parent, "caller"),
         };
         c.enumeration("type", &["direct", "program"])?
-            .ok_or_else(|| missing(&c.field_path("type")))?;
+            .ok_or_else(|| missing(c.field_path("type")))?;
         c.string("caller_id")?;
         c.deny_unknown()?;
     }
@@ -314,7 +331,10 @@ fn caller(item: &mut Obj<'_>) -> Result<(), ApiError> {
 
 /// A built-in call item's own fields but its action; returns the built-in's function name
 /// and the key of its action (`action`, or `operation` for `apply_patch_call`).
-fn builtin_call(item: &mut Obj<'_>, kind: &str) -> Result<(&'static str, &'static str), ApiError> {
+fn builtin_call(
+    item: &mut Obj<'_, '_>,
+    kind: &str,
+) -> Result<(&'static str, &'static str), ApiError> {
     item.string("status")?;
     let (name, action) = match kind {
         "shell_call" => {
@@ -322,7 +342,7 @@ fn builtin_call(item: &mut Obj<'_>, kind: &str) -> Result<(&'static str, &'stati
             item.string("created_by")?;
             // Where the client ran it: the client's business (a hosted container's call
             // would not be in a Chat upstream's history).
-            item.object("environment")?;
+            item.skip_object("environment")?;
             ("shell", "action")
         }
         "local_shell_call" => ("local_shell", "action"),
@@ -338,23 +358,29 @@ fn builtin_call(item: &mut Obj<'_>, kind: &str) -> Result<(&'static str, &'stati
 /// A built-in call's action, checked against the built-in's shape; its fields become the
 /// Chat call's arguments.
 fn builtin_action(
-    action: Map<String, Value>,
+    action: Fields<'_>,
     kind: &str,
-    path: &str,
+    path: Path<'_>,
 ) -> Result<Map<String, Value>, ApiError> {
-    let mut a = Obj { map: action, path };
+    let mut a = Obj {
+        fields: action,
+        path,
+    };
     let mut out = Map::new();
-    let strings = |a: &mut Obj<'_>, key: &str| -> Result<Value, ApiError> {
-        let p = a.field_path(key);
-        let list = a.array(key)?.ok_or_else(|| missing(&p))?;
-        for (i, s) in list.iter().enumerate() {
-            if !s.is_string() {
-                return Err(wrong_type(&index(&p, i), "a string", s));
+    let strings = |a: &mut Obj<'_, '_>, key: &str| -> Result<Value, ApiError> {
+        let parent = a.path;
+        let p = Path::Key(&parent, key);
+        let list = a.array(key)?.ok_or_else(|| missing(p))?;
+        let mut strings = Vec::with_capacity(list.len());
+        for (i, s) in list.into_iter().enumerate() {
+            match s {
+                Node::Str(s) => strings.push(Value::String(s.into_string())),
+                other => return Err(wrong_type(Path::Index(&p, i), "a string", &other)),
             }
         }
-        Ok(Value::Array(list))
+        Ok(Value::Array(strings))
     };
-    let integer = |a: &mut Obj<'_>, out: &mut Map<String, Value>, key: &str| {
+    let integer = |a: &mut Obj<'_, '_>, out: &mut Map<String, Value>, key: &str| {
         a.integer(key, 0, u64::MAX).map(|n| {
             if let Some(n) = n {
                 out.insert(key.to_owned(), n.into());
@@ -370,29 +396,43 @@ fn builtin_action(
         "local_shell_call" => {
             a.enumeration("type", &["exec"])?;
             out.insert("command".into(), strings(&mut a, "command")?);
-            let env_path = a.field_path("env");
+            let parent = a.path;
+            let env_path = Path::Key(&parent, "env");
             if let Some(env) = a.object("env")? {
-                if let Some((k, v)) = env.iter().find(|(_, v)| !v.is_string()) {
-                    return Err(wrong_type(&format!("{env_path}.{k}"), "a string", v));
+                let mut vars = Map::new();
+                for (k, v) in env {
+                    match v {
+                        Node::Str(s) => {
+                            vars.insert(k.into_owned(), Value::String(s.into_string()));
+                        }
+                        other => {
+                            return Err(wrong_type(format!("{env_path}.{k}"), "a string", &other))
+                        }
+                    }
                 }
-                out.insert("env".into(), Value::Object(env));
+                out.insert("env".into(), Value::Object(vars));
             }
             integer(&mut a, &mut out, "timeout_ms")?;
             for key in ["user", "working_directory"] {
                 if let Some(s) = a.string(key)? {
-                    out.insert(key.into(), s.into());
+                    out.insert(key.into(), s.into_string().into());
                 }
             }
         }
         _ => {
-            let kind_path = a.field_path("type");
             let op = a
                 .enumeration("type", &["create_file", "update_file", "delete_file"])?
-                .ok_or_else(|| missing(&kind_path))?;
+                .ok_or_else(|| missing(a.field_path("type")))?;
             out.insert("type".into(), op.into());
-            out.insert("path".into(), a.required_string("path")?.into());
+            out.insert(
+                "path".into(),
+                a.required_string("path")?.into_string().into(),
+            );
             if op != "delete_file" {
-                out.insert("diff".into(), a.required_string("diff")?.into());
+                out.insert(
+                    "diff".into(),
+                    a.required_string("diff")?.into_string().into(),
+                );
             }
         }
     }
@@ -404,44 +444,41 @@ fn builtin_action(
 /// output as the client sent it, in JSON (`shell_call_output`: its chunks of stdout, stderr
 /// and outcome; `apply_patch_call_output`: its status and log; `local_shell_call_output`:
 /// its JSON text as is).
-fn builtin_output(
-    item: &mut Obj<'_>,
+fn builtin_output<'a>(
+    item: &mut Obj<'a, '_>,
     kind: &str,
-    item_id: Option<String>,
-    calls: &Calls,
-    path: &str,
-) -> Result<(String, String), ApiError> {
-    let what = kind.replace('_', " ");
-    let output_path = item.field_path("output");
+    item_id: Option<Str<'a>>,
+    calls: &Calls<'a>,
+    path: Path<'_>,
+) -> Result<(Str<'a>, Text<'a>), ApiError> {
+    let output_path = Path::Key(&path, "output");
     match kind {
         "shell_call_output" => {
             let call_id = item.required_string("call_id")?;
-            let call_id = calls.answered(&call_id, &what, path, "call_id")?;
-            let chunks = item.array("output")?.ok_or_else(|| missing(&output_path))?;
+            let call_id = calls.answered(&call_id.as_str(), kind, path, "call_id")?;
+            let chunks = item.array("output")?.ok_or_else(|| missing(output_path))?;
             let mut out = Vec::with_capacity(chunks.len());
             for (i, chunk) in chunks.into_iter().enumerate() {
-                let cpath = index(&output_path, i);
-                let mut c = Obj::new(chunk, &cpath)?;
+                let cpath = Path::Index(&output_path, i);
+                let mut c = Obj::new(chunk, cpath)?;
                 let stdout = c.required_string("stdout")?;
                 let stderr = c.required_string("stderr")?;
-                let outcome_path = c.field_path("outcome");
-                let outcome = c.object("outcome")?.ok_or_else(|| missing(&outcome_path))?;
+                let outcome_path = Path::Key(&cpath, "outcome");
+                let outcome = c.object("outcome")?.ok_or_else(|| missing(outcome_path))?;
                 let mut o = Obj {
-                    map: outcome,
-                    path: &outcome_path,
+                    fields: outcome,
+                    path: outcome_path,
                 };
                 let outcome = match o
                     .enumeration("type", &["exit", "timeout"])?
-                    .ok_or_else(|| missing(&o.field_path("type")))?
+                    .ok_or_else(|| missing(o.field_path("type")))?
                 {
                     "exit" => {
-                        let code_path = o.field_path("exit_code");
+                        let code_path = Path::Key(&outcome_path, "exit_code");
                         let code = match o.take("exit_code") {
-                            Some(Value::Number(n)) if n.is_i64() => n,
-                            Some(other) => {
-                                return Err(wrong_type(&code_path, "an integer", &other))
-                            }
-                            None => return Err(missing(&code_path)),
+                            Some(Node::Number(n)) if n.is_i64() => n,
+                            Some(other) => return Err(wrong_type(code_path, "an integer", &other)),
+                            None => return Err(missing(code_path)),
                         };
                         json!({"type": "exit", "exit_code": code})
                     }
@@ -450,38 +487,38 @@ fn builtin_output(
                 o.deny_unknown()?;
                 c.string("created_by")?;
                 c.deny_unknown()?;
-                out.push(json!({"stdout": stdout, "stderr": stderr, "outcome": outcome}));
+                out.push(json!({"stdout": stdout.as_str(), "stderr": stderr.as_str(), "outcome": outcome}));
             }
             item.integer("max_output_length", 0, u64::MAX)?;
             item.string("status")?;
             caller(item)?;
             item.string("created_by")?;
-            Ok((call_id, Value::Array(out).to_string()))
+            Ok((call_id, Text::plain(Value::Array(out).to_string())))
         }
         "local_shell_call_output" => {
             // Its `id` names the call (OpenAI's type has no `call_id`): the call's `call_id`
             // or its item id.
-            let id_path = item.field_path("id");
+            let named = item.string("call_id")?;
             let id = item_id
-                .or(item.string("call_id")?)
-                .ok_or_else(|| missing(&id_path))?;
-            let call_id = calls.answered(&id, &what, path, "id")?;
+                .or(named)
+                .ok_or_else(|| missing(Path::Key(&path, "id")))?;
+            let call_id = calls.answered(&id.as_str(), kind, path, "id")?;
             let output = item.required_string("output")?;
             item.string("status")?;
-            Ok((call_id, output))
+            Ok((call_id, text(output)))
         }
         _ => {
             let call_id = item.required_string("call_id")?;
-            let call_id = calls.answered(&call_id, &what, path, "call_id")?;
+            let call_id = calls.answered(&call_id.as_str(), kind, path, "call_id")?;
             let status = item
                 .enumeration("status", &["completed", "failed"])?
                 .unwrap_or("completed");
-            let output = item.string("output")?;
+            let output = item.string("output")?.map(Str::into_string);
             caller(item)?;
             item.string("created_by")?;
             Ok((
                 call_id,
-                json!({"status": status, "output": output}).to_string(),
+                Text::plain(json!({"status": status, "output": output}).to_string()),
             ))
         }
     }
@@ -489,17 +526,17 @@ fn builtin_output(
 
 /// Adds an assistant tool call. Consecutive calls (and the assistant text just before them)
 /// were one turn; reasoning waiting for its message goes with the first call.
-fn push_tool_call(
-    messages: &mut Vec<Message>,
-    pending_reasoning: &mut Option<String>,
-    call_id: String,
-    name: String,
-    arguments: String,
+fn push_tool_call<'a>(
+    messages: &mut Vec<Message<'a>>,
+    pending_reasoning: &mut Option<Text<'a>>,
+    id: Text<'a>,
+    name: Text<'a>,
+    arguments: Text<'a>,
 ) {
     let call = ToolCall {
-        id: call_id,
-        kind: FunctionKind::Function,
-        function: Function { name, arguments },
+        id,
+        name,
+        arguments,
     };
     match messages.last_mut() {
         Some(Message::Assistant(turn)) if pending_reasoning.is_none() => turn.tool_calls.push(call),
@@ -511,79 +548,94 @@ fn push_tool_call(
     }
 }
 
+/// Appends `more` to a text being gathered from parts.
+fn append<'a>(gathered: &mut Option<Text<'a>>, more: Text<'a>) {
+    match gathered {
+        Some(t) => t.push(more),
+        None => *gathered = Some(more),
+    }
+}
+
 /// The plain text of a reasoning item: its `content` if any, else its summary.
-fn reasoning_text(item: &mut Obj<'_>, options: &Options) -> Result<Option<String>, ApiError> {
-    let summary_path = item.field_path("summary");
+fn reasoning_text<'a>(
+    item: &mut Obj<'a, '_>,
+    options: &Options,
+) -> Result<Option<Text<'a>>, ApiError> {
+    let at = item.path;
     let summary = item.array("summary")?.unwrap_or_default();
-    let content_path = item.field_path("content");
     let content = item.array("content")?.unwrap_or_default();
-    let sealed_path = item.field_path("encrypted_content");
+    let sealed_path = Path::Key(&at, "encrypted_content");
     let sealed = item.string("encrypted_content")?;
     item.string("status")?;
     // Reasoning we sealed in an earlier response: the full text, better than any summary.
     if let Some(blob) = sealed {
         let keyring = options.keyring.as_ref().ok_or_else(|| {
             bad_value(
-                &sealed_path,
+                sealed_path,
                 format!("Invalid '{sealed_path}': this server has no reasoning keys to open it."),
             )
             .with_code(ErrorCode::InvalidEncryptedContent)
         })?;
-        return match keyring.open(&blob) {
-            Ok(text) => Ok((!text.is_empty()).then_some(text)),
+        return match keyring.open(&blob.as_str()) {
+            Ok(text) => Ok((!text.is_empty()).then(|| Text::plain(text))),
             Err(e) => Err(bad_value(
-                &sealed_path,
+                sealed_path,
                 format!("Invalid '{sealed_path}': it cannot be opened ({e}). Send reasoning items back unchanged, to the server that produced them."),
             )
             .with_code(ErrorCode::InvalidEncryptedContent)),
         };
     }
-    let mut text = String::new();
-    let (parts, path, want) = if content.is_empty() {
-        (summary, summary_path, "summary_text")
+    let mut gathered: Option<Text<'a>> = None;
+    let (parts, key, want) = if content.is_empty() {
+        (summary, "summary", "summary_text")
     } else {
-        (content, content_path, "reasoning_text")
+        (content, "content", "reasoning_text")
     };
+    let path = Path::Key(&at, key);
     for (i, part) in parts.into_iter().enumerate() {
-        let ppath = index(&path, i);
-        let mut p = Obj::new(part, &ppath)?;
+        let ppath = Path::Index(&path, i);
+        let mut p = Obj::new(part, ppath)?;
         let kind = p.required_string("type")?;
-        if kind != want && kind != "text" {
+        if kind != *want && kind != *"text" {
             return Err(bad_value(
-                &p.field_path("type"),
+                p.field_path("type"),
                 format!("Invalid '{ppath}.type': expected '{want}', got '{kind}'."),
             ));
         }
         let t = p.required_string("text")?;
         p.deny_unknown()?;
-        if !text.is_empty() {
-            text.push('\n');
+        if gathered.as_ref().is_some_and(|g| !g.is_empty()) {
+            append(&mut gathered, Text::plain("\n"));
         }
-        text.push_str(&t);
+        append(&mut gathered, text(t));
     }
-    Ok((!text.is_empty()).then_some(text))
+    Ok(gathered.filter(|t| !t.is_empty()))
 }
 
 /// Joins the text of `input_text`/`output_text` parts (tool outputs and system messages,
 /// whose Chat form is text only).
-fn text_of_parts(parts: Vec<Value>, path: &str, options: &Options) -> Result<String, ApiError> {
-    let mut text = String::new();
+fn text_of_parts<'a>(
+    parts: Vec<Node<'a>>,
+    path: Path<'_>,
+    options: &Options,
+) -> Result<Text<'a>, ApiError> {
+    let mut gathered = None;
     for (i, part) in parts.into_iter().enumerate() {
-        let ppath = index(path, i);
-        let mut p = Obj::new(part, &ppath)?;
-        let kind = p.required_string("type")?;
-        match kind.as_str() {
+        let ppath = Path::Index(&path, i);
+        let mut p = Obj::new(part, ppath)?;
+        let kind = p.required_string("type")?.into_cow();
+        match kind.as_ref() {
             "input_text" | "output_text" | "text" => {
                 let t = p.required_string("text")?;
-                check_part_size(&p.field_path("text"), t.len(), options)?;
+                check_part_size(Path::Key(&ppath, "text"), &t, options)?;
                 text_part_hints(&mut p)?;
                 p.deny_unknown()?;
-                text.push_str(&t);
+                append(&mut gathered, text(t));
             }
             kind if is_extension(kind) => {}
             other => {
                 return Err(bad_value(
-                    &p.field_path("type"),
+                    p.field_path("type"),
                     format!(
                     "Invalid '{ppath}.type': '{other}' is not supported here; only text parts are."
                 ),
@@ -591,26 +643,27 @@ fn text_of_parts(parts: Vec<Value>, path: &str, options: &Options) -> Result<Str
             }
         }
     }
-    Ok(text)
+    Ok(gathered.unwrap_or_default())
 }
 
 /// One message item → one Chat message.
-fn message(mut item: Obj<'_>, options: &Options) -> Result<Message, ApiError> {
-    let role_path = item.field_path("role");
+fn message<'a>(mut item: Obj<'a, '_>, options: &Options) -> Result<Message<'a>, ApiError> {
+    let at = item.path;
     let role = item
         .enumeration("role", &["user", "assistant", "system", "developer"])?
-        .ok_or_else(|| missing(&role_path))?;
+        .ok_or_else(|| missing(Path::Key(&at, "role")))?;
     item.string("status")?;
     // OpenAI's label of assistant messages (talk before tool calls, or the answer), which
     // the SDKs ask clients to send back; a Chat template has no place for it. (It is also
     // on the user message `responses.compact()` keeps, as `null`.)
     item.enumeration("phase", PHASES)?;
-    let content_path = item.field_path("content");
-    let content = item.take("content").ok_or_else(|| missing(&content_path))?;
+    let content_path = Path::Key(&at, "content");
+    let content = item.take("content").ok_or_else(|| missing(content_path))?;
     item.deny_unknown()?;
-    let parts = match content {
-        Value::String(s) => {
-            check_part_size(&content_path, s.len(), options)?;
+    let parts = match into_items(content)? {
+        Err(Node::Str(s)) => {
+            check_part_size(content_path, &s, options)?;
+            let s = text(s);
             return Ok(match role {
                 "system" => Message::System { content: s },
                 "developer" => system_message(s, options),
@@ -623,10 +676,10 @@ fn message(mut item: Obj<'_>, options: &Options) -> Result<Message, ApiError> {
                 },
             });
         }
-        Value::Array(parts) => parts,
-        other => {
+        Ok(parts) => parts,
+        Err(other) => {
             return Err(wrong_type(
-                &content_path,
+                content_path,
                 "a string or an array of content parts",
                 &other,
             ))
@@ -634,29 +687,29 @@ fn message(mut item: Obj<'_>, options: &Options) -> Result<Message, ApiError> {
     };
     Ok(match role {
         "system" => Message::System {
-            content: text_of_parts(parts, &content_path, options)?,
+            content: text_of_parts(parts, content_path, options)?,
         },
-        "developer" => system_message(text_of_parts(parts, &content_path, options)?, options),
-        "assistant" => Message::Assistant(assistant_content(parts, &content_path)?),
+        "developer" => system_message(text_of_parts(parts, content_path, options)?, options),
+        "assistant" => Message::Assistant(assistant_content(parts, content_path)?),
         _ => Message::User {
-            content: Content::Parts(user_content(parts, &content_path, options)?),
+            content: Content::Parts(user_content(parts, content_path, options)?),
         },
     })
 }
 
 /// Assistant history: `output_text` parts join into `content`, `refusal` parts into `refusal`.
-fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Assistant, ApiError> {
+fn assistant_content<'a>(parts: Vec<Node<'a>>, path: Path<'_>) -> Result<Assistant<'a>, ApiError> {
     let mut turn = Assistant::default();
     for (i, part) in parts.into_iter().enumerate() {
-        let ppath = index(path, i);
-        let mut p = Obj::new(part, &ppath)?;
-        let kind = p.required_string("type")?;
-        let (slot, key) = match kind.as_str() {
+        let ppath = Path::Index(&path, i);
+        let mut p = Obj::new(part, ppath)?;
+        let kind = p.required_string("type")?.into_cow();
+        let (slot, key) = match kind.as_ref() {
             "output_text" | "input_text" | "text" => (&mut turn.content, "text"),
             "refusal" => (&mut turn.refusal, "refusal"),
             other => {
                 return Err(bad_value(
-                    &p.field_path("type"),
+                    p.field_path("type"),
                     format!("Invalid '{ppath}.type': '{other}' is not an assistant content type. Supported: 'output_text', 'refusal'."),
                 ))
             }
@@ -664,24 +717,28 @@ fn assistant_content(parts: Vec<Value>, path: &str) -> Result<Assistant, ApiErro
         let t = p.required_string(key)?;
         text_part_hints(&mut p)?;
         p.deny_unknown()?;
-        slot.get_or_insert_with(String::new).push_str(&t);
+        append(slot, text(t));
     }
     Ok(turn)
 }
 
 /// User content parts → Chat content parts.
-fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<Part>, ApiError> {
+fn user_content<'a>(
+    parts: Vec<Node<'a>>,
+    path: Path<'_>,
+    options: &Options,
+) -> Result<Vec<Part<'a>>, ApiError> {
     let mut out = Vec::with_capacity(parts.len());
     for (i, part) in parts.into_iter().enumerate() {
-        let ppath = index(path, i);
-        let mut p = Obj::new(part, &ppath)?;
-        let kind = p.required_string("type")?;
-        let chat_part = match kind.as_str() {
+        let ppath = Path::Index(&path, i);
+        let mut p = Obj::new(part, ppath)?;
+        let kind = p.required_string("type")?.into_cow();
+        let chat_part = match kind.as_ref() {
             "input_text" | "text" => {
-                let text = p.required_string("text")?;
-                check_part_size(&p.field_path("text"), text.len(), options)?;
+                let t = p.required_string("text")?;
+                check_part_size(Path::Key(&ppath, "text"), &t, options)?;
                 text_part_hints(&mut p)?;
-                Part::Text { text }
+                Part::Text { text: text(t) }
             }
             "input_image" => {
                 // `original` (the image as sent, no downscaling) is the most detail a Chat
@@ -694,12 +751,10 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<
                     return Err(stored_file(&p.field_path("file_id")));
                 }
                 let url = p.required_string("image_url")?;
-                check_part_size(&p.field_path("image_url"), url.len(), options)?;
+                check_part_size(Path::Key(&ppath, "image_url"), &url, options)?;
                 Part::ImageUrl {
-                    image_url: ImageUrl {
-                        url,
-                        detail: detail.map(str::to_owned),
-                    },
+                    url: text(url),
+                    detail,
                 }
             }
             "input_file" => {
@@ -714,34 +769,30 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<
                 let file_url = p.string("file_url")?;
                 match (&file_data, &file_url) {
                     (Some(data), None) => {
-                        check_part_size(&p.field_path("file_data"), data.len(), options)?;
+                        check_part_size(Path::Key(&ppath, "file_data"), data, options)?;
                     }
                     (None, Some(_)) => {}
                     (Some(_), Some(_)) => {
-                        return Err(bad_value(&ppath, format!("Invalid '{ppath}': give either 'file_data' or 'file_url', not both.")))
+                        return Err(bad_value(ppath, format!("Invalid '{ppath}': give either 'file_data' or 'file_url', not both.")))
                     }
-                    (None, None) => return Err(missing(&p.field_path("file_data"))),
+                    (None, None) => return Err(missing(p.field_path("file_data"))),
                 }
                 Part::File {
-                    file: File {
-                        file_data,
-                        file_url,
-                        filename,
-                    },
+                    file_data: file_data.map(text),
+                    file_url: file_url.map(text),
+                    filename: filename.map(text),
                 }
             }
             "input_video" => {
                 let url = p.required_string("video_url")?;
-                check_part_size(&p.field_path("video_url"), url.len(), options)?;
-                Part::VideoUrl {
-                    video_url: VideoUrl { url },
-                }
+                check_part_size(Path::Key(&ppath, "video_url"), &url, options)?;
+                Part::VideoUrl { url: text(url) }
             }
             // Provider extensions (`slug:type`) mean nothing to a Chat upstream: dropped.
             kind if is_extension(kind) => continue,
             other => {
                 return Err(bad_value(
-                    &p.field_path("type"),
+                    p.field_path("type"),
                     format!("Invalid '{ppath}.type': unsupported content type '{other}'. Supported: 'input_text', 'input_image', 'input_file', 'input_video'."),
                 ))
             }
@@ -756,18 +807,17 @@ fn user_content(parts: Vec<Value>, path: &str, options: &Options) -> Result<Vec<
 /// and `logprobs` (an `output_text` part sent back as it came, or the user message
 /// `responses.compact()` keeps), `parsed` (added by the SDKs' `parse()` and stream helpers:
 /// the text, parsed), and a prompt-cache breakpoint.
-fn text_part_hints(p: &mut Obj<'_>) -> Result<(), ApiError> {
-    p.array("annotations")?;
-    p.array("logprobs")?;
+fn text_part_hints(p: &mut Obj<'_, '_>) -> Result<(), ApiError> {
+    p.skip_array("annotations")?;
+    p.skip_array("logprobs")?;
     p.take("parsed");
     cache_breakpoint(p)
 }
 
 /// `prompt_cache_breakpoint`: where OpenAI's prompt cache may cut. A Chat upstream caches
 /// prefixes its own way (vLLM's prefix caching needs no marks): validated and ignored.
-fn cache_breakpoint(p: &mut Obj<'_>) -> Result<(), ApiError> {
-    p.object("prompt_cache_breakpoint")?;
-    Ok(())
+fn cache_breakpoint(p: &mut Obj<'_, '_>) -> Result<(), ApiError> {
+    p.skip_object("prompt_cache_breakpoint")
 }
 
 fn stored_file(path: &str) -> ApiError {
@@ -780,7 +830,7 @@ fn stored_file(path: &str) -> ApiError {
 
 /// The message `instructions` and `developer` input become upstream. Most open-weight chat
 /// templates know only `system`; some upstreams understand `developer` (configurable).
-pub(crate) fn system_message(content: String, options: &Options) -> Message {
+pub(crate) fn system_message<'a>(content: Text<'a>, options: &Options) -> Message<'a> {
     match options.developer_role {
         DeveloperRole::System => Message::System { content },
         DeveloperRole::Developer => Message::Developer { content },
@@ -793,11 +843,57 @@ pub(crate) fn is_extension(name: &str) -> bool {
         .is_some_and(|(slug, rest)| !slug.is_empty() && !rest.is_empty())
 }
 
+/// A length checked against the part cap: at most [`Length::bound`], which is known without
+/// reading the text (a token's length as written: its text is never longer), and exactly
+/// [`Length::exact`], measured only when the bound is over the cap.
+pub(crate) trait Length {
+    fn bound(&self) -> usize;
+    fn exact(&self) -> usize;
+}
+
+impl Length for usize {
+    fn bound(&self) -> usize {
+        *self
+    }
+
+    fn exact(&self) -> usize {
+        *self
+    }
+}
+
+impl Length for Str<'_> {
+    fn bound(&self) -> usize {
+        self.len_bound()
+    }
+
+    fn exact(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Length for Text<'_> {
+    fn bound(&self) -> usize {
+        self.len_bound()
+    }
+
+    fn exact(&self) -> usize {
+        self.len()
+    }
+}
+
 /// One content part (text, image or file data, tool output) within the configured size.
-pub(crate) fn check_part_size(path: &str, len: usize, options: &Options) -> Result<(), ApiError> {
+pub(crate) fn check_part_size(
+    path: impl std::fmt::Display,
+    value: &impl Length,
+    options: &Options,
+) -> Result<(), ApiError> {
+    if value.bound() <= options.max_part_bytes {
+        return Ok(());
+    }
+    let len = value.exact();
     if len > options.max_part_bytes {
         return Err(bad_value(
-            path,
+            &path,
             format!(
                 "Invalid '{path}': {len} bytes; this server accepts at most {} bytes per content part.",
                 options.max_part_bytes
@@ -811,7 +907,7 @@ pub(crate) fn check_part_size(path: &str, len: usize, options: &Options) -> Resu
 /// Joins the system messages at the head of the conversation (instructions, then developer
 /// and system items, as Codex sends them) into one: most chat templates accept a single
 /// leading system message and fail on a second.
-pub(crate) fn merge_leading_system(messages: Vec<Message>) -> Vec<Message> {
+pub(crate) fn merge_leading_system(messages: Vec<Message<'_>>) -> Vec<Message<'_>> {
     let head = messages
         .iter()
         .take_while(|m| m.system_text().is_some())
@@ -829,8 +925,10 @@ pub(crate) fn merge_leading_system(messages: Vec<Message>) -> Vec<Message> {
     };
     if let Message::System { content } | Message::Developer { content } = &mut first {
         for m in rest.by_ref().take(head - 1) {
-            content.push_str("\n\n");
-            content.push_str(m.system_text().unwrap_or_default());
+            if let Message::System { content: more } | Message::Developer { content: more } = m {
+                content.push_plain("\n\n");
+                content.push(more);
+            }
         }
     }
     std::iter::once(first).chain(rest).collect()

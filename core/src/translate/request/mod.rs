@@ -1,9 +1,13 @@
 //! `POST /v1/responses` body → Chat Completions request body.
 //!
-//! The parsed body is consumed field by field: every known field is removed as it is
-//! validated and mapped, so what is left at the end is exactly the set of unknown fields,
-//! forwarded verbatim (vLLM's `top_k`, `chat_template_kwargs`, ...) or rejected in strict
-//! mode. Strings move from the request into the Chat messages without copies.
+//! The body is read once, borrowed (`translate::json::document`): containers the
+//! translation reads become fields in document order, and everything it carries over
+//! (texts, arguments, tool schemas, the fields it forwards) stays the token it came as. The
+//! fields are consumed one by one: every known field is removed as it is validated and
+//! mapped, so what is left at the end is exactly the set of unknown fields, forwarded as they
+//! came (vLLM's `top_k`, `chat_template_kwargs`, ...) or rejected in strict mode. The Chat
+//! request borrows its texts from the body and is written straight into one buffer; what
+//! the response echoes is copied once, as JSON.
 //!
 //! Split by concern: this file maps the request's parameters and drives the rest; `tools`
 //! maps `tools` and `tool_choice`; `input` maps `input` items into Chat messages; `body`
@@ -15,19 +19,24 @@ mod input;
 mod summary;
 mod tools;
 
-pub(crate) use body::{leftover_fields, parse_body, reject_stateful};
+pub(crate) use body::{leftover_fields, parse_body, parse_request, reject_stateful};
 pub(crate) use input::{check_part_size, input_messages, merge_leading_system, system_message};
 pub(crate) use summary::summarising_messages;
 pub use summary::{PROMPT, REQUEST};
 use tools::{tool_choice, tools, Declared};
 
-use bytes::Bytes;
-use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
-use super::fields::{bad_value, index, join, missing, wrong_type, Obj};
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::fields::{bad_value, index, join, missing, wrong_type, Obj, Path};
+use super::json::document::{self, Fields, Node, Str};
 use super::{Meta, Options, ResponsePlan};
 use crate::chat;
-use crate::openresponses::{ApiError, Echo, ErrorCode};
+use crate::chat::request::{Piece, ResponseFormat, Text};
+use crate::openresponses::{ApiError, Echo, EchoFormat, EchoReasoning, EchoText, ErrorCode};
 
 /// A translated request: the Chat body to send upstream and the state for the way back.
 #[derive(Debug)]
@@ -54,20 +63,46 @@ const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
 
 /// Validates a Responses request and maps it to Chat Completions.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
-    translate_object(parse_body(body, options)?.map, options, meta)
+    let req = parse_request(body, options)?;
+    translate_fields(req, body.len(), options, meta)
 }
 
-/// [`translate`] for a body already parsed (a WebSocket `response.create` whose transport
-/// fields were taken off): the same rules, without parsing twice.
+/// [`translate`] for a body already parsed into a tree (a WebSocket `response.create` whose
+/// transport fields were taken off and whose kept context was spliced into `input`): the
+/// same rules, on the tree written out again (the size cap was the message's).
 pub fn translate_object(
     map: Map<String, Value>,
     options: &Options,
     meta: Meta,
 ) -> Result<Translated, ApiError> {
-    let mut req = Obj { map, path: "" };
+    // A map of strings and JSON values into memory: cannot fail.
+    let body = serde_json::to_vec(&map).unwrap_or_default();
+    translate_fields(body::read(&body)?, body.len(), options, meta)
+}
+
+/// A string of the request as a Chat text: its token as it came where it has one.
+pub(crate) fn text(s: Str<'_>) -> Text<'_> {
+    match s.escaped_text() {
+        Some(escaped) => Text::One(Piece::Json(escaped)),
+        None => Text::One(Piece::Plain(s.into_cow())),
+    }
+}
+
+/// The Chat body's buffer: the request's size (its texts carry over) and room for the
+/// messages' own keys.
+fn body_capacity(request_bytes: usize) -> usize {
+    request_bytes + request_bytes / 8 + 512
+}
+
+fn translate_fields(
+    mut req: Obj<'_, '_>,
+    request_bytes: usize,
+    options: &Options,
+    meta: Meta,
+) -> Result<Translated, ApiError> {
     reject_stateful(&mut req)?;
     // Codex sends its installation/session ids here: client bookkeeping, not for the model.
-    req.object("client_metadata")?;
+    req.skip_object("client_metadata")?;
     openai_platform_options(&mut req)?;
 
     let model = req.required_string("model")?;
@@ -85,45 +120,47 @@ pub fn translate_object(
     }
     if let Some(so) = req.object("stream_options")? {
         let mut so = Obj {
-            map: so,
-            path: "stream_options",
+            fields: so,
+            path: Path::Text("stream_options"),
         };
         so.bool("include_obfuscation")?;
     }
 
     let mut echo = Echo::default();
+    let model_name = model.as_str().into_owned();
     let mut chat = chat::Request {
-        model: model.clone(),
+        model: text(model),
         ..chat::Request::default()
     };
 
     // Messages: instructions first, then the input items in order.
     let instructions = req.string("instructions")?;
     if let Some(i) = &instructions {
-        check_part_size("instructions", i.len(), options)?;
+        check_part_size("instructions", i, options)?;
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
     let mut input = input_messages(input, options)?;
     let compaction = input.compaction_trigger;
     let additional_tools = std::mem::take(&mut input.tools);
+    echo.instructions = instructions.as_ref().map(Str::to_json);
+    let instructions = instructions.map(text);
     chat.messages = if compaction {
         // Codex's remote compaction: a summarising request, answered with a sealed summary.
-        summarising_messages(instructions.as_deref(), input, options)
+        summarising_messages(instructions, input, options)
     } else {
-        let mut messages = Vec::new();
-        if let Some(i) = &instructions {
-            messages.push(system_message(i.clone(), options));
+        let mut messages = Vec::with_capacity(input.messages.len() + input.context.len() + 1);
+        if let Some(i) = instructions {
+            messages.push(system_message(i, options));
         }
         messages.append(&mut input.context);
         messages.append(&mut input.messages);
         merge_leading_system(messages)
     };
-    echo.instructions = instructions;
 
     // Tools (the request's, then those `additional_tools` items declared) and how the model
     // may use them.
     let mut offered = Vec::new();
-    let mut declared: Vec<Declared> = req
+    let mut declared: Vec<Declared<'_>> = req
         .array("tools")?
         .unwrap_or_default()
         .into_iter()
@@ -135,21 +172,20 @@ pub fn translate_object(
         .collect();
     declared.extend(additional_tools);
     let tools = tools(declared, &mut echo, &mut offered, options)?;
-    let tool_names: Vec<&str> = tools.iter().map(|t| t.function.name.as_str()).collect();
-    let choice = req.take("tool_choice");
-    let choice = match choice {
+    let tool_names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    let choice = match req.take("tool_choice") {
         Some(c) => Some(tool_choice(c, &tool_names)?),
         None => None,
     };
     let mut chat_tools = tools;
     if let Some((chat_choice, allowed, echoed)) = choice {
         if let Some(allowed) = allowed {
-            chat_tools.retain(|t| allowed.contains(&t.function.name));
+            chat_tools.retain(|t| allowed.iter().any(|a| *a == t.name));
         }
         if chat_tools.is_empty() {
             // Chat servers (vLLM) reject a `tool_choice` without `tools`; with no tools
             // 'auto' and 'none' both mean "answer in text", but 'required' cannot be met.
-            if chat_choice == "required" {
+            if chat_choice == chat::request::ToolChoice::Mode("required") {
                 return Err(bad_value(
                     "tool_choice",
                     "Invalid 'tool_choice': 'required' needs at least one function in 'tools'.",
@@ -208,14 +244,13 @@ pub fn translate_object(
     // Output shape.
     let include = include(&mut req)?;
     let top_logprobs = req.integer("top_logprobs", 0, 20)?;
-    let logprobs =
-        include.iter().any(|i| i == LOGPROBS_INCLUDE) || top_logprobs.is_some_and(|n| n > 0);
+    let logprobs = include.contains(&LOGPROBS_INCLUDE) || top_logprobs.is_some_and(|n| n > 0);
     if logprobs {
         chat.logprobs = Some(true);
         chat.top_logprobs = top_logprobs;
     }
     echo.top_logprobs = top_logprobs.unwrap_or(0);
-    let seal_reasoning = include.iter().any(|i| i == ENCRYPTED_INCLUDE);
+    let seal_reasoning = include.contains(&ENCRYPTED_INCLUDE);
     if seal_reasoning && options.keyring.is_none() {
         return Err(bad_value(
             "include",
@@ -228,8 +263,8 @@ pub fn translate_object(
     }
     if let Some(reasoning) = req.object("reasoning")? {
         let mut r = Obj {
-            map: reasoning,
-            path: "reasoning",
+            fields: reasoning,
+            path: Path::Text("reasoning"),
         };
         // Any effort is forwarded: the upstream knows which its model supports (`minimal`,
         // `max`, and whatever comes next), and says so when it does not.
@@ -242,46 +277,47 @@ pub fn translate_object(
         r.enumeration("context", &["auto", "current_turn", "all_turns"])?;
         r.string("mode")?;
         r.deny_unknown()?;
-        if let Some(e) = &effort {
-            chat.reasoning_effort = Some(e.clone());
-        }
-        echo.reasoning = Some(json!({"effort": effort, "summary": summary}));
+        echo.reasoning = Some(EchoReasoning {
+            effort: effort.as_ref().map(|e| e.as_str().into_owned()),
+            summary,
+        });
+        chat.reasoning_effort = effort.map(text);
     }
 
     // Echoed, not sent upstream.
     if let Some(t) = req.enumeration("truncation", &["auto", "disabled"])? {
-        echo.truncation = t.into();
+        echo.truncation = t;
     }
     // Echoed as asked, known or not (`scale`, `fast`, `ultrafast`, ...): it is OpenAI's
     // billing tier, and a Chat upstream serves every request the same way.
     if let Some(t) = req.string("service_tier")? {
-        echo.service_tier = t;
+        echo.service_tier = t.into_string();
     }
     if let Some(m) = req.take("metadata") {
-        echo.metadata = metadata(m)?;
+        echo.metadata = Some(metadata(m)?);
     }
     if let Some(key) = req.string("prompt_cache_key")? {
-        if key.chars().count() > 64 {
+        if key.as_str().chars().count() > 64 {
             return Err(bad_value(
                 "prompt_cache_key",
                 "Invalid 'prompt_cache_key': at most 64 characters.",
             ));
         }
-        echo.prompt_cache_key = Some(key);
+        echo.prompt_cache_key = Some(key.into_string());
     }
     if let Some(id) = req.string("safety_identifier")? {
-        if id.chars().count() > 64 {
+        if id.as_str().chars().count() > 64 {
             return Err(bad_value(
                 "safety_identifier",
                 "Invalid 'safety_identifier': at most 64 characters.",
             ));
         }
-        chat.user = Some(id.clone());
-        echo.safety_identifier = Some(id);
+        echo.safety_identifier = Some(id.as_str().into_owned());
+        chat.user = Some(text(id));
     }
     // The SDKs' older name of `safety_identifier`; the newer one wins.
     if let Some(user) = req.string("user")? {
-        chat.user.get_or_insert(user);
+        chat.user.get_or_insert(text(user));
     }
 
     if stream {
@@ -310,7 +346,7 @@ pub fn translate_object(
     }
 
     echo.store = false;
-    let mut plan = ResponsePlan::new(&model, stream, meta, options.clone());
+    let mut plan = ResponsePlan::new(&model_name, stream, meta, options.clone());
     plan.echo = echo;
     plan.logprobs = logprobs && !compaction;
     plan.seal_reasoning = seal_reasoning;
@@ -324,7 +360,7 @@ pub fn translate_object(
         max_output_tokens: chat.max_completion_tokens,
     };
     Ok(Translated {
-        body: Bytes::from(chat.encode()),
+        body: Bytes::from(chat.encode(body_capacity(request_bytes))),
         plan,
     })
 }
@@ -338,13 +374,13 @@ pub fn translate_object(
 /// choices a Chat upstream makes its own way: validated and ignored. `moderation` asks for
 /// content to be scored or blocked, which this server cannot do: refused rather than
 /// silently not done. `user` (the SDKs' older name of `safety_identifier`) is Chat's `user`.
-fn openai_platform_options(req: &mut Obj<'_>) -> Result<(), ApiError> {
+fn openai_platform_options(req: &mut Obj<'_, '_>) -> Result<(), ApiError> {
     req.string("prompt_cache_retention")?;
-    req.object("prompt_cache_options")?;
-    req.object("access_programs")?;
-    req.object("background_options")?;
-    req.array("context_management")?;
-    req.object("image")?;
+    req.skip_object("prompt_cache_options")?;
+    req.skip_object("access_programs")?;
+    req.skip_object("background_options")?;
+    req.skip_array("context_management")?;
+    req.skip_object("image")?;
     if req.has("moderation") {
         return Err(bad_value(
             "moderation",
@@ -355,7 +391,7 @@ fn openai_platform_options(req: &mut Obj<'_>) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
+fn include(req: &mut Obj<'_, '_>) -> Result<Vec<&'static str>, ApiError> {
     let Some(list) = req.array("include")? else {
         return Ok(Vec::new());
     };
@@ -363,15 +399,20 @@ fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
     for (i, v) in list.into_iter().enumerate() {
         let path = index("include", i);
         match v {
-            Value::String(s) if INCLUDE_VALUES.contains(&s.as_str()) => out.push(s),
-            Value::String(s) => {
-                return Err(bad_value(
-                    &path,
-                    format!(
-                        "Invalid value for '{path}': '{s}'. Supported values are: {}.",
-                        INCLUDE_VALUES.join(", ")
-                    ),
-                ))
+            Node::Str(s) => {
+                let s = s.as_str();
+                match INCLUDE_VALUES.iter().find(|known| **known == s) {
+                    Some(known) => out.push(*known),
+                    None => {
+                        return Err(bad_value(
+                            &path,
+                            format!(
+                                "Invalid value for '{path}': '{s}'. Supported values are: {}.",
+                                INCLUDE_VALUES.join(", ")
+                            ),
+                        ))
+                    }
+                }
             }
             other => return Err(wrong_type(&path, "a string", &other)),
         }
@@ -379,18 +420,23 @@ fn include(req: &mut Obj<'_>) -> Result<Vec<String>, ApiError> {
     Ok(out)
 }
 
-fn metadata(value: Value) -> Result<Value, ApiError> {
-    let map = match value {
-        Value::Object(m) => m,
-        other => return Err(wrong_type("metadata", "an object", &other)),
+/// `metadata`, checked, as the JSON the response echoes (a copy of the client's).
+fn metadata(value: Node<'_>) -> Result<Box<RawValue>, ApiError> {
+    if !value.is_object() {
+        return Err(wrong_type("metadata", "an object", &value));
+    }
+    let echoed = match &value {
+        Node::Kept(raw, _) => document::echoed(raw),
+        other => document::owned_json(other),
     };
-    if map.len() > 16 {
+    let fields = Obj::new(value, Path::Text("metadata"))?.fields;
+    if fields.len() > 16 {
         return Err(bad_value(
             "metadata",
             "Invalid 'metadata': at most 16 key-value pairs are allowed.",
         ));
     }
-    for (k, v) in &map {
+    for (k, v) in &fields {
         let path = join("metadata", k);
         if k.chars().count() > 64 {
             return Err(bad_value(
@@ -399,8 +445,8 @@ fn metadata(value: Value) -> Result<Value, ApiError> {
             ));
         }
         match v {
-            Value::String(s) if s.chars().count() <= 512 => {}
-            Value::String(_) => {
+            Node::Str(s) if s.as_str().chars().count() <= 512 => {}
+            Node::Str(_) => {
                 return Err(bad_value(
                     &path,
                     "Invalid 'metadata': values are at most 512 characters.",
@@ -409,71 +455,76 @@ fn metadata(value: Value) -> Result<Value, ApiError> {
             other => return Err(wrong_type(&path, "a string", other)),
         }
     }
-    Ok(Value::Object(map))
+    Ok(echoed)
+}
+
+/// An object of the request as JSON to write out: borrowed where it was kept as it came.
+pub(crate) fn object_json(node: Node<'_>) -> Result<Cow<'_, RawValue>, Node<'_>> {
+    match node {
+        Node::Kept(raw, _) if raw.get().starts_with('{') => Ok(Cow::Borrowed(raw)),
+        node @ Node::Object(_) => Ok(Cow::Owned(document::owned_json(&node))),
+        other => Err(other),
+    }
 }
 
 /// `text.format` → `response_format`; the Responses form is echoed as given.
-fn text_format(
-    text: Map<String, Value>,
-    chat: &mut chat::Request,
+fn text_format<'a>(
+    text_param: Fields<'a>,
+    chat: &mut chat::Request<'a>,
     echo: &mut Echo,
 ) -> Result<(), ApiError> {
-    let mut text = Obj {
-        map: text,
-        path: "text",
+    let mut t = Obj {
+        fields: text_param,
+        path: Path::Text("text"),
     };
-    let verbosity = text.enumeration("verbosity", &["low", "medium", "high"])?;
-    let mut echoed = Map::new();
-    if let Some(format) = text.object("format")? {
+    let verbosity = t.enumeration("verbosity", &["low", "medium", "high"])?;
+    let mut echoed = EchoText::default();
+    if let Some(format) = t.object("format")? {
         let mut f = Obj {
-            map: format,
-            path: "text.format",
+            fields: format,
+            path: Path::Text("text.format"),
         };
         let kind = f
             .enumeration("type", &["text", "json_object", "json_schema"])?
             .ok_or_else(|| missing("text.format.type"))?;
         match kind {
-            "text" => {
-                echoed.insert("format".into(), json!({"type": "text"}));
-            }
+            "text" => echoed.format = EchoFormat::Text,
             "json_object" => {
-                chat.response_format = Some(json!({"type": "json_object"}));
-                echoed.insert("format".into(), json!({"type": "json_object"}));
+                chat.response_format = Some(ResponseFormat::JsonObject);
+                echoed.format = EchoFormat::JsonObject;
             }
             _ => {
                 let name = f.required_string("name")?;
-                let schema = f
-                    .object("schema")?
-                    .ok_or_else(|| missing("text.format.schema"))?;
+                let schema = match f.take("schema").map(object_json) {
+                    Some(Ok(schema)) => schema,
+                    Some(Err(other)) => {
+                        return Err(wrong_type("text.format.schema", "an object", &other))
+                    }
+                    None => return Err(missing("text.format.schema")),
+                };
                 let description = f.string("description")?;
                 let strict = f.bool("strict")?;
-                let mut js = Map::new();
-                js.insert("name".into(), name.clone().into());
-                if let Some(d) = &description {
-                    js.insert("description".into(), d.clone().into());
-                }
-                js.insert("schema".into(), Value::Object(schema.clone()));
-                if let Some(s) = strict {
-                    js.insert("strict".into(), s.into());
-                }
-                chat.response_format =
-                    Some(json!({"type": "json_schema", "json_schema": Value::Object(js)}));
-                echoed.insert(
-                    "format".into(),
-                    json!({"type": "json_schema", "name": name, "description": description,
-                           "schema": Value::Object(schema), "strict": strict.unwrap_or(false)}),
-                );
+                echoed.format = EchoFormat::JsonSchema {
+                    name: name.as_str().into_owned(),
+                    description: description.as_ref().map(|d| d.as_str().into_owned()),
+                    schema: document::echoed(&schema),
+                    strict: strict.unwrap_or(false),
+                };
+                chat.response_format = Some(ResponseFormat::JsonSchema {
+                    name: text(name),
+                    description: description.map(text),
+                    schema,
+                    strict,
+                });
             }
         }
         f.deny_unknown()?;
-    } else {
-        echoed.insert("format".into(), json!({"type": "text"}));
     }
     if let Some(v) = verbosity {
-        echoed.insert("verbosity".into(), v.into());
-        chat.verbosity = Some(v.to_owned());
+        echoed.verbosity = Some(v);
+        chat.verbosity = Some(v);
     }
-    text.deny_unknown()?;
-    echo.text = Value::Object(echoed);
+    t.deny_unknown()?;
+    echo.text = echoed;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! request to summarise it.
 
 use super::input::{merge_leading_system, system_message, Input};
-use crate::chat;
+use crate::chat::request::{Content, Message, Text};
 use crate::translate::Options;
 
 /// The system instruction of the summarising request (the first system message, merged with
@@ -21,16 +21,16 @@ const INSTRUCTIONS_NOTE: &str =
 
 /// The Chat messages of a summarising request: the prompt (and the client's instructions,
 /// as a note), the window's earlier summaries, the window, and the request to summarise it.
-pub(crate) fn summarising_messages(
-    instructions: Option<&str>,
-    window: Input,
+pub(crate) fn summarising_messages<'a>(
+    instructions: Option<Text<'a>>,
+    window: Input<'a>,
     options: &Options,
-) -> Vec<chat::request::Message> {
-    let mut prompt = PROMPT.to_owned();
+) -> Vec<Message<'a>> {
+    let mut prompt = Text::plain(PROMPT);
     if let Some(instructions) = instructions {
-        prompt.push_str("\n\n");
-        prompt.push_str(INSTRUCTIONS_NOTE);
-        prompt.push_str(instructions);
+        prompt.push_plain("\n\n");
+        prompt.push_plain(INSTRUCTIONS_NOTE);
+        prompt.push(instructions);
     }
     let Input {
         messages: mut conversation,
@@ -40,8 +40,8 @@ pub(crate) fn summarising_messages(
     let mut messages = vec![system_message(prompt, options)];
     messages.append(&mut context);
     messages.append(&mut conversation);
-    messages.push(chat::request::Message::User {
-        content: chat::request::Content::Text(REQUEST.to_owned()),
+    messages.push(Message::User {
+        content: Content::Text(Text::plain(REQUEST)),
     });
     merge_leading_system(messages)
 }

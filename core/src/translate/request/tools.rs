@@ -1,74 +1,83 @@
 //! `tools` and `tool_choice` → Chat's function tools and choice (function, namespace, custom
 //! and client-executed built-in tools; hosted tools dropped or rejected).
+//!
+//! A function's schema goes upstream as the client wrote it, and the response echoes a copy
+//! of those bytes: it is never read, only checked to be an object.
 
-use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
-use crate::chat::request::{FunctionKind, Tool, ToolFunction};
-use crate::openresponses::{ApiError, Echo, ErrorCode};
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::{object_json, text};
+use crate::chat::request::{Text, Tool, ToolChoice};
+use crate::openresponses::{ApiError, Echo, EchoTool, EchoToolChoice, ErrorCode};
 use crate::translate::calls::{builtin_function, CUSTOM_TOOL_INPUT};
-use crate::translate::fields::{bad_value, join, missing, Obj};
+use crate::translate::fields::{bad_value, missing, wrong_type, Obj, Path};
+use crate::translate::json::document::{echoed, owned_json, Node, Str};
 use crate::translate::{flat_name, HostedTools, OfferedTool, Options, ToolKind};
 
 /// A tool as the client sent it, and where (`tools[2]`, or `input[5].tools[0]` for a tool an
 /// `additional_tools` item declared).
-pub(crate) struct Declared {
+pub(crate) struct Declared<'a> {
     pub path: String,
-    pub tool: Value,
+    pub tool: Node<'a>,
 }
 
 /// Tools → Chat's nested function tools; fills `echo.tools` (plain functions) and `offered`
 /// (what the other functions stand for, to restore their calls). Hosted tools are dropped or
 /// rejected (`options`).
-pub(crate) fn tools(
-    list: Vec<Declared>,
+pub(crate) fn tools<'a>(
+    list: Vec<Declared<'a>>,
     echo: &mut Echo,
     offered: &mut Vec<OfferedTool>,
     options: &Options,
-) -> Result<Vec<Tool>, ApiError> {
+) -> Result<Vec<Tool<'a>>, ApiError> {
     let mut out = Tools {
         chat: Vec::with_capacity(list.len()),
         echo,
         offered,
     };
     for Declared { path, tool } in list {
-        let mut t = Obj::new(tool, &path)?;
-        let kind = t.required_string("type")?;
-        match kind.as_str() {
+        let mut t = Obj::new(tool, Path::Text(&path))?;
+        let kind = t.required_string("type")?.into_cow();
+        match kind.as_ref() {
             "function" => {
-                let f = function_tool(t, &path)?;
-                out.push(f, None, ToolKind::Function, &path)?;
+                let f = function_tool(t)?;
+                out.push(f, None, ToolKind::Function, Path::Text(&path))?;
             }
             // Free-text input (Codex's `apply_patch`): a Chat server only calls functions, so
             // the upstream gets a function with one string parameter, and its calls go back
             // as `custom_tool_call` items.
             "custom" => {
-                let f = custom_tool(t, &path)?;
-                out.push(f, None, ToolKind::Custom, &path)?;
+                let f = custom_tool(t)?;
+                out.push(f, None, ToolKind::Custom, Path::Text(&path))?;
             }
             // A group of functions and custom tools under one name (Codex's MCP tools):
             // flattened for the upstream as `<namespace>__<name>`, restored on their calls.
             "namespace" => {
-                let ns = t.required_string("name")?;
-                check_tool_name(&ns, &t.field_path("name"))?;
+                let ns = t.required_string("name")?.into_cow();
+                let at = t.path;
+                check_tool_name(&ns, Path::Key(&at, "name"))?;
                 t.string("description")?;
-                let tools_path = t.field_path("tools");
-                let inner = t.array("tools")?.ok_or_else(|| missing(&tools_path))?;
+                let tools_path = Path::Key(&at, "tools");
+                let inner = t.array("tools")?.ok_or_else(|| missing(tools_path))?;
                 t.deny_unknown()?;
                 for (j, f) in inner.into_iter().enumerate() {
-                    let fpath = format!("{tools_path}[{j}]");
-                    let mut ft = Obj::new(f, &fpath)?;
-                    let fkind = ft.required_string("type")?;
-                    let (f, kind) = match fkind.as_str() {
-                        "function" => (function_tool(ft, &fpath)?, ToolKind::Function),
-                        "custom" => (custom_tool(ft, &fpath)?, ToolKind::Custom),
+                    let fpath = Path::Index(&tools_path, j);
+                    let mut ft = Obj::new(f, fpath)?;
+                    let fkind = ft.required_string("type")?.into_cow();
+                    let (f, kind) = match fkind.as_ref() {
+                        "function" => (function_tool(ft)?, ToolKind::Function),
+                        "custom" => (custom_tool(ft)?, ToolKind::Custom),
                         _ => {
                             return Err(bad_value(
-                                &ft.field_path("type"),
+                                ft.field_path("type"),
                                 format!("Invalid '{fpath}.type': a namespace holds function and custom tools only, not '{fkind}'."),
                             ))
                         }
                     };
-                    out.push(f, Some(&ns), kind, &fpath)?;
+                    out.push(f, Some(&ns), kind, fpath)?;
                 }
             }
             // Client-executed built-ins: the client runs them, so a Chat upstream can call
@@ -79,17 +88,14 @@ pub(crate) fn tools(
                     continue;
                 };
                 let (description, parameters) = builtin_function(kind);
-                let Value::Object(parameters) = parameters else {
-                    continue;
-                };
                 t.deny_unknown()?;
                 let f = FunctionTool {
-                    name: kind.builtin_name().unwrap_or_default().to_owned(),
-                    description: Some(description.to_owned()),
-                    parameters: Some(parameters),
+                    name: kind.builtin_name().unwrap_or_default().into(),
+                    description: Some(Description::Written(Text::plain(description))),
+                    parameters: Some(Cow::Owned(owned_json(&parameters))),
                     strict: None,
                 };
-                out.push(f, None, kind, &path)?;
+                out.push(f, None, kind, Path::Text(&path))?;
             }
             // The computer tool acts on screens: its calls need a model trained on OpenAI's
             // computer actions, and its outputs are screenshots, which Chat tool messages
@@ -97,7 +103,7 @@ pub(crate) fn tools(
             // client waiting for calls that never come.
             "computer" | "computer_use_preview" => {
                 return Err(bad_value(
-                    &t.field_path("type"),
+                    t.field_path("type"),
                     format!(
                         "Unsupported tool type '{kind}' in '{path}': computer use needs screenshots as tool results and a model trained on OpenAI's computer actions, which a Chat Completions model server does not offer."
                     ),
@@ -110,7 +116,7 @@ pub(crate) fn tools(
             }
             _ => {
                 return Err(bad_value(
-                    &t.field_path("type"),
+                    t.field_path("type"),
                     format!(
                         "Unsupported tool type '{kind}' in '{path}': it runs on OpenAI's platform, and a Chat Completions model server can only call the tools the client runs (function, custom, namespace, shell, local_shell, apply_patch)."
                     ),
@@ -124,45 +130,44 @@ pub(crate) fn tools(
 
 /// Reads a built-in tool's fields; false when it runs on OpenAI's platform (a `shell` in a
 /// hosted container), where it is a hosted tool like any other.
-fn builtin_runs_on_the_client(t: &mut Obj<'_>) -> Result<bool, ApiError> {
+fn builtin_runs_on_the_client(t: &mut Obj<'_, '_>) -> Result<bool, ApiError> {
     allowed_callers(t)?;
-    let env_path = t.field_path("environment");
+    let at = t.path;
     let Some(env) = t.object("environment")? else {
         return Ok(true);
     };
     let mut env = Obj {
-        map: env,
-        path: &env_path,
+        fields: env,
+        path: Path::Key(&at, "environment"),
     };
     let kind = env.required_string("type")?;
-    match kind.as_str() {
+    if kind == *"local" {
         // The client's own machine: the tool runs there. Its skills are the client's.
-        "local" => {
-            env.array("skills")?;
-            env.deny_unknown()?;
-            Ok(true)
-        }
-        // OpenAI's containers.
-        _ => Ok(false),
+        env.skip_array("skills")?;
+        env.deny_unknown()?;
+        return Ok(true);
     }
+    // OpenAI's containers.
+    Ok(false)
 }
 
 /// Hints about how a tool may be called that a Chat upstream has no use for, validated and
 /// ignored: `allowed_callers` (programmatic tool calling runs on OpenAI's platform; here the
 /// model calls every tool itself).
-fn allowed_callers(t: &mut Obj<'_>) -> Result<(), ApiError> {
-    let path = t.field_path("allowed_callers");
+fn allowed_callers(t: &mut Obj<'_, '_>) -> Result<(), ApiError> {
+    let at = t.path;
+    let path = Path::Key(&at, "allowed_callers");
     for (i, caller) in t
         .array("allowed_callers")?
         .unwrap_or_default()
         .into_iter()
         .enumerate()
     {
-        match caller.as_str() {
-            Some("direct" | "programmatic") => {}
+        match caller {
+            Node::Str(s) if matches!(s.as_str().as_ref(), "direct" | "programmatic") => {}
             _ => {
                 return Err(bad_value(
-                    &format!("{path}[{i}]"),
+                    Path::Index(&path, i),
                     format!("Invalid '{path}[{i}]': expected 'direct' or 'programmatic'."),
                 ))
             }
@@ -175,29 +180,60 @@ fn allowed_callers(t: &mut Obj<'_>) -> Result<(), ApiError> {
 /// `defer_loading` (tool search runs on OpenAI's platform: every tool is sent at once),
 /// `async` (whether the client runs the call in the background is the client's business)
 /// and, for functions, `output_schema` (what the tool returns; the model sees the output).
-fn tool_hints(t: &mut Obj<'_>, output_schema: bool) -> Result<(), ApiError> {
+fn tool_hints(t: &mut Obj<'_, '_>, output_schema: bool) -> Result<(), ApiError> {
     allowed_callers(t)?;
     t.bool("defer_loading")?;
     t.bool("async")?;
     if output_schema {
-        t.object("output_schema")?;
+        t.skip_object("output_schema")?;
     }
     Ok(())
 }
 
 /// A validated function tool.
-struct FunctionTool {
-    name: String,
-    description: Option<String>,
-    parameters: Option<Map<String, Value>>,
+struct FunctionTool<'a> {
+    name: Cow<'a, str>,
+    description: Option<Description<'a>>,
+    parameters: Option<Cow<'a, RawValue>>,
     strict: Option<bool>,
 }
 
-fn function_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
-    let name = t.required_string("name")?;
-    check_tool_name(&name, &join(path, "name"))?;
-    let description = t.string("description")?;
-    let parameters = t.object("parameters")?;
+/// A function's description: the client's, or one written here (a custom or built-in
+/// tool's).
+enum Description<'a> {
+    Client(Str<'a>),
+    Written(Text<'a>),
+}
+
+impl<'a> Description<'a> {
+    fn text(&self) -> Text<'a> {
+        match self {
+            Description::Client(s) => text(s.clone()),
+            Description::Written(t) => t.clone(),
+        }
+    }
+
+    /// As the response echoes it.
+    fn echoed(&self) -> Box<RawValue> {
+        match self {
+            Description::Client(s) => s.to_json(),
+            Description::Written(t) => owned_json(&t.to_plain()),
+        }
+    }
+}
+
+fn function_tool<'a>(mut t: Obj<'a, '_>) -> Result<FunctionTool<'a>, ApiError> {
+    let name = t.required_string("name")?.into_cow();
+    let at = t.path;
+    check_tool_name(&name, Path::Key(&at, "name"))?;
+    let description = t.string("description")?.map(Description::Client);
+    let parameters = match t.take("parameters").map(object_json) {
+        None => None,
+        Some(Ok(schema)) => Some(schema),
+        Some(Err(other)) => {
+            return Err(wrong_type(t.field_path("parameters"), "an object", &other));
+        }
+    };
     let strict = t.bool("strict")?;
     tool_hints(&mut t, true)?;
     t.deny_unknown()?;
@@ -212,14 +248,17 @@ fn function_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
 /// A `custom` tool as the Chat function that stands for it: one required string parameter,
 /// the input; the input's format (a grammar) goes into the descriptions, since a Chat
 /// server cannot constrain a function's arguments with one.
-fn custom_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
-    let name = t.required_string("name")?;
-    check_tool_name(&name, &join(path, "name"))?;
+fn custom_tool<'a>(mut t: Obj<'a, '_>) -> Result<FunctionTool<'a>, ApiError> {
+    let name = t.required_string("name")?.into_cow();
+    let at = t.path;
+    check_tool_name(&name, Path::Key(&at, "name"))?;
     let description = t.string("description")?;
-    let format_path = t.field_path("format");
     let format = match t.object("format")? {
         None => None,
-        Some(f) => custom_tool_format(f, &format_path)?,
+        Some(f) => custom_tool_format(Obj {
+            fields: f,
+            path: Path::Key(&at, "format"),
+        })?,
     };
     tool_hints(&mut t, false)?;
     t.deny_unknown()?;
@@ -228,36 +267,42 @@ fn custom_tool(mut t: Obj<'_>, path: &str) -> Result<FunctionTool, ApiError> {
         input.push(' ');
         input.push_str(grammar);
     }
-    let mut parameters = Map::new();
-    parameters.insert("type".into(), "object".into());
-    parameters.insert(
-        "properties".into(),
-        json!({ CUSTOM_TOOL_INPUT: {"type": "string", "description": input} }),
-    );
-    parameters.insert("required".into(), json!([CUSTOM_TOOL_INPUT]));
-    parameters.insert("additionalProperties".into(), false.into());
+    let parameters = json!({
+        "type": "object",
+        "properties": { CUSTOM_TOOL_INPUT: {"type": "string", "description": input} },
+        "required": [CUSTOM_TOOL_INPUT],
+        "additionalProperties": false,
+    });
     let description = match (description, format) {
-        (Some(d), Some(g)) => Some(format!("{d}\n\n{g}")),
-        (d, g) => d.or(g),
-    };
+        (Some(d), Some(g)) => {
+            let mut d = text(d);
+            d.push_plain("\n\n");
+            d.push(Text::plain(g));
+            Some(d)
+        }
+        (Some(d), None) => Some(text(d)),
+        (None, g) => g.map(Text::plain),
+    }
+    .map(Description::Written);
     Ok(FunctionTool {
         name,
         description,
-        parameters: Some(parameters),
+        parameters: Some(Cow::Owned(owned_json(&parameters))),
         strict: None,
     })
 }
+
 /// A custom tool's `format`: `text` (nothing to say), or a `grammar` (described in words).
-fn custom_tool_format(f: Map<String, Value>, path: &str) -> Result<Option<String>, ApiError> {
-    let mut f = Obj::new(Value::Object(f), path)?;
-    let kind = f.required_string("type")?;
-    let described = match kind.as_str() {
+fn custom_tool_format(mut f: Obj<'_, '_>) -> Result<Option<String>, ApiError> {
+    let path = f.path;
+    let kind = f.required_string("type")?.into_cow();
+    let described = match kind.as_ref() {
         "text" => None,
         "grammar" => {
-            let syntax = f.required_string("syntax")?;
-            if !matches!(syntax.as_str(), "lark" | "regex") {
+            let syntax = f.required_string("syntax")?.into_cow();
+            if !matches!(syntax.as_ref(), "lark" | "regex") {
                 return Err(bad_value(
-                    &f.field_path("syntax"),
+                    f.field_path("syntax"),
                     format!("Invalid '{path}.syntax': '{syntax}'. Supported: 'lark', 'regex'."),
                 ));
             }
@@ -268,7 +313,7 @@ fn custom_tool_format(f: Map<String, Value>, path: &str) -> Result<Option<String
         }
         other => {
             return Err(bad_value(
-                &f.field_path("type"),
+                f.field_path("type"),
                 format!("Invalid '{path}.type': '{other}'. Supported: 'text', 'grammar'."),
             ))
         }
@@ -277,7 +322,7 @@ fn custom_tool_format(f: Map<String, Value>, path: &str) -> Result<Option<String
     Ok(described)
 }
 
-fn check_tool_name(name: &str, path: &str) -> Result<(), ApiError> {
+fn check_tool_name(name: &str, path: Path<'_>) -> Result<(), ApiError> {
     if name.is_empty()
         || name.len() > 64
         || !name
@@ -293,57 +338,53 @@ fn check_tool_name(name: &str, path: &str) -> Result<(), ApiError> {
 }
 
 /// The Chat tools being built, and what the response path needs to know about them.
-struct Tools<'a> {
-    chat: Vec<Tool>,
-    echo: &'a mut Echo,
-    offered: &'a mut Vec<OfferedTool>,
+struct Tools<'a, 'e> {
+    chat: Vec<Tool<'a>>,
+    echo: &'e mut Echo,
+    offered: &'e mut Vec<OfferedTool>,
 }
 
-impl Tools<'_> {
+impl<'a> Tools<'a, '_> {
     /// Adds one function to the Chat tools, and to the echo (plain functions only: the
     /// schema's echoed `tools` has no namespace, custom or built-in form) or to `offered`.
     fn push(
         &mut self,
-        f: FunctionTool,
+        f: FunctionTool<'a>,
         namespace: Option<&str>,
         kind: ToolKind,
-        path: &str,
+        path: Path<'_>,
     ) -> Result<(), ApiError> {
-        let upstream = match namespace {
-            Some(ns) => flat_name(ns, &f.name),
+        let upstream: Cow<'a, str> = match namespace {
+            Some(ns) => flat_name(ns, &f.name).into(),
             None => f.name.clone(),
         };
-        if self.chat.iter().any(|t| t.function.name == upstream) {
+        if self.chat.iter().any(|t| t.name == upstream) {
             return Err(bad_value(
-                &join(path, "name"),
+                Path::Key(&path, "name"),
                 format!("Duplicate tool name '{upstream}' in 'tools'."),
             ));
         }
-        self.chat.push(Tool {
-            kind: FunctionKind::Function,
-            function: ToolFunction {
-                name: upstream.clone(),
-                description: f.description.clone(),
-                parameters: f.parameters.clone(),
-                strict: f.strict,
-            },
-        });
         if namespace.is_none() && kind == ToolKind::Function {
-            self.echo.tools.push(json!({
-                "type": "function",
-                "name": f.name,
-                "description": f.description,
-                "parameters": f.parameters.map(Value::Object),
-                "strict": f.strict,
-            }));
+            self.echo.tools.push(EchoTool {
+                name: f.name.clone().into_owned(),
+                description: f.description.as_ref().map(Description::echoed),
+                parameters: f.parameters.as_deref().map(echoed),
+                strict: f.strict,
+            });
         } else {
             self.offered.push(OfferedTool {
-                upstream,
-                name: f.name,
+                upstream: upstream.clone().into_owned(),
+                name: f.name.into_owned(),
                 namespace: namespace.map(str::to_owned),
                 kind,
             });
         }
+        self.chat.push(Tool {
+            name: upstream,
+            description: f.description.as_ref().map(Description::text),
+            parameters: f.parameters,
+            strict: f.strict,
+        });
         Ok(())
     }
 }
@@ -351,10 +392,10 @@ impl Tools<'_> {
 /// `tool_choice` → Chat's form; for `allowed_tools`, also the names the tool list shrinks to;
 /// and the choice as the response echoes it. Keys other than those read here are ignored
 /// (a choice names a tool; nothing else in it changes what the model may do).
-pub(crate) fn tool_choice(
-    choice: Value,
+pub(crate) fn tool_choice<'a>(
+    choice: Node<'a>,
     tool_names: &[&str],
-) -> Result<(Value, Option<Vec<String>>, Value), ApiError> {
+) -> Result<(ToolChoice<'a>, Option<Vec<String>>, EchoToolChoice), ApiError> {
     let named = |name: &str, path: &str| -> Result<(), ApiError> {
         if tool_names.contains(&name) {
             Ok(())
@@ -366,25 +407,37 @@ pub(crate) fn tool_choice(
         }
     };
     let mut o = match choice {
-        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
-            let choice = Value::String(s);
-            return Ok((choice.clone(), None, choice));
+        Node::Str(s) => {
+            let s = s.into_cow();
+            return match s.as_ref() {
+                "auto" => Ok((ToolChoice::Mode("auto"), None, EchoToolChoice::Mode("auto"))),
+                "none" => Ok((ToolChoice::Mode("none"), None, EchoToolChoice::Mode("none"))),
+                "required" => Ok((
+                    ToolChoice::Mode("required"),
+                    None,
+                    EchoToolChoice::Mode("required"),
+                )),
+                _ => Err(bad_value(
+                    "tool_choice",
+                    format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object."),
+                )),
+            };
         }
-        Value::String(s) => return Err(bad_value(
-            "tool_choice",
-            format!("Invalid value for 'tool_choice': '{s}'. Supported values are: 'auto', 'none', 'required', or an object."),
-        )),
-        other => Obj::new(other, "tool_choice")?,
+        other => Obj::new(other, Path::Text("tool_choice"))?,
     };
-    let kind = o.required_string("type")?;
-    match kind.as_str() {
+    let kind = o.required_string("type")?.into_cow();
+    match kind.as_ref() {
         "function" | "custom" => {
-            let name = o.required_string("name")?;
+            let name = o.required_string("name")?.into_cow();
             named(&name, "tool_choice.name")?;
+            let kind = if kind == "function" { "function" } else { "custom" };
             Ok((
-                json!({"type": "function", "function": {"name": name}}),
+                ToolChoice::Function(name.clone()),
                 None,
-                json!({"type": kind, "name": name}),
+                EchoToolChoice::Named {
+                    kind,
+                    name: name.into_owned(),
+                },
             ))
         }
         "allowed_tools" => {
@@ -403,26 +456,30 @@ pub(crate) fn tool_choice(
             let mut allowed = Vec::with_capacity(list.len());
             for (i, t) in list.into_iter().enumerate() {
                 let path = format!("tool_choice.tools[{i}]");
-                let mut t = Obj::new(t, &path)?;
-                let name = t.required_string("name")?;
+                let mut t = Obj::new(t, Path::Text(&path))?;
+                let name = t.required_string("name")?.into_string();
                 named(&name, &t.field_path("name"))?;
                 allowed.push(name);
             }
             // The response echoes the complete form (`mode` is required there).
-            let echoed = json!({
-                "type": "allowed_tools",
-                "mode": mode,
-                "tools": allowed.iter().map(|n| json!({"type": "function", "name": n})).collect::<Vec<_>>(),
-            });
-            Ok((Value::String(mode.into()), Some(allowed), echoed))
+            let echoed = EchoToolChoice::AllowedTools {
+                mode,
+                tools: allowed.clone(),
+            };
+            Ok((ToolChoice::Mode(mode), Some(allowed), echoed))
         }
         // A client-executed built-in, by its type (its function has the type's name).
         builtin @ ("shell" | "local_shell" | "apply_patch") => {
             named(builtin, "tool_choice.type")?;
+            let builtin = match builtin {
+                "shell" => "shell",
+                "local_shell" => "local_shell",
+                _ => "apply_patch",
+            };
             Ok((
-                json!({"type": "function", "function": {"name": builtin}}),
+                ToolChoice::Function(builtin.into()),
                 None,
-                json!({"type": builtin}),
+                EchoToolChoice::Builtin(builtin),
             ))
         }
         other => Err(bad_value(

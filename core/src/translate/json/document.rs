@@ -1,0 +1,881 @@
+//! A request body as a borrowed document, read in one pass of serde_json's parser.
+//!
+//! Containers the translation reads are parsed into [`Node`]s, objects as their fields in
+//! document order (a `Vec`: no hashing, and the order the readers rely on, see
+//! `translate::fields`). Everything else is kept as the token it came as, borrowed from the
+//! body: strings with their escapes ([`Str::Token`]), numbers, and whole containers
+//! ([`Node::Kept`]: tool schemas, forwarded fields). So a text is never unescaped to be
+//! escaped again, and a schema never becomes a tree to be written out again: what carries
+//! over is copied once, byte for byte.
+//!
+//! What is accepted is exactly what [`super::parse`] (a `Value` tree) accepts: serde_json
+//! checks the syntax and what it decodes, and what its scan of a kept token does not check is
+//! checked here (a string's surrogate escapes; in a container, the nesting limit, duplicate
+//! keys, numbers that may overflow and surrogate escapes). A body this refuses is refused as
+//! [`Invalid`], and the caller asks [`super::parse`] for its error, so messages and positions
+//! are serde_json's as before.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Number;
+
+use super::shape::{self, Capture, Kind};
+use crate::chat::request::unescaped_len;
+
+/// The most containers inside one another that serde_json accepts (its recursion limit).
+const MAX_NESTING: usize = 127;
+
+/// Objects with more keys than this are checked for duplicates by sorting, not pairwise.
+const PAIRWISE_KEYS: usize = 16;
+
+/// The body is not JSON that [`super::parse`] accepts; ask it why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Invalid;
+
+/// An object's fields, in document order.
+pub(crate) type Fields<'a> = Vec<(Cow<'a, str>, Node<'a>)>;
+
+/// One JSON value of the body.
+#[derive(Debug, Clone)]
+pub(crate) enum Node<'a> {
+    Null,
+    Bool(bool),
+    Number(Number),
+    Str(Str<'a>),
+    Array(Vec<Node<'a>>),
+    Object(Fields<'a>),
+    /// An array or object kept as it came (checked): parsed as `Kind` only if read.
+    Kept(&'a RawValue, Kind),
+}
+
+/// A JSON string of the body.
+#[derive(Debug, Clone)]
+pub(crate) enum Str<'a> {
+    /// The token as it came, quotes and escapes included (its surrogate escapes checked).
+    Token(&'a RawValue),
+    /// A string decoded by serde_json (a short one, or one of a container read whole).
+    Decoded(Cow<'a, str>),
+}
+
+impl<'a> Str<'a> {
+    /// The text, borrowed unless it has escapes.
+    pub(crate) fn as_str(&self) -> Cow<'_, str> {
+        match self {
+            Str::Token(raw) => token_text(raw),
+            Str::Decoded(s) => Cow::Borrowed(s),
+        }
+    }
+
+    /// [`Str::as_str`], for as long as the body.
+    pub(crate) fn into_cow(self) -> Cow<'a, str> {
+        match self {
+            Str::Token(raw) => token_text(raw),
+            Str::Decoded(s) => s,
+        }
+    }
+
+    pub(crate) fn into_string(self) -> String {
+        self.into_cow().into_owned()
+    }
+
+    /// The length of the text in bytes (escapes decoded): for a token, a scan of it.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Str::Token(raw) => unescaped_len(inner(raw)),
+            Str::Decoded(s) => s.len(),
+        }
+    }
+
+    /// At least [`Str::len`], known without a scan: a token's length between its quotes.
+    pub(crate) fn len_bound(&self) -> usize {
+        match self {
+            Str::Token(raw) => inner(raw).len(),
+            Str::Decoded(s) => s.len(),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len_bound() == 0
+    }
+
+    /// The string as JSON that outlives the body: the token copied as it came.
+    pub(crate) fn to_json(&self) -> Box<RawValue> {
+        owned_json(self)
+    }
+
+    /// The text between the quotes, as JSON has it: escaped, ready to be written into
+    /// another JSON string (`None`: a decoded string with characters JSON escapes).
+    pub(crate) fn escaped_text(&self) -> Option<&'a str> {
+        match self {
+            Str::Token(raw) => Some(inner(raw)),
+            // Borrowed from the body: it had no escapes there, so it needs none.
+            Str::Decoded(Cow::Borrowed(s)) => Some(s),
+            Str::Decoded(Cow::Owned(_)) => None,
+        }
+    }
+}
+
+impl PartialEq<str> for Str<'_> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl fmt::Display for Str<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str())
+    }
+}
+
+/// A string token's text between its quotes.
+fn inner(raw: &RawValue) -> &str {
+    let token = raw.get();
+    &token[1..token.len() - 1]
+}
+
+/// A string token's text: borrowed without escapes, decoded with (checked when it was
+/// read: decoding cannot fail).
+fn token_text(raw: &RawValue) -> Cow<'_, str> {
+    let text = inner(raw);
+    if memchr::memchr(b'\\', text.as_bytes()).is_none() {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(serde_json::from_str(raw.get()).unwrap_or_default())
+    }
+}
+
+/// A copy of `value` as JSON text, without parsing it again.
+pub(crate) fn owned_json<T: Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    // Strings, numbers and tokens into memory: cannot fail.
+    serde_json::value::to_raw_value(value).unwrap_or_default()
+}
+
+/// A copy of a kept container for the response to echo, on one line: a line break can
+/// only stand between JSON's tokens, and there it becomes a space, so that the container
+/// fits in an event's `data:` line as the client wrote it otherwise.
+pub(crate) fn echoed(raw: &RawValue) -> Box<RawValue> {
+    let text = raw.get();
+    if memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_none() {
+        return owned_json(raw);
+    }
+    let line = text.replace(['\n', '\r'], " ");
+    // Whitespace for whitespace in JSON that was valid: valid.
+    RawValue::from_string(line).unwrap_or_else(|_| owned_json(raw))
+}
+
+impl Node<'_> {
+    /// What the value is, for error messages ("expected an object, but got a string").
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            Node::Null => "null",
+            Node::Bool(_) => "a boolean",
+            Node::Number(_) => "a number",
+            Node::Str(_) => "a string",
+            Node::Array(_) => "an array",
+            Node::Object(_) => "an object",
+            Node::Kept(raw, _) if raw.get().starts_with('[') => "an array",
+            Node::Kept(..) => "an object",
+        }
+    }
+
+    pub(crate) fn is_null(&self) -> bool {
+        matches!(self, Node::Null)
+    }
+
+    pub(crate) fn is_object(&self) -> bool {
+        match self {
+            Node::Object(_) => true,
+            Node::Kept(raw, _) => raw.get().starts_with('{'),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn is_array(&self) -> bool {
+        match self {
+            Node::Array(_) => true,
+            Node::Kept(raw, _) => raw.get().starts_with('['),
+            _ => false,
+        }
+    }
+}
+
+/// Written as it came where it came as a token; as JSON of the value otherwise.
+impl Serialize for Node<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Node::Null => s.serialize_unit(),
+            Node::Bool(b) => s.serialize_bool(*b),
+            Node::Number(n) => n.serialize(s),
+            Node::Str(t) => t.serialize(s),
+            Node::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Node::Object(fields) => {
+                let mut map = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            Node::Kept(raw, _) => raw.serialize(s),
+        }
+    }
+}
+
+impl Serialize for Str<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Str::Token(raw) => raw.serialize(s),
+            Str::Decoded(text) => s.serialize_str(text),
+        }
+    }
+}
+
+/// Parses a whole body: a node of `kind` (or whatever value it is), or [`Invalid`].
+pub(crate) fn parse(text: &str, kind: Kind) -> Result<Node<'_>, Invalid> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let node = Seed {
+        capture: Capture::Parse(kind),
+        level: 0,
+        checked: false,
+    }
+    .deserialize(&mut de)
+    .map_err(|_| Invalid)?;
+    de.end().map_err(|_| Invalid)?;
+    Ok(node)
+}
+
+/// Parses a kept container (checked when it was kept) into nodes of its kind.
+pub(crate) fn open<'a>(raw: &'a RawValue, kind: Kind) -> Result<Node<'a>, Invalid> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    Seed {
+        capture: Capture::Parse(kind),
+        level: 0,
+        checked: true,
+    }
+    .deserialize(&mut de)
+    .map_err(|_| Invalid)
+}
+
+/// How to read the value at one position. `level`: the containers around it. `checked`:
+/// inside a kept container, which was checked whole when it was kept.
+#[derive(Clone, Copy)]
+struct Seed {
+    capture: Capture,
+    level: usize,
+    checked: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Seed {
+    type Value = Node<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Node<'de>, D::Error> {
+        match self.capture {
+            Capture::Parse(kind) => d.deserialize_any(Parse {
+                kind,
+                level: self.level,
+                checked: self.checked,
+            }),
+            Capture::Keep(kind) => {
+                let raw = <&'de RawValue>::deserialize(d)?;
+                keep(raw, kind, self.level, self.checked).map_err(de::Error::custom)
+            }
+        }
+    }
+}
+
+/// A kept value as a node: a token, or a container checked as [`super::parse`] would.
+fn keep(raw: &RawValue, kind: Kind, level: usize, checked: bool) -> Result<Node<'_>, &'static str> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'"') => {
+            if !checked && !surrogates_paired(inner(raw)) {
+                return Err("a lone surrogate escape");
+            }
+            Ok(Node::Str(Str::Token(raw)))
+        }
+        Some(b'{' | b'[') => {
+            if !checked {
+                check_container(text, level)?;
+            }
+            Ok(Node::Kept(raw, kind))
+        }
+        Some(b't') => Ok(Node::Bool(true)),
+        Some(b'f') => Ok(Node::Bool(false)),
+        Some(b'n') => Ok(Node::Null),
+        // A number: serde_json reads it as it reads any (its range checked).
+        _ => serde_json::from_str::<Number>(text)
+            .map(Node::Number)
+            .map_err(|_| "a number out of range"),
+    }
+}
+
+/// Whether every surrogate escape of a string token's text has its pair: what serde_json
+/// requires of a string it decodes, and the one thing its scan of a kept token does not
+/// check. Most texts have no `\\u` at all, which one search tells.
+fn surrogates_paired(text: &str) -> bool {
+    static UNICODE_ESCAPE: OnceLock<memchr::memmem::Finder<'static>> = OnceLock::new();
+    let bytes = text.as_bytes();
+    let finder = UNICODE_ESCAPE.get_or_init(|| memchr::memmem::Finder::new(b"\\u"));
+    if finder.find(bytes).is_none() {
+        return true;
+    }
+    let mut at = 0;
+    while let Some(i) = memchr::memchr(b'\\', &bytes[at..]) {
+        let i = at + i;
+        // serde_json's scan checked the escape: a known letter, or `u` and four hex digits.
+        if bytes.get(i + 1) != Some(&b'u') {
+            at = i + 2;
+            continue;
+        }
+        let Some(unit) = hex4(bytes, i + 2) else {
+            return false;
+        };
+        match unit {
+            0xDC00..=0xDFFF => return false,
+            0xD800..=0xDBFF => {
+                let paired = bytes.get(i + 6) == Some(&b'\\')
+                    && bytes.get(i + 7) == Some(&b'u')
+                    && hex4(bytes, i + 8).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+                if !paired {
+                    return false;
+                }
+                at = i + 12;
+            }
+            _ => at = i + 6,
+        }
+    }
+    true
+}
+
+fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
+    let digits = std::str::from_utf8(bytes.get(at..at + 4)?).ok()?;
+    u16::from_str_radix(digits, 16).ok()
+}
+
+/// Checks a kept container for what serde_json's scan of it (which checked its syntax) does
+/// not, and its parse into a tree would: the nesting limit (counting the `level` containers
+/// around it), duplicate keys (decoded), numbers out of range and lone surrogate escapes.
+/// Well-formed JSON is all it has to walk: strings end at the first unescaped quote, and a
+/// string right after `{` or an object's `,` is a key.
+fn check_container(text: &str, level: usize) -> Result<(), &'static str> {
+    let bytes = text.as_bytes();
+    // The open containers: an object's frame is where its keys start in `keys`.
+    let mut frames: Vec<Option<usize>> = Vec::with_capacity(16);
+    let mut keys: Vec<Cow<'_, str>> = Vec::with_capacity(64);
+    let mut expect_key = false;
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        match byte {
+            b'{' | b'[' => {
+                if level + frames.len() + 1 > MAX_NESTING {
+                    return Err("nested too deep");
+                }
+                let object = byte == b'{';
+                frames.push(object.then_some(keys.len()));
+                expect_key = object;
+                at += 1;
+            }
+            b'}' | b']' => {
+                if let Some(Some(start)) = frames.pop() {
+                    if has_duplicates(&keys[start..]) {
+                        return Err("a duplicate key");
+                    }
+                    keys.truncate(start);
+                }
+                expect_key = false;
+                at += 1;
+            }
+            b',' => {
+                expect_key = matches!(frames.last(), Some(Some(_)));
+                at += 1;
+            }
+            b'"' => {
+                let (end, escaped) = string_end(bytes, at + 1).ok_or("an unterminated string")?;
+                let inner = &text[at + 1..end];
+                if escaped && !surrogates_paired(inner) {
+                    return Err("a lone surrogate escape");
+                }
+                if expect_key {
+                    keys.push(if escaped {
+                        Cow::Owned(serde_json::from_str(&text[at..=end]).map_err(|_| "a bad key")?)
+                    } else {
+                        Cow::Borrowed(inner)
+                    });
+                    expect_key = false;
+                }
+                at = end + 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let len = bytes[at..]
+                    .iter()
+                    .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                    .unwrap_or(bytes.len() - at);
+                let number = &text[at..at + len];
+                // Only an exponent or hundreds of digits overflow: serde_json reads those.
+                let may_overflow = len > 20 || number.contains(['e', 'E']);
+                if may_overflow && serde_json::from_str::<Number>(number).is_err() {
+                    return Err("a number out of range");
+                }
+                at += len;
+            }
+            // `:`, whitespace, `true`, `false`, `null`.
+            _ => at += 1,
+        }
+    }
+    Ok(())
+}
+
+/// The index of the quote that ends the string whose text starts at `from`, and whether
+/// the string has escapes.
+fn string_end(bytes: &[u8], mut from: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        let i = from + memchr::memchr2(b'"', b'\\', bytes.get(from..)?)?;
+        if bytes[i] == b'"' {
+            return Some((i, escaped));
+        }
+        // An escape: its letter (or `u` and four hex digits, none of them a quote) follows.
+        escaped = true;
+        from = i + 2;
+    }
+}
+
+/// Whether two of `keys` are equal.
+fn has_duplicates<K: AsRef<str>>(keys: &[K]) -> bool {
+    if keys.len() <= PAIRWISE_KEYS {
+        return keys
+            .iter()
+            .enumerate()
+            .any(|(i, k)| keys[..i].iter().any(|p| p.as_ref() == k.as_ref()));
+    }
+    let mut sorted: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+    sorted.sort_unstable();
+    sorted.windows(2).any(|w| w[0] == w[1])
+}
+
+/// An object key: borrowed from the body unless it has escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+}
+
+/// Parses a value at a position captured as [`Capture::Parse`].
+struct Parse {
+    kind: Kind,
+    level: usize,
+    checked: bool,
+}
+
+impl Parse {
+    fn inside(&self, capture: Capture) -> Seed {
+        Seed {
+            capture,
+            level: self.level + 1,
+            checked: self.checked,
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Parse {
+    type Value = Node<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Node<'de>, E> {
+        Ok(Number::from_f64(v).map_or(Node::Null, Node::Number))
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Str::Decoded(Cow::Borrowed(v))))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Str::Decoded(Cow::Owned(v.to_owned()))))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Str::Decoded(Cow::Owned(v))))
+    }
+
+    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
+        if self.level + 1 > MAX_NESTING {
+            return Err(de::Error::custom("nested too deep"));
+        }
+        let inside = self.inside(shape::element(self.kind));
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(inside)? {
+            items.push(item);
+        }
+        Ok(Node::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
+        if self.level + 1 > MAX_NESTING {
+            return Err(de::Error::custom("nested too deep"));
+        }
+        let mut fields: Fields<'de> = Vec::with_capacity(8);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            let value = map.next_value_seed(self.inside(shape::child(self.kind, &key)))?;
+            fields.push((key, value));
+        }
+        if !self.checked && has_duplicates_in(&fields) {
+            return Err(de::Error::custom("a duplicate key"));
+        }
+        Ok(Node::Object(fields))
+    }
+}
+
+fn has_duplicates_in(fields: &Fields<'_>) -> bool {
+    if fields.len() <= PAIRWISE_KEYS {
+        return fields
+            .iter()
+            .enumerate()
+            .any(|(i, (k, _))| fields[..i].iter().any(|(p, _)| p == k));
+    }
+    let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_ref()).collect();
+    has_duplicates(&keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// What the tree parser makes of `text`, and what the document makes of it (as a value).
+    fn both(text: &str) -> (Option<Value>, Option<Value>) {
+        let tree = super::super::parse(text.as_bytes()).ok();
+        let doc = parse(text, Kind::Request)
+            .ok()
+            .map(|node| serde_json::to_value(&node).expect("a document is JSON"));
+        (tree, doc)
+    }
+
+    /// The document accepts exactly what the tree parser accepts, with the same value.
+    #[track_caller]
+    fn agrees(text: &str) {
+        let (tree, doc) = both(text);
+        assert_eq!(tree, doc, "{text:.300}");
+    }
+
+    /// `n` arrays around `inner`.
+    fn nested(n: usize, inner: &str) -> String {
+        format!("{}{inner}{}", "[".repeat(n), "]".repeat(n))
+    }
+
+    /// A document with `value` at each position the shapes treat differently: parsed
+    /// (`input`, an item's `content`), kept (an unknown field, `metadata`, a tool's
+    /// `parameters`, a part's `text`, `text.format.schema`) and kept then read (`output`).
+    fn placed(value: &str) -> Vec<String> {
+        vec![
+            format!(r#"{{"model":"m","x":{value}}}"#),
+            format!(r#"{{"model":"m","metadata":{value}}}"#),
+            format!(r#"{{"model":"m","temperature":{value}}}"#),
+            format!(r#"{{"input":{value}}}"#),
+            format!(r#"{{"input":[{{"type":"message","content":{value}}}]}}"#),
+            format!(r#"{{"input":[{{"content":[{{"type":"input_text","text":{value}}}]}}]}}"#),
+            format!(r#"{{"input":[{{"type":"function_call_output","output":{value}}}]}}"#),
+            format!(r#"{{"input":[{{"type":"function_call_output","output":[{value}]}}]}}"#),
+            format!(r#"{{"tools":[{{"type":"function","parameters":{value}}}]}}"#),
+            format!(r#"{{"tools":[{{"type":"function","parameters":{{"p":[{value}]}}}}]}}"#),
+            format!(r#"{{"text":{{"format":{{"type":"json_schema","schema":{value}}}}}}}"#),
+            format!(r#"{{"reasoning":{{"effort":{value}}}}}"#),
+        ]
+    }
+
+    #[test]
+    fn the_nesting_limit_is_serde_jsons_wherever_the_value_is() {
+        for depth in 118..=130 {
+            for text in placed(&nested(depth, "1")) {
+                agrees(&text);
+            }
+            agrees(&nested(depth, "{}"));
+            agrees(&format!(r#"{{"a":{}}}"#, nested(depth, r#"{"b":1}"#)));
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_wherever_they_are() {
+        for value in [
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1,"\u0061":2}"#,
+            r#"[{"k":1},{"k":1,"k":null}]"#,
+            r#"{"a":{"b":1,"c":2},"d":{"b":1,"b":1}}"#,
+        ] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+        // Many keys: the sorted check.
+        let keys: Vec<String> = (0..40).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        let unique = format!("{{{}}}", keys.join(","));
+        let twice = format!(r#"{{{},"k7":0}}"#, keys.join(","));
+        for value in [&unique, &twice] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+        agrees(r#"{"model":"a","model":"b"}"#);
+        agrees(r#"{"model":"a","mod\u0065l":"b"}"#);
+    }
+
+    #[test]
+    fn strings_are_checked_as_serde_json_decodes_them() {
+        for value in [
+            r#""plain""#,
+            r#""with \"escapes\" \n \t \\ \/ \b \f \r""#,
+            r#""\u00e9\u20ac\ud83d\ude00""#,
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+            r#""\ud800\n""#,
+            r#""\ud800x""#,
+            r#""\\ud800""#,
+            r#""\\\ud800""#,
+            r#""a\\u""#,
+            r#""\uD83D\uDE00""#,
+            r#""\u12""#,
+            r#""\x""#,
+            "\"tab\there\"",
+            "\"nul\u{0}\"",
+        ] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_are_read_as_serde_json_reads_them() {
+        for value in [
+            "0",
+            "-0",
+            "1.5",
+            "-2e-3",
+            "1e308",
+            "1e309",
+            "-1e400",
+            "1e-400",
+            "123456789012345678901234567890",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "01",
+            "1.",
+            "-",
+            "2E+2",
+        ] {
+            for text in placed(value) {
+                agrees(&text);
+            }
+        }
+    }
+
+    #[test]
+    fn syntax_errors_and_other_documents_agree() {
+        for text in [
+            "",
+            " ",
+            "{",
+            "{}",
+            "[]",
+            "null",
+            "\"s\"",
+            "12",
+            r#"{"a":1} x"#,
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            r#"{"input":[1,]}"#,
+            r#"{"x":[1 2]}"#,
+            r#"{"x":{"a":1 "b":2}}"#,
+            r#"{"x":tru}"#,
+            " {\"model\" : \"m\" , \"x\" : [ 1 , { \"a\" : null } ] } ",
+        ] {
+            agrees(text);
+        }
+    }
+
+    #[test]
+    fn a_kept_container_reads_as_the_same_nodes() {
+        let text = r#"{"input":[{"type":"function_call_output","output":[{"type":"input_text","text":"a\nb"}]}]}"#;
+        let Ok(Node::Object(fields)) = parse(text, Kind::Request) else {
+            panic!("an object");
+        };
+        let Node::Array(items) = &fields[0].1 else {
+            panic!("input is parsed");
+        };
+        let Node::Object(item) = &items[0] else {
+            panic!("an item");
+        };
+        let Node::Kept(raw, kind) = item[1].1 else {
+            panic!("output is kept: {:?}", item[1].1);
+        };
+        let opened = open(raw, kind).expect("checked when kept");
+        assert_eq!(
+            serde_json::to_value(&opened).unwrap(),
+            serde_json::json!([{"type": "input_text", "text": "a\nb"}])
+        );
+        let Node::Array(parts) = opened else {
+            panic!("an array");
+        };
+        let Node::Object(part) = &parts[0] else {
+            panic!("a part");
+        };
+        // The part's text is a token: as it came, and its text decoded on demand.
+        let Node::Str(text) = &part[1].1 else {
+            panic!("a string");
+        };
+        assert!(matches!(text, Str::Token(_)));
+        assert_eq!(text.escaped_text(), Some(r"a\nb"));
+        assert_eq!(text.as_str(), "a\nb");
+        assert_eq!((text.len(), text.len_bound()), (3, 4));
+    }
+
+    #[test]
+    fn an_echoed_container_is_on_one_line() {
+        let text = "{\r\n  \"type\": \"object\",\n  \"a b\": [1,\n 2]\n}";
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        let copy = echoed(raw);
+        assert!(!copy.get().contains(['\n', '\r']), "{}", copy.get());
+        let value: Value = serde_json::from_str(copy.get()).unwrap();
+        assert_eq!(value, serde_json::json!({"type": "object", "a b": [1, 2]}));
+        // Without line breaks: the client's bytes.
+        let compact: &RawValue = serde_json::from_str(r#"{ "a" : 1 }"#).unwrap();
+        assert_eq!(echoed(compact).get(), r#"{ "a" : 1 }"#);
+    }
+
+    /// JSON text of any shape, with the keys the shapes know, keys that decode alike, and
+    /// the numbers and strings serde_json refuses or reads its own way.
+    fn json_text() -> impl Strategy<Value = String> {
+        let number = prop::sample::select(vec![
+            "0",
+            "-0",
+            "7",
+            "1.5",
+            "1e400",
+            "-1e309",
+            "1e-400",
+            "18446744073709551616",
+        ]);
+        let string = prop::sample::select(vec![
+            r#""a""#,
+            r#""x\ny""#,
+            r#""\ud800""#,
+            r#""\ud83d\ude00""#,
+            r#""\udc00""#,
+            r#""\\ud800""#,
+            r#""\u0041""#,
+        ]);
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            number.prop_map(str::to_owned),
+            string.prop_map(str::to_owned),
+        ];
+        let key = prop::sample::select(vec![
+            "input",
+            "tools",
+            "content",
+            "text",
+            "parameters",
+            "output",
+            "type",
+            "format",
+            "schema",
+            "metadata",
+            "arguments",
+            "a",
+            r"\u0061",
+            "summary",
+            "instructions",
+        ]);
+        leaf.prop_recursive(6, 48, 5, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                prop::collection::vec((key.clone(), inner), 0..5).prop_map(|fields| {
+                    let fields: Vec<String> = fields
+                        .iter()
+                        .map(|(k, v)| format!(r#""{k}":{v}"#))
+                        .collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_document_is_accepted_as_the_tree_parser_accepts_it(
+            text in json_text(),
+            depth in prop_oneof![Just(0usize), 120usize..130],
+        ) {
+            let (tree, doc) = both(&text);
+            prop_assert_eq!(tree, doc, "{}", text);
+            let wrapped = format!(r#"{{"input":{}}}"#, nested(depth, &text));
+            let (tree, doc) = both(&wrapped);
+            prop_assert_eq!(tree, doc, "{}", wrapped);
+            let kept = format!(r#"{{"x":{}}}"#, nested(depth, &text));
+            let (tree, doc) = both(&kept);
+            prop_assert_eq!(tree, doc, "{}", kept);
+            // The same with whitespace between the tokens (no generated string holds `,`
+            // or `:`).
+            let spaced = kept.replace(',', " ,\n\t").replace(':', " : ").replace('[', "[ ");
+            let (tree, doc) = both(&spaced);
+            prop_assert_eq!(tree, doc, "{}", spaced);
+        }
+    }
+}
