@@ -8,6 +8,7 @@ be measured on a busy machine.
     CALLGRIND_ONLY=SSE python3 benches/callgrind_envoy.py   # scenarios whose name has this
     CALLGRIND_ONLY="Codex turn" python3 benches/callgrind_envoy.py
     CALLGRIND_REQUESTS=400 CALLGRIND_TURNS=50 python3 benches/callgrind_envoy.py
+    CALLGRIND_CONNECTIONS=8 python3 benches/callgrind_envoy.py   # 8 requests at a time
 
 Scenarios: the tiny JSON and SSE exchanges, the Codex turn (40 KB), the 400 KB turn, and the
 500-chunk trickled stream (the replaying demo upstream writes each event on its own,
@@ -19,15 +20,19 @@ stayed apart), each bare, through the module and through ext_proc.
 For each scenario: a fresh Envoy (`--concurrency 1`) under `valgrind --tool=callgrind` with
 collection off (and the processor too, for ext_proc), a warm-up, then collection on for
 CALLGRIND_REQUESTS requests (1000; CALLGRIND_TURNS for the Codex and 400 KB turns, 100;
-CALLGRIND_STREAMS for the trickled stream, 20, each 5 s long; one keep-alive connection, one request at a time, each answer checked), then a dump. It
-prints the instructions per exchange (Ir, all threads) of Envoy, of those the share in
+CALLGRIND_STREAMS for the trickled stream, 20, each 5 s long; one keep-alive connection, one
+request at a time (CALLGRIND_CONNECTIONS at a time, one each), each answer checked), then a
+dump. It prints the instructions per exchange (Ir, all threads) of Envoy, of those the share in
 libresponses_module.so's hooks (inclusive: the module's work and the Envoy callbacks it
-makes), and of the processor, and leaves the callgrind files (one per process and scenario)
-in CALLGRIND_DIR (/tmp/callgrind-envoy) for `callgrind_annotate --inclusive=yes FILE`.
+makes) and the share on Envoy's worker thread (the busiest; the rest is mostly the main
+thread's, where the module makes its labelled stats calls), and of the processor, and leaves
+the callgrind files (one per thread, process and scenario) in CALLGRIND_DIR
+(/tmp/callgrind-envoy) for `callgrind_annotate --inclusive=yes FILE`.
 Build the module, the processor and the demo upstream first (`cargo build --release --bins &&
 cargo build --release -p responses-module`); the script does not.
 """
 
+import concurrent.futures
 import http.client
 import os
 import re
@@ -40,6 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import side_by_side as sbs  # noqa: E402
 
 REQUESTS = int(os.environ.get("CALLGRIND_REQUESTS", "1000"))
+# Connections driving the measured requests at once (each its share, one after the other).
+CONNECTIONS = int(os.environ.get("CALLGRIND_CONNECTIONS", "1"))
 TURNS = int(os.environ.get("CALLGRIND_TURNS", "100"))
 STREAMS = int(os.environ.get("CALLGRIND_STREAMS", "20"))
 REPLAY_DELAY_MS = int(os.environ.get("CALLGRIND_REPLAY_DELAY_MS", "10"))
@@ -89,8 +96,11 @@ def totals(path):
     work and the Envoy callbacks it makes) of a callgrind file."""
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
                          capture_output=True, text=True, check=True).stdout
-    total = int(re.search(r"^\s*([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", out, re.M).group(1)
-                .replace(",", ""))
+    found = re.search(r"^\s*([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", out, re.M)
+    if not found:
+        # A thread that ran nothing while collection was on.
+        return 0, 0
+    total = int(found.group(1).replace(",", ""))
     hooks = {}
     for m in re.finditer(r"^\s*([\d,]+) \([\d. ]+%\)\s+\S*:(envoy_dynamic_module_on_http_\w+)",
                          out, re.M):
@@ -100,11 +110,13 @@ def totals(path):
 
 
 def callgrind(out, argv, env=None, log=None):
-    """`argv` under callgrind, collection off until switched on."""
+    """`argv` under callgrind, collection off until switched on; one file per thread (the
+    worker's instructions apart from the main thread's)."""
     for f in os.listdir(OUT):
         if f.startswith(os.path.basename(out)):
             os.unlink(os.path.join(OUT, f))
     return subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             "--separate-threads=yes",
                              f"--callgrind-out-file={out}", *argv], env=env,
                             stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
 
@@ -116,14 +128,16 @@ def collect(on, pids):
 
 
 def count(out):
-    """(total, in the module's hooks) over the files of one process."""
-    total = module = 0
+    """(total, in the module's hooks, on the busiest thread) over the files of one process
+    (one per thread: the busiest is Envoy's worker, or the processor's)."""
+    total = module = busiest = 0
+    # Not the empty file callgrind leaves beside the per-thread ones.
     files = [os.path.join(OUT, f) for f in os.listdir(OUT)
-             if f.startswith(os.path.basename(out))]
+             if f.startswith(os.path.basename(out)) and os.path.getsize(os.path.join(OUT, f))]
     for f in files:
         t, m = totals(f)
-        total, module = total + t, module + m
-    return total, module, files
+        total, module, busiest = total + t, module + m, max(busiest, t)
+    return total, module, busiest, files
 
 
 def run(scenario, envoy_bin, ports, tmp):
@@ -151,19 +165,21 @@ def run(scenario, envoy_bin, ports, tmp):
         sbs.check_answer(f"http://127.0.0.1:{listen}{scenario.path}", scenario)
         drive(listen, scenario, 3 if scenario.trickle else 20)
         collect(True, [p.pid for p in procs])
-        chunks = drive(listen, scenario, n)
+        with concurrent.futures.ThreadPoolExecutor(CONNECTIONS) as pool:
+            shares = [n // CONNECTIONS + (i < n % CONNECTIONS) for i in range(CONNECTIONS)]
+            chunks = sum(pool.map(lambda k: drive(listen, scenario, k), shares))
         collect(False, [p.pid for p in procs])
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(120)
-    envoy, module, files = count(envoy_out)
+    envoy, module, worker, files = count(envoy_out)
     processor = None
     if scenario.processor:
-        processor, _, more = count(processor_out)
+        processor, _, _, more = count(processor_out)
         files += more
-    return n, envoy, module, processor, chunks / n, files
+    return n, envoy, module, worker, processor, chunks / n, files
 
 
 def main():
@@ -185,8 +201,8 @@ def main():
     try:
         for s in scenarios:
             sbs.log(f"{s.name}: {requests(s)} requests under callgrind")
-            n, envoy, module, processor, chunks, files = run(s, envoy_bin, ports, tmp)
-            rows.append((s.name, n, envoy / n, module / n,
+            n, envoy, module, worker, processor, chunks, files = run(s, envoy_bin, ports, tmp)
+            rows.append((s.name, n, envoy / n, module / n, worker / n,
                          None if processor is None else processor / n, chunks, files))
     finally:
         nginx.send_signal(signal.SIGQUIT)
@@ -195,11 +211,12 @@ def main():
             replay.send_signal(signal.SIGTERM)
             replay.wait(10)
     print("\n| scenario | requests | Envoy instructions/exchange | of which in the module's hooks "
-          "| processor instructions/exchange | Envoy + processor | HTTP chunks/answer |")
-    print("|---|---|---|---|---|---|---|")
-    for name, n, envoy, module, processor, chunks, _ in rows:
+          "| of which on Envoy's worker | processor instructions/exchange | Envoy + processor "
+          "| HTTP chunks/answer |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, n, envoy, module, worker, processor, chunks, _ in rows:
         proc = "-" if processor is None else f"{processor:,.0f}"
-        print(f"| {name} | {n} | {envoy:,.0f} | {module:,.0f} | {proc} | "
+        print(f"| {name} | {n} | {envoy:,.0f} | {module:,.0f} | {worker:,.0f} | {proc} | "
               f"{envoy + (processor or 0):,.0f} | {chunks:,.0f} |")
     for name, *_, files in rows:
         print(f"{name}: {' '.join(files)}")

@@ -267,8 +267,8 @@ if [ "$MODE" = module ]; then
   curl -s --max-time 10 http://127.0.0.1:9901/stats/prometheus |
     grep '^envoy_responses_module_tokens_total' >&2 || true
 else
-  say "demo: the processor's metrics: http://127.0.0.1:9464/metrics (token usage, a few lines):"
-  curl -s --max-time 10 http://127.0.0.1:9464/metrics | grep '^gen_ai_client_token_usage_sum' >&2 || true
+  say "demo: the processor's metrics: http://127.0.0.1:9464/metrics (tokens):"
+  curl -s --max-time 10 http://127.0.0.1:9464/metrics | grep '^responses_extproc_tokens_total' >&2 || true
 fi
 
 if [ -n "${DEMO_ONESHOT:-}" ]; then

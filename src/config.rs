@@ -103,20 +103,6 @@ pub struct Config {
     #[arg(long, env = "RESPONSES_EXTPROC_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Model names kept as metric labels (comma-separated); others are counted as `other`.
-    /// Unset: the first --metrics-max-models names seen are kept.
-    #[arg(long, value_delimiter = ',', env = "RESPONSES_EXTPROC_METRICS_MODELS")]
-    pub metrics_models: Option<Vec<String>>,
-
-    /// Most distinct model names in metric labels when --metrics-models is unset (client
-    /// model names are untrusted: this bounds the number of series).
-    #[arg(
-        long,
-        default_value_t = 64,
-        env = "RESPONSES_EXTPROC_METRICS_MAX_MODELS"
-    )]
-    pub metrics_max_models: usize,
-
     /// Export one span per exchange (OpenTelemetry GenAI conventions, in the caller's trace)
     /// over OTLP to this collector, e.g. http://127.0.0.1:4317 (gRPC; with
     /// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, the base URL of /v1/traces). https:// is
@@ -234,14 +220,6 @@ impl Config {
         responses_core::connection::Limits {
             max_message_bytes: self.exchange.max_request_bytes,
             max_context_bytes: self.ws_max_context_bytes,
-        }
-    }
-
-    /// Which untrusted values become metric labels.
-    pub fn label_policy(&self) -> crate::metrics::LabelPolicy {
-        crate::metrics::LabelPolicy {
-            allowed_models: self.metrics_models.clone(),
-            max_models: self.metrics_max_models,
         }
     }
 

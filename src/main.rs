@@ -86,7 +86,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut settings = Settings::from_config(&config, Some(keyring));
     if let Some(addr) = config.metrics_listen {
-        let metrics = Arc::new(Metrics::new(config.label_policy()));
+        let metrics = Arc::new(Metrics::new(config.exchange.label_policy()));
         let listener = TcpListener::bind(addr).await?;
         tracing::info!(url = %format!("http://{addr}/metrics"), "serving metrics");
         tokio::spawn(serve_metrics(listener, metrics.clone()));

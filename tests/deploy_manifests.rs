@@ -4,8 +4,9 @@
 //!   and has the fields its kind requires, and each Envoy ConfigMap is envoy/envoy.yaml with
 //!   its documented substitutions (tests/deploy/manifests.py);
 //! * every Envoy config inside them (the ConfigMaps' bootstraps, each Istio EnvoyFilter patch
-//!   wrapped in a bootstrap) passes the real Envoy's `--mode validate`, the module's patches
-//!   with the module itself loaded (it checks its JSON settings as it would in a gateway);
+//!   wrapped in a bootstrap, what the EnvoyProxy merges into its bootstrap) passes the real
+//!   Envoy's `--mode validate`, the module's patches with the module itself loaded (it checks
+//!   its JSON settings as it would in a gateway);
 //! * the module's settings in the Envoy Gateway policy and the Istio patch are settings of the
 //!   processor (by their JSON names), and the policy names a module an EnvoyProxy allows;
 //! * the Kubernetes manifests pass kubernetes-validate --strict (the JSON schemas of
@@ -47,8 +48,9 @@ fn every_envoy_config_in_the_manifests_is_valid_and_in_step() {
         .arg("check")
         .arg(dir.path()));
     let files: Vec<&str> = out.lines().filter(|l| l.starts_with('/')).collect();
-    // 2 ConfigMaps, 3 EnvoyFilter patches (ext_proc), 2 (the module).
-    assert_eq!(files.len(), 7, "{out}");
+    // 2 ConfigMaps, 3 EnvoyFilter patches (ext_proc), 2 (the module), 1 EnvoyProxy
+    // bootstrap (the module's histogram buckets).
+    assert_eq!(files.len(), 8, "{out}");
     for kind in [
         "\"EnvoyFilter\": 3",
         "\"EnvoyExtensionPolicy\": 2",

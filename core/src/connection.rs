@@ -17,8 +17,9 @@
 //! One response at a time: the adapter queues further messages and hands them over in
 //! order once [`Connection::in_flight`] is false.
 //!
-//! Each response's life (its first output, its end, a cut by the socket's close) is told as
-//! the driver's [`Event`]s, polled after each input; times come from the caller.
+//! Each response's life (its stream opened and closed, its first output, its end, a cut by the
+//! socket's close) is told as the driver's [`Event`]s, polled after each input; times come
+//! from the caller.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -468,7 +469,7 @@ impl Connection {
     }
 
     /// The next thing that happened to the response in flight (or that just ended), once
-    /// each: its first output, its end. Poll after each input until `None`.
+    /// each: its stream opened, its first output, its stream closed, its end. Poll after each input until `None`.
     pub fn poll_event(&mut self, at: Instant) -> Option<Event> {
         let life = self.life.as_mut()?;
         let summary = match &self.turn {
@@ -516,7 +517,14 @@ impl Connection {
             end_of_stream: false,
         };
         match turn.exchange.response_head(head, now) {
-            HeadStep::Stream | HeadStep::Gather => Frames::default(),
+            HeadStep::Stream => {
+                // In flight as any translated stream (the metrics' streams_in_flight).
+                if let Some(life) = &mut self.life {
+                    life.open_stream();
+                }
+                Frames::default()
+            }
+            HeadStep::Gather => Frames::default(),
             HeadStep::Reply(reply) => self.end_with(reply),
         }
     }

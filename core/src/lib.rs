@@ -16,6 +16,7 @@ pub mod driver;
 pub mod environment;
 pub mod exchange;
 pub mod fault;
+pub mod metrics;
 pub mod openresponses;
 pub mod proxy;
 pub mod settings;

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use crate::exchange::{
     self, AbortStep, Answer, Exchange, Outcome, Settings, Summary, UpstreamRequest,
 };
-use crate::openresponses::{ErrorCode, Usage};
+use crate::openresponses::ErrorCode;
 
 /// The namespace of the exchange's dynamic metadata in Envoy (docs/operations.md): the
 /// access log and the token rate limit read it by this name.
@@ -121,16 +121,6 @@ pub fn recorded_outcome(outcome: Outcome) -> &'static str {
         Outcome::Open => "cut",
         other => outcome_name(other),
     }
-}
-
-/// The token counts of an exchange's usage, by the label metrics give them.
-pub fn token_counts(u: &Usage) -> [(&'static str, u64); 4] {
-    [
-        ("input", u.input_tokens),
-        ("output", u.output_tokens),
-        ("cached", u.input_tokens_details.cached_tokens),
-        ("reasoning", u.output_tokens_details.reasoning_tokens),
-    ]
 }
 
 /// A value of Envoy's dynamic metadata.

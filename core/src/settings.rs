@@ -1,4 +1,5 @@
-//! The operator's settings of the translation, defined once for every adapter.
+//! The operator's settings of the translation (and of its metrics' labels), defined once for
+//! every adapter.
 //!
 //! The ext_proc service reads them as command-line flags and environment variables (clap,
 //! with this crate's `clap` feature), the in-process Envoy module as the JSON object of its
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::ReasoningEventsPolicy;
 use crate::exchange;
+use crate::metrics::{self, LabelPolicy};
 use crate::translate::seal::Keyring;
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
@@ -26,7 +28,8 @@ pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
 /// Default of `max_body_bytes`: 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 
-/// The settings every adapter shares: routing, translation, caps and sealing keys. The doc
+/// The settings every adapter shares: routing, translation, caps, sealing keys and the bound
+/// on metric labels. The doc
 /// comments are the CLI's `--help`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
@@ -126,6 +129,19 @@ pub struct ExchangeConfig {
     /// Largest upstream JSON body buffered for translation (bytes).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES"))]
     pub max_body_bytes: usize,
+
+    /// Model names kept as metric labels (comma-separated); others are counted as `other`.
+    /// Unset: the first --metrics-max-models names seen are kept.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', env = "RESPONSES_EXTPROC_METRICS_MODELS")
+    )]
+    pub metrics_models: Vec<String>,
+
+    /// Most distinct model names in metric labels when --metrics-models is unset (client
+    /// model names are untrusted: this bounds the number of series).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = metrics::DEFAULT_MAX_MODELS, env = "RESPONSES_EXTPROC_METRICS_MAX_MODELS"))]
+    pub metrics_max_models: usize,
 }
 
 impl Default for ExchangeConfig {
@@ -146,6 +162,8 @@ impl Default for ExchangeConfig {
             reasoning_keys_file: None,
             reasoning_keys: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            metrics_models: Vec::new(),
+            metrics_max_models: metrics::DEFAULT_MAX_MODELS,
         }
     }
 }
@@ -226,6 +244,14 @@ impl ExchangeConfig {
         }
     }
 
+    /// Which model names become metric labels.
+    pub fn label_policy(&self) -> LabelPolicy {
+        LabelPolicy {
+            allowed_models: (!self.metrics_models.is_empty()).then(|| self.metrics_models.clone()),
+            max_models: self.metrics_max_models,
+        }
+    }
+
     /// The keys that seal reasoning (`encrypted_content`): from `reasoning_keys_file`, else
     /// `reasoning_keys`, else a random key. The caller does the I/O: `read_file` reads the
     /// file, `random_key` makes a key. A random key works for one process only: replicas
@@ -278,6 +304,19 @@ mod tests {
         assert_eq!(s.options.developer_role, DeveloperRole::Developer);
         assert_eq!(s.options.hosted_tools, HostedTools::Reject);
         assert!(serde_json::from_str::<ExchangeConfig>(r#"{"hosted_tools":"keep"}"#).is_err());
+    }
+
+    #[test]
+    fn metric_labels_are_bounded_by_an_allow_list_or_a_count() {
+        assert_eq!(
+            ExchangeConfig::default().label_policy(),
+            LabelPolicy::default()
+        );
+        let c: ExchangeConfig =
+            serde_json::from_str(r#"{"metrics_models":["a","b"],"metrics_max_models":3}"#).unwrap();
+        let policy = c.label_policy();
+        assert_eq!(policy.allowed_models, Some(vec!["a".into(), "b".into()]));
+        assert_eq!(policy.max_models, 3);
     }
 
     #[test]

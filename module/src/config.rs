@@ -1,64 +1,42 @@
 //! The filter's configuration: the JSON object of `DynamicModuleFilter.filter_config` (the
 //! same settings, names and defaults as the processor's flags, `responses_core::settings`),
-//! the sealing keys, and the Envoy stats the filter records.
+//! the sealing keys, and the Envoy stats the filter records (the core's metrics schema).
 
 use std::sync::{Arc, OnceLock};
 
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
 use responses_core::exchange;
+use responses_core::metrics::{Kind, Labels, Metric};
 use responses_core::settings::{ExchangeConfig, KeySource};
 
 use crate::host::MetricId;
-
-/// What kind of Envoy stat a metric is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricKind {
-    Counter,
-    Gauge,
-    Histogram,
-}
+use crate::stats::Queue;
 
 /// Defines one stat: its kind, name and label names; `None` if Envoy refused it.
-pub type Define<'a> = dyn FnMut(MetricKind, &str, &[&str]) -> Option<MetricId> + 'a;
+pub type Define<'a> = dyn FnMut(Kind, &str, &[&str]) -> Option<MetricId> + 'a;
 
-/// The stats the filter records, by the ids Envoy gave them (`<metrics_namespace>.<name>`,
-/// labels as Envoy tags). Token counts per model are in the access log's metadata instead
-/// (model names come from clients: as labels they would grow without bound).
+/// The stats the filter records: the core's schema (`responses_core::metrics`), each family
+/// defined in Envoy as `<metrics_namespace>.<name>` with its labels as Envoy tags
+/// (`envoy_<metrics_namespace>_<name>` in Prometheus form), by the ids Envoy gave them.
 #[derive(Debug, Clone, Copy)]
 pub struct Metrics {
-    /// `exchanges_total{operation,stream,outcome}`: outcome `translated`, `failed` or `cut`.
-    pub exchanges: MetricId,
-    /// `caps_hit_total{cap}`: exchanges that ended at a size cap, by its error code.
-    pub caps_hit: MetricId,
-    /// `tokens_total{type}`: input, output, cached and reasoning tokens the upstream reported.
-    pub tokens: MetricId,
-    /// `streams_in_flight`: translated streams open now.
-    pub streams_in_flight: MetricId,
-    /// `request_duration_ms{stream,outcome}`: from the request headers to the last answer.
-    pub duration: MetricId,
-    /// `time_to_first_output_ms`: streams, until the first output event.
-    pub first_output: MetricId,
-    /// `translation_us{stream}`: time spent in the filter's hooks per exchange.
-    pub translation: MetricId,
+    /// By [`Metric::index`].
+    ids: [MetricId; Metric::ALL.len()],
 }
 
 impl Metrics {
     /// Defines every stat with `define(kind, name, label names)`; `None` if Envoy refused one.
     pub fn define(define: &mut Define<'_>) -> Option<Metrics> {
-        use MetricKind::{Counter, Gauge, Histogram};
-        Some(Metrics {
-            exchanges: define(
-                Counter,
-                "exchanges_total",
-                &["operation", "stream", "outcome"],
-            )?,
-            caps_hit: define(Counter, "caps_hit_total", &["cap"])?,
-            tokens: define(Counter, "tokens_total", &["type"])?,
-            streams_in_flight: define(Gauge, "streams_in_flight", &[])?,
-            duration: define(Histogram, "request_duration_ms", &["stream", "outcome"])?,
-            first_output: define(Histogram, "time_to_first_output_ms", &[])?,
-            translation: define(Histogram, "translation_us", &["stream"])?,
-        })
+        let mut ids = [MetricId(0); Metric::ALL.len()];
+        for (id, metric) in ids.iter_mut().zip(Metric::ALL) {
+            let f = metric.family();
+            *id = define(f.kind, f.name, f.labels)?;
+        }
+        Some(Metrics { ids })
+    }
+
+    pub fn id(&self, metric: Metric) -> MetricId {
+        self.ids[metric.index()]
     }
 }
 
@@ -67,6 +45,11 @@ impl Metrics {
 pub struct FilterConfig {
     pub settings: Arc<exchange::Settings>,
     pub metrics: Metrics,
+    /// The bound on the stats' label values from clients and upstreams (per config: a new
+    /// config starts counting the models it has seen anew).
+    pub labels: Labels,
+    /// The labelled stats calls the workers queued, for Envoy's main thread to make.
+    pub stats: Queue,
     /// Where the sealing keys came from (logged once).
     pub key_source: KeySource,
 }
@@ -115,6 +98,8 @@ impl FilterConfig {
         Ok(FilterConfig {
             settings: Arc::new(config.exchange_settings(Some(keyring))),
             metrics,
+            labels: Labels::new(config.label_policy()),
+            stats: Queue::default(),
             key_source,
         })
     }
@@ -124,7 +109,7 @@ impl FilterConfig {
 mod tests {
     use super::*;
 
-    fn ids() -> impl FnMut(MetricKind, &str, &[&str]) -> Option<MetricId> {
+    fn ids() -> impl FnMut(Kind, &str, &[&str]) -> Option<MetricId> {
         let mut next = 0;
         move |_, _, _| {
             next += 1;
@@ -163,6 +148,22 @@ mod tests {
         assert!(c.settings.options.strict);
         assert_eq!(c.settings.model_header, "x-model");
         assert_eq!(c.key_source, KeySource::Text);
+    }
+
+    #[test]
+    fn every_family_of_the_schema_is_a_stat() {
+        let mut defined = Vec::new();
+        let c = FilterConfig::new(b"{}", KeyFile::Read, &mut |kind, name, labels| {
+            defined.push((kind, name.to_owned(), labels.to_vec().join(",")));
+            Some(MetricId(100 + defined.len()))
+        })
+        .unwrap();
+        assert_eq!(defined.len(), Metric::ALL.len());
+        for (i, metric) in Metric::ALL.iter().enumerate() {
+            let f = metric.family();
+            assert_eq!(defined[i], (f.kind, f.name.to_owned(), f.labels.join(",")));
+            assert_eq!(c.metrics.id(*metric), MetricId(101 + i));
+        }
     }
 
     #[test]

@@ -17,16 +17,17 @@
 //! and the fuzz target over `crate::fake`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use responses_core::driver::{Action, Driver, Edits, Event, Failure, Finished, Gathering};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
+use responses_core::metrics::{self, Metric, Recorder};
 use responses_core::openresponses::Code;
 use responses_core::proxy::{self, HeaderEdit};
 use responses_core::telemetry::{self, Timing, Transport};
 
-use crate::config::{FilterConfig, Metrics};
+use crate::config::FilterConfig;
 use crate::host::{Host, Level, Side};
 
 /// What a headers hook tells Envoy.
@@ -224,22 +225,24 @@ impl<E: Environment> Filter<E> {
 
     /// What the driver tells, into Envoy's stats, metadata and span.
     fn settle(&mut self, host: &mut impl Host) {
-        let m = self.config.metrics;
         let now = Instant::now();
         while let Some(event) = self.driver.poll_event(now) {
+            let mut stats = Stats {
+                host: &mut *host,
+                config: &self.config,
+            };
+            metrics::record(&mut stats, &self.config.labels, &event);
             match event {
-                Event::Claimed { .. } => {}
-                Event::StreamOpened => host.gauge_add(m.streams_in_flight, 1),
-                Event::StreamClosed => host.gauge_add(m.streams_in_flight, -1),
                 Event::FirstOutput { .. } => first_output_event(host),
                 Event::Finished(f) => self.finished(host, &f),
+                Event::Claimed { .. } | Event::StreamOpened | Event::StreamClosed => {}
             }
         }
     }
 
-    /// The exchange ended: its summary as Envoy's dynamic metadata and on Envoy's span, and
-    /// its stats. An exchange Envoy cut has neither metadata nor tags: Envoy finishes its span
-    /// before it reports the stream complete.
+    /// The exchange ended: its summary as Envoy's dynamic metadata and on Envoy's span (its
+    /// stats have it from its event). An exchange Envoy cut has neither metadata nor tags:
+    /// Envoy finishes its span before it reports the stream complete.
     fn finished(&self, host: &mut impl Host, f: &Finished) {
         let s = &f.summary;
         if f.cut {
@@ -266,7 +269,6 @@ impl<E: Environment> Filter<E> {
                 )
             });
         }
-        record(host, &self.config.metrics, f);
     }
 }
 
@@ -294,29 +296,20 @@ fn trailers_status(go: bool) -> TrailersStatus {
     }
 }
 
-/// Records the exchange in Envoy's stats (once: the driver tells its end once, a cut one as
-/// `cut`).
-fn record(host: &mut impl Host, m: &Metrics, f: &Finished) {
-    let s = &f.summary;
-    let stream = if s.stream { "true" } else { "false" };
-    let outcome = proxy::recorded_outcome(s.outcome);
-    host.count(m.exchanges, &[s.operation.as_str(), stream, outcome], 1);
-    if let Some(code) = s.error_code.as_ref().filter(|c| c.is_cap()) {
-        host.count(m.caps_hit, &[code.as_str()], 1);
+/// The core's metrics calls, onto Envoy's stats: the labelled ones queued for the main
+/// thread ([`crate::stats`]), the gauge moved at once.
+struct Stats<'a, H> {
+    host: &'a mut H,
+    config: &'a FilterConfig,
+}
+
+impl<H: Host> Recorder for Stats<'_, H> {
+    fn record(&mut self, metric: Metric, labels: &[&str], value: u64) {
+        self.config.stats.push(metric, labels, value);
     }
-    if let Some(u) = &s.usage {
-        for (kind, n) in proxy::token_counts(u) {
-            host.count(m.tokens, &[kind], n);
-        }
-    }
-    host.observe(m.duration, &[stream, outcome], millis(f.timing.total));
-    host.observe(
-        m.translation,
-        &[stream],
-        u64::try_from(f.timing.translation.as_micros()).unwrap_or(u64::MAX),
-    );
-    if let (true, Some(first)) = (s.stream, f.timing.first_output) {
-        host.observe(m.first_output, &[], millis(first));
+
+    fn gauge_add(&mut self, metric: Metric, delta: i64) {
+        self.host.gauge_add(self.config.metrics.id(metric), delta);
     }
 }
 
@@ -346,10 +339,6 @@ fn first_output_event(host: &mut impl Host) {
     if let Some(span) = host.active_span() {
         host.span_event(span, telemetry::FIRST_TOKEN_EVENT);
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The driver's header edits, applied to one side's headers.

@@ -1,6 +1,7 @@
 //! The filter against the fake Envoy: each way an exchange goes, with plain bytes.
 
 use proptest::prelude::*;
+use responses_core::metrics::Metric;
 use responses_core::proxy::{MetadataValue, DETAILS_ANSWER, DETAILS_REQUEST, METADATA_NAMESPACE};
 use serde_json::{json, Value};
 
@@ -115,14 +116,22 @@ fn a_json_exchange_is_translated_both_ways() {
             labels.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
         )
     };
+    let exchanges = m.id(Metric::Exchanges);
     assert_eq!(
         e.host
             .counters
-            .get(&key(m.exchanges, &["create", "false", "translated"])),
+            .get(&key(exchanges, &["create", "false", "translated", ""])),
         Some(&1)
     );
-    assert_eq!(e.host.counters.get(&key(m.tokens, &["input"])), Some(&11));
-    assert_eq!(e.host.counters.get(&key(m.tokens, &["output"])), Some(&7));
+    let tokens = m.id(Metric::Tokens);
+    assert_eq!(
+        e.host.counters.get(&key(tokens, &["m", "llama", "input"])),
+        Some(&11)
+    );
+    assert_eq!(
+        e.host.counters.get(&key(tokens, &["m", "llama", "output"])),
+        Some(&7)
+    );
 }
 
 #[test]
@@ -353,8 +362,8 @@ fn a_cut_exchange_is_counted_as_cut() {
     e.complete();
     let m = fake::config("{}").metrics;
     let cut = (
-        m.exchanges.0,
-        vec!["create".to_string(), "true".into(), "cut".into()],
+        m.id(Metric::Exchanges).0,
+        vec!["create".to_string(), "true".into(), "cut".into(), "".into()],
     );
     assert_eq!(e.host.counters.get(&cut), Some(&1));
     assert_eq!(e.host.gauges.values().sum::<i64>(), 0);

@@ -302,6 +302,9 @@ impl<E: Environment> Session<E> {
     fn settle(&mut self, answers: &mut [ProcessingResponse]) {
         let now = Instant::now();
         while let Some(event) = self.driver.poll_event(now) {
+            if let Some(m) = &self.settings.metrics {
+                m.tell(&event);
+            }
             match event {
                 Event::Claimed { elapsed } => {
                     if let (Trace::Parent(parent), Some(t)) = (&self.trace, &self.settings.traces) {
@@ -309,24 +312,14 @@ impl<E: Environment> Session<E> {
                         self.trace = Trace::Open(Box::new(span));
                     }
                 }
-                Event::StreamOpened => {
-                    if let Some(m) = &self.settings.metrics {
-                        m.stream_started();
-                    }
-                }
-                Event::StreamClosed => {
-                    if let Some(m) = &self.settings.metrics {
-                        m.stream_ended();
-                    }
-                }
-                Event::FirstOutput { .. } => {}
                 Event::Finished(f) => self.finished(&f, answers.last_mut()),
+                Event::StreamOpened | Event::StreamClosed | Event::FirstOutput { .. } => {}
             }
         }
     }
 
     /// The exchange ended: the answer that ends it carries its summary as Envoy metadata, and
-    /// it is recorded in the metrics and on its span.
+    /// it is recorded on its span (the metrics have it from its event).
     fn finished(&mut self, f: &Finished, last: Option<&mut ProcessingResponse>) {
         let s = &f.summary;
         if f.cut {
@@ -360,9 +353,6 @@ impl<E: Environment> Session<E> {
                 }
                 last.dynamic_metadata = Some(metadata(s));
             }
-        }
-        if let Some(m) = &self.settings.metrics {
-            m.record(s, f.timing);
         }
         if let Trace::Open(span) = std::mem::take(&mut self.trace) {
             span.finish(s, &f.timing);

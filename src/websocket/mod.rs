@@ -502,16 +502,16 @@ fn answered(span: &mut Option<ExchangeSpan>, messages: &[Bytes]) {
     }
 }
 
-/// What the connection tells of its responses, into the metrics and their spans: an ended
-/// (or cut) response is recorded and its span ended, with the timing the core kept.
+/// What the connection tells of its responses, into the metrics and their spans: a stream
+/// in flight, an ended (or cut) response, whose span ends with the timing the core kept.
 fn tell(conn: &mut Connection, metrics: &Option<Arc<Metrics>>, span: &mut Option<ExchangeSpan>) {
     let now = Instant::now();
     while let Some(event) = conn.poll_event(now) {
+        if let Some(m) = metrics {
+            m.tell(&event);
+        }
         // Its first output is in the timing it ends with.
         let Event::Finished(f) = event else { continue };
-        if let Some(m) = metrics {
-            m.record(&f.summary, f.timing);
-        }
         if let Some(span) = span.take() {
             span.finish(&f.summary, &f.timing);
         }

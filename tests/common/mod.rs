@@ -11,6 +11,7 @@
 //! * [`stream_rules`]: the rules every translated event stream obeys;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
+//! * [`prom::Export`]: a Prometheus text export, read (the processor's and Envoy's);
 //! * [`otlp::OtlpReceiver`]: an OTLP trace receiver recording the spans it is sent (over TLS
 //!   too); [`pki::Pki`]: throwaway certificates for the TLS tests.
 //!
@@ -27,6 +28,7 @@ pub mod json;
 pub mod otlp;
 pub mod pki;
 pub mod processor;
+pub mod prom;
 pub mod schema;
 pub mod sse;
 pub mod stack;

@@ -99,6 +99,8 @@ pub fn module_config(args: &[&str]) -> (String, Vec<String>) {
             (Some(v), serde_json::Value::Number(_)) => {
                 serde_json::Value::from(v.parse::<u64>().expect("a number"))
             }
+            // A list flag takes commas; its key, a JSON array.
+            (Some(v), serde_json::Value::Array(_)) => v.split(',').collect(),
             (Some(v), _) => serde_json::Value::from(*v),
         };
         i += if matches!(value, serde_json::Value::Bool(_)) {
@@ -156,7 +158,18 @@ impl Stack {
         args: &[&str],
         edit: impl FnOnce(String) -> String,
     ) -> Stack {
-        match mode() {
+        Stack::start_in(mode(), upstream_port, args, edit)
+    }
+
+    /// [`Stack::start_with`] in `mode`, whatever this run's (a test comparing the modes
+    /// starts one of each).
+    pub fn start_in(
+        mode: Mode,
+        upstream_port: u16,
+        args: &[&str],
+        edit: impl FnOnce(String) -> String,
+    ) -> Stack {
+        match mode {
             Mode::ExtProc => {
                 let processor = Processor::start(args);
                 let config = envoy::test_config(upstream_port, processor.port());

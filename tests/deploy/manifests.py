@@ -9,7 +9,8 @@
 * The Envoy config in each ConfigMap is envoy/envoy.yaml with the substitutions below, so it
   cannot drift from the tested one; it is written to OUTDIR for `envoy --mode validate`.
 * Each Istio EnvoyFilter patch is wrapped in a bootstrap (a filter into an HTTP connection
-  manager, a cluster into the clusters) and written to OUTDIR, for `envoy --mode validate`.
+  manager, a cluster into the clusters) and written to OUTDIR, for `envoy --mode validate`;
+  so is what an EnvoyProxy merges into Envoy Gateway's bootstrap.
 Prints one line per file written. Needs PyYAML (installed with kubernetes-validate).
 """
 
@@ -175,6 +176,12 @@ def check(out):
             seen_configmaps.add(key)
             target = out / f"{pathlib.Path(file).stem}-{name}.yaml"
             target.write_text(doc["data"]["envoy.yaml"])
+            print(target)
+        if kind == "EnvoyProxy" and get(doc, "spec.bootstrap.value"):
+            # What the EnvoyProxy merges into Envoy Gateway's bootstrap, in a bootstrap of ours.
+            b = {**bootstrap(), **yaml.safe_load(doc["spec"]["bootstrap"]["value"])}
+            target = out / f"{pathlib.Path(file).stem}-{name}-bootstrap.json"
+            target.write_text(json.dumps(b))
             print(target)
         if kind == "EnvoyFilter":
             for i, p in enumerate(doc["spec"]["configPatches"]):

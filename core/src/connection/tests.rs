@@ -645,7 +645,8 @@ fn each_response_is_told_once_with_its_time() {
     };
     assert!(told(&mut conn, ms(11)).is_empty());
     conn.upstream_head(200, SSE, 1, ms(20));
-    assert!(told(&mut conn, ms(20)).is_empty());
+    let events = told(&mut conn, ms(20));
+    assert!(matches!(&events[..], [Event::StreamOpened]), "{events:?}");
     let stream = chat_stream("Hi");
     let (first, rest) = stream.split_at(stream.find("\n\n").unwrap() + 2);
     conn.upstream_body(first.as_bytes(), false, 1, ms(30));
@@ -657,6 +658,10 @@ fn each_response_is_told_once_with_its_time() {
     let frames = conn.upstream_body(rest.as_bytes(), true, 1, ms(40));
     assert!(frames.done);
     let events = told(&mut conn, ms(42));
+    assert!(
+        matches!(&events[..], [Event::StreamClosed, Event::Finished(_)]),
+        "{events:?}"
+    );
     let f = finished(&events);
     assert_eq!(f.len(), 1, "{events:?}");
     assert!(!f[0].cut);

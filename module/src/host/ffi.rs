@@ -8,6 +8,7 @@ use std::ffi::c_char;
 use std::sync::Arc;
 
 use responses_core::environment::System;
+use responses_core::metrics::Kind;
 
 pub use super::abi::{
     BodyStatus, EnvoyBuffer, EnvoyHttpHeader, FilterConfigEnvoyPtr, FilterConfigModulePtr,
@@ -17,8 +18,8 @@ pub use super::abi::{
 };
 
 use super::abi::{self, ModuleBuffer};
-use super::{Envoy, MetricId};
-use crate::config::{FilterConfig, MetricKind};
+use super::{ConfigScheduler, Envoy, EnvoyStats, MetricId};
+use crate::config::FilterConfig;
 use crate::filter::Filter;
 
 /// The filter Envoy runs, on the real clock and randomness.
@@ -48,7 +49,7 @@ pub fn is_validation_mode() -> bool {
 /// `None` if Envoy refused it.
 pub fn define_metric(
     config: FilterConfigEnvoyPtr,
-    kind: MetricKind,
+    kind: Kind,
     name: &str,
     labels: &[&str],
 ) -> Option<MetricId> {
@@ -64,20 +65,35 @@ pub fn define_metric(
         label_names.as_mut_ptr()
     };
     let define = match kind {
-        MetricKind::Counter => abi::envoy_dynamic_module_callback_http_filter_config_define_counter,
-        MetricKind::Gauge => abi::envoy_dynamic_module_callback_http_filter_config_define_gauge,
-        MetricKind::Histogram => {
-            abi::envoy_dynamic_module_callback_http_filter_config_define_histogram
-        }
+        Kind::Counter => abi::envoy_dynamic_module_callback_http_filter_config_define_counter,
+        Kind::Gauge => abi::envoy_dynamic_module_callback_http_filter_config_define_gauge,
+        Kind::Histogram => abi::envoy_dynamic_module_callback_http_filter_config_define_histogram,
     };
     // SAFETY: Envoy's config pointer during config_new; it copies the names.
     let result = unsafe { define(config, name, labels_ptr, label_names.len(), &mut id) };
     (result == 0).then_some(MetricId(id))
 }
 
-/// A config handed to Envoy, which holds it until config_destroy.
-pub fn config_to_envoy(config: FilterConfig) -> FilterConfigModulePtr {
+/// A config handed to Envoy (`envoy` is Envoy's config being made), which holds it until
+/// config_destroy; its stats flush on Envoy's main thread.
+pub fn config_to_envoy(config: FilterConfig, envoy: FilterConfigEnvoyPtr) -> FilterConfigModulePtr {
+    // SAFETY: Envoy's pointer to the config being made.
+    let scheduler = unsafe { ConfigScheduler::new(envoy) };
+    config.stats.set_scheduler(Box::new(scheduler));
     FilterConfigModulePtr(Arc::into_raw(Arc::new(config)).cast())
+}
+
+/// The flush a worker scheduled (config_scheduled, on the main thread): the labelled stats
+/// calls the workers queued, made now.
+pub fn flush_stats(envoy: FilterConfigEnvoyPtr, config: FilterConfigModulePtr) {
+    if config.0.is_null() {
+        return;
+    }
+    // SAFETY: made by `config_to_envoy`; Envoy calls config hooks only while it holds it.
+    let config = unsafe { &*config.0.cast::<FilterConfig>() };
+    // SAFETY: Envoy's pointer passed to this config hook.
+    let mut stats = unsafe { EnvoyStats::new(envoy) };
+    config.stats.flush(&config.metrics, &mut stats);
 }
 
 /// No config: Envoy refuses the filter.

@@ -1,0 +1,414 @@
+//! The metrics every adapter exports, defined once: each family's name, type, unit, help,
+//! label names and histogram buckets ([`Metric`], [`Family`]), what an exchange records in
+//! them ([`record`], from the driver's [`Event`]s), and the bound on label values that come
+//! from clients and upstreams ([`Labels`]).
+//!
+//! Names have no prefix here: the processor exports `responses_extproc_<name>` on its
+//! `/metrics`; the module defines `<name>` in Envoy's stats under the filter's
+//! `metrics_namespace`, which Envoy's Prometheus output prints as
+//! `envoy_<namespace>_<name>`. Everything else (type, label names, buckets, values) is the
+//! same in both exports.
+//!
+//! Values are whole numbers in the family's unit, because Envoy's histograms take integers:
+//! a request's times in milliseconds, the translation and the time per token in microseconds.
+//! Envoy takes histogram buckets from its bootstrap (`stats_config.histogram_bucket_settings`),
+//! not from the module: the shipped Envoy configs set [`Family::buckets`] (checked by
+//! `tests/telemetry_schema.rs`). Each bound has two significant digits, the resolution of
+//! Envoy's log-linear histograms, so that below 100 both modes count every value in the same
+//! bucket (above, Envoy files values by their first two digits).
+//!
+//! The adapters only carry the calls: each implements [`Recorder`] over its registry (the
+//! processor's Prometheus vectors, the module's Envoy stats) and hands it every event.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::driver::Event;
+use crate::exchange::{Outcome, Summary};
+use crate::openresponses::{Code, Usage};
+use crate::proxy;
+use crate::telemetry::Timing;
+
+/// What kind of series a family is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    /// Its name in Prometheus' `# TYPE` line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One family of series.
+#[derive(Debug, PartialEq)]
+pub struct Family {
+    /// Without a prefix (see the module docs).
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The unit of its values (UCUM, as OpenTelemetry writes them): `ms`, `us`, `{token}`...
+    pub unit: &'static str,
+    pub help: &'static str,
+    pub labels: &'static [&'static str],
+    /// Histograms: the upper bounds of the buckets, in the unit (`+Inf` is implied).
+    pub buckets: &'static [f64],
+}
+
+/// The label names.
+pub mod label {
+    /// `create` or `compact`.
+    pub const OPERATION: &str = "operation";
+    /// `true` or `false`: the client asked for a stream.
+    pub const STREAM: &str = "stream";
+    /// `translated`, `failed` or `cut` (Envoy ended the exchange first).
+    pub const OUTCOME: &str = "outcome";
+    /// A failed exchange's error code (ours, or an upstream's, bounded); empty otherwise.
+    pub const ERROR_CODE: &str = "error_code";
+    /// The error code of the size cap an exchange ended at.
+    pub const CAP: &str = "cap";
+    /// The request's `model` (bounded).
+    pub const REQUEST_MODEL: &str = "gen_ai_request_model";
+    /// The model the upstream says answered (bounded with the request's), empty if it did not say.
+    pub const RESPONSE_MODEL: &str = "gen_ai_response_model";
+    /// `input`, `output`, `cached` or `reasoning`.
+    pub const TOKEN_TYPE: &str = "gen_ai_token_type";
+}
+
+use label::{
+    CAP, ERROR_CODE, OPERATION, OUTCOME, REQUEST_MODEL, RESPONSE_MODEL, STREAM, TOKEN_TYPE,
+};
+
+/// A request's times, in milliseconds (5 ms to 10 minutes).
+const MILLISECONDS: &[f64] = &[
+    5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 50000.0,
+    100000.0, 250000.0, 600000.0,
+];
+/// The time per output token, in microseconds (0.5 ms to 1 s).
+const TOKEN_MICROSECONDS: &[f64] = &[
+    500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 50000.0, 100000.0, 250000.0, 1000000.0,
+];
+/// The translation's own time, in microseconds (10 µs to 1 s).
+const TRANSLATION_MICROSECONDS: &[f64] = &[
+    10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 100000.0,
+    1000000.0,
+];
+
+const EXCHANGES: Family = Family {
+    name: "exchanges_total",
+    kind: Kind::Counter,
+    unit: "{exchange}",
+    help: "Exchanges the translator owned, by how they ended: translated, failed (with the error code) or cut (Envoy ended them first).",
+    labels: &[OPERATION, STREAM, OUTCOME, ERROR_CODE],
+    buckets: &[],
+};
+const CAPS_HIT: Family = Family {
+    name: "caps_hit_total",
+    kind: Kind::Counter,
+    unit: "{exchange}",
+    help: "Exchanges that ended at a size cap, by the cap's error code.",
+    labels: &[CAP],
+    buckets: &[],
+};
+const TOKENS: Family = Family {
+    name: "tokens_total",
+    kind: Kind::Counter,
+    unit: "{token}",
+    help: "Tokens the upstream reported, by model and type (input, output, cached, reasoning); a type appears once some exchange reported tokens of it.",
+    labels: &[REQUEST_MODEL, RESPONSE_MODEL, TOKEN_TYPE],
+    buckets: &[],
+};
+const REQUEST_DURATION: Family = Family {
+    name: "request_duration_milliseconds",
+    kind: Kind::Histogram,
+    unit: "ms",
+    help: "Time from the request to the end of its answer (streams: to the terminal event), for exchanges whose model was read.",
+    labels: &[REQUEST_MODEL, RESPONSE_MODEL, STREAM, OUTCOME],
+    buckets: MILLISECONDS,
+};
+const TIME_TO_FIRST_TOKEN: Family = Family {
+    name: "time_to_first_token_milliseconds",
+    kind: Kind::Histogram,
+    unit: "ms",
+    help: "Streams: time from the request to the first output event (text, reasoning, a tool call) sent to the client.",
+    labels: &[REQUEST_MODEL, RESPONSE_MODEL],
+    buckets: MILLISECONDS,
+};
+const TIME_PER_OUTPUT_TOKEN: Family = Family {
+    name: "time_per_output_token_microseconds",
+    kind: Kind::Histogram,
+    unit: "us",
+    help: "Completed streams: time after the first output over the output tokens after the first.",
+    labels: &[REQUEST_MODEL, RESPONSE_MODEL],
+    buckets: TOKEN_MICROSECONDS,
+};
+const TRANSLATION: Family = Family {
+    name: "translation_microseconds",
+    kind: Kind::Histogram,
+    unit: "us",
+    help: "Time spent translating an exchange (validation, mapping, events), excluding waits.",
+    labels: &[STREAM],
+    buckets: TRANSLATION_MICROSECONDS,
+};
+const STREAMS_IN_FLIGHT: Family = Family {
+    name: "streams_in_flight",
+    kind: Kind::Gauge,
+    unit: "{stream}",
+    help: "Streamed answers being translated now.",
+    labels: &[],
+    buckets: &[],
+};
+
+/// Most labels of a family (adapters may size their buffers by it).
+pub const MAX_LABELS: usize = 4;
+
+/// Every family of the schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    Exchanges,
+    CapsHit,
+    Tokens,
+    RequestDuration,
+    TimeToFirstToken,
+    TimePerOutputToken,
+    Translation,
+    StreamsInFlight,
+}
+
+impl Metric {
+    /// Every metric, in declaration order: `Metric::ALL[m.index()] == m`.
+    pub const ALL: [Metric; 8] = [
+        Metric::Exchanges,
+        Metric::CapsHit,
+        Metric::Tokens,
+        Metric::RequestDuration,
+        Metric::TimeToFirstToken,
+        Metric::TimePerOutputToken,
+        Metric::Translation,
+        Metric::StreamsInFlight,
+    ];
+
+    pub fn family(self) -> &'static Family {
+        match self {
+            Metric::Exchanges => &EXCHANGES,
+            Metric::CapsHit => &CAPS_HIT,
+            Metric::Tokens => &TOKENS,
+            Metric::RequestDuration => &REQUEST_DURATION,
+            Metric::TimeToFirstToken => &TIME_TO_FIRST_TOKEN,
+            Metric::TimePerOutputToken => &TIME_PER_OUTPUT_TOKEN,
+            Metric::Translation => &TRANSLATION,
+            Metric::StreamsInFlight => &STREAMS_IN_FLIGHT,
+        }
+    }
+
+    /// Its place in [`Metric::ALL`], for adapters that keep a handle per metric in an array.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Where an adapter records: its registry, as the calls the schema makes.
+pub trait Recorder {
+    /// Adds `value` to a counter, or observes it in a histogram (in the family's unit), for
+    /// these label values (in the family's order).
+    fn record(&mut self, metric: Metric, labels: &[&str], value: u64);
+    /// Moves a gauge (no labels) by `delta`.
+    fn gauge_add(&mut self, metric: Metric, delta: i64);
+}
+
+/// Records what the driver told of an exchange: a stream opened or closed (the gauge of
+/// streams in flight), its end (every other family, once). Call it with every event.
+pub fn record(rec: &mut impl Recorder, labels: &Labels, event: &Event) {
+    match event {
+        Event::StreamOpened => rec.gauge_add(Metric::StreamsInFlight, 1),
+        Event::StreamClosed => rec.gauge_add(Metric::StreamsInFlight, -1),
+        Event::Finished(f) => finished(rec, labels, &f.summary, &f.timing),
+        Event::Claimed { .. } | Event::FirstOutput { .. } => {}
+    }
+}
+
+/// One ended (or cut) exchange.
+fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
+    let stream = if s.stream { "true" } else { "false" };
+    let outcome = proxy::recorded_outcome(s.outcome);
+    let code = s.error_code.as_ref().map_or("", |c| labels.code(c));
+    rec.record(
+        Metric::Exchanges,
+        &[s.operation.as_str(), stream, outcome, code],
+        1,
+    );
+    if let Some(cap) = s.error_code.as_ref().and_then(Code::ours) {
+        if cap.is_cap() {
+            rec.record(Metric::CapsHit, &[cap.as_str()], 1);
+        }
+    }
+    rec.record(Metric::Translation, &[stream], micros(t.translation));
+    // A request refused before its model was read has no model to speak of.
+    let Some(model) = s.model.as_deref() else {
+        return;
+    };
+    let models = [
+        labels.model(model),
+        labels.model(s.upstream_model.as_deref().unwrap_or("")),
+    ];
+    rec.record(
+        Metric::RequestDuration,
+        &[models[0], models[1], stream, outcome],
+        millis(t.total),
+    );
+    if let Some(usage) = &s.usage {
+        for (kind, n) in token_counts(usage) {
+            // Adding nothing would only cost Envoy a stat lookup.
+            if n > 0 {
+                rec.record(Metric::Tokens, &[models[0], models[1], kind], n);
+            }
+        }
+    }
+    let (true, Some(first)) = (s.stream, t.first_output) else {
+        return;
+    };
+    rec.record(Metric::TimeToFirstToken, &models, millis(first));
+    let output_tokens = s.usage.map_or(0, |u| u.output_tokens);
+    if output_tokens > 1 && s.outcome == Outcome::Translated {
+        let after_first = micros(t.total.saturating_sub(first));
+        rec.record(
+            Metric::TimePerOutputToken,
+            &models,
+            after_first / (output_tokens - 1),
+        );
+    }
+}
+
+/// The token counts of an exchange's usage, by their [`label::TOKEN_TYPE`].
+pub fn token_counts(u: &Usage) -> [(&'static str, u64); 4] {
+    [
+        ("input", u.input_tokens),
+        ("output", u.output_tokens),
+        ("cached", u.input_tokens_details.cached_tokens),
+        ("reasoning", u.output_tokens_details.reasoning_tokens),
+    ]
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The label value of everything past a bound.
+pub const OTHER: &str = "other";
+/// Default of `metrics_max_models`.
+pub const DEFAULT_MAX_MODELS: usize = 64;
+/// Most distinct error codes of upstreams' own (not ours, which are a closed list) kept as
+/// label values.
+pub const MAX_UPSTREAM_CODES: usize = 32;
+
+/// Which model names become label values (`metrics_models`, `metrics_max_models`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelPolicy {
+    /// These only, if set; else the first `max_models` seen.
+    pub allowed_models: Option<Vec<String>>,
+    pub max_models: usize,
+}
+
+impl Default for LabelPolicy {
+    fn default() -> Self {
+        LabelPolicy {
+            allowed_models: None,
+            max_models: DEFAULT_MAX_MODELS,
+        }
+    }
+}
+
+/// A label whose values come from outside: an allow-list, or the first `max` distinct
+/// values; the rest are [`OTHER`]. Shared by an adapter's threads.
+#[derive(Debug)]
+pub struct Bounded {
+    allowed: Option<HashSet<String>>,
+    seen: Mutex<HashSet<String>>,
+    max: usize,
+}
+
+impl Bounded {
+    pub fn new(allowed: Option<Vec<String>>, max: usize) -> Self {
+        Bounded {
+            allowed: allowed.map(|a| a.into_iter().collect()),
+            seen: Mutex::new(HashSet::new()),
+            max,
+        }
+    }
+
+    /// The label value to use for `value`.
+    pub fn label<'a>(&self, value: &'a str) -> &'a str {
+        if let Some(allowed) = &self.allowed {
+            return if allowed.contains(value) {
+                value
+            } else {
+                OTHER
+            };
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(value) {
+            value
+        } else if seen.len() < self.max {
+            seen.insert(value.to_owned());
+            value
+        } else {
+            OTHER
+        }
+    }
+}
+
+/// The bounds of an adapter's label values from outside: model names (clients', and the
+/// upstream's) and upstreams' own error codes, so that no client or upstream can grow the
+/// series without bound.
+#[derive(Debug)]
+pub struct Labels {
+    models: Bounded,
+    upstream_codes: Bounded,
+}
+
+impl Labels {
+    pub fn new(policy: LabelPolicy) -> Self {
+        Labels {
+            models: Bounded::new(policy.allowed_models, policy.max_models),
+            upstream_codes: Bounded::new(None, MAX_UPSTREAM_CODES),
+        }
+    }
+
+    /// A model name's label value (the request's and the upstream's share one bound). Empty,
+    /// for an upstream that named none, is ours: it takes no place in the bound.
+    pub fn model<'a>(&self, model: &'a str) -> &'a str {
+        if model.is_empty() {
+            return "";
+        }
+        self.models.label(model)
+    }
+
+    /// An error code's label value: ours as they are, an upstream's bounded.
+    pub fn code<'a>(&self, code: &'a Code) -> &'a str {
+        match code {
+            Code::Ours(c) => c.as_str(),
+            Code::Upstream(s) => self.upstream_codes.label(s),
+        }
+    }
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Labels::new(LabelPolicy::default())
+    }
+}
+
+#[cfg(test)]
+mod tests;

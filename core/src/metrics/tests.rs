@@ -1,0 +1,296 @@
+use super::*;
+use crate::driver::Finished;
+use crate::exchange::Operation;
+use crate::openresponses::ErrorCode;
+
+/// What a recorder was asked to do, in order.
+#[derive(Debug, Default)]
+struct Calls(Vec<(Metric, Vec<String>, i64)>);
+
+impl Recorder for Calls {
+    fn record(&mut self, metric: Metric, labels: &[&str], value: u64) {
+        assert_eq!(
+            labels.len(),
+            metric.family().labels.len(),
+            "{metric:?}: one value per label"
+        );
+        let labels = labels.iter().map(|l| l.to_string()).collect();
+        self.0.push((metric, labels, i64::try_from(value).unwrap()));
+    }
+
+    fn gauge_add(&mut self, metric: Metric, delta: i64) {
+        assert_eq!(metric.family().kind, Kind::Gauge);
+        self.0.push((metric, Vec::new(), delta));
+    }
+}
+
+impl Calls {
+    fn of(&self, metric: Metric) -> Vec<(Vec<&str>, i64)> {
+        self.0
+            .iter()
+            .filter(|(m, ..)| *m == metric)
+            .map(|(_, labels, v)| (labels.iter().map(String::as_str).collect(), *v))
+            .collect()
+    }
+}
+
+fn summary(model: Option<&str>, stream: bool, outcome: Outcome) -> Summary {
+    let mut usage = Usage {
+        input_tokens: 7,
+        output_tokens: 11,
+        total_tokens: 18,
+        ..Usage::default()
+    };
+    usage.input_tokens_details.cached_tokens = 3;
+    Summary {
+        operation: Operation::Create,
+        response_id: Some("resp_1".into()),
+        model: model.map(Into::into),
+        stream,
+        outcome,
+        status: Some(200),
+        error_code: None,
+        usage: Some(usage),
+        upstream_model: Some("upstream-m".into()),
+        finish_reason: Some("stop".into()),
+        params: Default::default(),
+        streamed_output: stream,
+    }
+}
+
+fn finished(s: Summary, timing: Timing) -> Event {
+    Event::Finished(Box::new(Finished {
+        summary: s,
+        timing,
+        cut: false,
+    }))
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[test]
+fn a_json_exchange_counts_once_with_its_tokens_and_times() {
+    let labels = Labels::default();
+    let mut calls = Calls::default();
+    let timing = Timing {
+        total: ms(1234),
+        first_output: None,
+        translation: Duration::from_micros(80),
+    };
+    let s = summary(Some("m1"), false, Outcome::Translated);
+    record(&mut calls, &labels, &finished(s, timing));
+    assert_eq!(
+        calls.of(Metric::Exchanges),
+        [(vec!["create", "false", "translated", ""], 1)]
+    );
+    assert_eq!(calls.of(Metric::Translation), [(vec!["false"], 80)]);
+    assert_eq!(
+        calls.of(Metric::RequestDuration),
+        [(vec!["m1", "upstream-m", "false", "translated"], 1234)]
+    );
+    // Reasoning tokens: none reported, nothing added.
+    assert_eq!(
+        calls.of(Metric::Tokens),
+        [
+            (vec!["m1", "upstream-m", "input"], 7),
+            (vec!["m1", "upstream-m", "output"], 11),
+            (vec!["m1", "upstream-m", "cached"], 3),
+        ]
+    );
+    for none in [
+        Metric::CapsHit,
+        Metric::TimeToFirstToken,
+        Metric::TimePerOutputToken,
+        Metric::StreamsInFlight,
+    ] {
+        assert!(calls.of(none).is_empty(), "{none:?}");
+    }
+}
+
+#[test]
+fn a_stream_is_in_flight_and_has_its_token_times() {
+    let labels = Labels::default();
+    let mut calls = Calls::default();
+    let timing = Timing {
+        total: ms(1200),
+        first_output: Some(ms(200)),
+        translation: Duration::from_micros(300),
+    };
+    let s = summary(Some("m"), true, Outcome::Translated);
+    for event in [
+        Event::Claimed { elapsed: ms(0) },
+        Event::StreamOpened,
+        Event::FirstOutput { elapsed: ms(200) },
+        Event::StreamClosed,
+        finished(s.clone(), timing),
+    ] {
+        record(&mut calls, &labels, &event);
+    }
+    assert_eq!(
+        calls.of(Metric::StreamsInFlight),
+        [(vec![], 1), (vec![], -1)]
+    );
+    assert_eq!(
+        calls.of(Metric::TimeToFirstToken),
+        [(vec!["m", "upstream-m"], 200)]
+    );
+    // (1200 ms - 200 ms) over the 10 output tokens after the first.
+    assert_eq!(
+        calls.of(Metric::TimePerOutputToken),
+        [(vec!["m", "upstream-m"], 100_000)]
+    );
+    // A cut stream has a first token, but no time per token: its count is not final.
+    let mut calls = Calls::default();
+    let cut = summary(Some("m"), true, Outcome::Open);
+    record(&mut calls, &labels, &finished(cut, timing));
+    assert_eq!(calls.of(Metric::TimeToFirstToken).len(), 1);
+    assert!(calls.of(Metric::TimePerOutputToken).is_empty());
+    assert_eq!(
+        calls.of(Metric::Exchanges),
+        [(vec!["create", "true", "cut", ""], 1)]
+    );
+}
+
+#[test]
+fn failures_count_their_code_and_caps() {
+    let labels = Labels::default();
+    let mut calls = Calls::default();
+    let mut s = summary(Some("m"), false, Outcome::Failed);
+    s.usage = None;
+    s.error_code = Some(ErrorCode::ResponseTooLarge.into());
+    record(&mut calls, &labels, &finished(s.clone(), Timing::default()));
+    s.error_code = Some(ErrorCode::RateLimitExceeded.into());
+    record(&mut calls, &labels, &finished(s, Timing::default()));
+    assert_eq!(
+        calls.of(Metric::Exchanges),
+        [
+            (vec!["create", "false", "failed", "response_too_large"], 1),
+            (vec!["create", "false", "failed", "rate_limit_exceeded"], 1),
+        ]
+    );
+    assert_eq!(calls.of(Metric::CapsHit), [(vec!["response_too_large"], 1)]);
+    assert!(calls.of(Metric::Tokens).is_empty());
+}
+
+#[test]
+fn a_request_refused_before_its_model_counts_only_as_an_exchange() {
+    let labels = Labels::default();
+    let mut calls = Calls::default();
+    let mut s = summary(None, false, Outcome::Failed);
+    s.error_code = Some(ErrorCode::InvalidJson.into());
+    record(&mut calls, &labels, &finished(s, Timing::default()));
+    let families: Vec<Metric> = calls.0.iter().map(|(m, ..)| *m).collect();
+    assert_eq!(families, [Metric::Exchanges, Metric::Translation]);
+}
+
+#[test]
+fn label_values_from_outside_are_bounded() {
+    // The first two model names seen, then `other`; the request's and the upstream's share
+    // the bound.
+    let labels = Labels::new(LabelPolicy {
+        allowed_models: None,
+        max_models: 2,
+    });
+    let mut calls = Calls::default();
+    for i in 0..5 {
+        let s = summary(Some(&format!("model-{i}")), false, Outcome::Translated);
+        record(&mut calls, &labels, &finished(s, Timing::default()));
+    }
+    let models: HashSet<(&str, &str)> = calls
+        .of(Metric::RequestDuration)
+        .iter()
+        .map(|(l, _)| (l[0], l[1]))
+        .collect();
+    assert_eq!(
+        models,
+        HashSet::from([("model-0", "upstream-m"), (OTHER, "upstream-m")])
+    );
+    // An upstream that names no model: empty, whatever the bound.
+    assert_eq!(labels.model(""), "");
+    // An allow-list keeps those only.
+    let allow = Labels::new(LabelPolicy {
+        allowed_models: Some(vec!["a".into()]),
+        max_models: 0,
+    });
+    assert_eq!(
+        (allow.model("a"), allow.model("b"), allow.model("")),
+        ("a", OTHER, "")
+    );
+    // Upstreams' own codes are bounded; ours never are.
+    let labels = Labels::default();
+    for i in 0..MAX_UPSTREAM_CODES {
+        let code = Code::upstream(&format!("code_{i}"));
+        assert_eq!(labels.code(&code), format!("code_{i}"));
+    }
+    assert_eq!(labels.code(&Code::upstream("one_more")), OTHER);
+    assert_eq!(labels.code(&Code::upstream("code_3")), "code_3");
+    for ours in ErrorCode::all() {
+        assert_eq!(labels.code(&Code::Ours(*ours)), ours.as_str());
+    }
+}
+
+/// A Prometheus metric or label name.
+fn is_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Whether `x` is a whole number with at most two significant digits (1, 25, 5000, ...).
+fn two_digits(x: f64) -> bool {
+    if x < 1.0 || x.fract() != 0.0 {
+        return false;
+    }
+    let mut n = x as u64;
+    while n >= 100 {
+        if n % 10 != 0 {
+            return false;
+        }
+        n /= 10;
+    }
+    true
+}
+
+#[test]
+fn the_schema_is_well_formed() {
+    let mut names = HashSet::new();
+    for (i, metric) in Metric::ALL.iter().enumerate() {
+        assert_eq!(metric.index(), i);
+        let f = metric.family();
+        assert!(names.insert(f.name), "{} twice", f.name);
+        assert!(is_name(f.name), "{}", f.name);
+        assert_eq!(
+            f.kind == Kind::Counter,
+            f.name.ends_with("_total"),
+            "{}",
+            f.name
+        );
+        assert!(f.labels.len() <= MAX_LABELS, "{}", f.name);
+        let labels: HashSet<_> = f.labels.iter().collect();
+        assert_eq!(labels.len(), f.labels.len(), "{}: a label twice", f.name);
+        assert!(f.labels.iter().all(|l| is_name(l) && *l != "le"));
+        if f.kind == Kind::Histogram {
+            assert!(f.buckets.windows(2).all(|w| w[0] < w[1]), "{}", f.name);
+            assert!(f.buckets.iter().copied().all(two_digits), "{}", f.name);
+            let unit = f.name.rsplit('_').next().unwrap();
+            assert_eq!(
+                f.unit,
+                match unit {
+                    "milliseconds" => "ms",
+                    "microseconds" => "us",
+                    other => panic!(
+                        "{}: a histogram's name ends with its unit, not {other}",
+                        f.name
+                    ),
+                }
+            );
+        } else {
+            assert!(f.buckets.is_empty(), "{}", f.name);
+        }
+    }
+    assert!(!two_digits(1280.0) && two_digits(2500.0) && !two_digits(0.5));
+}
