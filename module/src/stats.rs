@@ -19,9 +19,6 @@ use responses_core::metrics::{Kind, Metric, MAX_LABELS};
 use crate::config::Metrics;
 use crate::host::MetricId;
 
-/// Most calls queued between two flushes (about ten thousand exchanges).
-const MAX_QUEUED: usize = 1 << 16;
-
 /// Where the queued calls are made: Envoy's stats, on the main thread (the host layer), or a
 /// fake.
 pub trait Sink {
@@ -117,11 +114,6 @@ impl Queue {
         debug_assert!(labels.len() <= MAX_LABELS && metric.family().kind != Kind::Gauge);
         let first = {
             let mut pending = self.pending();
-            if pending.queued.calls.len() >= MAX_QUEUED {
-                // The main thread has not run a flush for many thousand exchanges: memory
-                // stays bounded, these calls are lost.
-                return;
-            }
             pending.queued.push(metric, labels, value);
             !std::mem::replace(&mut pending.scheduled, true)
         };
@@ -245,12 +237,5 @@ mod tests {
         assert!(again.0.is_empty());
         queue.push(Metric::Exchanges, &["create", "false", "translated", ""], 1);
         assert_eq!(scheduled.load(Ordering::SeqCst), 2);
-        // A main thread that never flushes: the queue stays bounded.
-        for _ in 0..MAX_QUEUED + 10 {
-            queue.push(Metric::Translation, &["true"], 1);
-        }
-        let mut calls = Calls::default();
-        queue.flush(&metrics, &mut calls);
-        assert_eq!(calls.0.len(), MAX_QUEUED);
     }
 }
