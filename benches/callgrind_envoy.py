@@ -25,7 +25,7 @@ request at a time (CALLGRIND_CONNECTIONS at a time, one each), each answer check
 dump. It prints the instructions per exchange (Ir, all threads) of Envoy, of those the share in
 libresponses_module.so's hooks (inclusive: the module's work and the Envoy callbacks it
 makes) and the share on Envoy's worker thread (the busiest; the rest is mostly the main
-thread's, where the module makes its labelled stats calls), and of the processor, and leaves
+thread's), and of the processor, and leaves
 the callgrind files (one per thread, process and scenario) in CALLGRIND_DIR
 (/tmp/callgrind-envoy) for `callgrind_annotate --inclusive=yes FILE`.
 Build the module, the processor and the demo upstream first (`cargo build --release --bins &&

@@ -167,9 +167,6 @@ const STREAMS_IN_FLIGHT: Family = Family {
     buckets: &[],
 };
 
-/// Most labels of a family (adapters may size their buffers by it).
-pub const MAX_LABELS: usize = 4;
-
 /// Every family of the schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Metric {

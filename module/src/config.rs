@@ -10,7 +10,6 @@ use responses_core::metrics::{Kind, Labels, Metric};
 use responses_core::settings::{ExchangeConfig, KeySource};
 
 use crate::host::MetricId;
-use crate::stats::Queue;
 
 /// Defines one stat: its kind, name and label names; `None` if Envoy refused it.
 pub type Define<'a> = dyn FnMut(Kind, &str, &[&str]) -> Option<MetricId> + 'a;
@@ -48,8 +47,6 @@ pub struct FilterConfig {
     /// The bound on the stats' label values from clients and upstreams (per config: a new
     /// config starts counting the models it has seen anew).
     pub labels: Labels,
-    /// The labelled stats calls the workers queued, for Envoy's main thread to make.
-    pub stats: Queue,
     /// Where the sealing keys came from (logged once).
     pub key_source: KeySource,
 }
@@ -99,7 +96,6 @@ impl FilterConfig {
             settings: Arc::new(config.exchange_settings(Some(keyring))),
             metrics,
             labels: Labels::new(config.label_policy()),
-            stats: Queue::default(),
             key_source,
         })
     }

@@ -14,7 +14,6 @@ use responses_core::proxy::MetadataValue;
 use crate::config::{FilterConfig, KeyFile};
 use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
 use crate::host::{Host, Level, MetricId, Side, SpanRef};
-use crate::stats::Sink;
 
 /// A fixed clock and id seed.
 #[derive(Debug, Clone, Copy)]
@@ -209,8 +208,18 @@ impl Host for FakeHost {
         self.logs.borrow_mut().push((level, message.to_owned()));
     }
 
+    fn count(&mut self, metric: MetricId, labels: &[&str], by: u64) {
+        let labels = labels.iter().map(|l| l.to_string()).collect();
+        *self.counters.entry((metric.0, labels)).or_default() += by;
+    }
+
     fn gauge_add(&mut self, metric: MetricId, delta: i64) {
         *self.gauges.entry(metric.0).or_default() += delta;
+    }
+
+    fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64) {
+        let labels = labels.iter().map(|l| l.to_string()).collect();
+        self.observed.push((metric.0, labels, value));
     }
 
     fn active_span(&mut self) -> Option<SpanRef> {
@@ -252,19 +261,6 @@ pub struct Upstream {
     pub ended: bool,
 }
 
-/// The main thread's flush of the stats the filter queued (`crate::stats`).
-impl Sink for FakeHost {
-    fn count(&mut self, metric: MetricId, labels: &[&str], by: u64) {
-        let labels = labels.iter().map(|l| l.to_string()).collect();
-        *self.counters.entry((metric.0, labels)).or_default() += by;
-    }
-
-    fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64) {
-        let labels = labels.iter().map(|l| l.to_string()).collect();
-        self.observed.push((metric.0, labels, value));
-    }
-}
-
 /// What the client got.
 #[derive(Debug, Default, Clone)]
 pub struct Client {
@@ -281,7 +277,6 @@ pub struct Client {
 #[derive(Debug)]
 pub struct FakeEnvoy {
     pub host: FakeHost,
-    config: Arc<FilterConfig>,
     pub filter: Filter<Fixed>,
     pub upstream: Upstream,
     pub client: Client,
@@ -296,8 +291,7 @@ impl FakeEnvoy {
     pub fn new(config: Arc<FilterConfig>) -> FakeEnvoy {
         FakeEnvoy {
             host: FakeHost::default(),
-            filter: Filter::new(config.clone(), Fixed),
-            config,
+            filter: Filter::new(config, Fixed),
             upstream: Upstream::default(),
             client: Client::default(),
             request_held: false,
@@ -314,7 +308,6 @@ impl FakeEnvoy {
     /// A local reply or reset of the filter ends the exchange; Envoy then shows the reply to
     /// the encoder hooks (1.40 skips the filter that sent it; it must pass unchanged anyway).
     fn settle(&mut self) {
-        self.flush_stats();
         if self.host.resets > 0 {
             self.client.reset = true;
         }
@@ -490,14 +483,6 @@ impl FakeEnvoy {
             span.finished = true;
         }
         self.filter.stream_complete(&mut self.host);
-        self.flush_stats();
-    }
-
-    /// Envoy's main thread runs the flush the filter scheduled (here: after every hook).
-    fn flush_stats(&mut self) {
-        self.config
-            .stats
-            .flush(&self.config.metrics, &mut self.host);
     }
 
     /// Nothing untranslated reached either side: the upstream got nothing or a whole Chat

@@ -22,12 +22,12 @@ use std::time::Instant;
 use responses_core::driver::{Action, Driver, Edits, Event, Failure, Finished, Gathering};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
-use responses_core::metrics::{self, Metric, Recorder};
+use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::openresponses::Code;
 use responses_core::proxy::{self, HeaderEdit};
 use responses_core::telemetry::{self, Timing, Transport};
 
-use crate::config::FilterConfig;
+use crate::config::{FilterConfig, Metrics};
 use crate::host::{Host, Level, Side};
 
 /// What a headers hook tells Envoy.
@@ -229,7 +229,7 @@ impl<E: Environment> Filter<E> {
         while let Some(event) = self.driver.poll_event(now) {
             let mut stats = Stats {
                 host: &mut *host,
-                config: &self.config,
+                metrics: &self.config.metrics,
             };
             metrics::record(&mut stats, &self.config.labels, &event);
             match event {
@@ -296,20 +296,24 @@ fn trailers_status(go: bool) -> TrailersStatus {
     }
 }
 
-/// The core's metrics calls, onto Envoy's stats: the labelled ones queued for the main
-/// thread ([`crate::stats`]), the gauge moved at once.
+/// The core's metrics calls, onto Envoy's stats.
 struct Stats<'a, H> {
     host: &'a mut H,
-    config: &'a FilterConfig,
+    metrics: &'a Metrics,
 }
 
 impl<H: Host> Recorder for Stats<'_, H> {
     fn record(&mut self, metric: Metric, labels: &[&str], value: u64) {
-        self.config.stats.push(metric, labels, value);
+        let id = self.metrics.id(metric);
+        match metric.family().kind {
+            Kind::Counter => self.host.count(id, labels, value),
+            Kind::Histogram => self.host.observe(id, labels, value),
+            Kind::Gauge => debug_assert!(false, "{metric:?} is a gauge"),
+        }
     }
 
     fn gauge_add(&mut self, metric: Metric, delta: i64) {
-        self.host.gauge_add(self.config.metrics.id(metric), delta);
+        self.host.gauge_add(self.metrics.id(metric), delta);
     }
 }
 

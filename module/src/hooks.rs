@@ -4,10 +4,8 @@
 //! ([`Filter::on_panic`]); a panic while creating a config or a filter refuses it (NULL).
 //!
 //! Envoy 1.40 refuses a module that lacks any hook it looks up, including those of features
-//! this filter never uses (HTTP callouts and streams, a filter's scheduling, watermarks):
-//! they are here as no-ops. The config's scheduled event is the flush of the stats the
-//! workers queued (`crate::stats`), on the main thread. `.ci/module-symbols` checks the list
-//! against the Envoy binary.
+//! this filter never uses (HTTP callouts and streams, scheduling, watermarks): they are here
+//! as no-ops. `.ci/module-symbols` checks the list against the Envoy binary.
 //!
 //! No `unsafe` here: what touches Envoy's pointers and buffers is the host layer's
 //! ([`host::ffi`]). The lint is denied rather than forbidden only because `#[no_mangle]`, which
@@ -97,7 +95,7 @@ fn config_new(
                     KeySource::Text => "reasoning keys loaded from reasoning_keys",
                 };
                 host::log(level, &format!("responses_module filter `{name}`: {keys}"));
-                abi::config_to_envoy(config, config_envoy)
+                abi::config_to_envoy(config)
             }
             Err(e) => {
                 host::log(
@@ -444,12 +442,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 #[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
-    config_envoy: FilterConfigEnvoyPtr,
-    config: FilterConfigModulePtr,
+    _config_envoy: FilterConfigEnvoyPtr,
+    _config: FilterConfigModulePtr,
     _event_id: u64,
 ) {
-    // The one event this module schedules: the stats the workers queued (crate::stats).
-    let _ = catch_unwind(|| abi::flush_stats(config_envoy, config));
 }
 
 #[allow(unsafe_code)] // for #[no_mangle] alone

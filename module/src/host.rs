@@ -2,20 +2,15 @@
 //! `unsafe` (the ABI, `abi`, is private to it).
 //!
 //! What the filter needs from Envoy, as a small trait: headers, the body bytes of the current
-//! hook, replies, metadata, a gauge and logs; and, for the main thread, the config's stats
-//! ([`EnvoyStats`]) and scheduler ([`ConfigScheduler`]). [`Envoy`] implements it over the ABI; the tests and
+//! hook, replies, metadata, stats and logs. [`Envoy`] implements it over the ABI; the tests and
 //! the fuzz target use a fake (`crate::fake`), so the adapter is tested with plain bytes.
 //! [`ffi`] is what the hooks exchange with Envoy.
 
 mod abi;
 pub mod ffi;
 
-use std::sync::OnceLock;
-
-use responses_core::metrics::MAX_LABELS;
 use responses_core::proxy::MetadataValue;
 
-use crate::stats::{Schedule, Sink};
 use abi::{EnvoyBuffer, ModuleBuffer, ModuleHttpHeader};
 
 /// Which half of the exchange a header map or a body belongs to.
@@ -73,9 +68,9 @@ pub trait Host {
     fn set_metadata(&mut self, namespace: &str, fields: &[(&str, MetadataValue)]);
     fn log_enabled(&self, level: Level) -> bool;
     fn log(&self, level: Level, message: &str);
-    /// Moves a gauge without labels (the labelled stats are made on the main thread:
-    /// [`crate::stats`]).
+    fn count(&mut self, metric: MetricId, labels: &[&str], by: u64);
     fn gauge_add(&mut self, metric: MetricId, delta: i64);
+    fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64);
     /// Envoy's span for this request; `None` when Envoy does not trace (no tracer configured).
     fn active_span(&mut self) -> Option<SpanRef>;
     /// Sets these tags (Envoy's tags are strings) on the span, in one call.
@@ -322,6 +317,20 @@ impl Host for Envoy {
         log(level, message);
     }
 
+    fn count(&mut self, metric: MetricId, labels: &[&str], by: u64) {
+        let mut values = label_values(labels);
+        // SAFETY: valid filter pointer; the id was defined by this filter's config.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_increment_counter(
+                self.filter,
+                metric.0,
+                values.as_mut_ptr(),
+                values.len(),
+                by,
+            );
+        }
+    }
+
     fn gauge_add(&mut self, metric: MetricId, delta: i64) {
         let by = delta.unsigned_abs();
         // SAFETY: valid filter pointer; the id was defined by this filter's config.
@@ -343,6 +352,20 @@ impl Host for Envoy {
                     by,
                 );
             }
+        }
+    }
+
+    fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64) {
+        let mut values = label_values(labels);
+        // SAFETY: valid filter pointer; the id was defined by this filter's config.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_record_histogram_value(
+                self.filter,
+                metric.0,
+                values.as_mut_ptr(),
+                values.len(),
+                value,
+            );
         }
     }
 
@@ -394,110 +417,11 @@ impl Host for Envoy {
     }
 }
 
-/// One filter config's stats, for the flush on the main thread ([`crate::stats`]).
-#[derive(Debug)]
-pub struct EnvoyStats {
-    config: abi::FilterConfigEnvoyPtr,
-}
-
-impl EnvoyStats {
-    /// # Safety
-    /// `config` is the pointer Envoy passed to the current config hook.
-    unsafe fn new(config: abi::FilterConfigEnvoyPtr) -> EnvoyStats {
-        EnvoyStats { config }
-    }
-}
-
-impl Sink for EnvoyStats {
-    fn count(&mut self, metric: MetricId, labels: &[&str], by: u64) {
-        let mut values = label_values(labels);
-        // SAFETY: valid config pointer; the id was defined by this config.
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                self.config,
-                metric.0,
-                values.as_mut_ptr(),
-                labels.len().min(MAX_LABELS),
-                by,
-            );
-        }
-    }
-
-    fn observe(&mut self, metric: MetricId, labels: &[&str], value: u64) {
-        let mut values = label_values(labels);
-        // SAFETY: valid config pointer; the id was defined by this config.
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
-                self.config,
-                metric.0,
-                values.as_mut_ptr(),
-                labels.len().min(MAX_LABELS),
-                value,
-            );
-        }
-    }
-}
-
-/// Envoy's scheduler of one filter config's events on the main thread, made at the first
-/// flush a worker asks for (when Envoy holds the config: the scheduler keeps a weak
-/// reference to it), deleted with the config.
-#[derive(Debug)]
-pub struct ConfigScheduler {
-    config: abi::FilterConfigEnvoyPtr,
-    scheduler: OnceLock<abi::ConfigSchedulerPtr>,
-}
-
-// SAFETY: Envoy's config outlives the module's (it destroys the module's config from its
-// own destructor), and its scheduler is made for any thread: `commit` posts to the main
-// thread's dispatcher.
-unsafe impl Send for ConfigScheduler {}
-// SAFETY: as for Send; the scheduler is made once (OnceLock).
-unsafe impl Sync for ConfigScheduler {}
-
-impl ConfigScheduler {
-    /// # Safety
-    /// `config` is Envoy's pointer to the config being made (config_new).
-    unsafe fn new(config: abi::FilterConfigEnvoyPtr) -> ConfigScheduler {
-        ConfigScheduler {
-            config,
-            scheduler: OnceLock::new(),
-        }
-    }
-}
-
-impl Schedule for ConfigScheduler {
-    fn schedule(&self) {
-        let scheduler = *self.scheduler.get_or_init(|| {
-            // SAFETY: the config pointer outlives this (see Send).
-            unsafe {
-                abi::envoy_dynamic_module_callback_http_filter_config_scheduler_new(self.config)
-            }
-        });
-        // SAFETY: a scheduler Envoy made, not deleted before `self` drops.
-        unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_config_scheduler_commit(scheduler, 0)
-        }
-    }
-}
-
-impl Drop for ConfigScheduler {
-    fn drop(&mut self) {
-        if let Some(scheduler) = self.scheduler.get() {
-            // SAFETY: made by Envoy for this config, deleted once.
-            unsafe {
-                abi::envoy_dynamic_module_callback_http_filter_config_scheduler_delete(*scheduler)
-            }
-        }
-    }
-}
-
-/// The label values as the ABI takes them (on the stack).
-fn label_values(labels: &[&str]) -> [ModuleBuffer; MAX_LABELS] {
-    let mut values = [ModuleBuffer::NULL; MAX_LABELS];
-    for (value, label) in values.iter_mut().zip(labels) {
-        *value = ModuleBuffer::from(label.as_bytes());
-    }
-    values
+fn label_values(labels: &[&str]) -> Vec<ModuleBuffer> {
+    labels
+        .iter()
+        .map(|l| ModuleBuffer::from(l.as_bytes()))
+        .collect()
 }
 
 /// Whether Envoy logs this level for dynamic modules (`--component-log-level dynamic_modules:…`).

@@ -11,7 +11,6 @@
 //!   with Envoy ([`host::ffi`]); the ABI's types and the Envoy callbacks used, declared by
 //!   hand, are private to it;
 //! - [`config`]: the filter's JSON config (the processor's settings) and its Envoy stats;
-//! - [`stats`]: the labelled stats calls, queued by the workers for Envoy's main thread;
 //! - [`fake`]: a fake Envoy, so the filter is tested (and fuzzed) with plain bytes.
 //!
 //! No async runtime and no I/O stack: the core, serde_json and the ABI. `unsafe` lives in
@@ -26,8 +25,6 @@ pub mod fake;
 pub mod filter;
 pub mod hooks;
 pub mod host;
-#[forbid(unsafe_code)]
-pub mod stats;
 
 #[cfg(test)]
 #[forbid(unsafe_code)]

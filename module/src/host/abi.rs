@@ -148,11 +148,6 @@ pub struct FilterConfigEnvoyPtr(pub(super) *mut c_void);
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy)]
 pub struct FilterModulePtr(pub(super) *const c_void);
-/// `envoy_dynamic_module_type_http_filter_config_scheduler_module_ptr`: made by Envoy, deleted
-/// by the module.
-#[repr(transparent)]
-#[derive(Debug, Clone, Copy)]
-pub struct ConfigSchedulerPtr(pub(super) *mut c_void);
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy)]
 pub struct FilterConfigModulePtr(pub(super) *const c_void);
@@ -184,36 +179,13 @@ unsafe extern "C" {
         label_names_length: usize,
         histogram_id: *mut usize,
     ) -> MetricsResult;
-    /// The config-level calls (any thread; this module makes them on the main thread, in a
-    /// scheduled flush): the id and label values as for a filter's.
-    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
-        config: FilterConfigEnvoyPtr,
+    pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
+        filter: FilterEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
-        config: FilterConfigEnvoyPtr,
-        id: usize,
-        label_values: *mut ModuleBuffer,
-        label_values_length: usize,
-        value: u64,
-    ) -> MetricsResult;
-    /// A scheduler of the config's own events on the main thread (it holds a weak reference
-    /// to the config: an event after the config is gone is dropped). `commit` may be called
-    /// from any thread; each event becomes `envoy_dynamic_module_on_http_filter_config_scheduled`
-    /// with its id.
-    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
-        config: FilterConfigEnvoyPtr,
-    ) -> ConfigSchedulerPtr;
-    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
-        scheduler: ConfigSchedulerPtr,
-        event_id: u64,
-    );
-    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
-        scheduler: ConfigSchedulerPtr,
-    );
     pub fn envoy_dynamic_module_callback_http_filter_increment_gauge(
         filter: FilterEnvoyPtr,
         id: usize,
@@ -222,6 +194,13 @@ unsafe extern "C" {
         value: u64,
     ) -> MetricsResult;
     pub fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
+        filter: FilterEnvoyPtr,
+        id: usize,
+        label_values: *mut ModuleBuffer,
+        label_values_length: usize,
+        value: u64,
+    ) -> MetricsResult;
+    pub fn envoy_dynamic_module_callback_http_filter_record_histogram_value(
         filter: FilterEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,

@@ -18,7 +18,7 @@ pub use super::abi::{
 };
 
 use super::abi::{self, ModuleBuffer};
-use super::{ConfigScheduler, Envoy, EnvoyStats, MetricId};
+use super::{Envoy, MetricId};
 use crate::config::FilterConfig;
 use crate::filter::Filter;
 
@@ -74,26 +74,9 @@ pub fn define_metric(
     (result == 0).then_some(MetricId(id))
 }
 
-/// A config handed to Envoy (`envoy` is Envoy's config being made), which holds it until
-/// config_destroy; its stats flush on Envoy's main thread.
-pub fn config_to_envoy(config: FilterConfig, envoy: FilterConfigEnvoyPtr) -> FilterConfigModulePtr {
-    // SAFETY: Envoy's pointer to the config being made.
-    let scheduler = unsafe { ConfigScheduler::new(envoy) };
-    config.stats.set_scheduler(Box::new(scheduler));
+/// A config handed to Envoy, which holds it until config_destroy.
+pub fn config_to_envoy(config: FilterConfig) -> FilterConfigModulePtr {
     FilterConfigModulePtr(Arc::into_raw(Arc::new(config)).cast())
-}
-
-/// The flush a worker scheduled (config_scheduled, on the main thread): the labelled stats
-/// calls the workers queued, made now.
-pub fn flush_stats(envoy: FilterConfigEnvoyPtr, config: FilterConfigModulePtr) {
-    if config.0.is_null() {
-        return;
-    }
-    // SAFETY: made by `config_to_envoy`; Envoy calls config hooks only while it holds it.
-    let config = unsafe { &*config.0.cast::<FilterConfig>() };
-    // SAFETY: Envoy's pointer passed to this config hook.
-    let mut stats = unsafe { EnvoyStats::new(envoy) };
-    config.stats.flush(&config.metrics, &mut stats);
 }
 
 /// No config: Envoy refuses the filter.
