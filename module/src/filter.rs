@@ -292,7 +292,7 @@ impl<E: Environment> Filter<E> {
             .unwrap_or_default()
             .to_owned();
         let mut ex = Box::new(Exchange::new(settings.clone(), op));
-        ex.identify_client(|name| host.header(Side::Request, name));
+        ex.request_head(|name| host.header(Side::Request, name));
         self.phase = Phase::Ours(ex);
         edit(host, Side::Request, proxy::request_head_edits());
         if end {

@@ -267,7 +267,7 @@ impl<E: Environment> Session<E> {
             );
         };
         let mut ex = Box::new(Exchange::new(self.settings.exchange.clone(), op));
-        ex.identify_client(|name| read(h, name));
+        ex.request_head(|name| read(h, name));
         if h.end_of_stream {
             let step = ex.request_body(&[], true, self.meta());
             self.phase = Phase::Ours(ex);

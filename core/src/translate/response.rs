@@ -3,15 +3,13 @@
 
 use std::borrow::Cow;
 
-use bytes::Bytes;
-use serde_json::Value;
-
 use super::{finish_status, logprobs, usage, Exchange, Outcome};
 use crate::chat;
 use crate::openresponses::{
     ApiError, ItemStatus, MessageItem, OutputContent, OutputItem, Phase, ReasoningItem,
     ReasoningText, Status, Usage,
 };
+use bytes::Bytes;
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
 pub fn completion(exchange: &Exchange, body: &[u8], now: u64) -> Result<Bytes, ApiError> {
@@ -176,70 +174,17 @@ fn not_a_completion() -> ApiError {
     )
 }
 
-/// Maps a non-success upstream answer (or a local reply of Envoy's) to an error envelope,
-/// keeping the status class: 4xx stay 4xx (429 stays 429), 5xx stay 5xx, anything else
-/// becomes 502. The upstream's own message is kept when its body says one.
+/// Maps a non-success upstream answer (or a local reply of Envoy's) to an error envelope:
+/// [`crate::upstream_failure::classify`] without the headers.
 pub fn upstream_error(status: u16, body: &[u8]) -> ApiError {
-    let status = match status {
-        400..=599 => status,
-        _ => 502,
-    };
-    let (message, code, param) = match serde_json::from_slice::<Value>(body) {
-        Ok(v) => error_fields(&v),
-        Err(_) => (None, None, None),
-    };
-    let message = message.unwrap_or_else(|| {
-        let text = String::from_utf8_lossy(body);
-        let text = text.trim();
-        if text.is_empty() || text.len() > 512 {
-            format!("The upstream answered with HTTP status {status}.")
-        } else {
-            format!("The upstream answered with HTTP status {status}: {text}")
-        }
-    });
-    let default_code = match status {
-        413 => "request_too_large",
-        429 => "rate_limit_exceeded",
-        502 => "bad_gateway",
-        503 => "upstream_unavailable",
-        504 => "upstream_timeout",
-        500..=599 => "upstream_error",
-        _ => "upstream_rejected_request",
-    };
-    let mut err = ApiError::server(status, default_code, message);
-    if let Some(c) = code {
-        err.code = Some(c);
-    }
-    err.param = param;
-    err
-}
-
-/// The message, code and param of an error body in any of the shapes upstreams use:
-/// OpenAI's `{"error":{...}}`, vLLM's `{"object":"error","message":...}`, `{"error":"text"}`,
-/// FastAPI's `{"detail":...}`.
-pub(crate) fn error_fields(v: &Value) -> (Option<String>, Option<String>, Option<String>) {
-    let obj = match v.get("error") {
-        Some(Value::String(s)) => return (Some(s.clone()), None, None),
-        Some(e @ Value::Object(_)) => e,
-        _ => v,
-    };
-    let text = |key: &str| match obj.get(key) {
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    let message = text("message").or_else(|| match v.get("detail") {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(d @ (Value::Array(_) | Value::Object(_))) => Some(d.to_string()),
-        _ => None,
-    });
-    (message, text("code"), text("param"))
+    crate::upstream_failure::classify(status, [], body).error
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::translate::{Meta, Options};
+    use serde_json::Value;
 
     fn exchange() -> Exchange {
         Exchange::new(
@@ -353,13 +298,14 @@ mod tests {
             (e.status, e.message.as_str(), e.code.as_deref()),
             (429, "slow down", Some("rate"))
         );
+        // A number is not a code a client can branch on: the status's word instead.
         let e = upstream_error(
             400,
             br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#,
         );
         assert_eq!(
             (e.status, e.message.as_str(), e.code.as_deref()),
-            (400, "bad", Some("400"))
+            (400, "bad", Some("invalid_request_error"))
         );
         let e = upstream_error(503, b"no healthy upstream");
         assert_eq!(e.status, 503);

@@ -21,7 +21,8 @@
 //!   frame cut short by the end of the body (no blank line after it, not JSON) is dropped
 //!   as part of that cut, so it fails only when the `finish_reason` had not come yet.
 //! - A `data: {"error": …}` frame → an `error` event, then `response.failed` carrying the
-//!   upstream's code and message.
+//!   upstream's message and a word code ([`crate::upstream_failure::classify_stream`]:
+//!   `context_length_exceeded` for a context overflow).
 //! - A frame that is not JSON, or one larger than the frame cap, or a delta that would take
 //!   the output beyond the output cap (none of it is sent) → `error` + `response.failed`. Open items are closed as `incomplete`
 //!   before the terminal event so that its `output` equals the `output_item.done` items.
@@ -36,7 +37,6 @@ use bytes::Bytes;
 const OUTPUT_PER_INPUT_BYTE: usize = 2;
 
 use super::calls::custom_tool_input;
-use super::response::error_fields;
 use super::{compact, finish_status, logprobs, usage, Exchange, Outcome, ReasoningEvents};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
@@ -311,14 +311,8 @@ impl StreamTranslator {
             }
         };
         if let Some(err) = &chunk.error {
-            let (message, code, _) = error_fields(&serde_json::json!({ "error": err }));
-            self.fail(
-                code.as_deref().unwrap_or("upstream_error"),
-                message
-                    .as_deref()
-                    .unwrap_or("The upstream reported an error mid-stream."),
-                now,
-            );
+            let failure = crate::upstream_failure::classify_stream(err);
+            self.fail(&failure.code, &failure.message, now);
             return;
         }
         if let Some(u) = &chunk.usage {
