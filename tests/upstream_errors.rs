@@ -1,0 +1,171 @@
+//! The upstream failure mapping (`responses_core::upstream_failure`) over every recorded
+//! shape in `tests/fixtures/upstream_errors/`: each fixture is one server's answer (status,
+//! headers, body, and the source it was taken from) and what the client must get for it.
+//! Answers before a stream go through `classify`; error objects inside a Chat stream through
+//! the stream translator, whose `error` event and `response.failed` must carry the mapping.
+//! tests/e2e_upstream_errors.rs sends the same fixtures through the real Envoy.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use responses_core::translate::stream::StreamTranslator;
+use responses_core::translate::{Exchange, Meta, Options};
+use responses_core::upstream_failure::{classify, kept_headers};
+use serde_json::Value;
+
+use common::sse::parse_sse;
+
+/// One recorded upstream failure.
+pub struct Fixture {
+    pub name: String,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub expect: Value,
+}
+
+pub fn fixtures() -> Vec<Fixture> {
+    let dir = common::repo_root().join("tests/fixtures/upstream_errors");
+    let mut out: Vec<Fixture> = std::fs::read_dir(&dir)
+        .expect("read the fixtures directory")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("read a fixture");
+            let v: Value = serde_json::from_str(&text).expect("a fixture is JSON");
+            for key in ["server", "shape", "source"] {
+                assert!(
+                    v[key].as_str().is_some_and(|s| !s.is_empty()),
+                    "{}: no {key}",
+                    path.display()
+                );
+            }
+            Fixture {
+                name: path.file_stem().unwrap().to_string_lossy().into_owned(),
+                status: v["status"].as_u64().expect("a status") as u16,
+                headers: v["headers"]
+                    .as_object()
+                    .expect("headers")
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().expect("a header value").to_owned()))
+                    .collect(),
+                body: v["body"].as_str().expect("a body").to_owned(),
+                expect: v["expect"].clone(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn is_stream(f: &Fixture) -> bool {
+    f.expect["stream"] == true
+}
+
+fn kept(f: &Fixture) -> BTreeMap<String, String> {
+    kept_headers(f.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+        .into_iter()
+        .collect()
+}
+
+fn expected_headers(f: &Fixture) -> BTreeMap<String, String> {
+    f.expect["headers"]
+        .as_object()
+        .map(|h| {
+            h.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_server_and_shape_the_issue_names_is_recorded() {
+    let all = fixtures();
+    let names: Vec<&str> = all.iter().map(|f| f.name.as_str()).collect();
+    for server in [
+        "openai", "vllm", "sglang", "llamacpp", "tgi", "ollama", "lmstudio", "litellm",
+    ] {
+        assert!(
+            names.contains(&format!("{server}-context-overflow").as_str()),
+            "no context overflow of {server}: {names:?}"
+        );
+    }
+    for f in &all {
+        assert!(
+            f.expect["code"].as_str().is_some_and(|c| !c.is_empty()),
+            "{}",
+            f.name
+        );
+    }
+    assert!(all.iter().filter(|f| is_stream(f)).count() >= 4);
+}
+
+#[test]
+fn answers_before_a_stream_map_to_their_envelope() {
+    for f in fixtures().iter().filter(|f| !is_stream(f)) {
+        let e = &f.expect;
+        let headers = f.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        let failure = classify(f.status, headers, f.body.as_bytes());
+        let body: Value = serde_json::from_slice(&failure.to_body()).unwrap();
+        let error = &body["error"];
+        let name = &f.name;
+        assert_eq!(
+            u64::from(failure.error.status),
+            e["status"],
+            "{name}: status"
+        );
+        assert_eq!(error["type"], e["type"], "{name}: type");
+        assert_eq!(error["code"], e["code"], "{name}: code");
+        assert_eq!(error["param"], e["param"], "{name}: param");
+        assert_eq!(error["message"], e["message"], "{name}: message");
+        for count in ["n_prompt_tokens", "n_ctx"] {
+            assert_eq!(error[count], e[count], "{name}: {count}");
+        }
+        let kept: BTreeMap<String, String> = failure.headers.into_iter().collect();
+        assert_eq!(kept, expected_headers(f), "{name}: headers kept");
+    }
+}
+
+#[test]
+fn errors_inside_a_stream_end_it_with_the_same_codes() {
+    for f in fixtures().iter().filter(|f| is_stream(f)) {
+        let name = &f.name;
+        let meta = Meta {
+            now: 1_700_000_000,
+            id_seed: 7,
+        };
+        let mut t = StreamTranslator::new(Exchange::new("m", true, meta, Options::default()));
+        let mut out = t.push(f.body.as_bytes(), 1).to_vec();
+        out.extend_from_slice(&t.finish(1));
+        let events: Vec<Value> = parse_sse(&String::from_utf8(out).unwrap())
+            .iter()
+            .filter(|e| e.data != "[DONE]")
+            .map(|e| serde_json::from_str(&e.data).unwrap())
+            .collect();
+        let error = events
+            .iter()
+            .find(|e| e["type"] == "error")
+            .unwrap_or_else(|| panic!("{name}: no error event"));
+        assert_eq!(
+            error["error"]["code"], f.expect["code"],
+            "{name}: error event"
+        );
+        assert_eq!(
+            error["error"]["message"], f.expect["message"],
+            "{name}: error event"
+        );
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "response.failed", "{name}");
+        assert_eq!(
+            last["response"]["error"]["code"], f.expect["code"],
+            "{name}: response.failed"
+        );
+        assert_eq!(
+            last["response"]["error"]["message"], f.expect["message"],
+            "{name}: response.failed"
+        );
+        assert!(kept(f).is_empty(), "{name}: a stream keeps no headers");
+    }
+}
