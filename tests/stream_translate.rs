@@ -879,7 +879,7 @@ fn usage_after_finish_without_done_is_carried_by_the_terminal_event() {
 }
 
 #[test]
-fn midstream_error_chunk_fails_with_the_upstream_code_and_message() {
+fn midstream_error_chunk_fails_with_the_word_of_the_upstream_code_and_its_message() {
     const MSG: &str = "CUDA error: an illegal memory access was encountered";
     let events = scenario(
         "streams/midstream-error.sse",
@@ -892,12 +892,12 @@ fn midstream_error_chunk_fails_with_the_upstream_code_and_message() {
             r#"text.done 0/0 "Partial""#,
             "-part 0/0 output_text",
             "-item 0 message incomplete",
-            &format!("error 500: {MSG}"),
-            "failed 500",
+            &format!("error server_error: {MSG}"),
+            "failed server_error",
         ],
     );
     let r = terminal(&events);
-    assert_eq!(r["error"], json!({"code": "500", "message": MSG}));
+    assert_eq!(r["error"], json!({"code": "server_error", "message": MSG}));
     assert_eq!(r["status"], "failed");
     assert_eq!(events[events.len() - 2]["error"]["type"], "server_error");
 }

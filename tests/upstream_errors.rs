@@ -14,54 +14,8 @@ use responses_core::translate::{Exchange, Meta, Options};
 use responses_core::upstream_failure::{classify, kept_headers};
 use serde_json::Value;
 
+use common::recorded::{fixtures, Fixture};
 use common::sse::parse_sse;
-
-/// One recorded upstream failure.
-pub struct Fixture {
-    pub name: String,
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-    pub expect: Value,
-}
-
-pub fn fixtures() -> Vec<Fixture> {
-    let dir = common::repo_root().join("tests/fixtures/upstream_errors");
-    let mut out: Vec<Fixture> = std::fs::read_dir(&dir)
-        .expect("read the fixtures directory")
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).expect("read a fixture");
-            let v: Value = serde_json::from_str(&text).expect("a fixture is JSON");
-            for key in ["server", "shape", "source"] {
-                assert!(
-                    v[key].as_str().is_some_and(|s| !s.is_empty()),
-                    "{}: no {key}",
-                    path.display()
-                );
-            }
-            Fixture {
-                name: path.file_stem().unwrap().to_string_lossy().into_owned(),
-                status: v["status"].as_u64().expect("a status") as u16,
-                headers: v["headers"]
-                    .as_object()
-                    .expect("headers")
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().expect("a header value").to_owned()))
-                    .collect(),
-                body: v["body"].as_str().expect("a body").to_owned(),
-                expect: v["expect"].clone(),
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
-}
-
-fn is_stream(f: &Fixture) -> bool {
-    f.expect["stream"] == true
-}
 
 fn kept(f: &Fixture) -> BTreeMap<String, String> {
     kept_headers(f.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))
@@ -99,12 +53,12 @@ fn every_server_and_shape_the_issue_names_is_recorded() {
             f.name
         );
     }
-    assert!(all.iter().filter(|f| is_stream(f)).count() >= 4);
+    assert!(all.iter().filter(|f| f.is_stream()).count() >= 4);
 }
 
 #[test]
 fn answers_before_a_stream_map_to_their_envelope() {
-    for f in fixtures().iter().filter(|f| !is_stream(f)) {
+    for f in fixtures().iter().filter(|f| !f.is_stream()) {
         let e = &f.expect;
         let headers = f.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
         let failure = classify(f.status, headers, f.body.as_bytes());
@@ -130,7 +84,7 @@ fn answers_before_a_stream_map_to_their_envelope() {
 
 #[test]
 fn errors_inside_a_stream_end_it_with_the_same_codes() {
-    for f in fixtures().iter().filter(|f| is_stream(f)) {
+    for f in fixtures().iter().filter(|f| f.is_stream()) {
         let name = &f.name;
         let meta = Meta {
             now: 1_700_000_000,
