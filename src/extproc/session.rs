@@ -315,7 +315,10 @@ impl<E: Environment> Session<E> {
                 span.record_request(&b.body);
             }
         }
-        let step = ex.request_body(&b.body, b.end_of_stream, meta);
+        // BUFFERED: Envoy sends the whole body in this one message; `end_of_stream` is false
+        // only when trailers follow (Envoy's request decompressors add them), which carry
+        // nothing we read, and a trailers answer could not carry the translated body.
+        let step = ex.request_body(&b.body, true, meta);
         self.request_step(step)
     }
 
