@@ -23,6 +23,8 @@ fn completion(text: &str) -> Value {
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 }
 
+type Compress = fn(&[u8]) -> Vec<u8>;
+
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     e.write_all(data).unwrap();
@@ -99,8 +101,7 @@ fn the_chat_request(upstream: &ScriptedUpstream) -> RecordedRequest {
 
 #[tokio::test]
 async fn gzip_br_and_zstd_bodies_are_translated() {
-    let codings: [(&str, fn(&[u8]) -> Vec<u8>); 3] =
-        [("gzip", gzip), ("br", brotli), ("zstd", zstd)];
+    let codings: [(&str, Compress); 3] = [("gzip", gzip), ("br", brotli), ("zstd", zstd)];
     for (coding, compress) in codings {
         let upstream = ScriptedUpstream::with_replies([Reply::json(200, &completion("ok"))]);
         let stack = Stack::start(upstream.port(), &[]);
