@@ -112,7 +112,7 @@ fn main() {
             id_seed: u128::from(i) << 64 | 0x0123_4567_89ab_cdef,
         };
         let mut ex = Exchange::new(settings.clone(), Operation::Create);
-        ex.identify_client(|_| None);
+        ex.request_head(|_| None);
         match ex.request_body(scenario.request, true, meta) {
             RequestStep::Forward(_) => {}
             other => panic!("not forwarded: {other:?}"),

@@ -208,7 +208,7 @@ impl<E: Environment> Driver<E> {
             return Action::Pass;
         };
         let mut ex = Exchange::new(self.settings.clone(), op);
-        ex.identify_client(header);
+        ex.request_head(header);
         self.claim(ex);
         if !end {
             // The upstream must answer in plain bytes we can parse.

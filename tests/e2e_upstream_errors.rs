@@ -1,0 +1,154 @@
+//! Every recorded upstream failure (tests/fixtures/upstream_errors/: vLLM, SGLang, llama.cpp's
+//! server, TGI, Ollama, LM Studio, LiteLLM, OpenAI, Envoy) answered by a scripted upstream,
+//! through the real Envoy and the translator (both modes: `RESPONSES_E2E_MODE=module`): the
+//! client gets OpenAI's status, type, code, param and the upstream's message, for a JSON
+//! request and a streamed one alike (no stream has started when the error status arrives);
+//! an error inside the Chat stream ends the client's stream with `response.failed` carrying
+//! the same code. tests/upstream_errors.rs checks the same mapping without Envoy.
+
+mod common;
+
+use std::time::Duration;
+
+use common::recorded::{fixtures, Fixture};
+use common::sse::parse_sse;
+use common::{ScriptedUpstream, Stack};
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+async fn post(port: u16, stream: bool) -> Answer {
+    let response = common::client()
+        .post(format!("http://127.0.0.1:{port}/v1/responses"))
+        .json(&json!({"model": "m", "input": "hi", "stream": stream}))
+        .timeout(TIMEOUT)
+        .send()
+        .await
+        .expect("an answer");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.text().await.expect("a body");
+    Answer {
+        status,
+        content_type,
+        body,
+    }
+}
+
+/// The client's envelope for `f`, checked against the fixture's expectation.
+#[track_caller]
+fn check_envelope(f: &Fixture, answer: &Answer, stream: bool) {
+    let name = format!("{} (stream: {stream})", f.name);
+    let e = &f.expect;
+    assert_eq!(
+        u64::from(answer.status),
+        e["status"],
+        "{name}: {}",
+        answer.body
+    );
+    assert_eq!(answer.content_type, "application/json", "{name}");
+    let v = common::json::parse_strict(&answer.body)
+        .unwrap_or_else(|err| panic!("{name}: not strict JSON ({err}): {}", answer.body));
+    let error = &v["error"];
+    for key in [
+        "type",
+        "code",
+        "param",
+        "message",
+        "n_prompt_tokens",
+        "n_ctx",
+    ] {
+        assert_eq!(error[key], e[key], "{name}: {key}: {v}");
+    }
+}
+
+/// The client's stream for `f`: text, then `error` and `response.failed` with the code.
+#[track_caller]
+fn check_failed_stream(f: &Fixture, answer: &Answer) {
+    let name = &f.name;
+    assert_eq!(answer.status, 200, "{name}: {}", answer.body);
+    assert_eq!(answer.content_type, "text/event-stream", "{name}");
+    let events: Vec<Value> = parse_sse(&answer.body)
+        .iter()
+        .filter(|e| e.data != "[DONE]")
+        .map(|e| serde_json::from_str(&e.data).expect("an event is JSON"))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "response.output_text.delta"),
+        "{name}: the text before the error reached the client: {}",
+        answer.body
+    );
+    let error = events
+        .iter()
+        .find(|e| e["type"] == "error")
+        .unwrap_or_else(|| panic!("{name}: no error event: {}", answer.body));
+    assert_eq!(error["error"]["code"], f.expect["code"], "{name}");
+    let last = events.last().expect("events");
+    assert_eq!(last["type"], "response.failed", "{name}");
+    assert_eq!(
+        last["response"]["error"]["code"], f.expect["code"],
+        "{name}"
+    );
+    assert_eq!(
+        last["response"]["error"]["message"], f.expect["message"],
+        "{name}"
+    );
+    assert!(answer.body.ends_with("data: [DONE]\n\n"), "{name}");
+}
+
+#[tokio::test]
+async fn every_recorded_upstream_failure_reaches_the_client_in_openais_words() {
+    let upstream = ScriptedUpstream::start();
+    let stack = Stack::start(upstream.port(), &[]);
+    let port = stack.envoy.port();
+    let all = fixtures();
+    let mut sent = 0;
+    for f in &all {
+        if f.is_stream() {
+            upstream.push(f.reply());
+            check_failed_stream(f, &post(port, true).await);
+            sent += 1;
+            continue;
+        }
+        for stream in [false, true] {
+            upstream.push(f.reply());
+            check_envelope(f, &post(port, stream).await, stream);
+            sent += 1;
+        }
+    }
+    // Each answer came from the upstream (none was made up before it was asked).
+    let requests = upstream.wait_for_requests(sent, TIMEOUT).await;
+    assert_eq!(requests.len(), sent);
+    assert!(requests.iter().all(|r| r.path == "/v1/chat/completions"));
+}
+
+/// A stream that a JSON client asked for in one piece (folded) and that fails with a context
+/// overflow inside it is the request's fault: 400 `context_length_exceeded`, as before a
+/// stream.
+#[tokio::test]
+async fn a_folded_stream_that_overflows_is_a_400() {
+    let f = fixtures()
+        .into_iter()
+        .find(|f| f.name == "llamacpp-mid-stream-context")
+        .expect("the fixture");
+    let upstream = ScriptedUpstream::with_replies([f.reply()]);
+    let stack = Stack::start(upstream.port(), &[]);
+    let answer = post(stack.envoy.port(), false).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let v: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    assert_eq!(v["error"]["message"], f.expect["message"], "{v}");
+}
