@@ -4,23 +4,52 @@
 //! client gets OpenAI's status, type, code, param and the upstream's message, for a JSON
 //! request and a streamed one alike (no stream has started when the error status arrives);
 //! an error inside the Chat stream ends the client's stream with `response.failed` carrying
-//! the same code. tests/upstream_errors.rs checks the same mapping without Envoy.
+//! the same code. The envelope keeps the upstream's `retry-after`, `retry-after-ms` and
+//! `x-ratelimit-*` headers (and no other of its headers); on the WebSocket transport the
+//! `error` event carries the same error and those headers as fields. tests/upstream_errors.rs
+//! checks the same mapping without Envoy.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::recorded::{fixtures, Fixture};
 use common::sse::parse_sse;
 use common::{ScriptedUpstream, Stack};
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 struct Answer {
     status: u16,
     content_type: String,
+    /// Every response header, by (lowercase) name.
+    headers: BTreeMap<String, String>,
     body: String,
+}
+
+/// The headers a fixture's error must keep.
+fn expected_headers(f: &Fixture) -> BTreeMap<String, String> {
+    f.expect["headers"]
+        .as_object()
+        .map(|h| {
+            h.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().expect("a header value").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The response headers of the kind an error keeps.
+fn retry_headers(headers: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .filter(|(k, _)| k.starts_with("retry-after") || k.starts_with("x-ratelimit-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 async fn post(port: u16, stream: bool) -> Answer {
@@ -32,16 +61,17 @@ async fn post(port: u16, stream: bool) -> Answer {
         .await
         .expect("an answer");
     let status = response.status().as_u16();
-    let content_type = response
+    let headers: BTreeMap<String, String> = response
         .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_owned()))
+        .collect();
+    let content_type = headers.get("content-type").cloned().unwrap_or_default();
     let body = response.text().await.expect("a body");
     Answer {
         status,
         content_type,
+        headers,
         body,
     }
 }
@@ -70,6 +100,20 @@ fn check_envelope(f: &Fixture, answer: &Answer, stream: bool) {
         "n_ctx",
     ] {
         assert_eq!(error[key], e[key], "{name}: {key}: {v}");
+    }
+    assert_eq!(
+        retry_headers(&answer.headers),
+        expected_headers(f),
+        "{name}: the headers kept: {:?}",
+        answer.headers
+    );
+    // None of the upstream's other headers.
+    for (header, _) in &f.headers {
+        let kept = expected_headers(f).contains_key(header) || header == "content-type";
+        assert!(
+            kept || !answer.headers.contains_key(header),
+            "{name}: {header} passed"
+        );
     }
 }
 
@@ -151,4 +195,76 @@ async fn a_folded_stream_that_overflows_is_a_400() {
     let v: Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
     assert_eq!(v["error"]["message"], f.expect["message"], "{v}");
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next text message, as JSON.
+async fn recv(socket: &mut Socket) -> Value {
+    loop {
+        let message = tokio::time::timeout(TIMEOUT, socket.next())
+            .await
+            .expect("a message in time")
+            .expect("the socket is open")
+            .expect("a readable message");
+        if let Message::Text(text) = message {
+            return common::json::parse_strict(&text).expect("one JSON object");
+        }
+    }
+}
+
+/// The same failures on the WebSocket transport: one `error` event each with the envelope's
+/// status, type, code, param, message and token counts, and the kept headers as fields
+/// (`headers`, and `error.headers`); an error inside the Chat stream ends the response with
+/// `error` and `response.failed` and its code.
+#[tokio::test]
+async fn every_recorded_upstream_failure_reaches_a_websocket_client() {
+    let upstream = ScriptedUpstream::start();
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let (mut socket, _) = tokio_tungstenite::connect_async(stack.ws_url())
+        .await
+        .expect("the WebSocket upgrade");
+    for f in fixtures() {
+        let (name, e) = (&f.name, &f.expect);
+        upstream.push(f.reply());
+        let create = json!({"type": "response.create", "model": "m", "input": "hi"});
+        socket
+            .send(Message::text(create.to_string()))
+            .await
+            .expect("send");
+        let event = loop {
+            let event = recv(&mut socket).await;
+            if event["type"] == "error" {
+                break event;
+            }
+            assert!(f.is_stream(), "{name}: {event}");
+        };
+        if f.is_stream() {
+            assert_eq!(event["error"]["code"], e["code"], "{name}: {event}");
+            let last = recv(&mut socket).await;
+            assert_eq!(last["type"], "response.failed", "{name}: {last}");
+            assert_eq!(last["response"]["error"]["code"], e["code"], "{name}");
+            continue;
+        }
+        assert_eq!(event["status"], e["status"], "{name}: {event}");
+        for key in [
+            "type",
+            "code",
+            "param",
+            "message",
+            "n_prompt_tokens",
+            "n_ctx",
+        ] {
+            assert_eq!(event["error"][key], e[key], "{name}: {key}: {event}");
+        }
+        let headers = expected_headers(&f);
+        let expected = if headers.is_empty() {
+            Value::Null
+        } else {
+            json!(headers)
+        };
+        assert_eq!(event["headers"], expected, "{name}: {event}");
+        assert_eq!(event["error"]["headers"], expected, "{name}: {event}");
+    }
 }

@@ -186,7 +186,7 @@ fn driven(settings: &Arc<Settings>, i: u64, scenario: &Scenario) -> usize {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| *v)
     };
-    d.response_headers(Instant::now(), found, false);
+    d.response_headers(Instant::now(), found, || answer_head, false);
     poll(&mut d);
     let mut bytes = 0;
     let last = scenario.answer.len() - 1;

@@ -52,6 +52,13 @@ impl KeptHeader {
     }
 }
 
+/// Whether the headers of an answer with this status are read for the error made of it: it
+/// is not a success (a success's rate-limit headers, which OpenAI sends on every answer, are
+/// not read at all).
+pub fn keeps_headers(status: u16) -> bool {
+    !(200..300).contains(&status)
+}
+
 /// Whether a response header (lowercase name) is kept on a translated error.
 pub fn is_kept_header(name: &str) -> bool {
     KEPT_HEADERS.contains(&name) || name.starts_with(KEPT_HEADER_PREFIX)

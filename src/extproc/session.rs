@@ -166,9 +166,12 @@ impl<E: Environment> Session<E> {
                 self.carry(Message::RequestBody, action)
             }
             Request::ResponseHeaders(h) => {
-                let action =
-                    self.driver
-                        .response_headers(now, |name| read(&h, name), h.end_of_stream);
+                let action = self.driver.response_headers(
+                    now,
+                    |name| read(&h, name),
+                    || every(&h),
+                    h.end_of_stream,
+                );
                 if self.driver.is_ours() {
                     tracing::debug!(
                         request_id = %self.request_id,
@@ -411,9 +414,14 @@ impl<E: Environment> Session<E> {
                 "answered with an error envelope"
             ),
         }
-        msg::immediate(
+        let kept = error
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_str()));
+        msg::immediate_with(
             error.status(),
             error.content_type(),
+            kept,
             error.body.to_vec(),
             cause.details(),
         )
@@ -455,6 +463,11 @@ fn answer_body(answer: &ProcessingResponse) -> Option<&[u8]> {
         Mutation::StreamedResponse(s) => Some(&s.body),
         _ => None,
     }
+}
+
+/// Every header of Envoy's message (those of [`HEADERS_READ`] and [`HEADER_PREFIXES_READ`]).
+fn every(h: &HttpHeaders) -> impl Iterator<Item = (&str, &str)> {
+    msg::headers(h)
 }
 
 /// A header of Envoy's message; only those of [`HEADERS_READ`] are ever sent to us.
@@ -746,6 +759,43 @@ mod tests {
         ));
         assert_eq!(status, 502);
         assert_eq!(body["error"]["code"], "upstream_response_too_large");
+    }
+
+    #[test]
+    fn an_upstream_error_keeps_its_retry_headers_on_the_immediate_response() {
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
+        send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[
+                    (":status", "429"),
+                    ("content-type", "application/json"),
+                    ("retry-after", "1"),
+                    ("x-ratelimit-reset-requests", "1s"),
+                ],
+                false,
+            )),
+        );
+        let r = send(
+            &mut s,
+            Request::ResponseBody(body_msg(br#"{"error":{"message":"slow down"}}"#, true)),
+        );
+        let (status, body) = immediate(&r);
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (429, &json!("rate_limit_exceeded"))
+        );
+        let Some(R::ImmediateResponse(reply)) = r.response.as_ref() else {
+            unreachable!("checked above")
+        };
+        for (name, value) in [
+            ("content-type", "application/json"),
+            ("retry-after", "1"),
+            ("x-ratelimit-reset-requests", "1s"),
+        ] {
+            assert_eq!(set_header(&reply.headers, name), Some(value), "{name}");
+        }
     }
 
     #[test]
