@@ -1,17 +1,19 @@
 //! Compressed request bodies through the real Envoy (both modes: `RESPONSES_E2E_MODE=module`):
-//! the shipped configs put Envoy's decompressors (gzip, br, zstd) before the translator on the
-//! Responses routes, so such bodies are translated like plain ones and the upstream receives
-//! plain Chat JSON; a coding Envoy does not decode (deflate, anything else) reaches the
-//! translator still on the body and is refused with a 415 naming it; a decompression bomb is
-//! refused without reaching the upstream and without Envoy inflating it whole. Answers are
-//! not compressed unless the operator adds Envoy's compressor (checked with it added).
+//! the translator decodes them itself (core/src/request_encoding.rs), so every coding
+//! (`gzip`, `deflate` as zlib or raw, `br`, `zstd`, stacked) is translated like a plain body
+//! and the upstream receives plain Chat JSON without `content-encoding`; a decompression bomb
+//! of each coding stops at the request cap (413, the upstream never called, the translator's
+//! memory bounded by the cap, not by the bomb); the cap is on the decoded size; a coding the
+//! translator does not decode is a 415 naming it, a body that is not what its coding says a
+//! 400. Answers are not compressed unless the operator adds Envoy's compressor (checked with
+//! it added).
 
 mod common;
 
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::{RecordedRequest, Reply, ScriptedUpstream, Stack};
+use common::{Reply, ScriptedUpstream, Stack};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -23,31 +25,70 @@ fn completion(text: &str) -> Value {
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 }
 
-type Compress = fn(&[u8]) -> Vec<u8>;
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
+/// A streaming compressor of one coding.
+enum Compressor {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Zlib(flate2::write::ZlibEncoder<Vec<u8>>),
+    Raw(flate2::write::DeflateEncoder<Vec<u8>>),
+    Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Zstd(zstd::Encoder<'static, Vec<u8>>),
 }
 
-fn zstd(data: &[u8]) -> Vec<u8> {
-    zstd::encode_all(data, 3).unwrap()
+impl Compressor {
+    /// `coding` as named in `content-encoding`; `raw-deflate` is `deflate` without zlib's
+    /// wrapping (as some browsers send it).
+    fn new(coding: &str) -> Compressor {
+        let level = flate2::Compression::best();
+        match coding {
+            "gzip" => Compressor::Gzip(flate2::write::GzEncoder::new(Vec::new(), level)),
+            "deflate" => Compressor::Zlib(flate2::write::ZlibEncoder::new(Vec::new(), level)),
+            "raw-deflate" => Compressor::Raw(flate2::write::DeflateEncoder::new(Vec::new(), level)),
+            "br" => Compressor::Brotli(Box::new(brotli::CompressorWriter::new(
+                Vec::new(),
+                1 << 16,
+                5,
+                22,
+            ))),
+            "zstd" => Compressor::Zstd(zstd::Encoder::new(Vec::new(), 19).unwrap()),
+            other => panic!("no compressor for {other}"),
+        }
+    }
+
+    fn write(&mut self, data: &[u8]) {
+        match self {
+            Compressor::Gzip(e) => e.write_all(data),
+            Compressor::Zlib(e) => e.write_all(data),
+            Compressor::Raw(e) => e.write_all(data),
+            Compressor::Brotli(e) => e.write_all(data),
+            Compressor::Zstd(e) => e.write_all(data),
+        }
+        .unwrap();
+    }
+
+    fn finish(self) -> Vec<u8> {
+        match self {
+            Compressor::Gzip(e) => e.finish().unwrap(),
+            Compressor::Zlib(e) => e.finish().unwrap(),
+            Compressor::Raw(e) => e.finish().unwrap(),
+            Compressor::Brotli(e) => e.into_inner(),
+            Compressor::Zstd(e) => e.finish().unwrap(),
+        }
+    }
 }
 
-fn brotli(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut w = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
-    w.write_all(data).unwrap();
-    drop(w);
-    out
+fn compress(coding: &str, data: &[u8]) -> Vec<u8> {
+    let mut c = Compressor::new(coding);
+    c.write(data);
+    c.finish()
 }
 
-/// zlib-wrapped deflate, what `content-encoding: deflate` means (RFC 9110).
-fn deflate(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
+/// The `content-encoding` of a coding of [`Compressor::new`].
+fn header(coding: &str) -> &str {
+    if coding == "raw-deflate" {
+        "deflate"
+    } else {
+        coding
+    }
 }
 
 struct Answer {
@@ -92,24 +133,30 @@ async fn post(port: u16, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
     }
 }
 
-/// The Chat request the upstream got for the only request sent.
-fn the_chat_request(upstream: &ScriptedUpstream) -> RecordedRequest {
-    let requests = upstream.requests();
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    requests.into_iter().next().unwrap()
-}
+const CODINGS: [&str; 5] = ["gzip", "deflate", "raw-deflate", "br", "zstd"];
 
 #[tokio::test]
-async fn gzip_br_and_zstd_bodies_are_translated() {
-    let codings: [(&str, Compress); 3] = [("gzip", gzip), ("br", brotli), ("zstd", zstd)];
-    for (coding, compress) in codings {
-        let upstream = ScriptedUpstream::with_replies([Reply::json(200, &completion("ok"))]);
-        let stack = Stack::start(upstream.port(), &[]);
+async fn every_coding_is_translated_and_the_upstream_gets_plain_json() {
+    let upstream = ScriptedUpstream::start();
+    let stack = Stack::start(upstream.port(), &[]);
+    let mut cases: Vec<(String, String, Vec<u8>)> = Vec::new();
+    for coding in CODINGS {
         let text = format!("hello in {coding}");
         let plain = json!({"model": "m", "input": text}).to_string();
-        let body = compress(plain.as_bytes());
-        assert_ne!(body, plain.as_bytes());
-        let answer = post(stack.envoy.port(), &[("content-encoding", coding)], body).await;
+        cases.push((
+            header(coding).to_owned(),
+            text,
+            compress(coding, plain.as_bytes()),
+        ));
+    }
+    // Stacked: gzip applied first, then br; undone br first.
+    let text = "hello in gzip then br".to_owned();
+    let plain = json!({"model": "m", "input": text}).to_string();
+    let stacked = compress("br", &compress("gzip", plain.as_bytes()));
+    cases.push(("gzip, br".to_owned(), text, stacked));
+    for (sent, (coding, text, body)) in cases.into_iter().enumerate() {
+        upstream.push(Reply::json(200, &completion("ok")));
+        let answer = post(stack.envoy.port(), &[("content-encoding", &coding)], body).await;
         assert_eq!(
             answer.status,
             200,
@@ -118,53 +165,122 @@ async fn gzip_br_and_zstd_bodies_are_translated() {
         );
         let v = answer.json();
         assert_eq!(v["output"][0]["content"][0]["text"], "ok", "{coding}: {v}");
-        // The upstream got the translated request, plain: the coding is gone with the bytes.
-        let chat = the_chat_request(&upstream);
+        // The upstream got the translated request, plain: no coding left on its head.
+        let requests = upstream.wait_for_requests(sent + 1, TIMEOUT).await;
+        let chat = &requests[sent];
         assert_eq!(chat.path, "/v1/chat/completions", "{coding}");
         assert_eq!(chat.header("content-encoding"), None, "{coding}");
-        let sent = chat.json();
-        assert_eq!(sent["model"], "m", "{coding}: {sent}");
-        assert_eq!(sent["messages"][0]["content"], text, "{coding}: {sent}");
+        let length: usize = chat.header("content-length").unwrap().parse().unwrap();
+        assert_eq!(length, chat.body.len(), "{coding}");
+        let json = chat.json();
+        assert_eq!(json["model"], "m", "{coding}: {json}");
+        assert_eq!(json["messages"][0]["content"], *text, "{coding}: {json}");
     }
 }
 
 #[tokio::test]
-async fn a_coding_left_on_the_body_is_a_415_naming_it() {
+async fn an_unknown_coding_is_a_415_and_a_body_that_is_not_its_coding_a_400() {
     let upstream = ScriptedUpstream::start();
     let stack = Stack::start(upstream.port(), &[]);
     let plain = json!({"model": "m", "input": "hi"}).to_string();
-    for (coding, body) in [
-        ("deflate", deflate(plain.as_bytes())),
-        ("x-custom", plain.clone().into_bytes()),
-        // Codings stacked: Envoy decodes the first it names; the rest stays on the body.
-        ("gzip, x-custom", gzip(plain.as_bytes())),
+    for (coding, body, status, code) in [
+        (
+            "x-custom",
+            plain.clone().into_bytes(),
+            415,
+            "unsupported_content_encoding",
+        ),
+        (
+            "gzip, compress",
+            compress("gzip", plain.as_bytes()),
+            415,
+            "unsupported_content_encoding",
+        ),
+        (
+            "gzip",
+            plain.clone().into_bytes(),
+            400,
+            "invalid_encoded_body",
+        ),
+        (
+            "br",
+            compress("gzip", plain.as_bytes()),
+            400,
+            "invalid_encoded_body",
+        ),
     ] {
         let answer = post(stack.envoy.port(), &[("content-encoding", coding)], body).await;
-        assert_eq!(
-            answer.status,
-            415,
-            "{coding}: {}",
-            String::from_utf8_lossy(&answer.body)
-        );
+        let text = String::from_utf8_lossy(&answer.body).into_owned();
+        assert_eq!(answer.status, status, "{coding}: {text}");
         let error = &answer.json()["error"];
         assert_eq!(error["type"], "invalid_request_error", "{coding}: {error}");
-        assert_eq!(
-            error["code"], "unsupported_content_encoding",
-            "{coding}: {error}"
-        );
-        let left = coding.rsplit(", ").next().unwrap();
-        assert!(
-            error["message"]
-                .as_str()
-                .unwrap()
-                .contains(&format!("'{left}'")),
-            "{coding}: {error}"
-        );
+        assert_eq!(error["code"], code, "{coding}: {error}");
+        if status == 415 {
+            let named = coding.rsplit(", ").next().unwrap();
+            let message = error["message"].as_str().unwrap();
+            assert!(message.contains(&format!("'{named}'")), "{coding}: {error}");
+        }
     }
     assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
 }
 
-/// Envoy's peak resident memory so far (VmHWM), in bytes.
+/// A JSON request of exactly `size` bytes.
+fn request_of(size: usize) -> Vec<u8> {
+    let empty = json!({"model": "m", "input": ""}).to_string();
+    let text = "a".repeat(size - empty.len());
+    let body = json!({"model": "m", "input": text})
+        .to_string()
+        .into_bytes();
+    assert_eq!(body.len(), size);
+    body
+}
+
+#[tokio::test]
+async fn the_cap_holds_on_the_decoded_size() {
+    const CAP: usize = 64 * 1024;
+    let upstream = ScriptedUpstream::start();
+    let cap = CAP.to_string();
+    let stack = Stack::start(upstream.port(), &["--max-request-bytes", &cap]);
+    for coding in CODINGS {
+        let under = compress(coding, &request_of(CAP));
+        let over = compress(coding, &request_of(CAP + 1));
+        assert!(over.len() < CAP / 16, "{coding}: {} bytes", over.len());
+        upstream.push(Reply::json(200, &completion("ok")));
+        let answer = post(
+            stack.envoy.port(),
+            &[("content-encoding", header(coding))],
+            under,
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{coding}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let answer = post(
+            stack.envoy.port(),
+            &[("content-encoding", header(coding))],
+            over,
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            413,
+            "{coding}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(
+            answer.json()["error"]["code"],
+            "request_too_large",
+            "{coding}"
+        );
+    }
+    // Only the requests under the cap went upstream.
+    assert_eq!(upstream.requests().len(), CODINGS.len());
+}
+
+/// Peak resident memory so far (VmHWM) of a process, in bytes.
 fn peak_memory(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     let kb: u64 = status
@@ -175,69 +291,58 @@ fn peak_memory(pid: u32) -> u64 {
     kb * 1024
 }
 
-/// A gigabyte of zeros inside a JSON string, compressed by `compress` in pieces (never held
-/// whole).
-fn bomb(compress: &str) -> Vec<u8> {
-    const GIB: usize = 1 << 30;
-    let zeros = vec![b'0'; 1 << 20];
-    let head = br#"{"model": "m", "input": ""#;
-    let tail = br#""}"#;
-    match compress {
-        "gzip" => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-            e.write_all(head).unwrap();
-            for _ in 0..GIB / zeros.len() {
-                e.write_all(&zeros).unwrap();
-            }
-            e.write_all(tail).unwrap();
-            e.finish().unwrap()
-        }
-        _ => {
-            let mut e = zstd::Encoder::new(Vec::new(), 19).unwrap();
-            e.write_all(head).unwrap();
-            for _ in 0..GIB / zeros.len() {
-                e.write_all(&zeros).unwrap();
-            }
-            e.write_all(tail).unwrap();
-            e.finish().unwrap()
-        }
+/// A JSON request whose text is `size` bytes of one character, compressed in pieces (never
+/// held whole).
+fn bomb(coding: &str, size: usize) -> Vec<u8> {
+    let piece = vec![b'0'; 1 << 20];
+    let mut c = Compressor::new(coding);
+    c.write(br#"{"model": "m", "input": ""#);
+    for _ in 0..size / piece.len() {
+        c.write(&piece);
     }
+    c.write(br#""}"#);
+    c.finish()
 }
 
 #[tokio::test]
-async fn a_decompression_bomb_is_refused_and_never_inflated_whole() {
-    for coding in ["gzip", "zstd"] {
-        let upstream = ScriptedUpstream::start();
-        let stack = Stack::start(upstream.port(), &[]);
-        let pid = stack.envoy.pid();
-        let before = peak_memory(pid);
-        let body = bomb(coding);
+async fn a_bomb_of_each_coding_stops_at_the_cap() {
+    const BOMB: usize = 1 << 30;
+    let upstream = ScriptedUpstream::start();
+    let stack = Stack::start(upstream.port(), &[]);
+    // The translator: the processor (ext_proc mode) or Envoy itself (module mode).
+    let pid = stack
+        .processor
+        .as_ref()
+        .map_or(stack.envoy.pid(), |p| p.pid());
+    for coding in ["gzip", "deflate", "br", "zstd"] {
+        let body = bomb(coding, BOMB);
         let size = body.len();
+        let before = peak_memory(pid);
         let answer = post(stack.envoy.port(), &[("content-encoding", coding)], body).await;
         let after = peak_memory(pid);
-        let text = String::from_utf8_lossy(&answer.body);
-        eprintln!(
-            "{coding} bomb of {size} bytes: {} {text}; Envoy's peak memory {} -> {} MiB",
+        println!(
+            "{coding} bomb ({size} bytes, {} MiB decoded): {}; the translator's peak memory {} -> {} MiB",
+            BOMB >> 20,
             answer.status,
             before >> 20,
             after >> 20
         );
+        assert_eq!(
+            answer.status,
+            413,
+            "{coding}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
         let error = &answer.json()["error"];
-        // Envoy's bomb protection cuts the output at 100 times each read's input: a cut that
-        // is still over the request cap is a 413, a shorter one is not JSON.
-        match answer.status {
-            413 => assert_eq!(error["code"], "request_too_large", "{coding}: {error}"),
-            400 => assert_eq!(error["code"], "invalid_json", "{coding}: {error}"),
-            other => panic!("{coding}: {other} {text}"),
-        }
-        assert!(upstream.requests().is_empty(), "{coding}: forwarded");
-        // A gigabyte was never held: Envoy grew by far less than the bomb's size.
+        assert_eq!(error["code"], "request_too_large", "{coding}: {error}");
+        // The cap (16 MiB) and a coding's window at most, never the bomb.
         assert!(
-            after - before < 512 << 20,
-            "{coding}: Envoy's peak memory grew by {} MiB",
+            after.saturating_sub(before) < 96 << 20,
+            "{coding}: the translator's peak memory grew by {} MiB",
             (after - before) >> 20
         );
     }
+    assert!(upstream.requests().is_empty(), "a bomb was forwarded");
 }
 
 /// Envoy's compressor, added at the head of http_filters (so that answers pass through it

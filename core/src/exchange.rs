@@ -18,7 +18,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Code, ErrorCode, Usage};
-use crate::request_encoding;
+use crate::request_encoding::{self, Decoder};
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
@@ -270,6 +270,8 @@ enum State {
     /// The client's body is arriving.
     Request {
         body: BytesMut,
+        /// The decoders of a compressed body (its decoded bytes are theirs until the end).
+        decoder: Option<Box<Decoder>>,
     },
     /// Translated and sent; waiting for the answer's head.
     Forwarded(Box<translate::ResponsePlan>),
@@ -291,7 +293,8 @@ pub struct Exchange {
     summary: Summary,
     /// The names this client parses (from its headers, the policy and the override).
     reasoning_events: ReasoningEvents,
-    /// Why the request's body cannot be read, known from its head (see [`request_encoding`]).
+    /// Why the request's body cannot be read, known from its head (a coding this server does
+    /// not decode: see [`request_encoding`]).
     unreadable: Option<ApiError>,
     /// What the answer's head said that an error keeps (see [`Exchange::upstream_headers`]).
     upstream_headers: Vec<KeptHeader>,
@@ -307,6 +310,7 @@ impl Exchange {
             settings,
             state: State::Request {
                 body: BytesMut::new(),
+                decoder: None,
             },
             summary: Summary {
                 operation,
@@ -330,11 +334,20 @@ impl Exchange {
     }
 
     /// The client's request headers (`header` looks one up by lowercase name), read before
-    /// its body: they decide the event names it gets (see [`client`]) and whether its body
-    /// can be read (a `content-encoding` not decoded before us: see [`request_encoding`]).
+    /// its body: they decide the event names it gets (see [`client`]) and how its body is
+    /// read (`content-encoding`: decoded here, see [`request_encoding`]).
     pub fn request_head<'h>(&mut self, header: impl Fn(&str) -> Option<&'h str>) {
         self.reasoning_events = client::reasoning_events(self.settings.reasoning_events, &header);
-        self.unreadable = request_encoding::check(header(request_encoding::HEADER)).err();
+        match request_encoding::codings(header(request_encoding::HEADER)) {
+            Ok(codings) if codings.is_empty() => {}
+            Ok(codings) => {
+                if let State::Request { decoder, .. } = &mut self.state {
+                    let limit = self.settings.options.max_request_bytes;
+                    *decoder = Some(Box::new(Decoder::new(&codings, limit)));
+                }
+            }
+            Err(refused) => self.unreadable = Some(refused),
+        }
     }
 
     /// The headers of the answer's head (with [`Exchange::response_head`]): an error made
@@ -375,11 +388,27 @@ impl Exchange {
     pub fn request_body(&mut self, chunk: &[u8], end: bool, meta: Meta) -> RequestStep {
         #[cfg(feature = "fault-injection")]
         crate::fault::check(chunk);
-        let State::Request { body } = &mut self.state else {
+        let State::Request { body, decoder } = &mut self.state else {
             return RequestStep::Reply(self.fail(internal("a request body after the request")));
         };
         if let Some(err) = self.unreadable.take() {
             return RequestStep::Reply(self.fail(err));
+        }
+        if let Some(d) = decoder {
+            // Decoded as it comes: what is held is the decoded body, bounded by the cap.
+            if let Err(err) = d.push(chunk) {
+                return RequestStep::Reply(self.fail(err));
+            }
+            if !end {
+                return RequestStep::Hold;
+            }
+            let Some(d) = decoder.take() else {
+                unreachable!("matched above")
+            };
+            return match d.finish() {
+                Ok(decoded) => self.translate_whole(&decoded, meta),
+                Err(err) => RequestStep::Reply(self.fail(err)),
+            };
         }
         if body.len() + chunk.len() > self.settings.options.max_request_bytes {
             let limit = self.settings.options.max_request_bytes;
@@ -390,14 +419,16 @@ impl Exchange {
             return RequestStep::Hold;
         }
         // The usual case is one piece: translate it in place, without a copy.
-        let whole;
-        let full: &[u8] = if body.is_empty() {
-            chunk
-        } else {
-            body.extend_from_slice(chunk);
-            whole = std::mem::take(body);
-            &whole
-        };
+        if body.is_empty() {
+            return self.translate_whole(chunk, meta);
+        }
+        body.extend_from_slice(chunk);
+        let whole = std::mem::take(body);
+        self.translate_whole(&whole, meta)
+    }
+
+    /// The client's whole body, plain.
+    fn translate_whole(&mut self, full: &[u8], meta: Meta) -> RequestStep {
         if full.is_empty() {
             let err = ApiError::invalid_body(
                 "The request has no body. Send a JSON object with 'model' and 'input'.",
@@ -864,9 +895,33 @@ mod tests {
     }
 
     #[test]
-    fn a_body_still_encoded_is_refused_with_415_naming_the_coding() {
+    fn a_compressed_body_is_decoded_and_an_unknown_coding_is_a_415() {
+        let body = json!({"model": "m", "input": "hi"}).to_string();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, body.as_bytes()).unwrap();
+        let gz = gz.finish().unwrap();
         let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
-        ex.request_head(|name| (name == "content-encoding").then_some("deflate"));
+        ex.request_head(|name| (name == "content-encoding").then_some("gzip"));
+        let (a, b) = gz.split_at(gz.len() / 2);
+        assert!(matches!(ex.request_body(a, false, META), RequestStep::Hold));
+        let RequestStep::Forward(up) = ex.request_body(b, true, META) else {
+            panic!("not forwarded");
+        };
+        let chat: Value = serde_json::from_slice(&up.body).unwrap();
+        assert_eq!(chat["messages"][0]["content"], "hi");
+        // A decoded body over the cap is refused as a plain one is.
+        let mut ex = Exchange::new(settings(20, 1 << 20), Operation::Create);
+        ex.request_head(|name| (name == "content-encoding").then_some("gzip"));
+        let RequestStep::Reply(r) = ex.request_body(&gz, true, META) else {
+            panic!("not refused");
+        };
+        assert_eq!(
+            (r.status(), envelope(&r)["code"].as_str()),
+            (413, Some("request_too_large"))
+        );
+
+        let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+        ex.request_head(|name| (name == "content-encoding").then_some("compress"));
         let RequestStep::Reply(r) = ex.request_body(b"x\x9c", false, META) else {
             panic!("not refused");
         };
@@ -875,13 +930,12 @@ mod tests {
         assert!(envelope(&r)["message"]
             .as_str()
             .unwrap()
-            .contains("'deflate'"));
+            .contains("'compress'"));
         assert_eq!(ex.summary().outcome, Outcome::Failed);
-        // Decoded before us (the header is gone) or never encoded: read as usual.
+        // Never encoded: read as usual.
         for encoding in [None, Some("identity")] {
             let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
             ex.request_head(|name| encoding.filter(|_| name == "content-encoding"));
-            let body = json!({"model": "m", "input": "hi"}).to_string();
             assert!(matches!(
                 ex.request_body(body.as_bytes(), true, META),
                 RequestStep::Forward(_)

@@ -53,6 +53,9 @@ pub enum ErrorCode {
     TooManyInputItems,
     /// 415: the request's `content-encoding` names a coding this server does not decode.
     UnsupportedContentEncoding,
+    /// The body is not what its `content-encoding` says (cut short, corrupt, more after its
+    /// end).
+    InvalidEncodedBody,
 
     // The WebSocket transport.
     /// A binary message (the protocol is JSON text).
