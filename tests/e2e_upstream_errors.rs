@@ -268,3 +268,95 @@ async fn every_recorded_upstream_failure_reaches_a_websocket_client() {
         assert_eq!(event["error"]["headers"], expected, "{name}: {event}");
     }
 }
+
+/// A real llama-server, killed with the test.
+struct LlamaServer(std::process::Child);
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A real llama.cpp server with a 512-token context (opt-in, too slow to build in CI:
+/// `RESPONSES_E2E_LLAMA_SERVER` names its `llama-server` binary, `RESPONSES_E2E_LLAMA_MODEL` a
+/// GGUF model; docs/testing.md says how to get both): a longer input is its
+/// `exceed_context_size_error`, and the client gets 400 `context_length_exceeded` with the
+/// server's message and token counts, for a JSON request, a streamed one and on the
+/// WebSocket transport.
+#[tokio::test]
+async fn a_real_llama_server_overflow_is_context_length_exceeded() {
+    let (Ok(binary), Ok(model)) = (
+        std::env::var("RESPONSES_E2E_LLAMA_SERVER"),
+        std::env::var("RESPONSES_E2E_LLAMA_MODEL"),
+    ) else {
+        eprintln!("skipped: RESPONSES_E2E_LLAMA_SERVER and RESPONSES_E2E_LLAMA_MODEL are not set");
+        return;
+    };
+    let port = common::free_port();
+    let _server = LlamaServer(
+        std::process::Command::new(&binary)
+            .args(["-m", &model, "-c", "512", "-t", "1", "--host", "127.0.0.1"])
+            .args(["--port", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start llama-server"),
+    );
+    let health = format!("http://127.0.0.1:{port}/health");
+    let started = std::time::Instant::now();
+    while !common::client()
+        .get(&health)
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "llama-server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stack = Stack::with_websocket(port, &[]);
+    let input = "word ".repeat(800);
+    let check = |error: &Value, what: &str| {
+        assert_eq!(error["type"], "invalid_request_error", "{what}: {error}");
+        assert_eq!(error["code"], "context_length_exceeded", "{what}: {error}");
+        assert_eq!(error["param"], "input", "{what}: {error}");
+        assert_eq!(error["n_ctx"], 512, "{what}: {error}");
+        let tokens = error["n_prompt_tokens"].as_u64().unwrap_or(0);
+        assert!(tokens > 512, "{what}: {error}");
+        let message = format!(
+            "request ({tokens} tokens) exceeds the available context size (512 tokens), try increasing it"
+        );
+        assert_eq!(error["message"], message, "{what}: {error}");
+    };
+    for stream in [false, true] {
+        let answer = common::client()
+            .post(stack.envoy.url("/v1/responses"))
+            .json(&json!({"model": "smollm2", "input": input, "stream": stream}))
+            .timeout(TIMEOUT)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status(), 400, "stream: {stream}");
+        let v: Value = answer.json().await.expect("an envelope");
+        println!("llama-server's overflow, as the client gets it (stream: {stream}): {v}");
+        check(&v["error"], &format!("stream: {stream}"));
+    }
+    let (mut socket, _) = tokio_tungstenite::connect_async(stack.ws_url())
+        .await
+        .expect("the WebSocket upgrade");
+    let create = json!({"type": "response.create", "model": "smollm2", "input": input});
+    socket
+        .send(Message::text(create.to_string()))
+        .await
+        .expect("send");
+    let event = recv(&mut socket).await;
+    assert_eq!(
+        (&event["type"], &event["status"]),
+        (&json!("error"), &json!(400))
+    );
+    check(&event["error"], "websocket");
+}
