@@ -114,8 +114,8 @@ pub enum Action {
     /// The translated answer, whole: these edits on its head, this body instead of the
     /// upstream's; let it go.
     Answer { edits: Edits, answer: Answer },
-    /// Answer the client with this envelope (the host's local reply) instead of anything
-    /// else.
+    /// Answer the client with this envelope (the host's local reply, `error.headers` among
+    /// its response headers) instead of anything else.
     Reply { error: ErrorReply, cause: Cause },
     /// The client already has the answer's head: end the stream abruptly. A host whose only
     /// way is a local reply sends `error` (Envoy turns a reply after the head into a reset).
