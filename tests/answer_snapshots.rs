@@ -54,7 +54,7 @@ fn answer<'a>(
     pieces: impl IntoIterator<Item = &'a [u8]>,
 ) -> String {
     let mut ex = Exchange::new(settings(), Operation::Create);
-    ex.identify_client(|_| None);
+    ex.request_head(|_| None);
     match ex.request_body(request, true, META) {
         RequestStep::Forward(_) => {}
         other => panic!("the request was not forwarded: {other:?}"),

@@ -363,6 +363,41 @@ fn python_openai_sdk_gets_openai_reasoning_event_names_by_default() {
     );
 }
 
+/// openai-python with `max_retries=1` against an upstream that answers 429 `retry-after: 1`,
+/// then a completion (`openai_retry_after.py`): the envelope keeps the header, the SDK waits
+/// what it says, and the upstream's own log shows the retry at least a second after the
+/// first request.
+#[test]
+fn python_openai_sdk_retries_after_the_upstreams_retry_after() {
+    let python = python();
+    let rate_limited = Reply::json(
+        429,
+        &json!({"error": {"message": "Rate limit reached. Please try again in 1s.",
+                          "type": "requests", "param": null, "code": "rate_limit_exceeded"}}),
+    )
+    .header("retry-after", "1");
+    let upstream = ScriptedUpstream::with_replies([
+        rate_limited,
+        chat_json(json!({"role": "assistant", "content": "Hi after the wait."})),
+    ]);
+    let stack = ClientStack::scripted(upstream, &[]);
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_retry_after.py",
+    );
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 2, "the first request and one retry");
+    let waited = requests[1].received - requests[0].received;
+    println!("the upstream's log: the retry came {waited:?} after the first request");
+    // The SDK waits retry-after exactly (no jitter when the server says how long); a little
+    // slack for the clocks of two processes.
+    assert!(
+        waited >= Duration::from_millis(950),
+        "the retry came {waited:?} after the first request"
+    );
+}
+
 /// `client.responses.compact()` and a new chain from its output (`openai_compact.py`): what
 /// the upstream was asked each time.
 #[test]

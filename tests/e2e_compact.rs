@@ -121,8 +121,9 @@ async fn compact_failures_are_envelopes_and_nothing_raw_reaches_the_upstream() {
     let envoy = &stack.envoy;
     let ok = json!({"model": "m", "input": "hi"});
 
-    // The upstream fails: its status class in an envelope.
-    envelope(&compact(envoy, &ok).await, 503, "upstream_unavailable");
+    // The upstream fails: its status class in an envelope (a model server's JSON 503 is an
+    // overload, which clients retry).
+    envelope(&compact(envoy, &ok).await, 503, "server_is_overloaded");
     // The upstream answers with a stream: a summary is sealed from one JSON answer only.
     envelope(&compact(envoy, &ok).await, 502, "upstream_invalid_response");
 

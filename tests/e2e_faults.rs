@@ -689,7 +689,7 @@ async fn shipped_local_reply_config_makes_direct_replies_envelopes() {
     // replies: both count as Envoy local replies) come through unchanged: no mapper matches.
     upstream.push(Reply::json(500, &json!({"error": {"message": "boom"}})));
     let upstream_500 = post(&envoy, &json_request()).await;
-    let error = upstream_500.envelope(500, "server_error", "upstream_error");
+    let error = upstream_500.envelope(500, "server_error", "server_error");
     assert_eq!(error["message"], "boom");
     upstream.push(Reply::json(200, &completion("not a stream")));
     post(&envoy, &stream_request()).await.envelope(
@@ -806,7 +806,8 @@ async fn oversized_json_answer_gets_502() {
 }
 
 /// Upstream errors keep their status and message, for JSON and stream requests alike (no
-/// stream has started when the error status arrives).
+/// stream has started when the error status arrives); a numeric code becomes its status's
+/// word (tests/e2e_upstream_errors.rs has every recorded server shape).
 #[tokio::test]
 async fn upstream_429_and_500_keep_status_and_message() {
     let rate_limited = || {
@@ -835,7 +836,7 @@ async fn upstream_429_and_500_keep_status_and_message() {
     }
     for request in [json_request(), stream_request()] {
         let answer = post(envoy, &request).await;
-        let error = answer.envelope(500, "server_error", "500");
+        let error = answer.envelope(500, "server_error", "server_error");
         assert_eq!(error["message"], "CUDA out of memory");
     }
     assert_next_requests_work(envoy, &upstream).await;
@@ -1038,7 +1039,7 @@ async fn answers_without_a_body_are_replaced_whole() {
 
     post(envoy, &json_request())
         .await
-        .envelope(500, "server_error", "upstream_error");
+        .envelope(500, "server_error", "server_error");
     assert_next_requests_work(envoy, &upstream).await;
     assert_alive(&mut stack);
 }

@@ -112,7 +112,7 @@ fn main() {
             id_seed: u128::from(i) << 64 | 0x0123_4567_89ab_cdef,
         };
         let mut ex = Exchange::new(settings.clone(), Operation::Create);
-        ex.identify_client(|_| None);
+        ex.request_head(|_| None);
         match ex.request_body(scenario.request, true, meta) {
             RequestStep::Forward(_) => {}
             other => panic!("not forwarded: {other:?}"),
@@ -186,7 +186,7 @@ fn driven(settings: &Arc<Settings>, i: u64, scenario: &Scenario) -> usize {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| *v)
     };
-    d.response_headers(Instant::now(), found, false);
+    d.response_headers(Instant::now(), found, || answer_head, false);
     poll(&mut d);
     let mut bytes = 0;
     let last = scenario.answer.len() - 1;

@@ -33,8 +33,9 @@ use crate::exchange::{
     AbortStep, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead,
     Settings, Summary, UpstreamRequest, EVENT_STREAM,
 };
-use crate::openresponses::{ApiError, Code, ErrorCode};
+use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode};
 use crate::translate::{Meta, ReasoningEvents};
+use crate::upstream_failure::{self, KeptHeader};
 
 /// The limits of one connection (the adapter enforces the rest: count, age, idle time).
 #[derive(Debug, Clone, Copy)]
@@ -202,7 +203,7 @@ impl Connection {
                 // Not a response: nothing to tell.
                 self.life = None;
                 Start::Reject(Rejection {
-                    frame: error_frame(&err),
+                    frame: error_frame(&err, &[]),
                     status: err.status,
                     code: err.code,
                 })
@@ -217,12 +218,13 @@ impl Connection {
                 "Binary messages are not supported: send each event as a JSON text message.",
             )
             .with_code(ErrorCode::InvalidMessage),
+            &[],
         )
     }
 
     /// A message over the size limit (the transport did not read it whole).
     pub fn on_oversize(&mut self) -> Bytes {
-        error_frame(&message_too_large(self.limits.max_message_bytes))
+        error_frame(&message_too_large(self.limits.max_message_bytes), &[])
     }
 
     /// The error sent when the connection has reached its maximum age.
@@ -233,6 +235,7 @@ impl Connection {
                  Continuations cannot cross connections: send the whole input on the new one."
             ))
             .with_code(ErrorCode::WebsocketConnectionLimitReached),
+            &[],
         )
     }
 
@@ -413,15 +416,24 @@ impl Connection {
         })
     }
 
-    /// The head of the upstream's answer, at `at` (`now`: the wall clock, in seconds).
-    pub fn upstream_head(
+    /// The head of the upstream's answer, at `at` (`now`: the wall clock, in seconds):
+    /// `every` header is read only of an answer that is not a success (the `error` event made
+    /// of it carries some, see [`upstream_failure::kept_headers`]).
+    pub fn upstream_head<'h, A>(
         &mut self,
         status: u16,
         content_type: &str,
+        every: impl FnOnce() -> A,
         now: u64,
         at: Instant,
-    ) -> Frames {
+    ) -> Frames
+    where
+        A: IntoIterator<Item = (&'h str, &'h str)>,
+    {
         self.enter(at);
+        if let (Some(turn), true) = (&mut self.turn, upstream_failure::keeps_headers(status)) {
+            turn.exchange.upstream_headers(every());
+        }
         let frames = self.head(status, content_type, now);
         self.settle();
         frames
@@ -554,12 +566,15 @@ impl Connection {
         let messages = match reply {
             Reply::Answer(a) if a.content_type == EVENT_STREAM => event_messages(&a.body),
             // Every response on a socket is a stream: an object cannot be framed as events.
-            Reply::Answer(_) => vec![error_frame(&ApiError::server(
-                500,
-                ErrorCode::InternalError,
-                "The response could not be framed as events.",
-            ))],
-            Reply::Error(e) => vec![error_frame(&e.error)],
+            Reply::Answer(_) => vec![error_frame(
+                &ApiError::server(
+                    500,
+                    ErrorCode::InternalError,
+                    "The response could not be framed as events.",
+                ),
+                &[],
+            )],
+            Reply::Error(e) => vec![error_frame(&e.error, &e.headers)],
         };
         self.end_turn(messages)
     }
@@ -618,14 +633,25 @@ fn message_too_large(limit: usize) -> ApiError {
     .with_code(ErrorCode::RequestTooLarge)
 }
 
-/// The `error` event of the WebSocket transport: `{"type":"error","status":N,"error":{...}}`.
-pub fn error_frame(err: &ApiError) -> Bytes {
+/// The `error` event of the WebSocket transport:
+/// `{"type":"error","status":N,"error":{"type","code","message","param"},"headers":{...}}`.
+///
+/// An event has no HTTP headers: the headers an upstream's error keeps (`retry-after`,
+/// `retry-after-ms`, `x-ratelimit-*`) go in it as an object of strings, twice: as
+/// `error.headers`, where OpenAI's event type has them (openai-python's
+/// `ResponseWsErrorError.headers`, openai-node's `ResponseWsError.Error.headers`), and as
+/// `headers`, where Codex reads them into the HTTP error it makes of the event (codex-api's
+/// `WrappedWebsocketErrorEvent`). Both are absent when there are none. A context overflow's
+/// token counts are fields of `error`, as in the envelope.
+pub fn error_frame(err: &ApiError, headers: &[KeptHeader]) -> Bytes {
     #[derive(Serialize)]
     struct Frame<'a> {
         #[serde(rename = "type")]
         kind: &'static str,
         status: u16,
         error: Payload<'a>,
+        #[serde(skip_serializing_if = "Headers::is_empty")]
+        headers: Headers<'a>,
     }
     #[derive(Serialize)]
     struct Payload<'a> {
@@ -634,6 +660,10 @@ pub fn error_frame(err: &ApiError) -> Bytes {
         code: Option<&'a Code>,
         message: &'a str,
         param: Option<&'a str>,
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        tokens: Option<&'a ContextTokens>,
+        #[serde(skip_serializing_if = "Headers::is_empty")]
+        headers: Headers<'a>,
     }
     let frame = Frame {
         kind: "error",
@@ -643,10 +673,29 @@ pub fn error_frame(err: &ApiError) -> Bytes {
             code: err.code.as_ref(),
             message: &err.message,
             param: err.param.as_deref(),
+            tokens: err.tokens.as_ref(),
+            headers: Headers(headers),
         },
+        headers: Headers(headers),
     };
     // Serialising plain strings cannot fail.
     Bytes::from(serde_json::to_vec(&frame).unwrap_or_default())
+}
+
+/// Kept headers as a JSON object of strings.
+#[derive(Clone, Copy)]
+struct Headers<'a>(&'a [KeptHeader]);
+
+impl Headers<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Headers<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|h| (&h.name, &h.value)))
+    }
 }
 
 /// The events of the core's SSE output (`event: X\ndata: {json}\n\n`, one line of data each,

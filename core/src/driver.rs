@@ -40,6 +40,7 @@ use crate::exchange::{
 use crate::openresponses::{ApiError, ErrorCode};
 use crate::proxy::{self, DETAILS_ANSWER, DETAILS_REQUEST};
 use crate::translate::Meta;
+use crate::upstream_failure;
 
 pub use crate::proxy::Edits;
 
@@ -113,8 +114,8 @@ pub enum Action {
     /// The translated answer, whole: these edits on its head, this body instead of the
     /// upstream's; let it go.
     Answer { edits: Edits, answer: Answer },
-    /// Answer the client with this envelope (the host's local reply) instead of anything
-    /// else.
+    /// Answer the client with this envelope (the host's local reply, `error.headers` among
+    /// its response headers) instead of anything else.
     Reply { error: ErrorReply, cause: Cause },
     /// The client already has the answer's head: end the stream abruptly. A host whose only
     /// way is a local reply sends `error` (Envoy turns a reply after the head into a reset).
@@ -209,7 +210,7 @@ impl<E: Environment> Driver<E> {
             return Action::Pass;
         };
         let mut ex = Exchange::new(self.settings.clone(), op);
-        ex.identify_client(&header);
+        ex.request_head(&header);
         // A body handed over in pieces is gathered into one buffer of its announced size.
         if self.gathering == Gathering::Pieces {
             if let Some(length) = header("content-length").and_then(|n| n.parse().ok()) {
@@ -272,13 +273,19 @@ impl<E: Environment> Driver<E> {
     }
 
     /// The answer's head, from the upstream or the host's own reply in its place (`:status`
-    /// and `content-type` are read); `end`: it has no body.
-    pub fn response_headers<'h>(
+    /// and `content-type` are read by name; `every` header, only of an answer that is not a
+    /// success: the error made of it keeps some, see [`upstream_failure::kept_headers`]);
+    /// `end`: it has no body.
+    pub fn response_headers<'h, A>(
         &mut self,
         now: Instant,
         header: impl Fn(&str) -> Option<&'h str>,
+        every: impl FnOnce() -> A,
         end: bool,
-    ) -> Action {
+    ) -> Action
+    where
+        A: IntoIterator<Item = (&'h str, &'h str)>,
+    {
         self.life.enter(now);
         if self.replied || self.failed {
             return Action::Pass;
@@ -293,6 +300,9 @@ impl<E: Environment> Driver<E> {
             content_type: header("content-type").unwrap_or_default(),
             end_of_stream: end,
         };
+        if upstream_failure::keeps_headers(head.status) {
+            ex.upstream_headers(every());
+        }
         let action = match ex.response_head(head, unix) {
             HeadStep::Stream => {
                 self.head_sent = true;

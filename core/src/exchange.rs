@@ -18,8 +18,10 @@ use bytes::{Bytes, BytesMut};
 
 use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Code, ErrorCode, Usage};
+use crate::request_encoding::{self, Decoder};
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
+use crate::upstream_failure::{self, KeptHeader};
 
 /// What a request asks of us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +56,7 @@ pub struct Settings {
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
     /// Which reasoning event names each client gets (`options.reasoning_events` is only the
-    /// per-exchange result, see [`Exchange::identify_client`]).
+    /// per-exchange result, see [`Exchange::request_head`]).
     pub reasoning_events: ReasoningEventsPolicy,
     /// Translation options, the request caps included.
     pub options: Options,
@@ -97,12 +99,15 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// An error envelope: its JSON body, and its error for transports that frame it their own
-/// way (the WebSocket `error` event).
+/// An error envelope: its JSON body, its error for transports that frame it their own way
+/// (the WebSocket `error` event), and the headers it keeps from an upstream's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorReply {
     pub error: ApiError,
     pub body: Bytes,
+    /// Response headers to send with it: those an upstream's error keeps for the client
+    /// (`retry-after`, `retry-after-ms`, `x-ratelimit-*`; see [`upstream_failure`]).
+    pub headers: Vec<KeptHeader>,
 }
 
 pub const JSON: &str = "application/json";
@@ -113,6 +118,7 @@ impl ErrorReply {
         ErrorReply {
             body: error.to_body(),
             error,
+            headers: Vec::new(),
         }
     }
 
@@ -268,6 +274,8 @@ enum State {
         /// pieces is gathered into one buffer of that size instead of one regrown (and copied)
         /// as they come.
         expected: usize,
+        /// The decoders of a compressed body (its decoded bytes are theirs until the end).
+        decoder: Option<Box<Decoder>>,
     },
     /// Translated and sent; waiting for the answer's head.
     Forwarded(Box<translate::ResponsePlan>),
@@ -289,6 +297,11 @@ pub struct Exchange {
     summary: Summary,
     /// The names this client parses (from its headers, the policy and the override).
     reasoning_events: ReasoningEvents,
+    /// Why the request's body cannot be read, known from its head (a coding this server does
+    /// not decode: see [`request_encoding`]).
+    unreadable: Option<ApiError>,
+    /// What the answer's head said that an error keeps (see [`Exchange::upstream_headers`]).
+    upstream_headers: Vec<KeptHeader>,
 }
 
 impl Exchange {
@@ -296,10 +309,13 @@ impl Exchange {
         let reasoning_events = client::reasoning_events(settings.reasoning_events, |_| None);
         Exchange {
             reasoning_events,
+            unreadable: None,
+            upstream_headers: Vec::new(),
             settings,
             state: State::Request {
                 body: BytesMut::new(),
                 expected: 0,
+                decoder: None,
             },
             summary: Summary {
                 operation,
@@ -323,9 +339,26 @@ impl Exchange {
     }
 
     /// The client's request headers (`header` looks one up by lowercase name), read before
-    /// its body: they decide the event names it gets (see [`client`]).
-    pub fn identify_client<'h>(&mut self, header: impl Fn(&str) -> Option<&'h str>) {
-        self.reasoning_events = client::reasoning_events(self.settings.reasoning_events, header);
+    /// its body: they decide the event names it gets (see [`client`]) and how its body is
+    /// read (`content-encoding`: decoded here, see [`request_encoding`]).
+    pub fn request_head<'h>(&mut self, header: impl Fn(&str) -> Option<&'h str>) {
+        self.reasoning_events = client::reasoning_events(self.settings.reasoning_events, &header);
+        match request_encoding::codings(header(request_encoding::HEADER)) {
+            Ok(codings) if codings.is_empty() => {}
+            Ok(codings) => {
+                if let State::Request { decoder, .. } = &mut self.state {
+                    let limit = self.settings.options.max_request_bytes;
+                    *decoder = Some(Box::new(Decoder::new(&codings, limit)));
+                }
+            }
+            Err(refused) => self.unreadable = Some(refused),
+        }
+    }
+
+    /// The headers of the answer's head (with [`Exchange::response_head`]): an error made
+    /// of the answer keeps those a client retries by ([`upstream_failure::kept_headers`]).
+    pub fn upstream_headers<'h>(&mut self, headers: impl IntoIterator<Item = (&'h str, &'h str)>) {
+        self.upstream_headers = upstream_failure::kept_headers(headers);
     }
 
     /// The event names this client gets, when the transport knows them already (a WebSocket
@@ -368,9 +401,33 @@ impl Exchange {
     pub fn request_body(&mut self, chunk: &[u8], end: bool, meta: Meta) -> RequestStep {
         #[cfg(feature = "fault-injection")]
         crate::fault::check(chunk);
-        let State::Request { body, expected } = &mut self.state else {
+        let State::Request {
+            body,
+            expected,
+            decoder,
+        } = &mut self.state
+        else {
             return RequestStep::Reply(self.fail(internal("a request body after the request")));
         };
+        if let Some(err) = self.unreadable.take() {
+            return RequestStep::Reply(self.fail(err));
+        }
+        if let Some(d) = decoder {
+            // Decoded as it comes: what is held is the decoded body, bounded by the cap.
+            if let Err(err) = d.push(chunk) {
+                return RequestStep::Reply(self.fail(err));
+            }
+            if !end {
+                return RequestStep::Hold;
+            }
+            let Some(d) = decoder.take() else {
+                unreachable!("matched above")
+            };
+            return match d.finish() {
+                Ok(decoded) => self.translate_whole(&decoded, meta),
+                Err(err) => RequestStep::Reply(self.fail(err)),
+            };
+        }
         if body.len() + chunk.len() > self.settings.options.max_request_bytes {
             let limit = self.settings.options.max_request_bytes;
             return RequestStep::Reply(self.fail(request_too_large(limit)));
@@ -383,14 +440,16 @@ impl Exchange {
             return RequestStep::Hold;
         }
         // The usual case is one piece: translate it in place, without a copy.
-        let whole;
-        let full: &[u8] = if body.is_empty() {
-            chunk
-        } else {
-            body.extend_from_slice(chunk);
-            whole = std::mem::take(body);
-            &whole
-        };
+        if body.is_empty() {
+            return self.translate_whole(chunk, meta);
+        }
+        body.extend_from_slice(chunk);
+        let whole = std::mem::take(body);
+        self.translate_whole(&whole, meta)
+    }
+
+    /// The client's whole body, plain.
+    fn translate_whole(&mut self, full: &[u8], meta: Meta) -> RequestStep {
         if full.is_empty() {
             let err = ApiError::invalid_body(
                 "The request has no body. Send a JSON object with 'model' and 'input'.",
@@ -667,14 +726,22 @@ impl Exchange {
                 self.summary.finish_reason = folded.report.finish_reason;
                 match folded.report.error {
                     None => self.translated(200, JSON, folded.body),
-                    Some(e) => Reply::Error(self.fail(ApiError::server(502, e.code, e.message))),
+                    Some(e) => {
+                        let status = upstream_failure::folded_status(&e.code);
+                        Reply::Error(self.fail(ApiError::server(status, e.code, e.message)))
+                    }
                 }
             }
             Gather::Error {
                 status,
                 expected_stream,
                 local,
-            } => Reply::Error(self.fail(error_for(status, expected_stream, local, body))),
+            } => {
+                let error = error_for(status, expected_stream, local, body);
+                let mut reply = self.fail(error);
+                reply.headers = std::mem::take(&mut self.upstream_headers);
+                Reply::Error(reply)
+            }
         }
     }
 
@@ -752,25 +819,30 @@ fn internal(what: &str) -> ApiError {
 /// request was forwarded.
 fn error_for(status: u16, expected_stream: bool, local: bool, body: &[u8]) -> ApiError {
     if local {
-        return local_reply_error(status, body);
+        local_reply_error(status, body)
+    } else if (200..300).contains(&status) {
+        unusable_answer(expected_stream)
+    } else {
+        upstream_failure::classify(status, body)
     }
-    if (200..300).contains(&status) {
-        let what = if expected_stream {
-            "a stream was requested but the upstream did not answer with text/event-stream"
-        } else {
-            "a JSON answer was expected but the upstream answered with another content type"
-        };
-        return ApiError::server(
-            502,
-            ErrorCode::UpstreamInvalidResponse,
-            format!("The upstream answer cannot be translated: {what}."),
-        );
-    }
-    response::upstream_error(status, body)
+}
+
+/// A success the exchange cannot translate: not the content type it asked for.
+fn unusable_answer(expected_stream: bool) -> ApiError {
+    let what = if expected_stream {
+        "a stream was requested but the upstream did not answer with text/event-stream"
+    } else {
+        "a JSON answer was expected but the upstream answered with another content type"
+    };
+    ApiError::server(
+        502,
+        ErrorCode::UpstreamInvalidResponse,
+        format!("The upstream answer cannot be translated: {what}."),
+    )
 }
 
 /// Envoy's own reply to a request it never forwarded (413 when the body is over its buffer
-/// limit, ...). Why not `response::upstream_error` alone: its message says "The upstream
+/// limit, ...). Why not `upstream_failure::classify` alone: its message says "The upstream
 /// answered", which sends the client (and the operator) to look at a model server that never
 /// saw the request. The status and code are kept.
 fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
@@ -781,7 +853,7 @@ fn local_reply_error(status: u16, body: &[u8]) -> ApiError {
         .with_status(413)
         .with_code(ErrorCode::RequestTooLarge);
     }
-    let mut err = response::upstream_error(status, body);
+    let mut err = upstream_failure::classify(status, body);
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     err.message = if text.is_empty() || text.len() > 512 {
@@ -841,6 +913,116 @@ mod tests {
         assert_eq!(r.content_type(), JSON);
         assert_eq!(r.status(), r.error.status);
         serde_json::from_slice::<Value>(&r.body).unwrap()["error"].clone()
+    }
+
+    #[test]
+    fn a_compressed_body_is_decoded_and_an_unknown_coding_is_a_415() {
+        let body = json!({"model": "m", "input": "hi"}).to_string();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, body.as_bytes()).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+        ex.request_head(|name| (name == "content-encoding").then_some("gzip"));
+        let (a, b) = gz.split_at(gz.len() / 2);
+        assert!(matches!(ex.request_body(a, false, META), RequestStep::Hold));
+        let RequestStep::Forward(up) = ex.request_body(b, true, META) else {
+            panic!("not forwarded");
+        };
+        let chat: Value = serde_json::from_slice(&up.body).unwrap();
+        assert_eq!(chat["messages"][0]["content"], "hi");
+        // A decoded body over the cap is refused as a plain one is.
+        let mut ex = Exchange::new(settings(20, 1 << 20), Operation::Create);
+        ex.request_head(|name| (name == "content-encoding").then_some("gzip"));
+        let RequestStep::Reply(r) = ex.request_body(&gz, true, META) else {
+            panic!("not refused");
+        };
+        assert_eq!(
+            (r.status(), envelope(&r)["code"].as_str()),
+            (413, Some("request_too_large"))
+        );
+
+        let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+        ex.request_head(|name| (name == "content-encoding").then_some("compress"));
+        let RequestStep::Reply(r) = ex.request_body(b"x\x9c", false, META) else {
+            panic!("not refused");
+        };
+        assert_eq!(r.status(), 415);
+        assert_eq!(envelope(&r)["code"], "unsupported_content_encoding");
+        assert!(envelope(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("'compress'"));
+        assert_eq!(ex.summary().outcome, Outcome::Failed);
+        // Never encoded: read as usual.
+        for encoding in [None, Some("identity")] {
+            let mut ex = Exchange::new(settings(1 << 20, 1 << 20), Operation::Create);
+            ex.request_head(|name| encoding.filter(|_| name == "content-encoding"));
+            assert!(matches!(
+                ex.request_body(body.as_bytes(), true, META),
+                RequestStep::Forward(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn an_upstream_error_keeps_the_headers_a_client_retries_by() {
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        ex.upstream_headers([
+            ("retry-after", "7"),
+            ("x-ratelimit-remaining-requests", "0"),
+            ("content-length", "60"),
+        ]);
+        ex.response_head(head(429, "application/json"), 1);
+        let BodyStep::Reply(Reply::Error(r)) = ex.response_body(
+            br#"{"object":"error","message":"slow down","type":"RateLimitError","code":429}"#,
+            true,
+            1,
+        ) else {
+            panic!("no reply");
+        };
+        assert_eq!(r.status(), 429);
+        assert_eq!(envelope(&r)["code"], "rate_limit_exceeded");
+        assert_eq!(envelope(&r)["message"], "slow down");
+        assert_eq!(
+            r.headers,
+            [
+                KeptHeader::new("retry-after", "7"),
+                KeptHeader::new("x-ratelimit-remaining-requests", "0")
+            ]
+        );
+        assert_eq!(
+            ex.summary().error_code,
+            Some(ErrorCode::RateLimitExceeded.into())
+        );
+    }
+
+    #[test]
+    fn a_context_overflow_is_400_before_a_stream_and_inside_one() {
+        let overflow = r#"{"error":{"code":400,"message":"request (9 tokens) exceeds the available context size (8 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9,"n_ctx":8}}"#;
+        let mut ex = forwarded(json!({"model": "m", "input": "hi", "stream": true}));
+        ex.response_head(head(400, "application/json"), 1);
+        let BodyStep::Reply(Reply::Error(r)) = ex.response_body(overflow.as_bytes(), true, 1)
+        else {
+            panic!("no reply");
+        };
+        assert_eq!(r.status(), 400);
+        let e = envelope(&r);
+        assert_eq!(
+            (&e["code"], &e["param"]),
+            (&json!("context_length_exceeded"), &json!("input"))
+        );
+        assert_eq!((&e["n_prompt_tokens"], &e["n_ctx"]), (&json!(9), &json!(8)));
+        // The same error inside a stream folded for a JSON client: the request's fault, 400.
+        let mut ex = forwarded(json!({"model": "m", "input": "hi"}));
+        ex.response_head(head(200, "text/event-stream"), 1);
+        let frame = format!("data: {overflow}\n\n");
+        let BodyStep::Reply(Reply::Error(r)) = ex.response_body(frame.as_bytes(), true, 1) else {
+            panic!("no reply");
+        };
+        assert_eq!(
+            (r.status(), envelope(&r)["code"].as_str()),
+            (400, Some("context_length_exceeded"))
+        );
     }
 
     const CHUNK: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";

@@ -11,6 +11,7 @@ use crate::exchange::{
     self, AbortStep, Answer, Exchange, Outcome, Settings, Summary, UpstreamRequest,
 };
 use crate::openresponses::ErrorCode;
+use crate::request_encoding;
 
 /// The namespace of the exchange's dynamic metadata in Envoy (docs/operations.md): the
 /// access log and the token rate limit read it by this name.
@@ -47,8 +48,9 @@ use HeaderEdit::{Remove, Set};
 pub const REQUEST_HEAD_EDITS: &[HeaderEdit] = &[Remove("accept-encoding")];
 
 /// The request head once the body is translated: the Chat path (the route is computed again:
-/// adapters clear Envoy's route cache), the new body's type and length, the model for routes.
-pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 4] {
+/// adapters clear Envoy's route cache), the new body's type and length (plain: a compressed
+/// body was decoded by the exchange), the model for routes.
+pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 5] {
     [
         Set(
             Cow::Borrowed(":path"),
@@ -59,6 +61,7 @@ pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 
             Cow::Borrowed("content-length"),
             Cow::Owned(up.body.len().to_string()),
         ),
+        Remove(request_encoding::HEADER),
         Set(
             Cow::Owned(settings.model_header.clone()),
             Cow::Owned(up.model.clone()),

@@ -274,7 +274,9 @@ fn websocket_frames_have_no_duplicate_keys() {
     else {
         panic!("the first response was not forwarded")
     };
-    let mut frames = conn.upstream_head(200, SSE, 1, Instant::now()).messages;
+    let mut frames = conn
+        .upstream_head(200, SSE, || [("content-type", SSE)], 1, Instant::now())
+        .messages;
     let stream =
         chat_stream(&[json!({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"})]);
     frames.extend(
@@ -289,7 +291,10 @@ fn websocket_frames_have_no_duplicate_keys() {
     else {
         panic!("the continuation was not forwarded")
     };
-    frames.extend(conn.upstream_head(200, SSE, 3, Instant::now()).messages);
+    frames.extend(
+        conn.upstream_head(200, SSE, || [("content-type", SSE)], 3, Instant::now())
+            .messages,
+    );
     frames.extend(
         conn.upstream_body(stream.as_bytes(), true, 3, Instant::now())
             .messages,

@@ -47,6 +47,8 @@ pub fn config(json: &str) -> Arc<FilterConfig> {
 pub struct SentReply {
     pub status: u16,
     pub content_type: String,
+    /// The headers besides `content-type`.
+    pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub details: String,
 }
@@ -140,6 +142,13 @@ impl Host for FakeHost {
         self.get(side, name)
     }
 
+    fn headers(&self, side: Side) -> Vec<(&str, &str)> {
+        self.headers(side)
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
     fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) {
         let headers = self.headers_mut(side);
         headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
@@ -176,7 +185,14 @@ impl Host for FakeHost {
         }
     }
 
-    fn send_reply(&mut self, status: u16, content_type: &str, body: &[u8], details: &str) {
+    fn send_reply(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        details: &str,
+    ) {
         // The reply ends the stream, and Envoy's span with it, before this call returns.
         if let Some(span) = &mut self.span {
             span.finished = true;
@@ -184,6 +200,10 @@ impl Host for FakeHost {
         self.replies.push(SentReply {
             status,
             content_type: content_type.to_owned(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             body: body.to_vec(),
             details: details.to_owned(),
         });
@@ -406,6 +426,17 @@ impl FakeEnvoy {
 
     /// The answer's head, from the upstream or (if nothing went upstream) Envoy's own reply.
     pub fn response_headers(&mut self, status: u16, content_type: &str, end: bool) {
+        self.response_headers_with(status, content_type, &[], end);
+    }
+
+    /// [`FakeEnvoy::response_headers`] with these headers too.
+    pub fn response_headers_with(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        extra: &[(&str, &str)],
+        end: bool,
+    ) {
         if self.done() || self.client.headers.is_some() || self.response_held {
             return;
         }
@@ -414,6 +445,7 @@ impl FakeEnvoy {
             headers.push(("content-type".into(), content_type.into()));
         }
         headers.push(("content-length".into(), "7".into()));
+        headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         self.host.response_headers = headers;
         let st = self.filter.response_headers(&mut self.host, end);
         self.settle();

@@ -110,6 +110,7 @@ impl<E: Environment> Filter<E> {
         let action = self.driver.response_headers(
             Instant::now(),
             |name| host.header(Side::Response, name),
+            || host.headers(Side::Response),
             end,
         );
         headers_status(self.carry(host, Side::Response, action))
@@ -208,9 +209,15 @@ impl<E: Environment> Filter<E> {
                         error.error.code.as_ref().map(Code::as_str).unwrap_or("")
                     )
                 });
+                let kept: Vec<(&str, &str)> = error
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.as_str(), h.value.as_str()))
+                    .collect();
                 host.send_reply(
                     error.status(),
                     error.content_type(),
+                    &kept,
                     &error.body,
                     cause.details(),
                 );

@@ -11,7 +11,7 @@ pub mod ffi;
 
 use responses_core::proxy::MetadataValue;
 
-use abi::{EnvoyBuffer, ModuleBuffer, ModuleHttpHeader};
+use abi::{EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer, ModuleHttpHeader};
 
 /// Which half of the exchange a header map or a body belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,9 @@ impl SpanRef {
 pub trait Host {
     /// A header of the request or the answer (lowercase name); `None` if absent or not UTF-8.
     fn header(&self, side: Side, name: &str) -> Option<&str>;
+    /// Every header of the request or the answer whose name and value are UTF-8, in order
+    /// (one entry per value).
+    fn headers(&self, side: Side) -> Vec<(&str, &str)>;
     /// Replaces every value of the header; `None` removes it.
     fn set_header(&mut self, side: Side, name: &str, value: Option<&str>);
     /// Envoy computes the route again (after `:path` changed).
@@ -60,8 +63,16 @@ pub trait Host {
     /// Adds bytes to what continues on this side: to the piece just received, or, in a hook
     /// without one (headers, trailers), as body data of its own.
     fn append_body(&mut self, side: Side, bytes: &[u8]);
-    /// Answers the client with this instead (Envoy's local reply, `details` in its logs).
-    fn send_reply(&mut self, status: u16, content_type: &str, body: &[u8], details: &str);
+    /// Answers the client with this instead (Envoy's local reply with `content-type` and
+    /// these headers, `details` in its logs).
+    fn send_reply(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        details: &str,
+    );
     /// Ends the stream abruptly (the client sees a reset).
     fn reset(&mut self);
     /// Sets these keys of the stream's dynamic metadata in `namespace`.
@@ -166,6 +177,58 @@ impl Host for Envoy {
         std::str::from_utf8(unsafe { value.as_bytes() }).ok()
     }
 
+    fn headers(&self, side: Side) -> Vec<(&str, &str)> {
+        // SAFETY: valid filter pointer.
+        let n = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_headers_size(self.filter, header_type(side))
+        };
+        if n == 0 {
+            return Vec::new();
+        }
+        let empty = EnvoyHttpHeader {
+            key_ptr: std::ptr::null(),
+            key_length: 0,
+            value_ptr: std::ptr::null(),
+            value_length: 0,
+        };
+        let mut raw = vec![empty; n];
+        // SAFETY: valid filter pointer; `raw` has the `n` entries Envoy fills in.
+        let filled = unsafe {
+            abi::envoy_dynamic_module_callback_http_get_headers(
+                self.filter,
+                header_type(side),
+                raw.as_mut_ptr(),
+            )
+        };
+        if !filled {
+            return Vec::new();
+        }
+        raw.iter()
+            .filter_map(|h| {
+                // SAFETY: Envoy's header bytes, valid until a header of this map is set
+                // (`&mut self`).
+                let (name, value) = unsafe {
+                    (
+                        EnvoyBuffer {
+                            ptr: h.key_ptr,
+                            length: h.key_length,
+                        }
+                        .as_bytes(),
+                        EnvoyBuffer {
+                            ptr: h.value_ptr,
+                            length: h.value_length,
+                        }
+                        .as_bytes(),
+                    )
+                };
+                Some((
+                    std::str::from_utf8(name).ok()?,
+                    std::str::from_utf8(value).ok()?,
+                ))
+            })
+            .collect()
+    }
+
     fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) {
         let value = value.map_or(ModuleBuffer::NULL, |v| ModuleBuffer::from(v.as_bytes()));
         // SAFETY: valid filter pointer; Envoy copies key and value.
@@ -226,14 +289,24 @@ impl Host for Envoy {
         }
     }
 
-    fn send_reply(&mut self, status: u16, content_type: &str, body: &[u8], details: &str) {
-        let name = b"content-type";
-        let mut headers = [ModuleHttpHeader {
+    fn send_reply(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        extra: &[(&str, &str)],
+        body: &[u8],
+        details: &str,
+    ) {
+        let header = |name: &str, value: &str| ModuleHttpHeader {
             key_ptr: name.as_ptr().cast(),
             key_length: name.len(),
-            value_ptr: content_type.as_ptr().cast(),
-            value_length: content_type.len(),
-        }];
+            value_ptr: value.as_ptr().cast(),
+            value_length: value.len(),
+        };
+        let mut headers: Vec<ModuleHttpHeader> = std::iter::once(("content-type", content_type))
+            .chain(extra.iter().copied())
+            .map(|(name, value)| header(name, value))
+            .collect();
         // SAFETY: valid filter pointer; Envoy copies headers, body and details.
         unsafe {
             abi::envoy_dynamic_module_callback_http_send_response(

@@ -212,11 +212,24 @@ fn upstream_errors_and_envoys_replies_become_envelopes() {
         &mut e,
         &json!({"model": "m", "input": "hi", "stream": true}),
     );
-    e.response_headers(429, "application/json", false);
+    e.response_headers_with(
+        429,
+        "application/json",
+        &[("retry-after", "1"), ("x-ratelimit-remaining-tokens", "0")],
+        false,
+    );
     e.response_body(br#"{"error":{"message":"slow down"}}"#, true);
     let r = e.client.reply.clone().expect("an envelope");
     assert_eq!((r.status, r.details.as_str()), (429, DETAILS_ANSWER));
     assert!(String::from_utf8_lossy(&r.body).contains("slow down"));
+    // With the headers a client retries by.
+    assert_eq!(
+        r.headers,
+        [
+            ("retry-after".to_owned(), "1".to_owned()),
+            ("x-ratelimit-remaining-tokens".to_owned(), "0".to_owned())
+        ]
+    );
     // Envoy's 503 (no upstream) passes the response hooks too.
     let mut e = envoy();
     post(&mut e, &json!({"model": "m", "input": "hi"}));

@@ -23,13 +23,25 @@ pub fn header<'a>(headers: &'a HttpHeaders, name: &str) -> Option<&'a str> {
         .headers
         .iter()
         .find(|h| h.key.eq_ignore_ascii_case(name))
-        .and_then(|h| {
-            if h.raw_value.is_empty() {
-                Some(h.value.as_str())
-            } else {
-                std::str::from_utf8(&h.raw_value).ok()
-            }
-        })
+        .and_then(value)
+}
+
+/// Every header of a message that has a UTF-8 value, in order.
+pub fn headers(headers: &HttpHeaders) -> impl Iterator<Item = (&str, &str)> {
+    headers
+        .headers
+        .iter()
+        .flat_map(|map| &map.headers)
+        .filter_map(|h| Some((h.key.as_str(), value(h)?)))
+}
+
+/// A header's value: Envoy sends it in `raw_value` (bytes), older versions in `value`.
+fn value(h: &HeaderValue) -> Option<&str> {
+    if h.raw_value.is_empty() {
+        Some(h.value.as_str())
+    } else {
+        std::str::from_utf8(&h.raw_value).ok()
+    }
 }
 
 /// Header edits to apply, accumulated then turned into a `HeaderMutation`.
@@ -144,14 +156,27 @@ pub fn immediate(
     body: Vec<u8>,
     details: &str,
 ) -> ProcessingResponse {
+    immediate_with(status, content_type, [], body, details)
+}
+
+/// [`immediate`], with these headers too.
+pub fn immediate_with<'h>(
+    status: u16,
+    content_type: &str,
+    extra: impl IntoIterator<Item = (&'h str, &'h str)>,
+    body: Vec<u8>,
+    details: &str,
+) -> ProcessingResponse {
+    let mut headers = Headers::default().set("content-type", content_type);
+    for (name, value) in extra {
+        headers = headers.set(name, value);
+    }
     ProcessingResponse {
         response: Some(Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus {
                 code: i32::from(status),
             }),
-            headers: Headers::default()
-                .set("content-type", content_type)
-                .into_mutation(),
+            headers: headers.into_mutation(),
             body,
             grpc_status: None,
             details: details.to_owned(),

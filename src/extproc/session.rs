@@ -46,22 +46,30 @@ fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct 
 }
 
 /// Every header the processor reads from Envoy's header messages: the request's method,
-/// path and id, the client's identity, and the answer's status and content type. Envoy
-/// forwards no others (`forward_rules` in envoy/envoy.yaml and the other shipped configs,
-/// checked against this list by a test): fewer bytes to encode and decode in every header
-/// message (measured: ~7 % more translated JSON exchanges per second with openai-python's
-/// headers, benches/side_by_side.py), and the client's credentials never reach the processor.
-pub const HEADERS_READ: [&str; 9] = [
+/// path, id and content coding, the client's identity, the answer's status and content
+/// type, and the answer's headers a translated error keeps (`retry-after`, ...; with
+/// [`HEADER_PREFIXES_READ`]). Envoy forwards no others (`forward_rules` in envoy/envoy.yaml
+/// and the other shipped configs, checked against this list by a test): fewer bytes to
+/// encode and decode in every header message (measured: ~7 % more translated JSON exchanges
+/// per second with openai-python's headers, benches/side_by_side.py), and the client's
+/// credentials never reach the processor.
+pub const HEADERS_READ: [&str; 12] = [
     ":method",
     ":path",
     "x-request-id",
+    responses_core::request_encoding::HEADER,
     ":status",
     "content-type",
     responses_core::client::IDENTITY_HEADERS[0],
     responses_core::client::IDENTITY_HEADERS[1],
     responses_core::client::IDENTITY_HEADERS[2],
     responses_core::client::IDENTITY_HEADERS[3],
+    responses_core::upstream_failure::KEPT_HEADERS[0],
+    responses_core::upstream_failure::KEPT_HEADERS[1],
 ];
+
+/// The prefixes of the other headers the processor reads: an answer's `x-ratelimit-*`.
+pub const HEADER_PREFIXES_READ: [&str; 1] = [responses_core::upstream_failure::KEPT_HEADER_PREFIX];
 
 /// The message an answer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,23 +149,29 @@ impl<E: Environment> Session<E> {
                 self.carry(Message::RequestHeaders, action)
             }
             Request::RequestBody(b) => {
-                if self.settings.log_content && b.end_of_stream {
-                    log_content(&self.request_id, "client request (last piece)", &b.body);
+                // BUFFERED (every shipped config): Envoy sends the whole body in this one
+                // message; `end_of_stream` is false only when trailers follow (the client's,
+                // or a filter's before ours), which carry nothing we read and are not sent to
+                // us (`request_trailer_mode: SKIP`): waiting for them would hang the request.
+                let end = true;
+                if self.settings.log_content {
+                    log_content(&self.request_id, "client request", &b.body);
                 }
                 if let Trace::Open(span) = &mut self.trace {
-                    if b.end_of_stream && span.wants_content() {
+                    if span.wants_content() {
                         span.record_request(&b.body);
                     }
                 }
-                let action = self
-                    .driver
-                    .request_body(now, || [&b.body[..]], b.end_of_stream);
+                let action = self.driver.request_body(now, || [&b.body[..]], end);
                 self.carry(Message::RequestBody, action)
             }
             Request::ResponseHeaders(h) => {
-                let action =
-                    self.driver
-                        .response_headers(now, |name| read(&h, name), h.end_of_stream);
+                let action = self.driver.response_headers(
+                    now,
+                    |name| read(&h, name),
+                    || every(&h),
+                    h.end_of_stream,
+                );
                 if self.driver.is_ours() {
                     tracing::debug!(
                         request_id = %self.request_id,
@@ -390,9 +404,14 @@ impl<E: Environment> Session<E> {
                 "answered with an error envelope"
             ),
         }
-        msg::immediate(
+        let kept = error
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_str()));
+        msg::immediate_with(
             error.status(),
             error.content_type(),
+            kept,
             error.body.to_vec(),
             cause.details(),
         )
@@ -436,10 +455,15 @@ fn answer_body(answer: &ProcessingResponse) -> Option<&[u8]> {
     }
 }
 
+/// Every header of Envoy's message (those of [`HEADERS_READ`] and [`HEADER_PREFIXES_READ`]).
+fn every(h: &HttpHeaders) -> impl Iterator<Item = (&str, &str)> {
+    msg::headers(h)
+}
+
 /// A header of Envoy's message; only those of [`HEADERS_READ`] are ever sent to us.
 fn read<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
     debug_assert!(
-        HEADERS_READ.contains(&name),
+        HEADERS_READ.contains(&name) || HEADER_PREFIXES_READ.iter().any(|p| name.starts_with(p)),
         "{name} is not in HEADERS_READ"
     );
     header(h, name)
@@ -728,6 +752,43 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_error_keeps_its_retry_headers_on_the_immediate_response() {
+        let mut s = session();
+        post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
+        send(
+            &mut s,
+            Request::ResponseHeaders(headers(
+                &[
+                    (":status", "429"),
+                    ("content-type", "application/json"),
+                    ("retry-after", "1"),
+                    ("x-ratelimit-reset-requests", "1s"),
+                ],
+                false,
+            )),
+        );
+        let r = send(
+            &mut s,
+            Request::ResponseBody(body_msg(br#"{"error":{"message":"slow down"}}"#, true)),
+        );
+        let (status, body) = immediate(&r);
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (429, &json!("rate_limit_exceeded"))
+        );
+        let Some(R::ImmediateResponse(reply)) = r.response.as_ref() else {
+            unreachable!("checked above")
+        };
+        for (name, value) in [
+            ("content-type", "application/json"),
+            ("retry-after", "1"),
+            ("x-ratelimit-reset-requests", "1s"),
+        ] {
+            assert_eq!(set_header(&reply.headers, name), Some(value), "{name}");
+        }
+    }
+
+    #[test]
     fn event_stream_is_translated_chunk_by_chunk() {
         let mut s = session();
         post(&mut s, json!({"model": "m", "input": "hi", "stream": true}));
@@ -936,7 +997,8 @@ mod tests {
         assert!(text.ends_with("data: [DONE]\n\n"));
     }
 
-    /// The headers in each `forward_rules.allowed_headers` block of a config.
+    /// The headers in each `forward_rules.allowed_headers` block of a config (a prefix pattern
+    /// as `prefix <value>`).
     fn forwarded(config: &str) -> Vec<Vec<String>> {
         let mut blocks = Vec::new();
         let mut lines = config.lines();
@@ -948,8 +1010,12 @@ mod tests {
             let block = lines
                 .by_ref()
                 .take_while(|l| l.len() - l.trim_start().len() > indent)
-                .filter_map(|l| l.trim().strip_prefix("- exact: "))
-                .map(|v| v.trim_matches('"').to_owned())
+                .filter_map(|l| {
+                    let l = l.trim();
+                    let exact = l.strip_prefix("- exact: ").map(|v| ("", v));
+                    exact.or_else(|| l.strip_prefix("- prefix: ").map(|v| ("prefix ", v)))
+                })
+                .map(|(kind, v)| format!("{kind}{}", v.trim_matches('"')))
                 .collect();
             blocks.push(block);
         }
@@ -962,6 +1028,7 @@ mod tests {
     #[test]
     fn envoy_forwards_exactly_the_headers_read() {
         let mut expected: Vec<String> = HEADERS_READ.iter().map(|h| h.to_string()).collect();
+        expected.extend(HEADER_PREFIXES_READ.iter().map(|p| format!("prefix {p}")));
         expected.sort();
         for (name, config, blocks) in [
             (

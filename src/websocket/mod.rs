@@ -375,8 +375,13 @@ async fn drive(
                 let now = unix_now();
                 let at = Instant::now();
                 let frames = match event {
-                    UpstreamEvent::Head { status, content_type, body } => {
-                        let frames = conn.upstream_head(status, &content_type, now, at);
+                    UpstreamEvent::Head { status, content_type, headers, body } => {
+                        let every = || {
+                            headers.iter().filter_map(|(name, value)| {
+                                Some((name.as_str(), value.to_str().ok()?))
+                            })
+                        };
+                        let frames = conn.upstream_head(status, &content_type, every, now, at);
                         if !frames.done {
                             upstream = Some(upstream::Call::Body(body));
                         }

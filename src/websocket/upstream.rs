@@ -10,6 +10,7 @@ use futures_util::{Stream, StreamExt};
 
 use super::WsSettings;
 use responses_core::exchange::{UpstreamRequest, JSON};
+use responses_core::upstream_failure::keeps_headers;
 
 /// Handshake headers that go on to each Chat request: credentials, tracing, the client's
 /// name. Everything else of the handshake (cookies, `sec-websocket-*`) stays here.
@@ -59,6 +60,9 @@ pub enum UpstreamEvent {
     Head {
         status: u16,
         content_type: String,
+        /// Every header of an answer that is not a success (the core keeps some on the
+        /// error event; a success's are not read).
+        headers: reqwest::header::HeaderMap,
         body: Body,
     },
     Chunk(Bytes),
@@ -142,9 +146,16 @@ impl Call {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("")
                         .to_owned();
+                    let status = resp.status().as_u16();
+                    let headers = if keeps_headers(status) {
+                        resp.headers().clone()
+                    } else {
+                        reqwest::header::HeaderMap::new()
+                    };
                     UpstreamEvent::Head {
-                        status: resp.status().as_u16(),
+                        status,
                         content_type,
+                        headers,
                         body: Box::pin(resp.bytes_stream()),
                     }
                 }

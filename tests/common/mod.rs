@@ -7,6 +7,8 @@
 //!   an in-process ext_proc server that changes nothing (to test Envoy wiring on its own);
 //! * [`upstream::ScriptedUpstream`]: a Chat Completions stand-in answering from a per-test script
 //!   and recording every request; [`upstream::DemoUpstream`]: the built-in demo, in-process;
+//! * [`recorded`]: the recorded upstream failures (tests/fixtures/upstream_errors/), each as a
+//!   scripted reply;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
 //! * [`stream_rules`]: the rules every translated event stream obeys;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
@@ -29,6 +31,7 @@ pub mod otlp;
 pub mod pki;
 pub mod processor;
 pub mod prom;
+pub mod recorded;
 pub mod schema;
 pub mod sse;
 pub mod stack;

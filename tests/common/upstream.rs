@@ -26,6 +26,8 @@ pub struct RecordedRequest {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When its head arrived (the upstream's log of when it was asked).
+    pub received: std::time::Instant,
 }
 
 impl RecordedRequest {
@@ -370,11 +372,13 @@ impl ScriptedUpstream {
 }
 
 async fn handle(State(script): State<Arc<Script>>, request: Request) -> Response {
+    let received = std::time::Instant::now();
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();
     script.requests.lock().unwrap().push(RecordedRequest {
+        received,
         method: parts.method.to_string(),
         path: parts
             .uri
@@ -450,11 +454,13 @@ impl RecordingDemo {
             move |request: Request, next: axum::middleware::Next| {
                 let log = log.clone();
                 async move {
+                    let received = std::time::Instant::now();
                     let (parts, body) = request.into_parts();
                     let body = axum::body::to_bytes(body, usize::MAX)
                         .await
                         .unwrap_or_default();
                     log.lock().unwrap().push(RecordedRequest {
+                        received,
                         method: parts.method.to_string(),
                         path: parts
                             .uri

@@ -21,6 +21,11 @@ fn connection() -> Connection {
 }
 
 /// The time of an input: these tests do not look at timing (the driver's tests do).
+/// The headers of an answer that has none worth reading.
+fn no_headers() -> [(&'static str, &'static str); 0] {
+    []
+}
+
 fn at() -> Instant {
     Instant::now()
 }
@@ -79,7 +84,7 @@ fn events(frames: &Frames) -> Vec<serde_json::Value> {
 
 /// Runs one response to its end with a stream that says `text`; returns its events.
 fn answer(conn: &mut Connection, text: &str) -> Vec<serde_json::Value> {
-    let head = conn.upstream_head(200, SSE, 1, at());
+    let head = conn.upstream_head(200, SSE, no_headers, 1, at());
     assert!(head.messages.is_empty() && !head.done);
     let frames = conn.upstream_body(chat_stream(text).as_bytes(), true, 2, at());
     assert!(frames.done, "the stream ended");
@@ -230,7 +235,7 @@ fn a_failed_continuation_evicts_the_context() {
                 &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
                 2,
             );
-            conn.upstream_head(500, "application/json", 1, at());
+            conn.upstream_head(500, "application/json", no_headers, 1, at());
             conn.upstream_body(br#"{"error":{"message":"boom"}}"#, true, 1, at())
         },
         |conn, id| {
@@ -254,7 +259,7 @@ fn a_failed_continuation_evicts_the_context() {
                 &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
                 2,
             );
-            conn.upstream_head(200, SSE, 1, at());
+            conn.upstream_head(200, SSE, no_headers, 1, at());
             conn.upstream_body(
                 b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n",
                 false,
@@ -299,7 +304,7 @@ fn an_output_may_answer_a_call_of_the_kept_context() {
                        "tools": [{"type": "function", "name": "get_weather"}]})),
         1,
     );
-    conn.upstream_head(200, SSE, 1, at());
+    conn.upstream_head(200, SSE, no_headers, 1, at());
     let call = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,",
         "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",",
@@ -367,7 +372,7 @@ fn a_failed_fresh_response_keeps_the_context() {
     forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
     let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
     forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
-    conn.upstream_head(503, "application/json", 1, at());
+    conn.upstream_head(503, "application/json", no_headers, 1, at());
     let frames = conn.upstream_body(b"{}", true, 1, at());
     let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
     assert_eq!(frame["type"], json!("error"));
@@ -376,6 +381,58 @@ fn a_failed_fresh_response_keeps_the_context() {
         &mut conn,
         &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
         3,
+    );
+}
+
+#[test]
+fn an_upstream_error_event_carries_its_kept_headers_and_token_counts() {
+    let mut conn = connection();
+    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
+    let head = [
+        ("content-type", "application/json"),
+        ("retry-after", "1"),
+        ("x-ratelimit-remaining-requests", "0"),
+        ("set-cookie", "a=b"),
+    ];
+    conn.upstream_head(429, "application/json", || head, 1, at());
+    let frames = conn.upstream_body(br#"{"error":{"message":"slow down"}}"#, true, 1, at());
+    let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
+    let kept = json!({"retry-after": "1", "x-ratelimit-remaining-requests": "0"});
+    assert_eq!(
+        frame,
+        json!({"type": "error", "status": 429, "headers": kept, "error": {
+            "type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down",
+            "param": null, "headers": kept}})
+    );
+    // A context overflow with the counts as fields (llama.cpp): 400, the counts in `error`.
+    forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
+    conn.upstream_head(400, "application/json", no_headers, 1, at());
+    let frames = conn.upstream_body(
+        br#"{"error":{"code":400,"message":"request (9 tokens) exceeds the available context size (8 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9,"n_ctx":8}}"#,
+        true,
+        1,
+        at(),
+    );
+    let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
+    assert_eq!(
+        frame,
+        json!({"type": "error", "status": 400, "error": {
+            "type": "invalid_request_error", "code": "context_length_exceeded",
+            "message": "request (9 tokens) exceeds the available context size (8 tokens), try increasing it",
+            "param": "input", "n_prompt_tokens": 9, "n_ctx": 8}})
+    );
+    // A success's headers are not read.
+    forward(
+        &mut conn,
+        &create(json!({"model": "m", "input": "three"})),
+        3,
+    );
+    conn.upstream_head(
+        200,
+        SSE,
+        || -> [(&str, &str); 0] { panic!("a success's headers read") },
+        1,
+        at(),
     );
 }
 
@@ -556,7 +613,7 @@ fn a_context_over_its_cap_is_not_kept_and_says_so() {
 fn an_upstream_failure_mid_stream_ends_with_response_failed() {
     let mut conn = connection();
     forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
-    conn.upstream_head(200, SSE, 1, at());
+    conn.upstream_head(200, SSE, no_headers, 1, at());
     let part = conn.upstream_body(
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"half\"}}]}\n\n",
         false,
@@ -644,7 +701,7 @@ fn each_response_is_told_once_with_its_time() {
         panic!("not forwarded")
     };
     assert!(told(&mut conn, ms(11)).is_empty());
-    conn.upstream_head(200, SSE, 1, ms(20));
+    conn.upstream_head(200, SSE, no_headers, 1, ms(20));
     let events = told(&mut conn, ms(20));
     assert!(matches!(&events[..], [Event::StreamOpened]), "{events:?}");
     let stream = chat_stream("Hi");
@@ -686,7 +743,7 @@ fn each_response_is_told_once_with_its_time() {
         &create(json!({"model": "m", "input": "again"})),
         4,
     );
-    conn.upstream_head(200, SSE, 1, ms(70));
+    conn.upstream_head(200, SSE, no_headers, 1, ms(70));
     conn.closed(ms(90));
     let f = finished(&told(&mut conn, ms(90)));
     assert_eq!(f.len(), 1);

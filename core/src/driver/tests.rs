@@ -11,6 +11,7 @@ use crate::exchange::Outcome;
 use crate::openresponses::Code;
 use crate::proxy::HeaderEdit;
 use crate::translate::Options;
+use crate::upstream_failure::KeptHeader;
 
 struct Fixed;
 
@@ -70,9 +71,17 @@ impl Test {
     }
 
     fn answer_head(&mut self, ms: u64, status: &str, content_type: &str, end: bool) -> Action {
+        self.answer_head_with(
+            ms,
+            &[(":status", status), ("content-type", content_type)],
+            end,
+        )
+    }
+
+    fn answer_head_with(&mut self, ms: u64, pairs: &[(&str, &str)], end: bool) -> Action {
         let now = self.at(ms);
-        let pairs = [(":status", status), ("content-type", content_type)];
-        self.d.response_headers(now, lookup(&pairs), end)
+        self.d
+            .response_headers(now, lookup(pairs), || pairs.iter().copied(), end)
     }
 
     fn answer(&mut self, ms: u64, pieces: &[&[u8]], end: bool) -> Action {
@@ -413,6 +422,56 @@ fn upstream_errors_and_a_full_host_buffer_are_envelopes() {
         (error.status(), code(&error)),
         (413, json!("request_too_large"))
     );
+}
+
+#[test]
+fn an_upstream_error_keeps_the_headers_a_client_retries_by() {
+    let head = [
+        (":status", "429"),
+        ("content-type", "application/json"),
+        ("retry-after", "1"),
+        ("x-ratelimit-remaining-requests", "0"),
+        ("set-cookie", "a=b"),
+    ];
+    let kept = [
+        KeptHeader::new("retry-after", "1"),
+        KeptHeader::new("x-ratelimit-remaining-requests", "0"),
+    ];
+    // A stream asked for, refused before it opened: the envelope, with the kept headers.
+    let mut t = Test::new(Gathering::Pieces);
+    t.forwarded(json!({"model": "m", "input": "hi", "stream": true}));
+    assert!(matches!(
+        t.answer_head_with(2, &head, false),
+        Action::ReadBody(_)
+    ));
+    let Action::Reply { error, .. } = t.answer(3, &[br#"{"error":{"message":"slow"}}"#], true)
+    else {
+        panic!("no envelope")
+    };
+    assert_eq!((error.status(), &error.headers[..]), (429, &kept[..]));
+    // The same without a body: answered at the head.
+    let mut t = Test::new(Gathering::Whole);
+    t.forwarded(json!({"model": "m", "input": "hi"}));
+    let Action::Reply { error, .. } = t.answer_head_with(2, &head, true) else {
+        panic!("no envelope")
+    };
+    assert_eq!((error.status(), &error.headers[..]), (429, &kept[..]));
+    // A success's headers are not even read (OpenAI sends x-ratelimit-* on every answer).
+    let mut t = Test::new(Gathering::Pieces);
+    t.forwarded(json!({"model": "m", "input": "hi"}));
+    let pairs = [(":status", "200"), ("content-type", "application/json")];
+    let now = t.at(2);
+    let action = t.d.response_headers(
+        now,
+        lookup(&pairs),
+        || -> [(&str, &str); 0] { panic!("a success's headers read") },
+        false,
+    );
+    assert!(matches!(action, Action::ReadBody(_)));
+    let Action::Answer { answer, .. } = t.answer(3, &[CHAT], true) else {
+        panic!("not answered")
+    };
+    assert_eq!(answer.status, 200);
 }
 
 #[test]

@@ -51,6 +51,11 @@ pub enum ErrorCode {
     ContentTooLarge,
     /// `input` has more items than `--max-input-items`. A cap.
     TooManyInputItems,
+    /// 415: the request's `content-encoding` names a coding this server does not decode.
+    UnsupportedContentEncoding,
+    /// The body is not what its `content-encoding` says (cut short, corrupt, more after its
+    /// end).
+    InvalidEncodedBody,
 
     // The WebSocket transport.
     /// A binary message (the protocol is JSON text).
@@ -79,19 +84,35 @@ pub enum ErrorCode {
     /// A response's text and arguments over `--max-output-bytes`, or more at once than the
     /// transport reads. A cap.
     ResponseTooLarge,
+
+    // An upstream's failure, as OpenAI's API words it (`upstream_failure`): the upstream's
+    // own code when it is a word, else one of these.
+    /// 400: the input does not fit the model's context, from any server's wording.
+    ContextLengthExceeded,
+    /// An upstream's 4xx without a code of its own (other than those below).
+    InvalidRequestError,
+    /// An upstream's 401.
+    InvalidApiKey,
+    /// An upstream's 403.
+    PermissionDenied,
+    /// An upstream's 404 that speaks of a model.
+    ModelNotFound,
+    /// An upstream's other 404.
+    NotFound,
+    /// An upstream's 429.
+    RateLimitExceeded,
     /// An upstream's 5xx (other than 502, 503, 504) without a code of its own, or its
     /// mid-stream error without one.
-    UpstreamError,
+    ServerError,
     /// An upstream's 502.
     BadGateway,
-    /// An upstream's 503, or an upstream the WebSocket transport cannot reach.
+    /// An upstream's 503 with a JSON error body: a model server overloaded or loading.
+    ServerIsOverloaded,
+    /// An upstream's 503 without one (Envoy's own: no healthy upstream, connection refused),
+    /// or an upstream the WebSocket transport cannot reach.
     UpstreamUnavailable,
     /// An upstream's 504.
     UpstreamTimeout,
-    /// An upstream's 429.
-    RateLimitExceeded,
-    /// An upstream's other 4xx.
-    UpstreamRejectedRequest,
 
     /// 500: a bug contained, or calls out of order.
     InternalError,
@@ -238,12 +259,12 @@ mod tests {
             assert_eq!(Code::upstream(c.as_str()), c);
             assert_eq!(serde_json::to_string(&Code::from(c)).unwrap(), wire);
         }
-        assert!(serde_json::from_str::<ErrorCode>("\"model_not_found\"").is_err());
+        assert!(serde_json::from_str::<ErrorCode>("\"insufficient_quota\"").is_err());
     }
 
     #[test]
     fn an_upstreams_code_is_kept_as_it_came() {
-        for given in ["model_not_found", "503", "Rate Limited"] {
+        for given in ["insufficient_quota", "503", "Rate Limited"] {
             let c: Code = serde_json::from_str(&serde_json::to_string(given).unwrap()).unwrap();
             assert_eq!((c.as_str(), c.ours(), c.is_cap()), (given, None, false));
         }

@@ -15,6 +15,21 @@ pub struct ApiError {
     /// The request field at fault, as a path (`input[2].content[0].type`).
     pub param: Option<String>,
     pub code: Option<Code>,
+    /// A context overflow's token counts, where the upstream gave them as fields.
+    pub tokens: Option<ContextTokens>,
+}
+
+/// The token counts of a context overflow, as the upstream gave them in fields of its error
+/// object (llama.cpp: `n_prompt_tokens`, `n_ctx`), kept under those names in the envelope for
+/// clients that read them. Servers that state them in their message keep them there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ContextTokens {
+    /// The tokens of the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_prompt_tokens: Option<u64>,
+    /// The model's context window as served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_ctx: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +76,7 @@ impl ApiError {
             message: message.into(),
             param: Some(param.into()),
             code: None,
+            tokens: None,
         }
     }
 
@@ -72,6 +88,7 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: None,
+            tokens: None,
         }
     }
 
@@ -94,6 +111,7 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: Some(code.into()),
+            tokens: None,
         }
     }
 
@@ -110,6 +128,8 @@ impl ApiError {
             kind: &'static str,
             param: Option<&'a str>,
             code: Option<&'a Code>,
+            #[serde(flatten, skip_serializing_if = "Option::is_none")]
+            tokens: Option<&'a ContextTokens>,
         }
         let envelope = Envelope {
             error: Payload {
@@ -117,6 +137,7 @@ impl ApiError {
                 kind: self.kind.as_str(),
                 param: self.param.as_deref(),
                 code: self.code.as_ref(),
+                tokens: self.tokens.as_ref(),
             },
         };
         // Serialising plain strings cannot fail.

@@ -8,6 +8,6 @@ pub mod events;
 pub mod response;
 
 pub use code::{Code, ErrorCode};
-pub use error::{ApiError, ErrorKind};
+pub use error::{ApiError, ContextTokens, ErrorKind};
 pub use events::{DeltaFrame, Event, EventWriter, Part};
 pub use response::*;

@@ -1,16 +1,15 @@
-//! Upstream answers that are not streams: a `chat.completion` → `ResponseResource`, and
-//! anything that is not a success → the OpenResponses error envelope.
+//! Upstream answers that are not streams: a `chat.completion` → `ResponseResource` (anything
+//! that is not a success is `crate::upstream_failure`'s).
 
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use serde_json::Value;
 
 use super::{finish_status, logprobs, usage, Progress, ResponsePlan};
 use crate::chat;
 use crate::openresponses::{
-    ApiError, Code, ErrorCode, ItemStatus, MessageItem, OutputContent, OutputItem, Phase,
-    ReasoningItem, ReasoningText, Status, Usage,
+    ApiError, ErrorCode, ItemStatus, MessageItem, OutputContent, OutputItem, Phase, ReasoningItem,
+    ReasoningText, Status, Usage,
 };
 
 /// Translates a 2xx Chat Completions JSON body into the `ResponseResource` JSON body.
@@ -181,70 +180,12 @@ fn not_a_completion() -> ApiError {
     )
 }
 
-/// Maps a non-success upstream answer (or a local reply of Envoy's) to an error envelope,
-/// keeping the status class: 4xx stay 4xx (429 stays 429), 5xx stay 5xx, anything else
-/// becomes 502. The upstream's own message is kept when its body says one.
-pub fn upstream_error(status: u16, body: &[u8]) -> ApiError {
-    let status = match status {
-        400..=599 => status,
-        _ => 502,
-    };
-    let (message, code, param) = match serde_json::from_slice::<Value>(body) {
-        Ok(v) => error_fields(&v),
-        Err(_) => (None, None, None),
-    };
-    let message = message.unwrap_or_else(|| {
-        let text = String::from_utf8_lossy(body);
-        let text = text.trim();
-        if text.is_empty() || text.len() > 512 {
-            format!("The upstream answered with HTTP status {status}.")
-        } else {
-            format!("The upstream answered with HTTP status {status}: {text}")
-        }
-    });
-    let default_code = match status {
-        413 => ErrorCode::RequestTooLarge,
-        429 => ErrorCode::RateLimitExceeded,
-        502 => ErrorCode::BadGateway,
-        503 => ErrorCode::UpstreamUnavailable,
-        504 => ErrorCode::UpstreamTimeout,
-        500..=599 => ErrorCode::UpstreamError,
-        _ => ErrorCode::UpstreamRejectedRequest,
-    };
-    let mut err = ApiError::server(status, default_code, message);
-    if let Some(c) = code {
-        err.code = Some(Code::upstream(&c));
-    }
-    err.param = param;
-    err
-}
-
-/// The message, code and param of an error body in any of the shapes upstreams use:
-/// OpenAI's `{"error":{...}}`, vLLM's `{"object":"error","message":...}`, `{"error":"text"}`,
-/// FastAPI's `{"detail":...}`.
-pub(crate) fn error_fields(v: &Value) -> (Option<String>, Option<String>, Option<String>) {
-    let obj = match v.get("error") {
-        Some(Value::String(s)) => return (Some(s.clone()), None, None),
-        Some(e @ Value::Object(_)) => e,
-        _ => v,
-    };
-    let text = |key: &str| match obj.get(key) {
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    let message = text("message").or_else(|| match v.get("detail") {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(d @ (Value::Array(_) | Value::Object(_))) => Some(d.to_string()),
-        _ => None,
-    });
-    (message, text("code"), text("param"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openresponses::Code;
     use crate::translate::{Meta, Options};
+    use serde_json::Value;
 
     fn plan() -> ResponsePlan {
         ResponsePlan::new(
@@ -349,44 +290,5 @@ mod tests {
                 Some("upstream_invalid_response")
             );
         }
-    }
-
-    #[test]
-    fn upstream_errors_keep_class_and_message() {
-        let e = upstream_error(
-            429,
-            br#"{"error":{"message":"slow down","type":"rate_limit","code":"rate"}}"#,
-        );
-        assert_eq!(
-            (
-                e.status,
-                e.message.as_str(),
-                e.code.as_ref().map(Code::as_str)
-            ),
-            (429, "slow down", Some("rate"))
-        );
-        let e = upstream_error(
-            400,
-            br#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#,
-        );
-        assert_eq!(
-            (
-                e.status,
-                e.message.as_str(),
-                e.code.as_ref().map(Code::as_str)
-            ),
-            (400, "bad", Some("400"))
-        );
-        let e = upstream_error(503, b"no healthy upstream");
-        assert_eq!(e.status, 503);
-        assert_eq!(
-            e.code.as_ref().map(Code::as_str),
-            Some("upstream_unavailable")
-        );
-        assert!(e.message.contains("no healthy upstream"));
-        let e = upstream_error(200, b"");
-        assert_eq!(e.status, 502);
-        let e = upstream_error(422, br#"{"detail":[{"loc":["body"],"msg":"x"}]}"#);
-        assert!(e.message.contains("msg"));
     }
 }

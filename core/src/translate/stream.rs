@@ -21,7 +21,8 @@
 //!   frame cut short by the end of the body (no blank line after it, not JSON) is dropped
 //!   as part of that cut, so it fails only when the `finish_reason` had not come yet.
 //! - A `data: {"error": …}` frame → an `error` event, then `response.failed` carrying the
-//!   upstream's code and message.
+//!   upstream's message and a word code ([`crate::upstream_failure::classify_stream`]:
+//!   `context_length_exceeded` for a context overflow).
 //! - A frame that is not JSON, or one larger than the frame cap, or a delta that would take
 //!   the output beyond the output cap (none of it is sent) → `error` + `response.failed`. Open items are closed as `incomplete`
 //!   before the terminal event so that its `output` equals the `output_item.done` items.
@@ -36,14 +37,13 @@ use bytes::Bytes;
 const OUTPUT_PER_INPUT_BYTE: usize = 2;
 
 use super::calls::custom_tool_input;
-use super::response::error_fields;
 use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvents, ResponsePlan};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, Code, DeltaFrame, EchoJson, ErrorCode, Event, EventWriter, ItemStatus,
-    LogProb, MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem,
-    ReasoningText, ResponseError, Status, Usage,
+    ApplyPatchStatus, Code, DeltaFrame, EchoJson, ErrorCode, ErrorKind, Event, EventWriter,
+    ItemStatus, LogProb, MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase,
+    ReasoningItem, ReasoningText, ResponseError, Status, Usage,
 };
 use crate::sse::SseDecoder;
 
@@ -319,15 +319,8 @@ impl StreamTranslator {
             }
         };
         if let Some(err) = &chunk.error {
-            let (message, code, _) = error_fields(&serde_json::json!({ "error": err }));
-            self.fail(
-                code.as_deref()
-                    .map_or(ErrorCode::UpstreamError.into(), Code::upstream),
-                message
-                    .as_deref()
-                    .unwrap_or("The upstream reported an error mid-stream."),
-                now,
-            );
+            let failure = crate::upstream_failure::classify_stream(err);
+            self.fail(failure.code, &failure.message, now);
             return;
         }
         if let Some(u) = &chunk.usage {
@@ -1018,13 +1011,19 @@ impl StreamTranslator {
     /// The answer failed: close what is open as incomplete, then `error` and `response.failed`.
     fn fail(&mut self, code: impl Into<Code>, message: &str, _now: u64) {
         let code = code.into();
+        // A context overflow is the request's fault, as before a stream (400).
+        let kind = if code == ErrorCode::ContextLengthExceeded {
+            ErrorKind::InvalidRequest
+        } else {
+            ErrorKind::Server
+        };
         self.close_current(ItemStatus::Incomplete);
         self.close_calls(ItemStatus::Incomplete);
         self.events.write(
             &mut self.out,
             &Event::Error {
                 error: ErrorPayload {
-                    kind: "server_error",
+                    kind: kind.as_str(),
                     code: Some(&code),
                     message,
                     param: None,

@@ -90,7 +90,8 @@ pub struct ModuleKeyValue {
     pub value_length: usize,
 }
 
-/// `envoy_dynamic_module_type_envoy_http_header` (only in hooks this module never gets).
+/// `envoy_dynamic_module_type_envoy_http_header`: a header owned by Envoy (what
+/// `envoy_dynamic_module_callback_http_get_headers` fills in).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EnvoyHttpHeader {
@@ -215,6 +216,20 @@ unsafe extern "C" {
         result: *mut EnvoyBuffer,
         index: usize,
         optional_size: *mut usize,
+    ) -> bool;
+    /// The number of entries of a header map (a header with several values counts once per
+    /// value); 0 when the map does not exist in this hook. Checked against the 1.40.0 binary's
+    /// disassembly: two arguments, the size returned (no out-pointer).
+    pub fn envoy_dynamic_module_callback_http_get_headers_size(
+        filter: FilterEnvoyPtr,
+        header_type: HeaderType,
+    ) -> usize;
+    /// Fills `result_headers` (at least `get_headers_size` entries) with every entry of a
+    /// header map, valid until the end of the hook or a header of it is set.
+    pub fn envoy_dynamic_module_callback_http_get_headers(
+        filter: FilterEnvoyPtr,
+        header_type: HeaderType,
+        result_headers: *mut EnvoyHttpHeader,
     ) -> bool;
     pub fn envoy_dynamic_module_callback_http_set_header(
         filter: FilterEnvoyPtr,

@@ -13,6 +13,15 @@
 #     # in a scratch git repository and finish the turn. Ports 10000, 9901, 50051 and 18090
 #     # must be free.
 #
+#   bash tests/clients/codex/run.sh context_window
+#     # starts its own stack (deploy/demo.sh, MODE as set) in front of a Chat upstream whose
+#     # context is too small for Codex's first request: a real llama-server with 512 tokens
+#     # of context when LLAMA_SERVER (its binary) and LLAMA_MODEL (a GGUF) are set, else a
+#     # scripted upstream answering what llama-server answers then (the recorded
+#     # tests/fixtures/upstream_errors/llamacpp-context-overflow.json). Codex must end the
+#     # turn with its context-window error (it reads the code context_length_exceeded).
+#     # Ports 10000, 9901, 50051 and 18091 must be free.
+#
 # Installs the pinned Codex into a prefix outside the repository if it is not there yet
 # (reused by later runs), writes a config.toml into a temporary CODEX_HOME with a model
 # provider pointing at the stack (wire_api = "responses"), runs
@@ -35,7 +44,7 @@
 set -euo pipefail
 
 SCENARIO="${1:-hi}"
-case "$SCENARIO" in hi | apply_patch) ;; *) echo "usage: $0 [hi|apply_patch]" >&2; exit 2 ;; esac
+case "$SCENARIO" in hi | apply_patch | context_window) ;; *) echo "usage: $0 [hi|apply_patch|context_window]" >&2; exit 2 ;; esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
 BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
@@ -70,10 +79,50 @@ if [ "$SCENARIO" = apply_patch ]; then
     sleep 1
   done
 fi
-probe="$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$BASE_URL/responses" \
-  -H 'content-type: application/json' -d "{\"model\":\"$CODEX_MODEL\",\"input\":\"ping\"}" || true)"
-[ "$probe" = 200 ] ||
-  die "POST $BASE_URL/responses answered '${probe:-nothing}', not 200: start the stack first (bash deploy/demo.sh)"
+if [ "$SCENARIO" = context_window ]; then
+  RECORD="$(mktemp "${TMPDIR:-/tmp}/codex-context-upstream.XXXXXX")"
+  if [ -n "${LLAMA_SERVER:-}" ] && [ -n "${LLAMA_MODEL:-}" ]; then
+    "$LLAMA_SERVER" -m "$LLAMA_MODEL" -c 512 -t 1 --host 127.0.0.1 --port 18091 >"$RECORD.llama.log" 2>&1 &
+    STACK_PIDS+=($!)
+    UPSTREAM_KIND="llama-server (512-token context)"
+  else
+    python3 - 18091 "$ROOT/tests/fixtures/upstream_errors/llamacpp-context-overflow.json" <<'PY' &
+import http.server, json, sys
+fixture = json.load(open(sys.argv[2]))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'{"status":"ok"}')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = fixture["body"].encode()
+        self.send_response(fixture["status"])
+        for k, v in fixture["headers"].items():
+            self.send_header(k, v)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+PY
+    STACK_PIDS+=($!)
+    UPSTREAM_KIND="a scripted upstream answering llama-server's recorded overflow"
+  fi
+  trap stop_stack EXIT
+  for _ in $(seq 120); do curl -s -o /dev/null --max-time 2 http://127.0.0.1:18091/health && break; sleep 1; done
+  UPSTREAM_URL=http://127.0.0.1:18091 bash "$ROOT/deploy/demo.sh" >"$RECORD.demo.log" 2>&1 &
+  STACK_PIDS+=($!)
+  for _ in $(seq 600); do
+    code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$BASE_URL/responses" \
+      -H 'content-type: application/json' -d '{"model":"m","input":"ping"}' || true)"
+    case "$code" in 200 | 400) break ;; esac
+    sleep 1
+  done
+  say "upstream: $UPSTREAM_KIND"
+else
+  probe="$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$BASE_URL/responses" \
+    -H 'content-type: application/json' -d "{\"model\":\"$CODEX_MODEL\",\"input\":\"ping\"}" || true)"
+  [ "$probe" = 200 ] ||
+    die "POST $BASE_URL/responses answered '${probe:-nothing}', not 200: start the stack first (bash deploy/demo.sh)"
+fi
 
 # ---- Codex ----
 if [ -n "${CODEX_BIN:-}" ]; then
@@ -144,6 +193,17 @@ show() {
   tail -n 40 "$WORK/stderr.log" >&2 || true
 }
 
+if [ "$SCENARIO" = context_window ]; then
+  # The turn fails with Codex's own context-window error (not a generic one): it read the
+  # code context_length_exceeded of the gateway's 400.
+  [ "$status" -ne 0 ] || { show; die "codex exec succeeded: the context did not overflow"; }
+  failure="$(grep -h '"type":"turn.failed"\|^{"type":"error"' "$WORK/events.jsonl" || true)"
+  printf '%s\n' "$failure" | grep -qi 'context window' ||
+    { show; die "no context-window error from Codex"; }
+  say "Codex reported: $(printf '%s' "$failure" | head -n 1)"
+  say "OK: Codex reported its context-window error through Envoy + responses-extproc"
+  exit 0
+fi
 [ "$status" -eq 0 ] || { show; die "codex exec exited with status $status"; }
 # One JSON object per line: the turn must complete and carry an agent message.
 if ! grep -q '"type":"turn.completed"' "$WORK/events.jsonl"; then
