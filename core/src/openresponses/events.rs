@@ -404,7 +404,7 @@ mod tests {
         })];
         let usage = Usage::default();
         let error = ResponseError {
-            code: crate::openresponses::ErrorCode::UpstreamError.into(),
+            code: crate::openresponses::ErrorCode::ServerError.into(),
             message: "m".into(),
         };
         let incomplete = IncompleteDetails {
