@@ -190,8 +190,9 @@ impl<E: Environment> Driver<E> {
         matches!(self.phase, Phase::Ours(_))
     }
 
-    /// The request's head (`header` looks one up by lowercase name: `:method`, `:path` and
-    /// the client's identity are read); `end`: it has no body.
+    /// The request's head (`header` looks one up by lowercase name: `:method`, `:path`, the
+    /// client's identity and, for a body in pieces, `content-length` are read); `end`: it has
+    /// no body.
     pub fn request_headers<'h>(
         &mut self,
         now: Instant,
@@ -209,7 +210,13 @@ impl<E: Environment> Driver<E> {
             return Action::Pass;
         };
         let mut ex = Exchange::new(self.settings.clone(), op);
-        ex.request_head(header);
+        ex.request_head(&header);
+        // A body handed over in pieces is gathered into one buffer of its announced size.
+        if self.gathering == Gathering::Pieces {
+            if let Some(length) = header("content-length").and_then(|n| n.parse().ok()) {
+                ex.expect_request_bytes(length);
+            }
+        }
         self.claim(ex);
         if !end {
             // The upstream must answer in plain bytes we can parse.

@@ -270,6 +270,10 @@ enum State {
     /// The client's body is arriving.
     Request {
         body: BytesMut,
+        /// The length the client announced (`content-length`), up to the cap: a body in
+        /// pieces is gathered into one buffer of that size instead of one regrown (and copied)
+        /// as they come.
+        expected: usize,
         /// The decoders of a compressed body (its decoded bytes are theirs until the end).
         decoder: Option<Box<Decoder>>,
     },
@@ -310,6 +314,7 @@ impl Exchange {
             settings,
             state: State::Request {
                 body: BytesMut::new(),
+                expected: 0,
                 decoder: None,
             },
             summary: Summary {
@@ -384,11 +389,24 @@ impl Exchange {
         matches!(self.state, State::Streaming(_))
     }
 
+    /// The client's `content-length`, when it sent one: the size to gather a body in pieces
+    /// into (bounded by the request cap; a wrong one only costs a regrowth or some spare room).
+    pub fn expect_request_bytes(&mut self, length: usize) {
+        if let State::Request { expected, .. } = &mut self.state {
+            *expected = length.min(self.settings.options.max_request_bytes);
+        }
+    }
+
     /// A piece of the client's body; `end` on the last one.
     pub fn request_body(&mut self, chunk: &[u8], end: bool, meta: Meta) -> RequestStep {
         #[cfg(feature = "fault-injection")]
         crate::fault::check(chunk);
-        let State::Request { body, decoder } = &mut self.state else {
+        let State::Request {
+            body,
+            expected,
+            decoder,
+        } = &mut self.state
+        else {
             return RequestStep::Reply(self.fail(internal("a request body after the request")));
         };
         if let Some(err) = self.unreadable.take() {
@@ -415,6 +433,9 @@ impl Exchange {
             return RequestStep::Reply(self.fail(request_too_large(limit)));
         }
         if !end {
+            if body.is_empty() {
+                body.reserve((*expected).max(chunk.len()));
+            }
             body.extend_from_slice(chunk);
             return RequestStep::Hold;
         }

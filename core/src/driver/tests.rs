@@ -235,6 +235,29 @@ fn a_json_exchange_is_forwarded_gathered_and_answered() {
     assert!(t.events(30).is_empty(), "once");
 }
 
+/// A body in pieces is gathered into a buffer of its `content-length`: right, short, long,
+/// over the cap or not a number, the request forwarded is the same.
+#[test]
+fn a_body_in_pieces_forwards_the_same_whatever_length_it_announced() {
+    let pieces: [&[u8]; 3] = [br#"{"model":"m","#, br#""input":"#, br#""hi"}"#];
+    let length = pieces.iter().map(|p| p.len()).sum::<usize>().to_string();
+    let forwarded = |announced: Option<&str>| {
+        let mut t = Test::new(Gathering::Pieces);
+        let mut head = vec![(":method", "POST"), (":path", "/v1/responses")];
+        head.extend(announced.map(|n| ("content-length", n)));
+        assert!(matches!(t.head(0, &head, false), Action::ReadBody(_)));
+        assert!(matches!(t.body(1, &pieces[..1], false), Action::Hold));
+        let Action::Forward { request, .. } = t.body(2, &pieces[1..], true) else {
+            panic!("not forwarded")
+        };
+        request.body
+    };
+    let expected = forwarded(None);
+    for announced in [&length[..], "3", "70000", "18446744073709551615", "x"] {
+        assert_eq!(forwarded(Some(announced)), expected, "{announced}");
+    }
+}
+
 #[test]
 fn a_stream_opens_shows_output_and_closes() {
     let mut t = Test::new(Gathering::Whole);

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::response::{LogProb, OutputItem, ResponseResource};
+use super::response::{EchoJson, LogProb, OutputItem, ResponseResource};
 
 /// A content part as announced by `content_part.added` / `.done`.
 #[derive(Debug, Serialize)]
@@ -262,6 +262,27 @@ impl EventWriter {
         self.close_frame(out);
     }
 
+    /// A `response.*` event (created, in progress, completed, incomplete, failed), its
+    /// resource's echo copied from `echo` (made from the same request's echo): the same bytes
+    /// as [`EventWriter::write`] of that event. Any other event is written as `write` does.
+    pub fn write_response(&mut self, out: &mut Vec<u8>, event: &Event<'_>, echo: &EchoJson) {
+        let (Event::Created { response }
+        | Event::InProgress { response }
+        | Event::Completed { response }
+        | Event::Incomplete { response }
+        | Event::Failed { response }) = event
+        else {
+            return self.write(out, event);
+        };
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.name().as_bytes());
+        out.extend_from_slice(b"\ndata: {\"type\":\"");
+        out.extend_from_slice(event.name().as_bytes());
+        out.extend_from_slice(b"\",\"response\":");
+        response.write_with(out, echo);
+        self.close_frame(out);
+    }
+
     /// The event of `frame` with `delta` as its delta: the same bytes as [`EventWriter::write`]
     /// of that event.
     pub fn write_delta(&mut self, out: &mut Vec<u8>, frame: &DeltaFrame, delta: &str) {
@@ -328,6 +349,108 @@ mod tests {
             assert_eq!(v["sequence_number"], i as u64);
             assert_eq!(v["delta"], "a\nb\r\"c\"");
             assert_eq!(v["logprobs"], serde_json::json!([]));
+        }
+    }
+
+    #[test]
+    fn a_response_event_with_its_echo_serialised_once_writes_the_bytes_of_the_event() {
+        use crate::openresponses::response::*;
+        use serde_json::value::RawValue;
+        let raw = |s: &str| RawValue::from_string(s.to_owned()).unwrap();
+        let plain = Echo::default();
+        let full = Echo {
+            instructions: Some(raw(r#""Be \"brief\".\nAlways.""#)),
+            tools: vec![EchoTool {
+                name: "get_weather".into(),
+                description: Some(raw(r#""The weather""#)),
+                parameters: Some(raw(
+                    r#"{"type":"object","properties":{"city":{"type":"string"}}}"#,
+                )),
+                strict: Some(true),
+            }],
+            tool_choice: EchoToolChoice::AllowedTools {
+                mode: "required",
+                tools: vec!["get_weather".into()],
+            },
+            text: EchoText {
+                format: EchoFormat::JsonSchema {
+                    name: "w".into(),
+                    description: None,
+                    schema: raw(r#"{"type":"object"}"#),
+                    strict: true,
+                },
+                verbosity: Some("low"),
+            },
+            reasoning: Some(EchoReasoning {
+                effort: Some("high".into()),
+                summary: Some("auto"),
+            }),
+            max_output_tokens: Some(100),
+            max_tool_calls: Some(2),
+            metadata: Some(raw(r#"{"k":"v"}"#)),
+            safety_identifier: Some("u\u{e9}".into()),
+            prompt_cache_key: Some("key".into()),
+            previous_response_id: Some("resp_0".into()),
+            ..Echo::default()
+        };
+        let output = [OutputItem::Message(MessageItem {
+            id: "msg_1".into(),
+            status: ItemStatus::Completed,
+            role: "assistant".into(),
+            content: vec![OutputContent::Refusal {
+                refusal: "no".into(),
+            }],
+            phase: Some(Phase::FinalAnswer),
+        })];
+        let usage = Usage::default();
+        let error = ResponseError {
+            code: crate::openresponses::ErrorCode::ServerError.into(),
+            message: "m".into(),
+        };
+        let incomplete = IncompleteDetails {
+            reason: "max_output_tokens".into(),
+        };
+        for echo in [&plain, &full] {
+            let state = ResponseState {
+                id: "resp_1",
+                created_at: 1,
+                completed_at: Some(2),
+                status: Status::Completed,
+                incomplete_details: Some(&incomplete),
+                model: "m\"1",
+                output: &output,
+                error: Some(&error),
+                usage: Some(&usage),
+            };
+            let response = ResponseResource::new(state, echo);
+            let bare = ResponseResource::new(
+                ResponseState {
+                    output: &[],
+                    completed_at: None,
+                    incomplete_details: None,
+                    error: None,
+                    usage: None,
+                    ..state
+                },
+                echo,
+            );
+            let json = EchoJson::new(echo);
+            for response in [response, bare] {
+                let events = [
+                    Event::Created { response },
+                    Event::InProgress { response },
+                    Event::Completed { response },
+                    Event::Incomplete { response },
+                    Event::Failed { response },
+                ];
+                let (mut generic, mut once) = (EventWriter::new(), EventWriter::new());
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                for event in &events {
+                    generic.write(&mut a, event);
+                    once.write_response(&mut b, event, &json);
+                }
+                assert_eq!(String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap());
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 //! once per request, and `output` borrows the items the translator accumulated, so the
 //! terminal stream event costs one serialisation and no copies.
 
+use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -421,44 +422,15 @@ pub struct EchoReasoning {
 
 /// The response object. Borrowing keeps the hot path free of copies.
 ///
-/// One flat struct, on purpose: each key is a Rust field, so no key can be written twice
-/// (a `#[serde(flatten)]` of the echo once wrote `previous_response_id` twice, once from the
-/// resource and once from the echo). No field is renamed, so the field names are the keys.
-#[derive(Debug, Serialize)]
+/// Serialised key by key, in one fixed order: each key is written once by
+/// [`ResponseState`]'s part or by the echo's ([`EchoJson`] holds the latter serialised, for
+/// the events of a stream that repeat it). No `#[serde(flatten)]`: it once wrote
+/// `previous_response_id` twice, once from the resource and once from the echo.
+#[derive(Debug, Clone, Copy)]
 pub struct ResponseResource<'a> {
-    pub id: &'a str,
-    pub object: &'static str,
-    pub created_at: u64,
-    pub completed_at: Option<u64>,
-    pub status: Status,
-    pub incomplete_details: Option<&'a IncompleteDetails>,
-    pub model: &'a str,
-    pub previous_response_id: Option<&'a str>,
-    pub output: &'a [OutputItem],
-    pub error: Option<&'a ResponseError>,
-    pub usage: Option<&'a Usage>,
-    // The request's parameters, echoed (`Echo`).
-    pub instructions: Option<&'a RawValue>,
-    pub tools: &'a [EchoTool],
-    pub tool_choice: &'a EchoToolChoice,
-    pub truncation: &'a str,
-    pub parallel_tool_calls: bool,
-    pub text: &'a EchoText,
-    pub top_p: f64,
-    pub presence_penalty: f64,
-    pub frequency_penalty: f64,
-    pub top_logprobs: u64,
-    pub temperature: f64,
-    pub reasoning: Option<&'a EchoReasoning>,
-    pub max_output_tokens: Option<u64>,
-    pub max_tool_calls: Option<u64>,
-    pub store: bool,
-    pub background: bool,
-    pub service_tier: &'a str,
-    #[serde(serialize_with = "object_or_empty")]
-    pub metadata: Option<&'a RawValue>,
-    pub safety_identifier: Option<&'a str>,
-    pub prompt_cache_key: Option<&'a str>,
+    pub state: ResponseState<'a>,
+    /// The request's parameters, echoed.
+    pub echo: &'a Echo,
 }
 
 /// The parts of a response that change as it progresses (the rest is the request's echo).
@@ -478,52 +450,124 @@ pub struct ResponseState<'a> {
 impl<'a> ResponseResource<'a> {
     /// A response in `state`, echoing the request's parameters.
     pub fn new(state: ResponseState<'a>, echo: &'a Echo) -> Self {
-        ResponseResource {
-            id: state.id,
-            object: "response",
-            created_at: state.created_at,
-            completed_at: state.completed_at,
-            status: state.status,
-            incomplete_details: state.incomplete_details,
-            model: state.model,
-            previous_response_id: echo.previous_response_id.as_deref(),
-            output: state.output,
-            error: state.error,
-            usage: state.usage,
-            instructions: echo.instructions.as_deref(),
-            tools: &echo.tools,
-            tool_choice: &echo.tool_choice,
-            truncation: echo.truncation,
-            parallel_tool_calls: echo.parallel_tool_calls,
-            text: &echo.text,
-            top_p: echo.top_p,
-            presence_penalty: echo.presence_penalty,
-            frequency_penalty: echo.frequency_penalty,
-            top_logprobs: echo.top_logprobs,
-            temperature: echo.temperature,
-            reasoning: echo.reasoning.as_ref(),
-            max_output_tokens: echo.max_output_tokens,
-            max_tool_calls: echo.max_tool_calls,
-            store: echo.store,
-            background: echo.background,
-            service_tier: &echo.service_tier,
-            metadata: echo.metadata.as_deref(),
-            safety_identifier: echo.safety_identifier.as_deref(),
-            prompt_cache_key: echo.prompt_cache_key.as_deref(),
-        }
+        ResponseResource { state, echo }
+    }
+
+    /// The resource's JSON into `out`, its echo copied from `echo` (made from the same
+    /// [`Echo`]): the bytes of `serde_json::to_writer(out, self)`, at the cost of the parts
+    /// that change.
+    pub fn write_with(&self, out: &mut Vec<u8>, echo: &EchoJson) {
+        // Writing our own typed values into memory cannot fail.
+        let _ = serde_json::to_writer(&mut *out, &Head(self));
+        // `{…,"usage":…}` continues with the echo's keys, which bring the closing brace.
+        out.pop();
+        out.push(b',');
+        out.extend_from_slice(&echo.0);
+    }
+
+    /// The keys before the echo's: the response's own, and `previous_response_id`.
+    fn head_fields<M: SerializeStruct>(&self, m: &mut M) -> Result<(), M::Error> {
+        let s = &self.state;
+        m.serialize_field("id", s.id)?;
+        m.serialize_field("object", "response")?;
+        m.serialize_field("created_at", &s.created_at)?;
+        m.serialize_field("completed_at", &s.completed_at)?;
+        m.serialize_field("status", &s.status)?;
+        m.serialize_field("incomplete_details", &s.incomplete_details)?;
+        m.serialize_field("model", s.model)?;
+        m.serialize_field(
+            "previous_response_id",
+            &self.echo.previous_response_id.as_deref(),
+        )?;
+        m.serialize_field("output", s.output)?;
+        m.serialize_field("error", &s.error)?;
+        m.serialize_field("usage", &s.usage)
     }
 }
 
+/// Keys of the resource: those of [`ResponseResource::head_fields`], then those of
+/// [`echo_fields`].
+const RESOURCE_KEYS: usize = 31;
+
+impl Serialize for ResponseResource<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("ResponseResource", RESOURCE_KEYS)?;
+        self.head_fields(&mut m)?;
+        echo_fields(self.echo, &mut m)?;
+        m.end()
+    }
+}
+
+/// The resource without the echo's keys (for [`ResponseResource::write_with`]).
+struct Head<'r, 'a>(&'r ResponseResource<'a>);
+
+impl Serialize for Head<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("ResponseResource", RESOURCE_KEYS)?;
+        self.0.head_fields(&mut m)?;
+        m.end()
+    }
+}
+
+/// The request's parameters as every response object of an exchange echoes them, serialised
+/// once: the echo's keys and the resource's closing brace (`"instructions":…}`). A stream's
+/// `response.created`, `.in_progress` and terminal event each copy it instead of serialising
+/// the echo again (the tools' schemas and the instructions of an agent turn: tens of KB).
+#[derive(Debug, Clone)]
+pub struct EchoJson(Vec<u8>);
+
+impl EchoJson {
+    pub fn new(echo: &Echo) -> EchoJson {
+        struct Keys<'a>(&'a Echo);
+        impl Serialize for Keys<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_struct("ResponseResource", RESOURCE_KEYS)?;
+                echo_fields(self.0, &mut m)?;
+                m.end()
+            }
+        }
+        // `{"instructions":…}`: our own typed values, cannot fail.
+        let mut json = serde_json::to_vec(&Keys(echo)).unwrap_or_default();
+        json.remove(0);
+        EchoJson(json)
+    }
+}
+
+/// The echo's keys, after the response's own.
+fn echo_fields<M: SerializeStruct>(e: &Echo, m: &mut M) -> Result<(), M::Error> {
+    m.serialize_field("instructions", &e.instructions.as_deref())?;
+    m.serialize_field("tools", &e.tools)?;
+    m.serialize_field("tool_choice", &e.tool_choice)?;
+    m.serialize_field("truncation", e.truncation)?;
+    m.serialize_field("parallel_tool_calls", &e.parallel_tool_calls)?;
+    m.serialize_field("text", &e.text)?;
+    m.serialize_field("top_p", &e.top_p)?;
+    m.serialize_field("presence_penalty", &e.presence_penalty)?;
+    m.serialize_field("frequency_penalty", &e.frequency_penalty)?;
+    m.serialize_field("top_logprobs", &e.top_logprobs)?;
+    m.serialize_field("temperature", &e.temperature)?;
+    m.serialize_field("reasoning", &e.reasoning)?;
+    m.serialize_field("max_output_tokens", &e.max_output_tokens)?;
+    m.serialize_field("max_tool_calls", &e.max_tool_calls)?;
+    m.serialize_field("store", &e.store)?;
+    m.serialize_field("background", &e.background)?;
+    m.serialize_field("service_tier", &e.service_tier)?;
+    m.serialize_field("metadata", &ObjectOrEmpty(e.metadata.as_deref()))?;
+    m.serialize_field("safety_identifier", &e.safety_identifier)?;
+    m.serialize_field("prompt_cache_key", &e.prompt_cache_key)
+}
+
 /// An echoed object, or `{}` when the request had none.
-fn object_or_empty<S: serde::Serializer>(
-    value: &Option<&RawValue>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(raw) => raw.serialize(s),
-        None => {
-            use serde::ser::SerializeMap;
-            s.serialize_map(Some(0))?.end()
+struct ObjectOrEmpty<'a>(Option<&'a RawValue>);
+
+impl Serialize for ObjectOrEmpty<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(raw) => raw.serialize(s),
+            None => {
+                use serde::ser::SerializeMap;
+                s.serialize_map(Some(0))?.end()
+            }
         }
     }
 }

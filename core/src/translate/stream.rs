@@ -41,9 +41,9 @@ use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvent
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, Code, DeltaFrame, ErrorCode, ErrorKind, Event, EventWriter, ItemStatus,
-    LogProb, MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase, ReasoningItem,
-    ReasoningText, ResponseError, Status, Usage,
+    ApplyPatchStatus, Code, DeltaFrame, EchoJson, ErrorCode, ErrorKind, Event, EventWriter,
+    ItemStatus, LogProb, MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase,
+    ReasoningItem, ReasoningText, ResponseError, Status, Usage,
 };
 use crate::sse::SseDecoder;
 
@@ -131,11 +131,15 @@ pub struct StreamTranslator {
     upstream_model: Option<String>,
     /// A `compaction_trigger` request: the summary so far, sealed and sent at the end.
     summary: String,
+    /// The request's echo, serialised once for the response objects of the stream's
+    /// opening and terminal events.
+    echo: EchoJson,
 }
 
 impl StreamTranslator {
     pub fn new(plan: ResponsePlan) -> Self {
         let sse = SseDecoder::new(plan.options.max_sse_frame_bytes);
+        let echo = EchoJson::new(&plan.echo);
         StreamTranslator {
             plan,
             sse,
@@ -151,6 +155,7 @@ impl StreamTranslator {
             output_bytes: 0,
             upstream_model: None,
             summary: String::new(),
+            echo,
         }
     }
 
@@ -263,10 +268,13 @@ impl StreamTranslator {
         self.phase = Phase::Open;
         let r = self.plan.resource(&self.progress, &[]);
         self.events
-            .write(&mut self.out, &Event::Created { response: r });
+            .write_response(&mut self.out, &Event::Created { response: r }, &self.echo);
         let r = self.plan.resource(&self.progress, &[]);
-        self.events
-            .write(&mut self.out, &Event::InProgress { response: r });
+        self.events.write_response(
+            &mut self.out,
+            &Event::InProgress { response: r },
+            &self.echo,
+        );
     }
 
     /// The decoder lends each frame out of its own buffer: it is set aside while the frames
@@ -996,7 +1004,7 @@ impl StreamTranslator {
         } else {
             Event::Completed { response }
         };
-        self.events.write(&mut self.out, &ev);
+        self.events.write_response(&mut self.out, &ev, &self.echo);
         self.end();
     }
 
@@ -1029,7 +1037,7 @@ impl StreamTranslator {
         });
         let response = self.plan.resource(&self.progress, &self.output);
         self.events
-            .write(&mut self.out, &Event::Failed { response });
+            .write_response(&mut self.out, &Event::Failed { response }, &self.echo);
         self.end();
     }
 
