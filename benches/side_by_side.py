@@ -90,14 +90,14 @@ MODULE_CONFIG = "envoy/envoy-module.yaml"
 GRPCIO = "grpcio==1.85.1"
 TICK = os.sysconf("SC_CLK_TCK")
 
-# What openai-python 3.54 sends with each request (its standard headers): the request-headers
+# What openai-python 3.57 sends with each request (its standard headers): the request-headers
 # message carries whatever the client sent, so the benchmark sends what a real client does.
 CLIENT_HEADERS = {
     "Accept": "application/json",
     "Authorization": "Bearer sk-bench-0123456789abcdefghijklmnopqrstuvwxyz",
-    "User-Agent": "OpenAI/Python 3.54.0",
+    "User-Agent": "OpenAI/Python 3.57.0",
     "X-Stainless-Lang": "python",
-    "X-Stainless-Package-Version": "3.54.0",
+    "X-Stainless-Package-Version": "3.57.0",
     "X-Stainless-OS": "Linux",
     "X-Stainless-Arch": "x64",
     "X-Stainless-Runtime": "CPython",

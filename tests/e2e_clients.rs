@@ -515,7 +515,7 @@ fn python_openai_sdk_websocket_connect() {
 }
 
 /// The default `--reasoning-events auto` through Envoy: each client gets the names it parses,
-/// from the headers it really sends (captured from openai-python 3.54, openai-node 7.57 and
+/// from the headers it really sends (captured from openai-python 3.57, openai-node 7.57 and
 /// Codex 0.169), and the request header overrides. Raw requests, so the headers are exact.
 #[tokio::test]
 async fn reasoning_event_names_follow_the_client() {
@@ -535,7 +535,7 @@ async fn reasoning_event_names_follow_the_client() {
         Case {
             who: "openai-python",
             headers: &[
-                ("user-agent", "OpenAI/Python 3.54.0"),
+                ("user-agent", "OpenAI/Python 3.57.0"),
                 ("x-stainless-lang", "python"),
             ],
             expected: OPENAI,

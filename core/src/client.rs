@@ -2,7 +2,7 @@
 //!
 //! OpenResponses names streamed reasoning text `response.reasoning.delta` / `.done`; OpenAI's
 //! API and SDKs name it `response.reasoning_text.delta` / `.done`, and the SDKs misparse the
-//! spec's names (openai-python 3.54 builds a `ResponseAudioDeltaEvent` from
+//! spec's names (openai-python 3.57 builds a `ResponseAudioDeltaEvent` from
 //! `response.reasoning.delta`). The AI SDK's OpenResponses provider (`@ai-sdk/open-responses`
 //! 1.0.39 and 2.0.36) also reads only OpenAI's names: with the spec's it shows no reasoning.
 //! So each client gets the names it parses, by default.
@@ -124,10 +124,10 @@ mod tests {
 
     #[test]
     fn openai_sdks_and_codex_get_openai_names() {
-        // As sent by openai-python 3.54, openai-node 7.57, Codex 0.169 and the AI SDK (captured).
+        // As sent by openai-python 3.57, openai-node 7.57, Codex 0.169 and the AI SDK (captured).
         for headers in [
             &[
-                ("user-agent", "OpenAI/Python 3.54.0"),
+                ("user-agent", "OpenAI/Python 3.57.0"),
                 ("x-stainless-lang", "python"),
             ][..],
             &[

@@ -346,7 +346,7 @@ fn the_clients_event_names_follow_its_headers() {
     let reasoning =
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
     for (agent, name) in [
-        ("OpenAI/Python 3.54.0", "response.reasoning_text.delta"),
+        ("OpenAI/Python 3.57.0", "response.reasoning_text.delta"),
         ("curl/8.5.0", "response.reasoning.delta"),
     ] {
         let mut e = envoy();
