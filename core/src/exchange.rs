@@ -265,6 +265,10 @@ enum Gather {
     },
 }
 
+/// A body in pieces is gathered into room for its announced length, at most this many times
+/// the bytes received so far (Envoy's first piece is ~16 KB: room for 1 MB at once).
+const RESERVE_AHEAD: usize = 64;
+
 #[derive(Debug)]
 enum State {
     /// The client's body is arriving.
@@ -390,7 +394,8 @@ impl Exchange {
     }
 
     /// The client's `content-length`, when it sent one: the size to gather a body in pieces
-    /// into (bounded by the request cap; a wrong one only costs a regrowth or some spare room).
+    /// into (bounded by the request cap and by [`RESERVE_AHEAD`] times the bytes come so far;
+    /// a wrong one only costs a regrowth or some spare room).
     pub fn expect_request_bytes(&mut self, length: usize) {
         if let State::Request { expected, .. } = &mut self.state {
             *expected = length.min(self.settings.options.max_request_bytes);
@@ -433,8 +438,14 @@ impl Exchange {
             return RequestStep::Reply(self.fail(request_too_large(limit)));
         }
         if !end {
-            if body.is_empty() {
-                body.reserve((*expected).max(chunk.len()));
+            if body.capacity() - body.len() < chunk.len() {
+                // Room for the announced length at once, but never more than a multiple of
+                // what has come: a client announcing the cap and sending a byte holds little.
+                let held = body.len() + chunk.len();
+                let room = (*expected)
+                    .min(held.saturating_mul(RESERVE_AHEAD))
+                    .max(held);
+                body.reserve(room - body.len());
             }
             body.extend_from_slice(chunk);
             return RequestStep::Hold;
@@ -892,6 +903,33 @@ mod tests {
             RequestStep::Forward(_) => ex,
             other => panic!("not forwarded: {other:?}"),
         }
+    }
+
+    /// The room gathered for a body in pieces after its first piece.
+    fn room_after_first_piece(announced: usize, first: usize) -> usize {
+        let mut ex = Exchange::new(settings(16 << 20, 1 << 20), Operation::Create);
+        ex.expect_request_bytes(announced);
+        let piece = vec![b' '; first];
+        assert!(matches!(
+            ex.request_body(&piece, false, META),
+            RequestStep::Hold
+        ));
+        match &ex.state {
+            State::Request { body, .. } => body.capacity(),
+            _ => unreachable!("still reading the request"),
+        }
+    }
+
+    #[test]
+    fn a_body_in_pieces_gets_room_for_its_length_but_not_for_a_length_it_only_announced() {
+        // A 400 KB turn whose first piece is Envoy's 16 KB: room for all of it at once.
+        assert!(room_after_first_piece(400_000, 16_384) >= 400_000);
+        // The cap announced, one byte sent: room for a few bytes, not for 16 MiB.
+        assert!(room_after_first_piece(16 << 20, 1) < 4096);
+        // Over the cap: bounded by the cap, then by what came.
+        assert!(room_after_first_piece(usize::MAX, 16_384) <= 2 * RESERVE_AHEAD * 16_384);
+        // No length: the piece itself.
+        assert!(room_after_first_piece(0, 100) >= 100);
     }
 
     fn head(status: u16, content_type: &str) -> ResponseHead<'_> {
