@@ -140,16 +140,10 @@ fn one_big_frame(len: usize) -> Vec<Vec<u8>> {
 
 /// Splits a recorded SSE body into frames (each ending with its blank line).
 fn split_frames(body: &[u8]) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    let mut rest = body;
-    while let Some(i) = rest.windows(2).position(|w| w == b"\n\n") {
-        frames.push(rest[..i + 2].to_vec());
-        rest = &rest[i + 2..];
-    }
-    if !rest.is_empty() {
-        frames.push(rest.to_vec());
-    }
-    frames
+    responses_core::sse::split_frames(body)
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect()
 }
 
 fn rechunk(frames: &[Vec<u8>], size: usize) -> Vec<Vec<u8>> {

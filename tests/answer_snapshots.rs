@@ -88,16 +88,10 @@ fn answer<'a>(
     format!("{status} {}", String::from_utf8(out).expect("UTF-8 out"))
 }
 
-/// `body` cut after each blank line.
+/// `body` cut after each blank line, and an empty last piece (a host may hand one over).
 fn frames(body: &[u8]) -> Vec<&[u8]> {
-    let mut pieces = Vec::new();
-    let mut rest = body;
-    while let Some(end) = rest.windows(2).position(|w| w == b"\n\n") {
-        let (frame, tail) = rest.split_at(end + 2);
-        pieces.push(frame);
-        rest = tail;
-    }
-    pieces.push(rest);
+    let mut pieces = responses_core::sse::split_frames(body);
+    pieces.push(&[]);
     pieces
 }
 

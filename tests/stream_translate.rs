@@ -932,18 +932,7 @@ fn each_delta_is_sent_as_soon_as_its_frame_is_complete() {
 
 /// An LF body cut after each blank line (one upstream frame each).
 fn frames(body: &[u8]) -> Vec<&[u8]> {
-    let mut frames = Vec::new();
-    let mut start = 0;
-    for i in 1..body.len() {
-        if body[i - 1] == b'\n' && body[i] == b'\n' {
-            frames.push(&body[start..=i]);
-            start = i + 1;
-        }
-    }
-    if start < body.len() {
-        frames.push(&body[start..]);
-    }
-    frames
+    responses_core::sse::split_frames(body)
 }
 
 /// What `push` returns is not shared with the translator's next writes, so the ext_proc

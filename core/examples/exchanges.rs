@@ -33,6 +33,7 @@ use responses_core::exchange::{
     BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead, Settings,
 };
 use responses_core::settings::ExchangeConfig;
+use responses_core::sse::split_frames;
 use responses_core::translate::Meta;
 
 const JSON_ANSWER: &[u8] = include_bytes!("../../benches/fixtures/chat.json");
@@ -62,7 +63,7 @@ fn scenario(kind: &str) -> Scenario {
         other => panic!("json, sse, codex, long or sse500, not {other}"),
     };
     let answer = if kind == "sse500" {
-        frames(answer)
+        split_frames(answer)
     } else {
         vec![answer]
     };
@@ -71,21 +72,6 @@ fn scenario(kind: &str) -> Scenario {
         content_type,
         answer,
     }
-}
-
-/// The SSE body cut after each blank line: one piece per frame.
-fn frames(body: &'static [u8]) -> Vec<&'static [u8]> {
-    let mut pieces = Vec::new();
-    let mut rest = body;
-    while let Some(end) = rest.windows(2).position(|w| w == b"\n\n") {
-        let (frame, tail) = rest.split_at(end + 2);
-        pieces.push(frame);
-        rest = tail;
-    }
-    if !rest.is_empty() {
-        pieces.push(rest);
-    }
-    pieces
 }
 
 fn main() {

@@ -376,6 +376,22 @@ impl SseDecoder {
     }
 }
 
+/// `body` cut after each blank line (`\n\n`): one piece per frame, what follows the last
+/// one (if anything) last, as an upstream writing each event on its own hands them over.
+pub fn split_frames(body: &[u8]) -> Vec<&[u8]> {
+    let mut pieces = Vec::new();
+    let mut rest = body;
+    while let Some(end) = rest.windows(2).position(|w| w == b"\n\n") {
+        let (frame, tail) = rest.split_at(end + 2);
+        pieces.push(frame);
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        pieces.push(rest);
+    }
+    pieces
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ impl Replay {
 
     pub fn new(body: &[u8], delay: Duration) -> Self {
         Replay {
-            frames: frames(body)
+            frames: responses_core::sse::split_frames(body)
                 .into_iter()
                 .map(Bytes::copy_from_slice)
                 .collect(),
@@ -66,19 +66,4 @@ impl Replay {
         )
             .into_response()
     }
-}
-
-/// `body` cut after each blank line (`\n\n`): one piece per SSE frame, the rest last.
-pub fn frames(body: &[u8]) -> Vec<&[u8]> {
-    let mut pieces = Vec::new();
-    let mut rest = body;
-    while let Some(end) = rest.windows(2).position(|w| w == b"\n\n") {
-        let (frame, tail) = rest.split_at(end + 2);
-        pieces.push(frame);
-        rest = tail;
-    }
-    if !rest.is_empty() {
-        pieces.push(rest);
-    }
-    pieces
 }

@@ -392,7 +392,7 @@ fn builtin_functions_get_runnable_arguments() {
 #[test]
 fn replay_frames_are_the_body_cut_after_each_blank_line() {
     let body = b"data: {\"a\":1}\n\n: keep-alive\n\ndata: [DONE]\n\ntail";
-    let frames = crate::replay::frames(body);
+    let frames = responses_core::sse::split_frames(body);
     assert_eq!(
         frames,
         [
