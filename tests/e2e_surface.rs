@@ -275,19 +275,6 @@ struct Outcome {
     problem: Option<String>,
 }
 
-fn substitute(v: &mut Value, sealed: &HashMap<&str, String>) {
-    match v {
-        Value::String(s) => {
-            if let Some(blob) = sealed.get(s.as_str()) {
-                *s = blob.clone();
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(|x| substitute(x, sealed)),
-        Value::Object(o) => o.values_mut().for_each(|x| substitute(x, sealed)),
-        _ => {}
-    }
-}
-
 /// The translating Envoy (either mode), the recording demo and the sealing key.
 struct Stack {
     stack: common::Stack,
@@ -603,7 +590,7 @@ async fn every_case_gets_the_answer_of_its_documented_row() {
     let mut bodies: Vec<String> = Vec::new();
     let mut id = |v: &Value| -> usize {
         let mut v = v.clone();
-        substitute(&mut v, &sealed);
+        common::json::substitute(&mut v, &sealed);
         let text = v.to_string();
         let next = bodies.len();
         *index.entry(text.clone()).or_insert_with(|| {

@@ -43,20 +43,6 @@ struct Case {
     without: Value,
 }
 
-/// The same substitution as `tests/e2e_surface.rs`: placeholders become sealed blobs.
-fn substitute(v: &mut Value, sealed: &HashMap<&str, String>) {
-    match v {
-        Value::String(s) => {
-            if let Some(blob) = sealed.get(s.as_str()) {
-                *s = blob.clone();
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(|x| substitute(x, sealed)),
-        Value::Object(o) => o.values_mut().for_each(|x| substitute(x, sealed)),
-        _ => {}
-    }
-}
-
 fn options() -> Options {
     let config = ExchangeConfig::default();
     let keyring = Keyring::parse(KEY_LINE).expect("the test key");
@@ -177,7 +163,7 @@ fn every_surface_body_gets_its_pinned_translation() {
     for case in &file.cases {
         for v in [&case.request, &case.without] {
             let mut v = v.clone();
-            substitute(&mut v, &sealed);
+            common::json::substitute(&mut v, &sealed);
             let body = v.to_string();
             let out = outputs(&body, &options);
             cases.insert(fnv(&body), (body, out));

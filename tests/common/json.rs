@@ -13,6 +13,21 @@ pub fn parse_strict(text: &str) -> Result<Value, String> {
     Ok(value)
 }
 
+/// Every string of `v` that is a key of `sealed` becomes its value (the surface cases'
+/// placeholders become sealed blobs made at run time).
+pub fn substitute(v: &mut Value, sealed: &std::collections::HashMap<&str, String>) {
+    match v {
+        Value::String(s) => {
+            if let Some(blob) = sealed.get(s.as_str()) {
+                *s = blob.clone();
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| substitute(x, sealed)),
+        Value::Object(o) => o.values_mut().for_each(|x| substitute(x, sealed)),
+        _ => {}
+    }
+}
+
 /// [`parse_strict`] that panics with the text on failure.
 #[track_caller]
 pub fn strict(text: &str) -> Value {
