@@ -20,6 +20,7 @@ use std::time::Duration;
 use common::examples::{piece, splice};
 use common::otlp::{Attr, OtlpReceiver, ReceiverTls, RecordedSpan};
 use common::sse::parse_sse_json;
+use common::websocket::Socket;
 use common::{
     client, free_port, only_ext_proc, repo_root, Envoy, Processor, Reply, ScriptedUpstream,
 };
@@ -497,9 +498,6 @@ async fn http_exchanges_are_spans_under_envoys_ext_proc_span_with_the_answers_va
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
-
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Messages up to the response's terminal event.
 async fn ws_response(socket: &mut Socket) -> Vec<Value> {

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use common::recorded::{fixtures, Fixture};
 use common::sse::parse_sse;
+use common::websocket::recv;
 use common::{ScriptedUpstream, Stack};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -195,23 +196,6 @@ async fn a_folded_stream_that_overflows_is_a_400() {
     let v: Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
     assert_eq!(v["error"]["message"], f.expect["message"], "{v}");
-}
-
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// The next text message, as JSON.
-async fn recv(socket: &mut Socket) -> Value {
-    loop {
-        let message = tokio::time::timeout(TIMEOUT, socket.next())
-            .await
-            .expect("a message in time")
-            .expect("the socket is open")
-            .expect("a readable message");
-        if let Message::Text(text) = message {
-            return common::json::parse_strict(&text).expect("one JSON object");
-        }
-    }
 }
 
 /// The same failures on the WebSocket transport: one `error` event each with the envelope's

@@ -10,6 +10,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::websocket::{recv, Socket};
 use common::{Gate, Reply, ScriptedUpstream, Stack};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -17,9 +18,6 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn connect(stack: &Stack) -> Socket {
     let mut request = stack.ws_url().into_client_request().expect("request");
@@ -42,25 +40,6 @@ fn create(body: Value) -> Message {
     let mut body = body;
     body["type"] = json!("response.create");
     Message::text(body.to_string())
-}
-
-/// The next message, as JSON (panics on a close, a binary message or a timeout).
-async fn recv(socket: &mut Socket) -> Value {
-    loop {
-        let message = tokio::time::timeout(TIMEOUT, socket.next())
-            .await
-            .expect("a message in time")
-            .expect("the socket is open")
-            .expect("a readable message");
-        match message {
-            Message::Text(text) => {
-                return common::json::parse_strict(&text)
-                    .expect("each message is one JSON object, each key once")
-            }
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("expected a text message, got {other:?}"),
-        }
-    }
 }
 
 /// Messages up to a terminal event (`response.completed`/`failed`/`incomplete`) or an

@@ -37,6 +37,7 @@ pub mod sse;
 pub mod stack;
 pub mod stream_rules;
 pub mod upstream;
+pub mod websocket;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
