@@ -41,7 +41,7 @@ pub mod websocket;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub use envoy::Envoy;
@@ -56,7 +56,30 @@ pub fn repo_root() -> PathBuf {
 
 /// A port on 127.0.0.1 that was free a moment ago (for children that cannot report the port
 /// they bound). Prefer binding port 0 in-process.
+///
+/// Picked below the kernel's ephemeral range: a port from bind(0) is ephemeral, and between
+/// the pick and the child's bind any outgoing connection of a parallel test (or of Envoy) may
+/// be given it as its local port (seen in CI: Envoy's "Address already in use"). Below the
+/// range only another pick can take it, and picks in this process never repeat.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral_low.saturating_sub(LOWEST);
+    if span >= 1_000 {
+        // Another test binary running at the same time starts elsewhere in the span.
+        let start = std::process::id().wrapping_mul(7_919) % span;
+        for _ in 0..span {
+            let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+            let port = u16::try_from(LOWEST + offset).expect("below the ephemeral range");
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
