@@ -1,8 +1,6 @@
 //! What the client gets for every recorded Chat answer and for the edge cases of the Chat
-//! side's parsing, pinned in `tests/snapshots/answers/` (insta): a change to how chunks and
-//! completions are parsed must not change one byte of what is accepted, refused or emitted.
-//! (insta compares text without its trailing blank lines; every stream's ending is checked
-//! apart.)
+//! side's parsing, pinned in `tests/snapshots/answers/`: a change to how chunks and completions
+//! are parsed must not change one byte of what is accepted, refused or emitted.
 //!
 //! Each answer goes through the core's exchange, as the adapters drive it, after one of these
 //! requests:
@@ -12,8 +10,8 @@
 //! - `logprobs`: `stream` asking for logprobs (the edge frames);
 //!
 //! and a stream is fed whole, one frame at a time, in 7-byte pieces and (below 20 KB) one byte
-//! at a time: all four give the same bytes. Review a change with `cargo insta review`, or
-//! `INSTA_UPDATE=always cargo test --test answer_snapshots` and `git diff`.
+//! at a time: all four give the same bytes. `UPDATE_SNAPSHOTS=1 cargo test --test answer_snapshots`
+//! writes what the code gives; review it with `git diff`.
 
 mod common;
 
@@ -113,15 +111,10 @@ fn streamed(request: &[u8], body: &[u8]) -> String {
     whole
 }
 
-/// Compares `text` with `tests/snapshots/answers/<name>.snap` (beside the JSON cases of
-/// tests/snapshots.rs, which compare values; these compare bytes).
+/// Compares `text` with `tests/snapshots/answers/<name>.txt`, byte for byte (beside the JSON
+/// cases of tests/snapshots.rs, which compare values; these compare bytes).
 fn pinned(name: &str, text: String) {
-    insta::with_settings!({
-        snapshot_path => "snapshots/answers",
-        prepend_module_to_snapshot => false,
-    }, {
-        insta::assert_snapshot!(name, text);
-    });
+    common::snapshot::pinned_text(&format!("tests/snapshots/answers/{name}.txt"), &text);
 }
 
 fn stream_fixtures() -> Vec<std::path::PathBuf> {

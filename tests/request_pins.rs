@@ -106,7 +106,7 @@ fn check_pins(name: &str, cases: &BTreeMap<String, (String, Value)>) {
         .map(|(id, (_, out))| (id, fnv(&canonical(out).to_string())))
         .collect();
     let path = common::repo_root().join(format!("tests/pins/{name}.json"));
-    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| v != "0" && !v.is_empty());
+    let update = common::snapshot::updating();
     if update {
         let text = serde_json::to_string_pretty(&got).unwrap() + "\n";
         std::fs::write(&path, text).expect("write the pins");

@@ -356,7 +356,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// Runs every snapshot under `tests/snapshots/<dir>`; with `UPDATE_SNAPSHOTS=1`, writes the
 /// outputs the code gives instead of comparing.
 fn check_dir(dir: &str) {
-    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some_and(|v| v != "0" && !v.is_empty());
+    let update = common::snapshot::updating();
     let mut paths = Vec::new();
     files(&root().join("tests/snapshots").join(dir), &mut paths);
     assert!(!paths.is_empty(), "no snapshots in tests/snapshots/{dir}");

@@ -11,6 +11,7 @@
 //!   scripted reply;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
 //! * [`stream_rules`]: the rules every translated event stream obeys;
+//! * [`snapshot`]: the snapshot suites' update switch and byte-pinned texts;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
 //! * [`prom::Export`]: a Prometheus text export, read (the processor's and Envoy's);
@@ -33,6 +34,7 @@ pub mod processor;
 pub mod prom;
 pub mod recorded;
 pub mod schema;
+pub mod snapshot;
 pub mod sse;
 pub mod stack;
 pub mod stream_rules;
