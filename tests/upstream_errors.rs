@@ -155,3 +155,59 @@ fn errors_inside_a_stream_end_it_with_the_same_codes() {
         assert!(kept(f).is_empty(), "{name}: a stream keeps no headers");
     }
 }
+
+/// The table of docs/limits-and-failures.md ("Every recorded upstream shape") has one row per
+/// fixture, and says what the fixture expects: the client's status, type, code and the
+/// headers kept.
+#[test]
+fn the_docs_table_says_what_each_fixture_expects() {
+    let doc = std::fs::read_to_string(common::repo_root().join("docs/limits-and-failures.md"))
+        .expect("read docs/limits-and-failures.md");
+    let rows: BTreeMap<String, Vec<String>> = doc
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.ends_with(".json` |"))
+        .map(|l| {
+            let cells: Vec<String> = l
+                .trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_owned())
+                .collect();
+            let file = cells.last().unwrap().trim_matches('`').to_owned();
+            (file, cells)
+        })
+        .collect();
+    let all = fixtures();
+    let dash = |s: String| if s.is_empty() { "—".to_owned() } else { s };
+    for f in &all {
+        let row = rows
+            .get(&format!("{}.json", f.name))
+            .unwrap_or_else(|| panic!("no row for {} in the docs' table", f.name));
+        let code = format!("`{}`", f.expect["code"].as_str().unwrap());
+        let (gets, kind) = if f.is_stream() {
+            (
+                "200 stream → `error` + `response.failed`".to_owned(),
+                "—".to_owned(),
+            )
+        } else {
+            (
+                f.expect["status"].to_string(),
+                f.expect["type"].as_str().unwrap().to_owned(),
+            )
+        };
+        let headers = dash(
+            expected_headers(f)
+                .into_keys()
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        let mut kept: Vec<&str> = row[6].split(", ").collect();
+        kept.sort_unstable();
+        assert_eq!(
+            (&row[3], &row[4], &row[5], kept.join(", ")),
+            (&gets, &kind, &code, headers),
+            "the docs' row for {}",
+            f.name
+        );
+    }
+    assert_eq!(rows.len(), all.len(), "rows for fixtures that do not exist");
+}

@@ -83,10 +83,13 @@ pub fn kept_headers<'h>(headers: impl IntoIterator<Item = (&'h str, &'h str)>) -
 
 /// Maps a non-success answer (the upstream's, or an Envoy reply in its place) to the client's
 /// error. The status class is kept (4xx stay 4xx, 429 stays 429, 5xx stay 5xx, anything
-/// else is 502), except a context overflow, which is always 400. The headers it keeps are
-/// [`kept_headers`]' of the same answer.
+/// else is 502), except a context overflow, which is always 400, and a 424. The headers it
+/// keeps are [`kept_headers`]' of the same answer.
 pub fn classify(status: u16, body: &[u8]) -> ApiError {
     let status = match status {
+        // Failed Dependency: TGI's failure while generating (a shard down, out of memory). The
+        // server failed, not the request: a 500, which SDKs retry as they retry OpenAI's own.
+        424 => 500,
         400..=599 => status,
         _ => 502,
     };
@@ -423,6 +426,16 @@ mod tests {
     fn statuses_outside_the_error_classes_are_502() {
         let e = of(200, "");
         assert_eq!((e.status, code_of(&e)), (502, Some("bad_gateway")));
+    }
+
+    #[test]
+    fn a_failed_dependency_is_the_servers_failure() {
+        let e = of(
+            424,
+            r#"{"error":"Request failed during generation: boom","error_type":"generation"}"#,
+        );
+        assert_eq!((e.status, code_of(&e)), (500, Some("server_error")));
+        assert_eq!(e.message, "Request failed during generation: boom");
     }
 
     #[test]
