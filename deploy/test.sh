@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs Envoy into .venv (for the end-to-end tests), the client SDKs
-# the client end-to-end tests drive (deploy/install-clients.sh) and a real llama.cpp server
-# (deploy/install-llama-server.sh), then runs every test; then the
+# the client end-to-end tests drive (deploy/install-clients.sh), a real llama.cpp server
+# (deploy/install-llama-server.sh) and Prometheus (deploy/install-prometheus.sh), then runs
+# every test; then the
 # end-to-end suites a second time with the translation inside Envoy (the dynamic module,
 # RESPONSES_E2E_MODE=module, tests/common/stack.rs).
 # Extra arguments go to both `cargo test` runs (e.g. `bash deploy/test.sh --test harness_smoke`);
@@ -23,6 +24,10 @@ fi
 # tests/e2e_upstream_errors.rs overflows a real llama.cpp server (built once into .venv/llama,
 # ~4 minutes on 2 cores the first time).
 eval "$(bash "$ROOT/deploy/install-llama-server.sh")"
+
+# tests/e2e_metrics.rs runs the Grafana dashboard's queries in a real Prometheus.
+PROMETHEUS_BIN="$(bash "$ROOT/deploy/install-prometheus.sh")"
+export PROMETHEUS_BIN
 
 # The module, built once in release with the `fault-injection` feature the panic test needs
 # (the core panics on a marker; a production build never has it), kept apart in

@@ -4,9 +4,9 @@
 //! processor's Prometheus endpoint (`--metrics-listen`, `responses_extproc_*`), or Envoy's own
 //! stats in module mode (`/stats/prometheus`, `envoy_responses_module_*`).
 //!
-//! Then both modes side by side, in one test: the two exports carry the same families with
-//! the same types, label names, buckets, counts and token sums; and every metric the Grafana
-//! dashboard (`deploy/grafana/responses.json`) queries is in both.
+//! Then both modes side by side: the two exports carry the same families with the same types,
+//! label names, buckets, counts and token sums; and the Grafana dashboard
+//! (`deploy/grafana/responses.json`) answers on both in a real Prometheus scraping them.
 
 mod common;
 
@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::prom::Export;
+use common::prometheus::{Prometheus, Target};
 use common::{client, free_port, wait_until, Mode, Reply, ScriptedUpstream, Stack};
 use responses_core::metrics::{Kind, Metric};
 use serde_json::{json, Value};
@@ -39,121 +40,157 @@ fn chat(model: &str, usage: Value) -> Value {
         "usage": usage})
 }
 
+/// A stack in one mode, with a scripted upstream, that runs the exchanges of this file.
+struct Running {
+    mode: Mode,
+    // Drop order: Envoy (and the processor), then the upstream.
+    stack: Stack,
+    upstream: ScriptedUpstream,
+    /// The processor's metrics listener (ext_proc mode).
+    metrics_port: u16,
+}
+
+/// How many exchanges one round makes.
+const ROUND: usize = 7;
+
+impl Running {
+    fn start(mode: Mode) -> Running {
+        let upstream = ScriptedUpstream::start();
+        let metrics_port = free_port();
+        let listen = format!("127.0.0.1:{metrics_port}");
+        let mut args = ARGS.to_vec();
+        if mode == Mode::ExtProc {
+            args.extend(["--metrics-listen", &listen]);
+        }
+        let stack = Stack::start_in(mode, upstream.port(), &args, |c| c);
+        Running {
+            mode,
+            stack,
+            upstream,
+            metrics_port,
+        }
+    }
+
+    /// Where the mode's export is scraped: (port, path).
+    fn target(&self) -> (u16, &'static str) {
+        match self.mode {
+            Mode::ExtProc => (self.metrics_port, "/metrics"),
+            Mode::Module => (self.stack.envoy.admin_port(), "/stats/prometheus"),
+        }
+    }
+
+    fn fetch(&self) -> String {
+        let (port, path) = self.target();
+        let (status, text) = common::envoy::http_get(port, path).expect("the export answers");
+        assert_eq!(status, 200, "{path}");
+        text
+    }
+
+    /// One round of the exchanges, each answered as expected.
+    async fn round(&self) {
+        let (mode, envoy, upstream) = (self.mode, &self.stack.envoy, &self.upstream);
+        upstream.push(Reply::json(
+            200,
+            &chat(
+                "llama-3-8b",
+                json!({"prompt_tokens": 21, "completion_tokens": 9, "total_tokens": 30,
+                    "prompt_tokens_details": {"cached_tokens": 16},
+                    "completion_tokens_details": {"reasoning_tokens": 4}}),
+            ),
+        ));
+        let chunk = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c2", "object": "chat.completion.chunk", "model": "llama-3-8b",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        upstream.push(Reply::sse([
+            chunk(json!({"content": "Hel"}), Value::Null),
+            chunk(json!({"content": "lo"}), json!("stop")),
+            "data: {\"id\":\"c2\",\"object\":\"chat.completion.chunk\",\"model\":\"llama-3-8b\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\n".to_owned(),
+            "data: [DONE]\n\n".to_owned(),
+        ]));
+        upstream.push(Reply::json(
+            429,
+            &json!({"error": {"message": "slow down", "code": "rate_limited"}}),
+        ));
+        upstream.push(Reply::json(
+            200,
+            &chat(
+                "llama-3-8b",
+                json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}),
+            ),
+        ));
+        upstream.push(Reply::json(
+            200,
+            &chat(
+                "llama-3-8b",
+                json!({"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}),
+            ),
+        ));
+
+        let five_items =
+            json!(["a", "b", "c", "d", "e"].map(|t| json!({"role": "user", "content": t})));
+        for (path, body, status) in [
+            ("/v1/responses", json!({"model": "m", "input": "hi"}), 200),
+            (
+                "/v1/responses",
+                json!({"model": "m", "input": "hi", "stream": true}),
+                200,
+            ),
+            ("/v1/responses", json!({"model": "m", "input": "hi"}), 429),
+            ("/v1/responses", json!({"model": "m"}), 400),
+            (
+                "/v1/responses",
+                json!({"model": "m", "input": five_items}),
+                400,
+            ),
+            (
+                "/v1/responses/compact",
+                json!({"model": "m", "input": "hi"}),
+                200,
+            ),
+            // A third model name: past the bound of two, its label is `other`.
+            ("/v1/responses", json!({"model": "z", "input": "hi"}), 200),
+        ] {
+            let response = client()
+                .post(envoy.url(path))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let got = response.status();
+            let text = response.text().await.unwrap();
+            assert_eq!(got, status, "{mode:?} {path} {body}: {text}");
+        }
+    }
+
+    /// The export once `rounds` rounds are in it.
+    fn export_after(&self, rounds: usize) -> Export {
+        let p = prefix(self.mode);
+        let (all, streams) = ((ROUND * rounds) as f64, rounds as f64);
+        // Envoy's histograms reach its admin output at its stats flush (every 5 s by default).
+        wait_until(
+            "every exchange in the export",
+            Duration::from_secs(20),
+            || {
+                let export = Export::parse(&self.fetch());
+                let count = |name: &str| export.series(name).map(|s| s.value).sum::<f64>();
+                let done = count(&format!("{p}translation_microseconds_count")) == all
+                    && count(&format!("{p}time_to_first_token_milliseconds_count")) == streams;
+                done.then_some(export)
+            },
+        )
+    }
+}
+
 /// Runs the exchanges through a fresh stack in `mode`; returns its export once every
 /// exchange is in it.
 async fn exchanges(mode: Mode) -> Export {
-    let upstream = ScriptedUpstream::start();
-    let metrics_port = free_port();
-    let listen = format!("127.0.0.1:{metrics_port}");
-    let mut args = ARGS.to_vec();
-    if mode == Mode::ExtProc {
-        args.extend(["--metrics-listen", &listen]);
-    }
-    let stack = Stack::start_in(mode, upstream.port(), &args, |c| c);
-    let envoy = &stack.envoy;
-
-    upstream.push(Reply::json(
-        200,
-        &chat(
-            "llama-3-8b",
-            json!({"prompt_tokens": 21, "completion_tokens": 9, "total_tokens": 30,
-                "prompt_tokens_details": {"cached_tokens": 16},
-                "completion_tokens_details": {"reasoning_tokens": 4}}),
-        ),
-    ));
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c2", "object": "chat.completion.chunk", "model": "llama-3-8b",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    upstream.push(Reply::sse([
-        chunk(json!({"content": "Hel"}), Value::Null),
-        chunk(json!({"content": "lo"}), json!("stop")),
-        "data: {\"id\":\"c2\",\"object\":\"chat.completion.chunk\",\"model\":\"llama-3-8b\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\n".to_owned(),
-        "data: [DONE]\n\n".to_owned(),
-    ]));
-    upstream.push(Reply::json(
-        429,
-        &json!({"error": {"message": "slow down", "code": "rate_limited"}}),
-    ));
-    upstream.push(Reply::json(
-        200,
-        &chat(
-            "llama-3-8b",
-            json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}),
-        ),
-    ));
-    upstream.push(Reply::json(
-        200,
-        &chat(
-            "llama-3-8b",
-            json!({"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}),
-        ),
-    ));
-
-    let five_items =
-        json!(["a", "b", "c", "d", "e"].map(|t| json!({"role": "user", "content": t})));
-    for (path, body, status) in [
-        ("/v1/responses", json!({"model": "m", "input": "hi"}), 200),
-        (
-            "/v1/responses",
-            json!({"model": "m", "input": "hi", "stream": true}),
-            200,
-        ),
-        ("/v1/responses", json!({"model": "m", "input": "hi"}), 429),
-        ("/v1/responses", json!({"model": "m"}), 400),
-        (
-            "/v1/responses",
-            json!({"model": "m", "input": five_items}),
-            400,
-        ),
-        (
-            "/v1/responses/compact",
-            json!({"model": "m", "input": "hi"}),
-            200,
-        ),
-        // A third model name: past the bound of two, its label is `other`.
-        ("/v1/responses", json!({"model": "z", "input": "hi"}), 200),
-    ] {
-        let response = client()
-            .post(envoy.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let got = response.status();
-        let text = response.text().await.unwrap();
-        assert_eq!(got, status, "{mode:?} {path} {body}: {text}");
-    }
-
-    let p = prefix(mode);
-    let fetch = || match mode {
-        Mode::ExtProc => {
-            let (status, text) = common::envoy::http_get(metrics_port, "/metrics")
-                .expect("the metrics listener answers");
-            assert_eq!(status, 200);
-            text
-        }
-        Mode::Module => {
-            common::envoy::http_get(envoy.admin_port(), "/stats/prometheus")
-                .expect("the admin API answers")
-                .1
-        }
-    };
-    // Envoy's histograms reach its admin output at its stats flush (every 5 s by default).
-    wait_until(
-        "every exchange in the export",
-        Duration::from_secs(20),
-        || {
-            let export = Export::parse(&fetch());
-            let count = |name: &str| export.series(name).map(|s| s.value).sum::<f64>();
-            let done = count(&format!("{p}translation_microseconds_count")) == 7.0
-                && count(&format!("{p}time_to_first_token_milliseconds_count")) == 1.0;
-            done.then_some(export)
-        },
-    )
+    let running = Running::start(mode);
+    running.round().await;
+    running.export_after(1)
 }
 
 #[tokio::test]
@@ -361,78 +398,151 @@ fn both_modes_export_the_same_families() {
     );
 }
 
-/// The metric names a PromQL expression of the dashboard uses, less its `${prefix}`.
-fn queried(expr: &str) -> Vec<String> {
-    expr.split("${prefix}")
-        .skip(1)
-        .map(|rest| {
-            rest.chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect()
-        })
-        .collect()
+/// The dashboard's queries: every panel's, and its variables' (name → query, regex).
+struct Dashboard {
+    panels: Vec<(String, String)>,
+    variables: BTreeMap<String, (String, Value)>,
 }
 
+fn dashboard() -> Dashboard {
+    let text = std::fs::read_to_string(common::repo_root().join("deploy/grafana/responses.json"))
+        .expect("deploy/grafana/responses.json");
+    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let mut panels = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("a PromQL expr").to_owned();
+            panels.push((panel["title"].as_str().unwrap_or("").to_owned(), expr));
+        }
+    }
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_owned(),
+                (
+                    v["query"]["query"].as_str().unwrap().to_owned(),
+                    v["regex"].clone(),
+                ),
+            )
+        })
+        .collect();
+    Dashboard { panels, variables }
+}
+
+/// The dashboard against a real Prometheus scraping both modes' exports at once: its
+/// variables find each mode's prefix and the models, and every panel's query, with Grafana's
+/// variables filled in as Grafana fills them, answers for each mode with values (rates above
+/// zero, finite quantiles). Two rounds of the exchanges, a scrape between them, so that rates
+/// have an increase to see.
 #[test]
-fn the_dashboards_queries_work_on_both_exports() {
+fn the_dashboard_answers_in_prometheus_on_both_exports() {
     if common::mode() == Mode::Module {
         eprintln!("skipped in module mode: the ext_proc run checks both modes");
         return;
     }
-    let text = std::fs::read_to_string(common::repo_root().join("deploy/grafana/responses.json"))
-        .expect("deploy/grafana/responses.json");
-    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
-    let mut exprs = Vec::new();
-    for panel in dashboard["panels"].as_array().expect("panels") {
-        for target in panel["targets"].as_array().into_iter().flatten() {
-            exprs.push(target["expr"].as_str().expect("a PromQL expr").to_owned());
-        }
-    }
-    assert!(exprs.len() >= 10, "{exprs:?}");
-    let variables = dashboard["templating"]["list"]
-        .as_array()
-        .expect("variables");
-    let query = |name: &str| {
-        let v = variables
+    let dashboard = dashboard();
+    assert!(dashboard.panels.len() >= 10, "{:?}", dashboard.panels);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let modes = [Running::start(Mode::ExtProc), Running::start(Mode::Module)];
+        let targets: Vec<Target<'_>> = modes
             .iter()
-            .find(|v| v["name"] == name)
-            .unwrap_or_else(|| panic!("a variable {name}"));
-        (
-            v["query"]["query"].as_str().unwrap().to_owned(),
-            v["regex"].clone(),
-        )
-    };
-    let (model, _) = query("model");
-    exprs.push(model);
-    let (extproc, module) = both();
-    // `prefix` is what precedes the one name ending in streams_in_flight, in either export.
-    let (anchor, regex) = query("prefix");
-    assert_eq!(
-        (anchor.as_str(), regex.as_str()),
-        (
-            "metrics(streams_in_flight$)",
-            Some("/^(.*)streams_in_flight$/")
-        )
-    );
-    for (mode, export) in [(Mode::ExtProc, extproc), (Mode::Module, module)] {
-        let prefixes: Vec<&str> = export
-            .types
-            .keys()
-            .filter_map(|name| name.strip_suffix("streams_in_flight"))
+            .map(|r| {
+                let (port, path) = r.target();
+                Target {
+                    job: prefix(r.mode).trim_end_matches('_'),
+                    port,
+                    path,
+                }
+            })
             .collect();
-        assert_eq!(prefixes, [prefix(mode)], "{mode:?}");
-    }
-    for expr in &exprs {
-        let names = queried(expr);
-        assert!(!names.is_empty(), "{expr}: no ${{prefix}} metric");
-        for name in names {
-            for (mode, export) in [(Mode::ExtProc, extproc), (Mode::Module, module)] {
-                let full = format!("{}{name}", prefix(mode));
-                assert!(
-                    export.series(&full).next().is_some(),
-                    "{expr}: {full} is not in the {mode:?} export"
+        let prometheus = Prometheus::start(&targets);
+        for rounds in 1..=2 {
+            for running in &modes {
+                running.round().await;
+                running.export_after(rounds);
+            }
+            // Scraped, in both modes, once each export holds this round.
+            for running in &modes {
+                let expr = format!(
+                    "sum({}translation_microseconds_count)",
+                    prefix(running.mode)
                 );
+                let want = (ROUND * rounds) as f64;
+                let mut scraped = false;
+                for _ in 0..100 {
+                    let samples = prometheus.query(&expr).await;
+                    if samples.first().is_some_and(|s| s.value == want) {
+                        scraped = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                assert!(scraped, "{expr} never {want}:\n{}", prometheus.logs());
             }
         }
-    }
+
+        // `prefix`: what precedes each name ending in streams_in_flight.
+        let (anchor, regex) = &dashboard.variables["prefix"];
+        assert_eq!(
+            (anchor.as_str(), regex.as_str()),
+            (
+                "metrics(streams_in_flight$)",
+                Some("/^(.*)streams_in_flight$/")
+            )
+        );
+        let prefixes: BTreeSet<String> = prometheus
+            .label_values("__name__", None)
+            .await
+            .iter()
+            .filter_map(|n| n.strip_suffix("streams_in_flight").map(str::to_owned))
+            .collect();
+        let want: BTreeSet<String> = modes.iter().map(|r| prefix(r.mode).to_owned()).collect();
+        assert_eq!(prefixes, want);
+
+        let (models, _) = &dashboard.variables["model"];
+        let (metric, label) = models
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(')'))
+            .and_then(|q| q.split_once(", "))
+            .unwrap_or_else(|| panic!("label_values(metric, label): {models}"));
+        for p in &prefixes {
+            let found = prometheus
+                .label_values(label, Some(&metric.replace("${prefix}", p)))
+                .await;
+            assert_eq!(found, ["m", "other"], "{p}: {models}");
+        }
+
+        for p in &prefixes {
+            for (title, expr) in &dashboard.panels {
+                // A multi-value variable at "All" is its allValue; the rate interval is the
+                // window Grafana picks for a short range at this scrape interval or more.
+                let filled = expr
+                    .replace("${prefix}", p)
+                    .replace("$model", ".*")
+                    .replace("$__rate_interval", "1m");
+                assert!(
+                    !filled.contains('$'),
+                    "{title}: a variable left in {filled}"
+                );
+                let samples = prometheus.query(&filled).await;
+                assert!(!samples.is_empty(), "{title}: no answer to {filled}");
+                if filled.contains("streams_in_flight") {
+                    assert!(
+                        samples.iter().all(|s| s.value == 0.0),
+                        "{title}: {samples:?}"
+                    );
+                } else {
+                    assert!(
+                        samples.iter().any(|s| s.value.is_finite() && s.value > 0.0),
+                        "{title}: {filled} answers no value above zero: {samples:?}"
+                    );
+                }
+            }
+        }
+    });
 }

@@ -15,6 +15,7 @@
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
 //! * [`prom::Export`]: a Prometheus text export, read (the processor's and Envoy's);
+//! * [`prometheus::Prometheus`]: a real Prometheus scraping the exports, and its query API;
 //! * [`otlp::OtlpReceiver`]: an OTLP trace receiver recording the spans it is sent (over TLS
 //!   too); [`pki::Pki`]: throwaway certificates for the TLS tests.
 //!
@@ -32,6 +33,7 @@ pub mod otlp;
 pub mod pki;
 pub mod processor;
 pub mod prom;
+pub mod prometheus;
 pub mod recorded;
 pub mod schema;
 pub mod snapshot;
