@@ -53,6 +53,17 @@ fn retry_headers(headers: &BTreeMap<String, String>) -> BTreeMap<String, String>
         .collect()
 }
 
+/// The members of the client's error that must be the fixture's, on HTTP and on the
+/// WebSocket (the token counts where the upstream gave them, else absent on both sides).
+const ERROR_KEYS: [&str; 6] = [
+    "type",
+    "code",
+    "param",
+    "message",
+    "n_prompt_tokens",
+    "n_ctx",
+];
+
 async fn post(port: u16, stream: bool) -> Answer {
     let response = common::client()
         .post(format!("http://127.0.0.1:{port}/v1/responses"))
@@ -92,14 +103,7 @@ fn check_envelope(f: &Fixture, answer: &Answer, stream: bool) {
     let v = common::json::parse_strict(&answer.body)
         .unwrap_or_else(|err| panic!("{name}: not strict JSON ({err}): {}", answer.body));
     let error = &v["error"];
-    for key in [
-        "type",
-        "code",
-        "param",
-        "message",
-        "n_prompt_tokens",
-        "n_ctx",
-    ] {
+    for key in ERROR_KEYS {
         assert_eq!(error[key], e[key], "{name}: {key}: {v}");
     }
     assert_eq!(
@@ -232,14 +236,7 @@ async fn every_recorded_upstream_failure_reaches_a_websocket_client() {
             continue;
         }
         assert_eq!(event["status"], e["status"], "{name}: {event}");
-        for key in [
-            "type",
-            "code",
-            "param",
-            "message",
-            "n_prompt_tokens",
-            "n_ctx",
-        ] {
+        for key in ERROR_KEYS {
             assert_eq!(event["error"][key], e[key], "{name}: {key}: {event}");
         }
         let headers = expected_headers(&f);
