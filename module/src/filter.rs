@@ -19,13 +19,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::driver::{Action, Driver, Edits, Event, Failure, Finished, Gathering};
+use responses_core::driver::{Action, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
+use responses_core::life::{Event, Finished, Timing};
+use responses_core::metadata;
 use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::openresponses::Code;
-use responses_core::proxy::{self, HeaderEdit};
-use responses_core::telemetry::{self, Timing, Transport};
+use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
 use crate::host::{Host, Level, Side};
@@ -261,7 +262,7 @@ impl<E: Environment> Filter<E> {
                 )
             });
         } else {
-            host.set_metadata(proxy::METADATA_NAMESPACE, &proxy::metadata(s));
+            host.set_metadata(metadata::METADATA_NAMESPACE, &metadata::metadata(s));
             tag_span(host, s, &f.timing);
             log(host, Level::Debug, || {
                 format!(
@@ -271,7 +272,7 @@ impl<E: Environment> Filter<E> {
                     s.response_id.as_deref().unwrap_or(""),
                     s.operation.as_str(),
                     s.stream,
-                    proxy::outcome_name(s.outcome),
+                    s.outcome.as_str(),
                     s.error_code.as_ref().map(Code::as_str).unwrap_or("")
                 )
             });
