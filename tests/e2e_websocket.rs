@@ -153,12 +153,14 @@ async fn create_then_continue_with_previous_response_id() {
         "{logs}"
     );
     // What the upstream got: Chat requests through Envoy's Chat route, the second with the
-    // whole context, the client's credentials and the model header for routing.
+    // whole context and the client's credentials. The processor names the model in the model
+    // header, but it comes back through Envoy's listener as a client's request does, and
+    // Envoy removes a client's model header before routing (only the HTTP filter sets it).
     let requests = upstream.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].header("authorization"), Some("Bearer sk-test"));
-    assert_eq!(requests[1].header("x-responses-model"), Some("m"));
+    assert_eq!(requests[1].header("x-responses-model"), None);
     let chat = requests[1].json();
     assert_eq!(chat["stream"], true);
     assert_eq!(
