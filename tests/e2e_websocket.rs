@@ -173,6 +173,27 @@ async fn create_then_continue_with_previous_response_id() {
     );
 }
 
+/// A `model` that cannot be a header value (the transport's Chat request carries it in the
+/// model header) is refused as over HTTP, before anything is sent; the socket goes on.
+#[tokio::test]
+async fn a_model_that_cannot_be_a_header_is_refused_and_the_socket_goes_on() {
+    use responses_core::translate::request::MAX_MODEL_BYTES;
+
+    let upstream = ScriptedUpstream::with_replies([chat_sse("fine")]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    for model in ["m\nx-evil: 1".to_owned(), "m".repeat(MAX_MODEL_BYTES + 1)] {
+        ask(&mut ws, json!({"model": model, "input": "x"})).await;
+        let refused = recv(&mut ws).await;
+        assert_eq!(error_code(&refused), "invalid_value");
+        assert_eq!(refused["error"]["param"], "model", "{refused}");
+        assert_eq!(refused["status"], 400);
+    }
+    assert!(upstream.requests().is_empty(), "nothing went upstream");
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    completed(&mut ws).await;
+}
+
 #[tokio::test]
 async fn unknown_and_evicted_ids_are_previous_response_not_found() {
     let upstream = ScriptedUpstream::with_replies([
