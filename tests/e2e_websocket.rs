@@ -153,12 +153,14 @@ async fn create_then_continue_with_previous_response_id() {
         "{logs}"
     );
     // What the upstream got: Chat requests through Envoy's Chat route, the second with the
-    // whole context, the client's credentials and the model header for routing.
+    // whole context and the client's credentials. The processor names the model in the model
+    // header, but it comes back through Envoy's listener as a client's request does, and
+    // Envoy removes a client's model header before routing (only the HTTP filter sets it).
     let requests = upstream.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].header("authorization"), Some("Bearer sk-test"));
-    assert_eq!(requests[1].header("x-responses-model"), Some("m"));
+    assert_eq!(requests[1].header("x-responses-model"), None);
     let chat = requests[1].json();
     assert_eq!(chat["stream"], true);
     assert_eq!(
@@ -169,6 +171,27 @@ async fn create_then_continue_with_previous_response_id() {
             {"role": "user", "content": "My number?"}
         ])
     );
+}
+
+/// A `model` that cannot be a header value (the transport's Chat request carries it in the
+/// model header) is refused as over HTTP, before anything is sent; the socket goes on.
+#[tokio::test]
+async fn a_model_that_cannot_be_a_header_is_refused_and_the_socket_goes_on() {
+    use responses_core::translate::request::MAX_MODEL_BYTES;
+
+    let upstream = ScriptedUpstream::with_replies([chat_sse("fine")]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    for model in ["m\nx-evil: 1".to_owned(), "m".repeat(MAX_MODEL_BYTES + 1)] {
+        ask(&mut ws, json!({"model": model, "input": "x"})).await;
+        let refused = recv(&mut ws).await;
+        assert_eq!(error_code(&refused), "invalid_value");
+        assert_eq!(refused["error"]["param"], "model", "{refused}");
+        assert_eq!(refused["status"], 400);
+    }
+    assert!(upstream.requests().is_empty(), "nothing went upstream");
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    completed(&mut ws).await;
 }
 
 #[tokio::test]

@@ -488,46 +488,34 @@ async fn request_bodies_over_envoys_16_mib_buffer_get_413() {
     assert!(upstream.requests().is_empty());
 }
 
-/// The commented "route by x-responses-model" example in the shipped config works as
-/// documented: ext_proc, when a processor sets the header in its answer to the request body
-/// (route_cache_action: CLEAR; a passthrough processor that sets it, so the answer is the
-/// upstream's own); module, with the module, which sets it and clears the route cache.
-#[tokio::test]
-async fn the_model_routing_example_works() {
-    let answer = |who: &str| {
-        json!({"id": "c", "object": "chat.completion", "model": who, "choices": [{"index": 0,
-            "finish_reason": "stop", "message": {"role": "assistant", "content": who}}]})
-    };
-    let small = ScriptedUpstream::start();
-    small.set_default(move || Reply::json(200, &answer("small")));
-    let big = ScriptedUpstream::start();
-    big.set_default(move || Reply::json(200, &answer("big")));
-    let big_port = big.port();
-    let uncomment = move |shipped: String| {
-        let mut config = String::new();
-        let mut in_example = false;
-        for line in shipped.lines() {
-            let trimmed = line.trim_start();
-            if trimmed == "# - match:" {
-                in_example = true;
-            }
-            if in_example && trimmed.starts_with('#') {
-                let indent = &line[..line.len() - trimmed.len()];
-                let code = trimmed.trim_start_matches('#');
-                config.push_str(indent);
-                config.push_str(code.strip_prefix(' ').unwrap_or(code));
-            } else {
-                in_example = false;
-                config.push_str(line);
-            }
-            config.push('\n');
+/// `config` (a shipped bootstrap, ports substituted) with its commented "route by
+/// x-responses-model" example uncommented (`big-model` to the cluster `upstream-big`) and that
+/// cluster added, on 127.0.0.1:`big_port`.
+fn with_model_route(shipped: String, big_port: u16) -> String {
+    let mut config = String::new();
+    let mut in_example = false;
+    for line in shipped.lines() {
+        let trimmed = line.trim_start();
+        if trimmed == "# - match:" {
+            in_example = true;
         }
-        assert!(config.contains(
-            "\n              - match:\n                  prefix: \"/\"\n                  headers:"
-        ));
-        // The shipped file ends with the `upstream` cluster: add the example's after it.
-        config.push_str(&format!(
-            "  - name: upstream-big
+        if in_example && trimmed.starts_with('#') {
+            let indent = &line[..line.len() - trimmed.len()];
+            let code = trimmed.trim_start_matches('#');
+            config.push_str(indent);
+            config.push_str(code.strip_prefix(' ').unwrap_or(code));
+        } else {
+            in_example = false;
+            config.push_str(line);
+        }
+        config.push('\n');
+    }
+    assert!(config.contains(
+        "\n              - match:\n                  prefix: \"/\"\n                  headers:"
+    ));
+    // The shipped file ends with the `upstream` cluster: add the example's after it.
+    config.push_str(&format!(
+        "  - name: upstream-big
     type: STATIC
     connect_timeout: 1s
     load_assignment:
@@ -538,9 +526,28 @@ async fn the_model_routing_example_works() {
             address:
               socket_address: {{address: 127.0.0.1, port_value: {big_port}}}
 "
-        ));
-        config
-    };
+    ));
+    config
+}
+
+/// A Chat completion whose text names the upstream that answered.
+fn answer_from(who: &str) -> Value {
+    json!({"id": "c", "object": "chat.completion", "model": who, "choices": [{"index": 0,
+        "finish_reason": "stop", "message": {"role": "assistant", "content": who}}]})
+}
+
+/// The commented "route by x-responses-model" example in the shipped config works as
+/// documented: ext_proc, when a processor sets the header in its answer to the request body
+/// (route_cache_action: CLEAR; a passthrough processor that sets it, so the answer is the
+/// upstream's own); module, with the module, which sets it and clears the route cache.
+#[tokio::test]
+async fn the_model_routing_example_works() {
+    let small = ScriptedUpstream::start();
+    small.set_default(move || Reply::json(200, &answer_from("small")));
+    let big = ScriptedUpstream::start();
+    big.set_default(move || Reply::json(200, &answer_from("big")));
+    let big_port = big.port();
+    let uncomment = move |shipped: String| with_model_route(shipped, big_port);
     let (envoy, _extproc) = match common::mode() {
         Mode::ExtProc => {
             // A processor that does what ours does to the request headers: the model header,
@@ -574,6 +581,87 @@ async fn the_model_routing_example_works() {
         Some("big-model")
     );
     assert!(small.requests().is_empty());
+}
+
+/// The routing header is ours: with the shipped config and its model route, a client's own
+/// `x-responses-model` steers nothing. A direct Chat request (and any other request the
+/// translator does not handle) that forges it takes the route it would without it, and
+/// reaches its upstream without it; a Responses request that forges it is routed by the
+/// model it asks for. Only what the translator sets routes (the real processor, or the
+/// module).
+#[tokio::test]
+async fn a_forged_model_header_does_not_change_a_requests_route() {
+    let small = ScriptedUpstream::start();
+    small.set_default(move || Reply::json(200, &answer_from("small")));
+    let big = ScriptedUpstream::start();
+    big.set_default(move || Reply::json(200, &answer_from("big")));
+    let big_port = big.port();
+    let stack = Stack::start_with(small.port(), &[], move |c| with_model_route(c, big_port));
+    let envoy = &stack.envoy;
+    let forged = ("x-responses-model", "big-model");
+
+    // A direct Chat request naming the big model in the header: routed as without it.
+    let chat: Value = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .header(forged.0, forged.1)
+        .json(&json!({"model": "small-model", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(chat["choices"][0]["message"]["content"], "small", "{chat}");
+    // Any other request, whatever its method and path.
+    let models = client()
+        .get(envoy.url("/v1/models"))
+        .header(forged.0, forged.1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    // A Responses request for the small model with the big one in the header: the
+    // translator's header, the request's model, decides.
+    let answer: Value = client()
+        .post(envoy.url("/v1/responses"))
+        .header(forged.0, forged.1)
+        .json(&json!({"model": "small-model", "input": "hi"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["output"][0]["content"][0]["text"], "small",
+        "{answer}"
+    );
+
+    let at_small = small.requests();
+    assert_eq!(at_small.len(), 3, "{at_small:?}");
+    assert_eq!(at_small[0].path, "/v1/chat/completions");
+    assert_eq!(at_small[0].header("x-responses-model"), None);
+    assert_eq!(at_small[1].path, "/v1/models");
+    assert_eq!(at_small[1].header("x-responses-model"), None);
+    assert_eq!(at_small[2].path, "/v1/chat/completions");
+    assert_eq!(at_small[2].header("x-responses-model"), Some("small-model"));
+    assert!(big.requests().is_empty(), "{:?}", big.requests());
+
+    // The model route itself still works: the translator's header routes.
+    let answer: Value = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "big-model", "input": "hi"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["output"][0]["content"][0]["text"], "big", "{answer}");
+    assert_eq!(
+        big.requests()[0].header("x-responses-model"),
+        Some("big-model")
+    );
 }
 
 // ---- with the real translator (the `responses-extproc` binary, or the module) ----

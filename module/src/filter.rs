@@ -170,7 +170,9 @@ impl<E: Environment> Filter<E> {
             Action::Pass => true,
             Action::Hold => false,
             Action::ReadBody(edits) => {
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 false
             }
             Action::Forward { edits, request } => {
@@ -183,13 +185,17 @@ impl<E: Environment> Filter<E> {
                         request.body.len()
                     )
                 });
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 host.clear_route_cache();
                 host.append_body(side, &request.body);
                 true
             }
             Action::OpenStream(edits) => {
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 true
             }
             Action::Send { bytes, .. } => {
@@ -197,7 +203,9 @@ impl<E: Environment> Filter<E> {
                 true
             }
             Action::Answer { edits, answer } => {
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 host.append_body(side, &answer.body);
                 true
             }
@@ -229,6 +237,22 @@ impl<E: Environment> Filter<E> {
                 false
             }
         }
+    }
+
+    /// Envoy refused one of an action's header edits: the exchange cannot go on half edited,
+    /// so it ends as a failure does (an envelope, or a stream's last event), nothing more of
+    /// it continues. The driver names no such failure: it ends as after a panic (500
+    /// `internal_error`).
+    fn refused(&mut self, host: &mut impl Host, side: Side) -> bool {
+        log(host, Level::Error, || {
+            format!(
+                "Envoy refused a header edit; failing the exchange request_id={}",
+                self.request_id
+            )
+        });
+        let action = self.driver.fail(Instant::now(), Failure::Panic);
+        host.drain_body(side);
+        self.carry(host, side, action)
     }
 
     /// What the driver tells, into Envoy's stats, metadata and span.
@@ -353,14 +377,13 @@ fn first_output_event(host: &mut impl Host) {
     }
 }
 
-/// The driver's header edits, applied to one side's headers.
-fn edit(host: &mut impl Host, side: Side, edits: Edits) {
-    for e in edits.iter() {
-        match e {
-            HeaderEdit::Set(name, value) => host.set_header(side, name, Some(value)),
-            HeaderEdit::Remove(name) => host.set_header(side, name, None),
-        }
-    }
+/// The driver's header edits, applied to one side's headers, up to the first Envoy refuses
+/// (false).
+fn edit(host: &mut impl Host, side: Side, edits: Edits) -> bool {
+    edits.iter().all(|e| match e {
+        HeaderEdit::Set(name, value) => host.set_header(side, name, Some(value)),
+        HeaderEdit::Remove(name) => host.set_header(side, name, None),
+    })
 }
 
 /// A log line, formatted only when Envoy logs that level.

@@ -20,7 +20,7 @@ use super::compaction::{no_summary, sealed};
 use super::fields::{bad_value, missing};
 use super::json::document::Node;
 use super::request::{
-    check_part_size, input_messages, leftover_fields, parse_request, reject_stateful,
+    check_part_size, input_messages, leftover_fields, model, parse_request, reject_stateful,
     summarising_messages, text, Translated,
 };
 use super::response::Completed;
@@ -40,10 +40,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     }
     reject_stateful(&mut req)?;
     req.skip_object("client_metadata")?;
-    let model = req.required_string("model")?;
-    if model.is_empty() {
-        return Err(bad_value("model", "Invalid 'model': must not be empty."));
-    }
+    let model = model(&mut req)?;
     if req.bool("stream")? == Some(true) {
         return Err(bad_value(
             "stream",
