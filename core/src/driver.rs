@@ -67,6 +67,9 @@ pub enum Failure {
     Panic,
     /// The host sent a message the adapter could not read (over its size limit).
     Unreadable,
+    /// The host refused one of an action's header edits: the exchange cannot go on half
+    /// edited.
+    Refused,
 }
 
 /// What a local reply answers.
@@ -442,6 +445,10 @@ impl<E: Environment> Driver<E> {
                 let step = catch_unwind(AssertUnwindSafe(|| match why {
                     Failure::Panic => {
                         ex.abort(ErrorCode::InternalError, Fault::Failed.message(), unix)
+                    }
+                    Failure::Refused => {
+                        let fault = Fault::HeaderRefused;
+                        ex.abort(ErrorCode::InternalError, fault.message(), unix)
                     }
                     Failure::Unreadable => ex.overflow(unix),
                 }))

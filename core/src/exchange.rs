@@ -251,6 +251,8 @@ pub enum Fault {
     AnswerAfterHead,
     /// The adapter caught a panic, or the host could not go on with the exchange.
     Failed,
+    /// The host refused one of the exchange's header edits.
+    HeaderRefused,
 }
 
 impl Fault {
@@ -278,6 +280,9 @@ impl Fault {
                 "The exchange could not be completed: an answer after the answer's head."
             }
             Fault::Failed => "responses-extproc failed while translating this exchange.",
+            Fault::HeaderRefused => {
+                "The exchange could not be completed: the proxy refused one of its header edits."
+            }
         }
     }
 

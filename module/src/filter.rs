@@ -155,7 +155,7 @@ impl<E: Environment> Filter<E> {
     /// Carries out an action of a body hook: unless it passes, the piece the driver read (or
     /// refused) is drained first.
     fn carry_piece(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
-        if !matches!(action, Action::Pass) {
+        if !action.keeps_piece() {
             host.drain_body(side);
         }
         self.carry(host, side, action)
@@ -241,8 +241,7 @@ impl<E: Environment> Filter<E> {
 
     /// Envoy refused one of an action's header edits: the exchange cannot go on half edited,
     /// so it ends as a failure does (an envelope, or a stream's last event), nothing more of
-    /// it continues. The driver names no such failure: it ends as after a panic (500
-    /// `internal_error`).
+    /// it continues.
     fn refused(&mut self, host: &mut impl Host, side: Side) -> bool {
         log(host, Level::Error, || {
             format!(
@@ -250,7 +249,7 @@ impl<E: Environment> Filter<E> {
                 self.request_id
             )
         });
-        let action = self.driver.fail(Instant::now(), Failure::Panic);
+        let action = self.driver.fail(Instant::now(), Failure::Refused);
         host.drain_body(side);
         self.carry(host, side, action)
     }
