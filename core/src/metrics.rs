@@ -24,11 +24,9 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::driver::Event;
 use crate::exchange::{Outcome, Summary};
+use crate::life::{Event, Timing};
 use crate::openresponses::{Code, Usage};
-use crate::proxy;
-use crate::telemetry::Timing;
 
 /// What kind of series a family is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,7 +233,7 @@ pub fn record(rec: &mut impl Recorder, labels: &Labels, event: &Event) {
 /// One ended (or cut) exchange.
 fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
     let stream = if s.stream { "true" } else { "false" };
-    let outcome = proxy::recorded_outcome(s.outcome);
+    let outcome = s.outcome.recorded();
     let code = s.error_code.as_ref().map_or("", |c| labels.code(c));
     rec.record(
         Metric::Exchanges,

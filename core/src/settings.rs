@@ -19,14 +19,9 @@ use crate::metrics::{self, LabelPolicy};
 use crate::translate::seal::Keyring;
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
-/// Default of `responses_path`.
-pub const DEFAULT_RESPONSES_PATH: &str = "/v1/responses";
-/// Default of `chat_path`.
-pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
-/// Default of `model_header`.
-pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
-/// Default of `max_body_bytes`: 16 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
+pub use crate::exchange::{
+    DEFAULT_CHAT_PATH, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_HEADER, DEFAULT_RESPONSES_PATH,
+};
 
 /// The settings every adapter shares: routing, translation, caps, sealing keys and the bound
 /// on metric labels. The doc
@@ -284,6 +279,16 @@ impl ExchangeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operators_defaults_are_the_exchange_rules_defaults() {
+        // The rules' own defaults (tests, the fuzz targets) and the operator's are one set.
+        let from_config = ExchangeConfig::default().exchange_settings(None);
+        assert_eq!(
+            format!("{from_config:?}"),
+            format!("{:?}", exchange::Settings::default())
+        );
+    }
 
     #[test]
     fn an_empty_object_is_the_defaults_and_unknown_keys_are_refused() {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use responses_core::environment::Environment;
-use responses_core::proxy::MetadataValue;
+use responses_core::metadata::MetadataValue;
 
 use crate::config::{FilterConfig, KeyFile};
 use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};

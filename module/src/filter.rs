@@ -19,13 +19,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::driver::{Action, Driver, Edits, Event, Failure, Finished, Gathering};
+use responses_core::driver::{Action, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
+use responses_core::life::{Event, Finished, Timing};
+use responses_core::metadata;
 use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::openresponses::Code;
-use responses_core::proxy::{self, HeaderEdit};
-use responses_core::telemetry::{self, Timing, Transport};
+use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
 use crate::host::{Host, Level, Side};
@@ -154,7 +155,7 @@ impl<E: Environment> Filter<E> {
     /// Carries out an action of a body hook: unless it passes, the piece the driver read (or
     /// refused) is drained first.
     fn carry_piece(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
-        if !matches!(action, Action::Pass) {
+        if !action.keeps_piece() {
             host.drain_body(side);
         }
         self.carry(host, side, action)
@@ -240,8 +241,7 @@ impl<E: Environment> Filter<E> {
 
     /// Envoy refused one of an action's header edits: the exchange cannot go on half edited,
     /// so it ends as a failure does (an envelope, or a stream's last event), nothing more of
-    /// it continues. The driver names no such failure: it ends as after a panic (500
-    /// `internal_error`).
+    /// it continues.
     fn refused(&mut self, host: &mut impl Host, side: Side) -> bool {
         log(host, Level::Error, || {
             format!(
@@ -249,7 +249,7 @@ impl<E: Environment> Filter<E> {
                 self.request_id
             )
         });
-        let action = self.driver.fail(Instant::now(), Failure::Panic);
+        let action = self.driver.fail(Instant::now(), Failure::Refused);
         host.drain_body(side);
         self.carry(host, side, action)
     }
@@ -285,7 +285,7 @@ impl<E: Environment> Filter<E> {
                 )
             });
         } else {
-            host.set_metadata(proxy::METADATA_NAMESPACE, &proxy::metadata(s));
+            host.set_metadata(metadata::METADATA_NAMESPACE, &metadata::metadata(s));
             tag_span(host, s, &f.timing);
             log(host, Level::Debug, || {
                 format!(
@@ -295,7 +295,7 @@ impl<E: Environment> Filter<E> {
                     s.response_id.as_deref().unwrap_or(""),
                     s.operation.as_str(),
                     s.stream,
-                    proxy::outcome_name(s.outcome),
+                    s.outcome.as_str(),
                     s.error_code.as_ref().map(Code::as_str).unwrap_or("")
                 )
             });

@@ -9,7 +9,7 @@
 mod abi;
 pub mod ffi;
 
-use responses_core::proxy::MetadataValue;
+use responses_core::metadata::MetadataValue;
 
 use abi::{EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer, ModuleHttpHeader};
 

@@ -1,8 +1,9 @@
 //! The filter against the fake Envoy: each way an exchange goes, with plain bytes.
 
 use proptest::prelude::*;
+use responses_core::driver::{DETAILS_ANSWER, DETAILS_REQUEST};
+use responses_core::metadata::{MetadataValue, METADATA_NAMESPACE};
 use responses_core::metrics::Metric;
-use responses_core::proxy::{MetadataValue, DETAILS_ANSWER, DETAILS_REQUEST, METADATA_NAMESPACE};
 use serde_json::{json, Value};
 
 use crate::fake::{self, FakeEnvoy, FakeSpan, Step};

@@ -7,9 +7,10 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::driver::HeaderEdit;
 use crate::exchange::Outcome;
+use crate::life::Finished;
 use crate::openresponses::Code;
-use crate::proxy::HeaderEdit;
 use crate::translate::Options;
 use crate::upstream_failure::KeptHeader;
 
@@ -647,7 +648,7 @@ fn a_second_head_after_the_streams_is_a_reset() {
     let mut t = Test::new(Gathering::Pieces);
     t.forwarded(json!({"model": "m", "input": "hi", "stream": true}));
     t.answer_head(2, "200", "text/event-stream", false);
-    let Action::Reset { error } = t.answer_head(3, "503", "text/plain", false) else {
+    let Action::Reset { error, .. } = t.answer_head(3, "503", "text/plain", false) else {
         panic!("not reset")
     };
     assert_eq!(error.status(), 500);

@@ -1,6 +1,6 @@
 use super::*;
-use crate::driver::Finished;
 use crate::exchange::Operation;
+use crate::life::Finished;
 use crate::openresponses::ErrorCode;
 
 /// What a recorder was asked to do, in order.
