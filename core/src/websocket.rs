@@ -3,18 +3,17 @@
 //! ([`encode`]). Bytes and heads in, decisions and bytes out; the connection's rules (what a
 //! message means, queues, timers) are [`connection`](crate::connection)'s.
 //!
-//! Why a codec of our own: the crates that parse frames were weighed against `.ci/core-is-pure`
-//! and against what the connection needs (docs/websocket.md, "Framing"). tungstenite,
-//! tokio-websockets, fastwebsockets, websocket-codec and ratchet read from an I/O stream or a
-//! tokio codec (and the first two are banned from the core by name); soketto's `base::Codec`
-//! parses headers from bytes but brings futures, rand, httparse and log for about sixty lines,
-//! masks byte by byte and does not refuse a 64-bit length with its top bit set;
-//! websocket-sans-io (one release, 2023) and ws-frame (one release, 2020) cut frames and
-//! validate nothing by design; embedded-websocket copies payloads into caller buffers and
-//! brings its own handshake parser. None reassembles fragments, validates text incrementally,
-//! checks close frames or applies the processor's "read up to twice the limit" rule, which
-//! are most of the work: so the header is parsed here too, and the whole of RFC 6455's reading
-//! side is in one place, fuzzed (`fuzz/fuzz_targets/websocket_frames.rs`).
+//! Why a codec of our own (docs/websocket.md, "Why a codec of our own"):
+//! tungstenite, tokio-websockets, fastwebsockets, websocket-codec and ratchet read from an I/O
+//! stream or a tokio codec, which `.ci/core-is-pure` keeps out of the core; soketto's
+//! `base::Codec` parses frame heads from bytes but brings futures, rand, httparse and log for
+//! about sixty lines, unmasks byte by byte and lets a 64-bit length with its top bit through;
+//! websocket-sans-io (one release, 2023) and ws-frame (one release, 2019) cut frames and check
+//! nothing, by design; ws-framer holds whole frames in a caller's fixed buffer, and
+//! embedded-websocket copies each frame's payload into one, leaving messages to the caller. None reassembles fragments, checks text as it arrives, checks close frames or
+//! applies the processor's "read up to twice the limit" rule, which are most of the work; so
+//! the head is parsed here too, and RFC 6455's reading side is in one place, fuzzed
+//! (`fuzz/fuzz_targets/websocket_frames.rs`).
 
 pub mod decode;
 pub mod encode;

@@ -462,7 +462,7 @@ pub(crate) fn unmask(data: &mut [u8], mask: [u8; 4], at: usize) {
 /// Checks the text's new bytes: an error as soon as a byte cannot be part of valid UTF-8; a
 /// sequence cut at the end waits for the next bytes.
 fn check_utf8(m: &mut Partial) -> Result<(), Error> {
-    match std::str::from_utf8(&m.bytes[m.valid..]) {
+    match simdutf8::compat::from_utf8(&m.bytes[m.valid..]) {
         Ok(_) => m.valid = m.bytes.len(),
         Err(e) if e.error_len().is_none() => m.valid += e.valid_up_to(),
         Err(_) => return Err(Error::InvalidUtf8),
