@@ -15,6 +15,19 @@
 //!
 //! Every refusal is an [`Error`] naming its close code; the decoder then stays failed. After a
 //! close frame it reads nothing more (RFC 6455 §5.5.1: nothing may follow it).
+//!
+//! ```
+//! use responses_core::websocket::decode::{Decoder, Message};
+//!
+//! let mut decoder = Decoder::new(1024);
+//! // RFC 6455 §5.7's masked "Hello", arriving in two pieces.
+//! let bytes = [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58];
+//! let mut input = &bytes[..4];
+//! assert_eq!(decoder.decode(&mut input), Ok(None));
+//! let mut input = &bytes[4..];
+//! assert_eq!(decoder.decode(&mut input), Ok(Some(Message::Text("Hello".into()))));
+//! assert!(input.is_empty());
+//! ```
 
 use std::fmt;
 
