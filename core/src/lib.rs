@@ -26,3 +26,4 @@ pub mod sse;
 pub mod telemetry;
 pub mod translate;
 pub mod upstream_failure;
+pub mod websocket;
