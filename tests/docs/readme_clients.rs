@@ -1,6 +1,6 @@
 //! The clients table of `docs/clients.md` is checked here, so it cannot drift: each version
 //! is the one pinned for the tests (Python requirements, the Node package.json, the Codex
-//! script), and every test it names exists in tests/e2e_clients.rs.
+//! script), and every test it names exists in tests/e2e/clients.rs.
 
 use std::path::Path;
 
@@ -76,7 +76,7 @@ fn pinned(client: &str) -> Option<String> {
 fn the_clients_table_matches_the_pins_and_the_tests() {
     let rows = rows();
     assert!(rows.len() >= 6, "{} rows", rows.len());
-    let tests = read("tests/e2e_clients.rs");
+    let tests = read("tests/e2e/clients.rs");
     for row in &rows {
         if let Some(pin) = pinned(&row.client) {
             assert_eq!(row.version, pin, "documented version of {}", row.client);
@@ -91,7 +91,7 @@ fn the_clients_table_matches_the_pins_and_the_tests() {
         for name in &row.tests {
             assert!(
                 tests.contains(&format!("fn {name}(")),
-                "{}: test {name} is not in tests/e2e_clients.rs",
+                "{}: test {name} is not in tests/e2e/clients.rs",
                 row.client
             );
         }

@@ -4,9 +4,9 @@
 //! Answers before a stream go through an exchange (the envelope and the headers it keeps);
 //! error objects inside a Chat stream through the stream translator, whose `error` event and
 //! `response.failed` must carry the mapping.
-//! tests/e2e_upstream_errors.rs sends the same fixtures through the real Envoy.
+//! tests/e2e/upstream_errors.rs sends the same fixtures through the real Envoy.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -14,7 +14,7 @@
 //! `deploy/install-clients.sh` (pinned versions); when they are missing the tests fail and say
 //! so. The real Codex CLI is opt-in: `tests/clients/codex/run.sh`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -18,7 +18,7 @@
 //!
 //! One stack serves every case; all mismatches are reported together at the end.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

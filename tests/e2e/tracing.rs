@@ -11,7 +11,7 @@
 //! `the_module_tags_envoys_request_span_with_the_answers_values` checks those tags for a JSON, a
 //! streamed and a failed exchange (it is skipped in ext_proc mode).
 
-mod common;
+use crate::common;
 
 use std::hash::BuildHasher;
 use std::path::PathBuf;

@@ -8,7 +8,7 @@
 //! 400. Answers are not compressed unless the operator adds Envoy's compressor (checked with
 //! it added).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! label names, buckets, counts and token sums; and the Grafana dashboard
 //! (`deploy/grafana/responses.json`) answers on both in a real Prometheus scraping them.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;

@@ -16,7 +16,7 @@
 //!   `x-responses-model` before it routes, and a copy of any of them without the removal fails
 //!   the check.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

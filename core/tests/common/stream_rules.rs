@@ -1,8 +1,8 @@
 //! The rules every translated event stream obeys, checked on the translator's output bytes:
 //! framing, schema, sequence numbers, per-item event order, one terminal event whose `output`
 //! equals the `output_item.done` items, `error` followed by `response.failed`, deltas adding
-//! up to their `.done`. Used by `tests/stream_translate.rs` and the stream snapshots
-//! (`tests/snapshots.rs`).
+//! up to their `.done`. Used by `core/tests/stream_translate.rs` and the stream snapshots
+//! (`core/tests/snapshots.rs`).
 
 use std::collections::HashSet;
 

@@ -1,7 +1,7 @@
-//! Two corpora of requests through the core alone, each output pinned in `tests/pins/`:
+//! Two corpora of requests through the core alone, each output pinned in `core/tests/pins/`:
 //!
 //! - the request surface: every body of `tests/surface/cases.json` (each case and its body
-//!   without the field, as `tests/e2e_surface.rs` sends them through Envoy), with the
+//!   without the field, as `tests/e2e/surface.rs` sends them through Envoy), with the
 //!   processor's default settings and its test key: the Chat request (or the refusal) and the
 //!   response to a fixed answer;
 //! - the fuzz corpus (`fuzz/corpus/request/`, arbitrary bytes): the Chat request or the
@@ -9,10 +9,11 @@
 //!
 //! The pins are hashes of the outputs (canonical JSON: keys sorted), so that thousands of
 //! outputs take a few KB each instead of megabytes; a mismatch prints the case's output.
-//! `UPDATE_SNAPSHOTS=1 cargo test --test request_pins` writes the pins the code gives (after a
-//! deliberate change, or new cases); the e2e suite still says whether they are right.
+//! `UPDATE_SNAPSHOTS=1 cargo test -p responses-core --test main request_pins` writes the pins
+//! the code gives (after a deliberate change, or new cases); the e2e suite still says whether
+//! they are right.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -25,7 +26,7 @@ use responses_core::translate::{translate_request, Meta, Options};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// `tests/e2e_surface.rs`'s sealing key.
+/// `tests/e2e/surface.rs`'s sealing key.
 const KEY_LINE: &str = "k1:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 const META: Meta = Meta {
     now: 1_700_000_000,
@@ -98,14 +99,14 @@ fn outputs(body: &str, options: &Options) -> Value {
     }
 }
 
-/// Checks each output against its pin in `tests/pins/<name>.json` (keyed by a hash of the
+/// Checks each output against its pin in `core/tests/pins/<name>.json` (keyed by a hash of the
 /// case's input), or writes the pins with `UPDATE_SNAPSHOTS=1`.
 fn check_pins(name: &str, cases: &BTreeMap<String, (String, Value)>) {
     let got: BTreeMap<&String, String> = cases
         .iter()
         .map(|(id, (_, out))| (id, fnv(&canonical(out).to_string())))
         .collect();
-    let path = common::repo_root().join(format!("tests/pins/{name}.json"));
+    let path = common::repo_root().join(format!("core/tests/pins/{name}.json"));
     let update = common::snapshot::updating();
     if update {
         let text = serde_json::to_string_pretty(&got).unwrap() + "\n";
@@ -130,7 +131,7 @@ fn check_pins(name: &str, cases: &BTreeMap<String, (String, Value)>) {
     assert!(
         failures.is_empty() && stale == 0,
         "{} of {} {name} cases translate differently from their pins ({stale} pins for no case; \
-         UPDATE_SNAPSHOTS=1 cargo test --test request_pins writes the code's):\n{}",
+         UPDATE_SNAPSHOTS=1 cargo test -p responses-core --test main request_pins writes the code's):\n{}",
         failures.len(),
         got.len(),
         failures

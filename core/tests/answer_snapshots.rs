@@ -1,6 +1,6 @@
 //! What the client gets for every recorded Chat answer and for the edge cases of the Chat
-//! side's parsing, pinned in `tests/snapshots/answers/`: a change to how chunks and completions
-//! are parsed must not change one byte of what is accepted, refused or emitted.
+//! side's parsing, pinned in `core/tests/snapshots/answers/`: a change to how chunks and
+//! completions are parsed must not change one byte of what is accepted, refused or emitted.
 //!
 //! Each answer goes through the core's exchange, as the adapters drive it, after one of these
 //! requests:
@@ -10,10 +10,11 @@
 //! - `logprobs`: `stream` asking for logprobs (the edge frames);
 //!
 //! and a stream is fed whole, one frame at a time, in 7-byte pieces and (below 20 KB) one byte
-//! at a time: all four give the same bytes. `UPDATE_SNAPSHOTS=1 cargo test --test answer_snapshots`
-//! writes what the code gives; review it with `git diff`.
+//! at a time: all four give the same bytes.
+//! `UPDATE_SNAPSHOTS=1 cargo test -p responses-core --test main answer_snapshots` writes what
+//! the code gives; review it with `git diff`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -111,10 +112,10 @@ fn streamed(request: &[u8], body: &[u8]) -> String {
     whole
 }
 
-/// Compares `text` with `tests/snapshots/answers/<name>.txt`, byte for byte (beside the JSON
-/// cases of tests/snapshots.rs, which compare values; these compare bytes).
+/// Compares `text` with `core/tests/snapshots/answers/<name>.txt`, byte for byte (beside the JSON
+/// cases of core/tests/snapshots.rs, which compare values; these compare bytes).
 fn pinned(name: &str, text: String) {
-    common::snapshot::pinned_text(&format!("tests/snapshots/answers/{name}.txt"), &text);
+    common::snapshot::pinned_text(&format!("core/tests/snapshots/answers/{name}.txt"), &text);
 }
 
 fn stream_fixtures() -> Vec<std::path::PathBuf> {

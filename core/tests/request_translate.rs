@@ -1,9 +1,9 @@
 //! The request mapping's properties that a snapshot cannot state: sealed items that must open
 //! again on a later turn (and never show their text), and the caps and drops that must hold
 //! across a whole stream. Every exact input → output pair, valid or refused, is a snapshot in
-//! `tests/snapshots/request/` (run by `tests/snapshots.rs`).
+//! `core/tests/snapshots/request/` (run by `core/tests/snapshots.rs`).
 
-mod common;
+use crate::common;
 
 use common::schema::assert_valid;
 use responses_core::openresponses::ApiError;

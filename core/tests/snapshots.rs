@@ -1,19 +1,19 @@
-//! Snapshot tests of the translation. Each file under `tests/snapshots/` is one exchange: its
-//! inputs (the settings, the client's request, optionally the upstream's answer) and the
+//! Snapshot tests of the translation. Each file under `core/tests/snapshots/` is one exchange:
+//! its inputs (the settings, the client's request, optionally the upstream's answer) and the
 //! outputs the core gives for them (the Chat request or the error envelope; the response, or
 //! the stream's events). Outputs are compared as JSON values, key order aside, and the core
 //! gets a fixed clock and id seed, so they are deterministic.
 //!
-//! `UPDATE_SNAPSHOTS=1 cargo test --test snapshots` writes the outputs the code gives into
-//! every file (and completes new files that hold only inputs); review them with
-//! `git diff tests/snapshots`. `docs/testing.md` describes the keys of a file.
+//! `UPDATE_SNAPSHOTS=1 cargo test -p responses-core --test main snapshots::` writes the outputs
+//! the code gives into every file (and completes new files that hold only inputs); review them
+//! with `git diff core/tests/snapshots`. `docs/testing.md` describes the keys of a file.
 //!
 //! Besides the values, every case is checked for what holds of any exchange: the translation
 //! is the same twice, a response is valid against the OpenResponses schema, and an event
 //! stream obeys the stream rules (`common::stream_rules`) and is the same when the upstream's
 //! body arrives one byte at a time.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -353,13 +353,16 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Runs every snapshot under `tests/snapshots/<dir>`; with `UPDATE_SNAPSHOTS=1`, writes the
+/// Runs every snapshot under `core/tests/snapshots/<dir>`; with `UPDATE_SNAPSHOTS=1`, writes the
 /// outputs the code gives instead of comparing.
 fn check_dir(dir: &str) {
     let update = common::snapshot::updating();
     let mut paths = Vec::new();
-    files(&root().join("tests/snapshots").join(dir), &mut paths);
-    assert!(!paths.is_empty(), "no snapshots in tests/snapshots/{dir}");
+    files(&root().join("core/tests/snapshots").join(dir), &mut paths);
+    assert!(
+        !paths.is_empty(),
+        "no snapshots in core/tests/snapshots/{dir}"
+    );
     let mut failures = Vec::new();
     let mut updated = 0;
     for path in &paths {
@@ -404,12 +407,12 @@ fn check_dir(dir: &str) {
         failures.push(format!("{name}:\n  {}", lines.join("\n  ")));
     }
     if updated > 0 {
-        eprintln!("updated {updated} snapshot(s) in tests/snapshots/{dir}");
+        eprintln!("updated {updated} snapshot(s) in core/tests/snapshots/{dir}");
     }
     assert!(
         failures.is_empty(),
-        "{} of {} snapshots in tests/snapshots/{dir} differ from what the code gives \
-         (UPDATE_SNAPSHOTS=1 cargo test --test snapshots writes the code's; review the diff):\n{}",
+        "{} of {} snapshots in core/tests/snapshots/{dir} differ from what the code gives \
+         (UPDATE_SNAPSHOTS=1 cargo test -p responses-core --test main snapshots:: writes the code's; review the diff):\n{}",
         failures.len(),
         paths.len(),
         failures.join("\n")
@@ -446,7 +449,7 @@ fn stream_snapshots() {
 }
 
 /// The malformed bodies of `tests/fixtures/bad_requests/` with the settings of
-/// `tests/e2e_bad_requests.rs`: the whole envelope each gets.
+/// `tests/e2e/bad_requests.rs`: the whole envelope each gets.
 #[test]
 fn bad_request_snapshots() {
     check_dir("bad_requests");

@@ -2,7 +2,7 @@
 //! its services and describes the ext_proc service from the descriptors build.rs makes from
 //! proto/ (and tonic-health's).
 
-mod common;
+use crate::common;
 
 use common::Processor;
 use prost::Message;

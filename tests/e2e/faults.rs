@@ -10,7 +10,7 @@
 //! config (`stream_idle_timeout: 300s` → 2 s, `message_timeout: 5s` → 1 s), so the file runs in
 //! well under a minute.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -897,7 +897,7 @@ async fn oversized_json_answer_gets_502() {
 
 /// Upstream errors keep their status and message, for JSON and stream requests alike (no
 /// stream has started when the error status arrives); a numeric code becomes its status's
-/// word (tests/e2e_upstream_errors.rs has every recorded server shape).
+/// word (tests/e2e/upstream_errors.rs has every recorded server shape).
 #[tokio::test]
 async fn upstream_429_and_500_keep_status_and_message() {
     let rate_limited = || {

@@ -1,5 +1,5 @@
-//! What the snapshot suites share (`tests/snapshots.rs`, `tests/answer_snapshots.rs`,
-//! `tests/request_pins.rs`): one switch to rewrite every expected file, `UPDATE_SNAPSHOTS=1`,
+//! What the snapshot suites share (`core/tests/snapshots.rs`, `core/tests/answer_snapshots.rs`,
+//! `core/tests/request_pins.rs`): one switch to rewrite every expected file, `UPDATE_SNAPSHOTS=1`,
 //! and a text pinned byte for byte in a file.
 
 /// Whether this run writes what the code gives instead of comparing (`UPDATE_SNAPSHOTS=1`).

@@ -1,7 +1,7 @@
 //! Proves the SSE stream translator (`translate::stream::StreamTranslator`) against recorded
 //! and handwritten upstream bodies (`tests/fixtures/streams/`, `tests/fixtures/upstream/`) by
-//! its properties; the exact events of each scenario are snapshots in `tests/snapshots/stream/`
-//! (run by `tests/snapshots.rs`):
+//! its properties; the exact events of each scenario are snapshots in
+//! `core/tests/snapshots/stream/` (run by `core/tests/snapshots.rs`):
 //!
 //! * the real captures say what their upstream frames say (an independent oracle);
 //! * every output obeys the stream rules ([`check`]): framing, schema, sequence numbers,
@@ -10,7 +10,7 @@
 //! * output bytes do not depend on how the upstream body is split into chunks (proptest);
 //! * frame and output caps end the stream cleanly, and nothing follows the terminal event.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
 

@@ -4,7 +4,7 @@
 //! service in the test that keeps a token budget per client. A client whose answers used up
 //! its tokens is refused with 429 (an error envelope); another client is not.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

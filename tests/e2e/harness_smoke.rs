@@ -3,7 +3,7 @@
 //! built-in demo upstream. In module mode (`tests/common/stack.rs`) the wiring tests run
 //! against `envoy/envoy-module.yaml` instead: other traffic passes as it does beside ext_proc.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

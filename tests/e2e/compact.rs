@@ -4,7 +4,7 @@
 //! envelopes, the request limits of /v1/responses hold, nothing raw reaches the upstream).
 //! openai-python's `responses.compact()` is driven in `e2e_clients.rs`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

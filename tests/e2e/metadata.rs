@@ -4,7 +4,7 @@
 //! model, the response id, the outcome and the token counts, for a JSON and a streamed answer
 //! and for a rejected request; and which operation it was (`create` or `compact`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

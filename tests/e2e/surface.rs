@@ -15,9 +15,9 @@
 //!
 //! The table is checked both ways against the generated paths, and cases.json against what
 //! the generator makes from the installed SDKs. Every response and event is read with the
-//! duplicate-key-refusing reader (tests/common/json.rs).
+//! duplicate-key-refusing reader (core/tests/common/json.rs).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;

@@ -18,7 +18,7 @@
 //! the real binary, spawned here (the harness' `Processor` always listens on TCP), with its
 //! stdout and stderr captured to a file.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,9 +2,9 @@
 //! (`stats_config.histogram_bucket_settings`, matched on the stat's full name): every shipped
 //! Envoy config of the module sets the buckets of the metrics schema
 //! (`responses_core::metrics`), for each histogram family under its metrics namespace. The
-//! processor registers the same buckets; `tests/e2e_metrics.rs` compares both exports.
+//! processor registers the same buckets; `tests/e2e/metrics.rs` compares both exports.
 
-mod common;
+use crate::common;
 
 use responses_core::metrics::{Kind, Metric};
 

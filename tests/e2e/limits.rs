@@ -14,7 +14,7 @@
 //! for the filter (it drains each piece into the core's bounded buffer): the caps are the only
 //! limits, and the same cases check them.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

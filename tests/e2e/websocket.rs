@@ -6,7 +6,7 @@
 //! connection limits and a drain on SIGTERM. openai-python's `responses.connect()` is driven
 //! in `e2e_clients.rs`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,10 +6,10 @@
 //! an error inside the Chat stream ends the client's stream with `response.failed` carrying
 //! the same code. The envelope keeps the upstream's `retry-after`, `retry-after-ms` and
 //! `x-ratelimit-*` headers (and no other of its headers); on the WebSocket transport the
-//! `error` event carries the same error and those headers as fields. tests/upstream_errors.rs
+//! `error` event carries the same error and those headers as fields. core/tests/upstream_errors.rs
 //! checks the same mapping without Envoy.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
