@@ -57,6 +57,12 @@ pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 
     ]
 }
 
+/// A header naming the model that answered, which OpenAI sends and Codex compares with the
+/// model it asked for (a difference is shown to the user as a reroute to a fallback model).
+/// A translated answer names the model asked for (see [`crate::model_map`]): an upstream's
+/// own is removed.
+const SERVED_MODEL_HEADER: &str = "openai-model";
+
 /// The answer's head when a stream is translated as it comes (`HeadStep::Stream`), or when a
 /// stream without a body is replaced whole (an event stream [`Answer`]): a translated answer
 /// is a 200 whatever 2xx the upstream chose.
@@ -65,10 +71,12 @@ pub const STREAM_HEAD_EDITS: &[HeaderEdit] = &[
     set("content-type", exchange::EVENT_STREAM),
     set("cache-control", "no-cache"),
     Remove("content-length"),
+    Remove(SERVED_MODEL_HEADER),
 ];
 
 /// The answer's head while its body is gathered (`HeadStep::Gather`): the length changes.
-pub const GATHER_HEAD_EDITS: &[HeaderEdit] = &[Remove("content-length")];
+pub const GATHER_HEAD_EDITS: &[HeaderEdit] =
+    &[Remove("content-length"), Remove(SERVED_MODEL_HEADER)];
 
 /// The answer's head when a translated answer replaces the upstream's whole: a stream's
 /// ([`STREAM_HEAD_EDITS`]), or the answer's status (200, whatever 2xx the upstream chose),

@@ -244,8 +244,10 @@ fn a_json_exchange_is_forwarded_gathered_and_answered() {
 
 /// The model map changes the Chat request's `model` only: the model header keeps the name
 /// asked for (routes and rate limits keyed on it), the upstream model header carries the
-/// name sent, and the answer, the summary (logs, metrics, traces) keep the name asked for,
-/// in JSON, in a stream and in a compaction alike. A name no entry matches passes as sent.
+/// name sent, and the answer (its `model`; no upstream `openai-model` header, which Codex
+/// compares with the name it asked for) and the summary (logs, metrics, traces) keep the name
+/// asked for, in JSON, in a stream and in a compaction alike. A name no entry matches passes
+/// as sent.
 #[test]
 fn the_model_map_renames_the_chat_model_only() {
     use crate::model_map::{ModelAlias, ModelMap};
@@ -303,7 +305,15 @@ fn the_model_map_renames_the_chat_model_only() {
         let answered = if stream {
             let chunk = json!({"model": sent, "choices": [{"index": 0,
                 "delta": {"content": "yo"}, "finish_reason": "stop"}]});
-            t.answer_head(2, "200", "text/event-stream", false);
+            let head = [
+                (":status", "200"),
+                ("content-type", "text/event-stream"),
+                ("openai-model", sent),
+            ];
+            let Action::OpenStream(edits) = t.answer_head_with(2, &head, false) else {
+                panic!("{case}: no stream")
+            };
+            assert!(removes(&edits, "openai-model"), "{case}");
             let Action::Send { bytes, .. } = t.answer(
                 3,
                 &[format!("data: {chunk}\n\ndata: [DONE]\n\n").as_bytes()],
@@ -323,7 +333,15 @@ fn the_model_map_renames_the_chat_model_only() {
         } else {
             let answer = json!({"model": sent, "choices": [{"index": 0, "finish_reason": "stop",
                 "message": {"content": "yo"}}]});
-            t.answer_head(2, "200", "application/json", false);
+            let head = [
+                (":status", "200"),
+                ("content-type", "application/json"),
+                ("openai-model", sent),
+            ];
+            let Action::ReadBody(edits) = t.answer_head_with(2, &head, false) else {
+                panic!("{case}: not gathered")
+            };
+            assert!(removes(&edits, "openai-model"), "{case}");
             let Action::Answer { answer: a, .. } =
                 t.answer(3, &[answer.to_string().as_bytes()], true)
             else {
