@@ -81,7 +81,8 @@ impl ModelMap {
             }
         }
         // Prefixes are distinct: no two of the same length can both match one name.
-        map.patterns.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        map.patterns
+            .sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         map
     }
 
