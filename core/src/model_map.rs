@@ -14,8 +14,8 @@
 //! - a name no entry matches is sent as the client wrote it.
 //!
 //! Only the Chat request's `model` changes: the model header, the metrics, traces and logs,
-//! and the `model` of the answer keep the requested name ([`crate::exchange::Settings`] sets a
-//! second header to the mapped one).
+//! and the `model` of the answer keep the requested name; a second header carries the mapped
+//! one ([`crate::exchange::UpstreamRequest::model_headers`]).
 
 use std::collections::HashMap;
 use std::fmt;
