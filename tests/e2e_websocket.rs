@@ -194,6 +194,78 @@ async fn a_model_that_cannot_be_a_header_is_refused_and_the_socket_goes_on() {
     completed(&mut ws).await;
 }
 
+/// The model map on the WebSocket: each response's Chat request names the mapped model (a
+/// name the map does not match passes unchanged), every event names the model asked for, and
+/// a continuation too. Through Envoy the transport's Chat request loses its model headers
+/// (it comes back through the listener as a client's does: docs/websocket.md); sent straight
+/// to the upstream, as from a listener of the processor's own, it carries both, the name
+/// asked for and the name sent, as the HTTP path does.
+#[tokio::test]
+async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one() {
+    let demo = common::RecordingDemo::start();
+    let args = ["--model-map", "gpt-5.4=qwen3-coder,gpt-*=qwen3"];
+    let stack = Stack::with_websocket(demo.port(), &args);
+    let mut ws = connect(&stack).await;
+    let mut previous = None;
+    for (asked, sent) in [
+        ("gpt-5.4", "qwen3-coder"),
+        ("gpt-5.4", "qwen3-coder"),
+        ("gpt-4o", "qwen3"),
+        ("m", "m"),
+    ] {
+        let mut body = json!({"model": asked, "input": "hi"});
+        if let Some(id) = previous.take() {
+            body["previous_response_id"] = json!(id);
+        }
+        ask(&mut ws, body).await;
+        let events = response(&mut ws).await;
+        assert_eq!(last_response(&events)["status"], "completed", "{events:?}");
+        let models: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| e.get("response").map(|r| &r["model"]))
+            .collect();
+        assert!(
+            models.len() >= 2 && models.iter().all(|m| *m == asked),
+            "{models:?}"
+        );
+        previous = last_response(&events)["id"].as_str().map(str::to_owned);
+        let request = demo.requests().pop().expect("a Chat request");
+        assert_eq!(request.json()["model"], sent, "{asked}");
+        assert_eq!(
+            request.header("x-responses-model"),
+            None,
+            "removed by Envoy"
+        );
+        assert_eq!(request.header("x-responses-upstream-model"), None);
+    }
+
+    // The processor's own Chat request, sent straight to the upstream.
+    let ws_port = common::free_port();
+    let ws_listen = format!("127.0.0.1:{ws_port}");
+    let ws_upstream = format!("http://127.0.0.1:{}", demo.port());
+    let processor = common::Processor::start(&[
+        "--ws-listen",
+        &ws_listen,
+        "--ws-upstream",
+        &ws_upstream,
+        args[0],
+        args[1],
+    ]);
+    let (mut direct, _) =
+        tokio_tungstenite::connect_async(format!("ws://{ws_listen}/v1/responses"))
+            .await
+            .expect("the processor's WebSocket listener");
+    for (asked, sent) in [("gpt-5.4", "qwen3-coder"), ("llama", "llama")] {
+        ask(&mut direct, json!({"model": asked, "input": "hi"})).await;
+        completed(&mut direct).await;
+        let request = demo.requests().pop().expect("a Chat request");
+        assert_eq!(request.json()["model"], sent);
+        assert_eq!(request.header("x-responses-model"), Some(asked));
+        assert_eq!(request.header("x-responses-upstream-model"), Some(sent));
+    }
+    drop(processor);
+}
+
 #[tokio::test]
 async fn unknown_and_evicted_ids_are_previous_response_not_found() {
     let upstream = ScriptedUpstream::with_replies([

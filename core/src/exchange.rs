@@ -49,6 +49,8 @@ pub const DEFAULT_RESPONSES_PATH: &str = "/v1/responses";
 pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
 /// Default of `model_header`.
 pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
+/// Default of `upstream_model_header`.
+pub const DEFAULT_UPSTREAM_MODEL_HEADER: &str = "x-responses-upstream-model";
 /// Default of `max_body_bytes`: 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 
@@ -60,8 +62,12 @@ pub struct Settings {
     pub responses_path: String,
     /// The upstream path of translated requests (`/v1/chat/completions`).
     pub chat_path: String,
-    /// Request header set to the model name, so that routes can match on it (lowercase).
+    /// Request header set to the model name the client asked for, so that routes can match
+    /// on it (lowercase).
     pub model_header: String,
+    /// Request header set to the model name the Chat request carries: the model map's for
+    /// the requested one, else the requested one (lowercase).
+    pub upstream_model_header: String,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
     /// Which reasoning event names each client gets (`options.reasoning_events` is only the
@@ -77,6 +83,7 @@ impl Default for Settings {
             responses_path: DEFAULT_RESPONSES_PATH.to_owned(),
             chat_path: DEFAULT_CHAT_PATH.to_owned(),
             model_header: DEFAULT_MODEL_HEADER.to_owned(),
+            upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.to_owned(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             reasoning_events: ReasoningEventsPolicy::default(),
             options: Options::default(),
@@ -175,8 +182,27 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct UpstreamRequest {
     pub body: Bytes,
+    /// The model the client asked for (the model header's value).
     pub model: String,
+    /// The model the Chat body names: the model map's name for `model`, else `model` (the
+    /// upstream model header's value).
+    pub chat_model: String,
     pub stream: bool,
+}
+
+impl UpstreamRequest {
+    /// The model headers of the Chat request, `(name, value)`: the requested name for routes
+    /// and rate limits keyed on what clients ask for, the name sent for those keyed on the
+    /// upstream's. Every transport sets both.
+    pub fn model_headers<'a>(&'a self, settings: &'a Settings) -> [(&'a str, &'a str); 2] {
+        [
+            (settings.model_header.as_str(), self.model.as_str()),
+            (
+                settings.upstream_model_header.as_str(),
+                self.chat_model.as_str(),
+            ),
+        ]
+    }
 }
 
 #[derive(Debug)]
@@ -608,9 +634,11 @@ impl Exchange {
                 self.summary.model = Some(t.plan.model().to_owned());
                 self.summary.stream = t.plan.is_stream();
                 self.summary.params = t.plan.params();
+                let model = t.plan.model().to_owned();
                 let up = UpstreamRequest {
                     body: t.body,
-                    model: t.plan.model().to_owned(),
+                    chat_model: t.chat_model.unwrap_or_else(|| model.clone()),
+                    model,
                     stream: t.plan.is_stream(),
                 };
                 self.state = State::Forwarded(Box::new(t.plan));

@@ -19,6 +19,7 @@ pub mod fault;
 pub mod life;
 pub mod metadata;
 pub mod metrics;
+pub mod model_map;
 pub mod openresponses;
 pub mod request_encoding;
 pub mod settings;
