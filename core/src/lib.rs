@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod call;
 pub mod chat;
 pub mod client;
 pub mod connection;

@@ -198,8 +198,8 @@ impl<E: Environment> Filter<E> {
                 }
                 true
             }
-            Action::Send { bytes, .. } => {
-                host.append_body(side, &bytes);
+            Action::Send { events, .. } => {
+                host.append_body(side, &events);
                 true
             }
             Action::Answer { edits, answer } => {

@@ -23,16 +23,15 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     body_mutation::Mutation, common_response::ResponseStatus, processing_request::Request,
-    processing_response, BodyMutation, CommonResponse, HttpHeaders, ProcessingRequest,
-    ProcessingResponse,
+    BodyMutation, CommonResponse, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
-use crate::traces::{self, ExchangeSpan, Transport};
+use crate::traces::{ExchangeSpan, Transport};
 use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
-use responses_core::exchange::{self, ErrorReply};
+use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
 use responses_core::metadata;
 use responses_core::openresponses::Code;
@@ -93,6 +92,9 @@ pub struct Session<E = System> {
     request_id: String,
     /// The exchange's span, when traces are on.
     trace: Trace,
+    /// The JSON object that stands for the answer sent last (a response, or a stream's last
+    /// event), kept only while the span records content (`--trace-content`).
+    last_answer: Option<bytes::Bytes>,
 }
 
 /// The exchange's span: the caller's context until the exchange is ours, then the span,
@@ -115,6 +117,7 @@ impl<E: Environment> Session<E> {
             driver,
             request_id: String::new(),
             trace: Trace::Off,
+            last_answer: None,
         }
     }
 
@@ -229,7 +232,20 @@ impl<E: Environment> Session<E> {
     }
 
     /// The driver's action as the answer to a message.
-    fn carry(&self, at: Message, action: Action) -> Vec<ProcessingResponse> {
+    fn carry(&mut self, at: Message, action: Action) -> Vec<ProcessingResponse> {
+        if let Trace::Open(span) = &self.trace {
+            if span.wants_content() {
+                match &action {
+                    Action::Send { events, .. } => {
+                        if let Some(last) = events.last() {
+                            self.last_answer = Some(last);
+                        }
+                    }
+                    Action::Answer { answer, .. } => self.last_answer = answer.body.last_object(),
+                    _ => {}
+                }
+            }
+        }
         let (common, mode) = match action {
             Action::Reply { error, cause } => return vec![self.reply(&error, cause)],
             // Envoy resets a stream whose head went out when it is answered this way.
@@ -278,19 +294,23 @@ impl<E: Environment> Session<E> {
                 )
             }
             // The stream's last events, then the trailers.
-            Action::Send { bytes, .. } if at == Message::ResponseTrailers => {
+            Action::Send { events, .. } if at == Message::ResponseTrailers => {
                 return vec![
-                    msg::streamed_body(Vec::from(bytes), true),
+                    msg::streamed_body(Vec::from(events.into_bytes()), true),
                     msg::response_trailers(),
                 ]
             }
-            Action::Send { bytes, end }
+            Action::Send { events, end }
                 if matches!(at, Message::ResponseBody | Message::Failure) =>
             {
-                return vec![self.stream_bytes(bytes, end)]
+                return vec![self.stream_bytes(events.into_bytes(), end)]
             }
-            Action::Send { bytes, .. } => (
-                msg::common(Headers::default(), Some(Vec::from(bytes)), false),
+            Action::Send { events, .. } => (
+                msg::common(
+                    Headers::default(),
+                    Some(Vec::from(events.into_bytes())),
+                    false,
+                ),
                 None,
             ),
             // A trailers answer cannot carry a body: the answer goes as Envoy's reply.
@@ -299,15 +319,18 @@ impl<E: Environment> Session<E> {
             {
                 return vec![msg::immediate(
                     answer.status,
-                    answer.content_type,
-                    Vec::from(answer.body),
+                    answer.body.content_type(),
+                    answer.body.to_vec(),
                     Cause::Answer.details(),
                 )]
             }
-            Action::Answer { edits, answer } => (
-                msg::common(headers(edits), Some(Vec::from(answer.body)), false),
-                None,
-            ),
+            Action::Answer { edits, answer } => {
+                let body = match answer.body {
+                    Body::Json(bytes) => Vec::from(bytes),
+                    Body::Events(events) => Vec::from(events.into_bytes()),
+                };
+                (msg::common(headers(edits), Some(body), false), None)
+            }
         };
         vec![wrap(at, common, mode)]
     }
@@ -354,18 +377,10 @@ impl<E: Environment> Session<E> {
                 code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
                 "answer translated"
             );
+            if let (Trace::Open(span), Some(answer)) = (&mut self.trace, self.last_answer.take()) {
+                span.record_answer(&answer);
+            }
             if let Some(last) = last {
-                if let Trace::Open(span) = &mut self.trace {
-                    if let (true, Some(body)) = (span.wants_content(), answer_body(last)) {
-                        // A stream's last bytes: its terminal event holds the response.
-                        let answer = if body.first() == Some(&b'{') {
-                            body
-                        } else {
-                            traces::terminal_event(body)
-                        };
-                        span.record_answer(answer);
-                    }
-                }
                 last.dynamic_metadata = Some(metadata(s));
             }
         }
@@ -437,22 +452,6 @@ fn wrap(at: Message, mut c: CommonResponse, mode: Option<ProcessingMode>) -> Pro
         Message::ResponseBody | Message::ResponseTrailers | Message::Failure => {
             msg::response_body(c)
         }
-    }
-}
-
-/// The body an answer gives the client: an immediate response's, or a body mutation's.
-fn answer_body(answer: &ProcessingResponse) -> Option<&[u8]> {
-    use processing_response::Response as R;
-    let common = match answer.response.as_ref()? {
-        R::ImmediateResponse(i) => return Some(&i.body),
-        R::RequestHeaders(h) | R::ResponseHeaders(h) => h.response.as_ref()?,
-        R::RequestBody(b) | R::ResponseBody(b) => b.response.as_ref()?,
-        _ => return None,
-    };
-    match common.body_mutation.as_ref()?.mutation.as_ref()? {
-        Mutation::Body(b) => Some(b),
-        Mutation::StreamedResponse(s) => Some(&s.body),
-        _ => None,
     }
 }
 
