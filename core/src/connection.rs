@@ -98,6 +98,8 @@ pub enum Event {
     /// A response's last message (its terminal event, or its error), for hosts that record
     /// content.
     Answer(Bytes),
+    /// The connection is open (told first, once).
+    Opened,
     /// The connection ended: the close code sent (or received), and why, once.
     Closed {
         code: CloseCode,
@@ -153,6 +155,8 @@ pub struct Connection<E = System> {
     read_failed: bool,
     /// The time of the input being handled.
     now: Instant,
+    /// [`Event::Closed`] was told.
+    told_closed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,7 +287,8 @@ impl<E: Environment> Connection<E> {
             next_call: 0,
             out: BytesMut::new(),
             calls: VecDeque::new(),
-            events: VecDeque::new(),
+            events: VecDeque::from([Event::Opened]),
+            told_closed: false,
             writable: true,
             unread: 0,
             record_content: false,
@@ -491,10 +496,7 @@ impl<E: Environment> Connection<E> {
         }
         self.cut(now);
         self.phase = Phase::Closed;
-        self.events.push_back(Event::Closed {
-            code: CloseCode(1006),
-            reason: "transport closed",
-        });
+        self.tell_closed(CloseCode(1006), "transport closed");
     }
 
     // ---- outputs ----
@@ -529,6 +531,15 @@ impl<E: Environment> Connection<E> {
     /// The next thing that happened, once each; poll after each input until `None`. A
     /// response's events count its time in the core until their poll, as the driver's do.
     pub fn poll_event(&mut self, now: Instant) -> Option<Event> {
+        // What was told before the response's life (its message, the last one's answer)
+        // comes first; the connection's close last.
+        if self
+            .events
+            .front()
+            .is_some_and(|e| !matches!(e, Event::Closed { .. }))
+        {
+            return self.events.pop_front();
+        }
         if let Some(life) = self.life.as_mut() {
             let summary = match &self.turn {
                 Some(turn) => Some(turn.exchange.summary()),
@@ -582,10 +593,7 @@ impl<E: Environment> Connection<E> {
                     .unwrap_or(CloseCode::NORMAL);
                 self.frame(&encode::close(code, ""));
                 self.phase = Phase::Closed;
-                self.events.push_back(Event::Closed {
-                    code,
-                    reason: "closed by the client",
-                });
+                self.tell_closed(code, "closed by the client");
                 return;
             }
         }
@@ -656,10 +664,10 @@ impl<E: Environment> Connection<E> {
             Queued::Text(text) => text,
         };
         self.queued_bytes -= text.len();
+        self.flush_life(now);
         if self.record_content {
             self.events.push_back(Event::Message(text.clone()));
         }
-        self.flush_life(now);
         let mut life = Life::default();
         life.enter(now);
         let meta = Meta {
@@ -1035,7 +1043,14 @@ impl<E: Environment> Connection<E> {
         self.phase = Phase::Closing {
             deadline: now + CLOSE_LINGER,
         };
-        self.events.push_back(Event::Closed { code, reason });
+        self.tell_closed(code, reason);
+    }
+
+    fn tell_closed(&mut self, code: CloseCode, reason: &'static str) {
+        if !self.told_closed {
+            self.told_closed = true;
+            self.events.push_back(Event::Closed { code, reason });
+        }
     }
 
     fn is_idle(&self) -> bool {
@@ -1096,10 +1111,7 @@ impl<E: Environment> Connection<E> {
                 "client too slow",
             ));
             self.phase = Phase::Closed;
-            self.events.push_back(Event::Closed {
-                code: CloseCode::POLICY_VIOLATION,
-                reason: "client too slow",
-            });
+            self.tell_closed(CloseCode::POLICY_VIOLATION, "client too slow");
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod environment;
 pub mod exchange;
 pub mod fault;
 pub mod life;
+pub mod log;
 pub mod metadata;
 pub mod metrics;
 pub mod openresponses;

@@ -29,12 +29,13 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
+use crate::logs;
 use crate::traces::{ExchangeSpan, Transport};
 use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
+use responses_core::log;
 use responses_core::metadata;
-use responses_core::openresponses::Code;
 
 pub use responses_core::environment::{Environment, System};
 
@@ -70,6 +71,9 @@ pub const HEADERS_READ: [&str; 12] = [
 
 /// The prefixes of the other headers the processor reads: an answer's `x-ratelimit-*`.
 pub const HEADER_PREFIXES_READ: [&str; 1] = [responses_core::upstream_failure::KEPT_HEADER_PREFIX];
+
+/// The transport field of this adapter's log lines.
+const TRANSPORT: &str = "ext_proc";
 
 /// The message an answer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,14 +273,8 @@ impl<E: Environment> Session<E> {
                 (msg::common(headers(edits), None, false), mode)
             }
             Action::Forward { edits, request } => {
-                tracing::info!(
-                    request_id = %self.request_id,
-                    response_id = self.driver.summary().and_then(|s| s.response_id.as_deref()).unwrap_or(""),
-                    model = %request.model,
-                    stream = request.stream,
-                    body_bytes = request.body.len(),
-                    "translated request"
-                );
+                let line = log::forwarded(self.driver.summary(), &request);
+                logs::emit(&line, TRANSPORT, &self.request_id);
                 if self.settings.log_content {
                     log_content(&self.request_id, "upstream request", &request.body);
                 }
@@ -360,23 +358,8 @@ impl<E: Environment> Session<E> {
     /// it is recorded on its span (the metrics have it from its event).
     fn finished(&mut self, f: &Finished, last: Option<&mut ProcessingResponse>) {
         let s = &f.summary;
-        if f.cut {
-            // The client got a cut answer (or none).
-            tracing::info!(
-                request_id = %self.request_id,
-                "exchange ended by Envoy before its answer was complete \
-                 (client disconnected, upstream reset or timeout)"
-            );
-        } else {
-            tracing::info!(
-                request_id = %self.request_id,
-                response_id = s.response_id.as_deref().unwrap_or(""),
-                operation = s.operation.as_str(),
-                stream = s.stream,
-                outcome = ?s.outcome,
-                code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
-                "answer translated"
-            );
+        logs::emit(&log::finished(f), TRANSPORT, &self.request_id);
+        if !f.cut {
             if let (Trace::Open(span), Some(answer)) = (&mut self.trace, self.last_answer.take()) {
                 span.record_answer(&answer);
             }
@@ -405,21 +388,8 @@ impl<E: Environment> Session<E> {
 
     /// An error envelope as Envoy's reply, in place of the request or of the upstream's answer.
     fn reply(&self, error: &ErrorReply, cause: Cause) -> ProcessingResponse {
-        let code = error.error.code.as_ref().map(Code::as_str).unwrap_or("");
-        match cause {
-            Cause::Request => tracing::info!(
-                request_id = %self.request_id,
-                status = error.status(),
-                code,
-                "rejected request"
-            ),
-            Cause::Answer => tracing::warn!(
-                request_id = %self.request_id,
-                status = error.status(),
-                code,
-                "answered with an error envelope"
-            ),
-        }
+        let line = log::replied(error, cause == Cause::Request);
+        logs::emit(&line, TRANSPORT, &self.request_id);
         let kept = error
             .headers
             .iter()

@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use responses_core::call::{CallAction, CallId};
@@ -31,9 +32,13 @@ use responses_core::connection::{Connection, Event, Limits};
 use responses_core::environment::System;
 use responses_core::exchange::Settings;
 use responses_core::life;
+use responses_core::log;
 use responses_core::openresponses::{ApiError, Code, ErrorCode};
 use responses_core::websocket::handshake::{self, Version};
 use upstream::{Upstream, UpstreamEvent};
+
+/// The transport field of this adapter's log lines.
+const TRANSPORT: &str = "websocket";
 
 /// The socket's read buffer.
 const READ_BUFFER_BYTES: usize = 16 * 1024;
@@ -195,6 +200,9 @@ where
         |name| lookup(&handshake, "GET", name),
         opened,
     );
+    let request_id = lookup(&handshake, "GET", "x-request-id")
+        .unwrap_or_default()
+        .to_owned();
     let traced = settings.traces.as_ref().is_some_and(|t| t.wants_content());
     conn.record_content(settings.log_content || traced);
     // With tracing on, each response's span continues the handshake's trace (Envoy's span
@@ -210,10 +218,8 @@ where
         span: None,
         message: None,
         log_content: settings.log_content,
+        request_id: request_id.clone(),
     };
-    if let Some(m) = &telemetry.metrics {
-        m.websocket_connections().inc();
-    }
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
     let mut call: Option<InFlight> = None;
@@ -225,19 +231,13 @@ where
                 conn.closed(Instant::now());
             }
         }
+        // Told first: a response's span is open before its call carries its context.
+        telemetry.tell(&mut conn);
         while let Some(action) = conn.poll_call() {
             match action {
                 CallAction::Start(c) => {
-                    tracing::info!(
-                        transport = "websocket",
-                        response_id = conn
-                            .exchange()
-                            .and_then(|e| e.summary().response_id.as_deref())
-                            .unwrap_or(""),
-                        model = %c.model,
-                        body_bytes = c.body.len(),
-                        "translated request"
-                    );
+                    let summary = conn.exchange().map(|e| e.summary());
+                    logs::emit(&log::called(summary, &c), TRANSPORT, &request_id);
                     if settings.log_content {
                         log_content("upstream request", &c.body);
                     }
@@ -261,7 +261,6 @@ where
                 }
             }
         }
-        telemetry.tell(&mut conn);
         if conn.is_closed() {
             let _ = writer.shutdown().await;
             break;
@@ -318,9 +317,6 @@ where
             }
         }
     }
-    if let Some(m) = &telemetry.metrics {
-        m.websocket_connections().dec();
-    }
     tracing::debug!(
         seconds = opened.elapsed().as_secs(),
         "WebSocket connection closed"
@@ -351,13 +347,19 @@ struct Telemetry {
     /// The message of the response in flight (content recorded).
     message: Option<bytes::Bytes>,
     log_content: bool,
+    /// The handshake's `x-request-id`, for logs.
+    request_id: String,
 }
 
 impl Telemetry {
     fn tell<E: responses_core::environment::Environment>(&mut self, conn: &mut Connection<E>) {
         let now = Instant::now();
         while let Some(event) = conn.poll_event(now) {
+            if let Some(m) = &self.metrics {
+                m.tell_socket(&event);
+            }
             match event {
+                Event::Opened => {}
                 Event::Message(text) => {
                     if self.log_content {
                         log_content("client message", &text);
@@ -365,13 +367,9 @@ impl Telemetry {
                     self.message = Some(text);
                 }
                 Event::Refused { status, code } => {
+                    let line = log::refused_message(status, code.as_ref());
+                    logs::emit(&line, TRANSPORT, &self.request_id);
                     let code = code.as_ref().map(Code::as_str);
-                    tracing::info!(
-                        transport = "websocket",
-                        status,
-                        code = code.unwrap_or(""),
-                        "rejected message"
-                    );
                     // Not a response: its span says why, and nothing is recorded.
                     if let Some(mut refused) = self.open_span(Duration::ZERO) {
                         if let Some(text) = self.message.take() {
@@ -380,7 +378,7 @@ impl Telemetry {
                         refused.refused(status, code, &Timing::default());
                     }
                 }
-                Event::Response(event) => self.response(conn, event),
+                Event::Response(event) => self.response(event),
                 Event::Answer(last) => {
                     if let Some(span) = self.span.as_mut().filter(|s| s.wants_content()) {
                         span.record_answer(&last);
@@ -393,10 +391,7 @@ impl Telemetry {
         }
     }
 
-    fn response<E>(&mut self, conn: &Connection<E>, event: life::Event) {
-        if let Some(m) = &self.metrics {
-            m.tell(&event);
-        }
+    fn response(&mut self, event: life::Event) {
         match event {
             life::Event::Claimed { elapsed } => {
                 self.span = self.open_span(elapsed);
@@ -407,26 +402,10 @@ impl Telemetry {
                 }
             }
             life::Event::Finished(f) => {
-                let s = &f.summary;
-                if f.cut {
-                    tracing::info!(
-                        transport = "websocket",
-                        "response ended before its answer was complete (the connection closed)"
-                    );
-                } else {
-                    tracing::info!(
-                        transport = "websocket",
-                        response_id = s.response_id.as_deref().unwrap_or(""),
-                        status = s.status.unwrap_or_default(),
-                        outcome = s.outcome.as_str(),
-                        code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
-                        "answer translated"
-                    );
-                }
+                logs::emit(&log::finished(&f), TRANSPORT, &self.request_id);
                 if let Some(span) = self.span.take() {
-                    span.finish(s, &f.timing);
+                    span.finish(&f.summary, &f.timing);
                 }
-                let _ = conn;
             }
             life::Event::StreamOpened
             | life::Event::StreamClosed

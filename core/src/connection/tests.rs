@@ -1061,6 +1061,7 @@ fn the_rest_of_an_upstream_body_after_the_terminal_event_is_not_read() {
 #[test]
 fn each_response_is_told_once_with_its_time() {
     let mut c = Client::new();
+    assert!(matches!(&c.events()[..], [Event::Opened]));
     // A refused message is not a response.
     c.send(b"{}");
     c.received();
