@@ -95,13 +95,13 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
     let check_reply = |r: &Reply| match r {
         Reply::Answer(a) if compact => {
             // A compaction is one JSON object, never a stream.
-            assert_eq!((a.status, a.content_type), (200, "application/json"));
+            assert_eq!((a.status, a.body.content_type()), (200, "application/json"));
             let v: serde_json::Value = serde_json::from_slice(&a.body).expect("JSON");
             assert_eq!(v["object"], "response.compaction");
         }
         Reply::Answer(a) => {
             assert_eq!(a.status, 200);
-            if a.content_type == "text/event-stream" {
+            if a.body.content_type() == "text/event-stream" {
                 let text = std::str::from_utf8(&a.body).expect("UTF-8 events");
                 assert!(text.starts_with("event: ") && text.ends_with("data: [DONE]\n\n"));
             } else {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::client::{self, ReasoningEventsPolicy};
-use crate::openresponses::{ApiError, Code, ErrorCode, Usage};
+use crate::openresponses::{ApiError, Code, ErrorCode, Events, Usage};
 use crate::request_encoding::{self, Decoder};
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
@@ -118,8 +118,50 @@ pub enum Reply {
 pub struct Answer {
     /// 200, whatever 2xx the upstream chose.
     pub status: u16,
-    pub content_type: &'static str,
-    pub body: Bytes,
+    pub body: Body,
+}
+
+/// The body of a whole answer, as it is framed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// One JSON object: a response, a compaction.
+    Json(Bytes),
+    /// A whole event stream (one that ended as soon as it began).
+    Events(Events),
+}
+
+/// The body's bytes.
+impl std::ops::Deref for Body {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl Body {
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            Body::Json(_) => JSON,
+            Body::Events(_) => EVENT_STREAM,
+        }
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        match self {
+            Body::Json(b) => b,
+            Body::Events(e) => e.bytes(),
+        }
+    }
+
+    /// The JSON object that stands for the answer: the object itself, or a stream's last
+    /// (terminal) event (`--trace-content` records it).
+    pub fn last_object(&self) -> Option<Bytes> {
+        match self {
+            Body::Json(b) => Some(b.clone()),
+            Body::Events(e) => e.last(),
+        }
+    }
 }
 
 /// An error envelope: its JSON body, its error for transports that frame it their own way
@@ -165,14 +207,14 @@ impl Reply {
 
     pub fn content_type(&self) -> &'static str {
         match self {
-            Reply::Answer(a) => a.content_type,
+            Reply::Answer(a) => a.body.content_type(),
             Reply::Error(e) => e.content_type(),
         }
     }
 
     pub fn body(&self) -> &Bytes {
         match self {
-            Reply::Answer(a) => &a.body,
+            Reply::Answer(a) => a.body.bytes(),
             Reply::Error(e) => &e.body,
         }
     }
@@ -236,8 +278,8 @@ pub enum HeadStep {
 
 #[derive(Debug)]
 pub enum BodyStep {
-    /// Streaming: send these bytes now (possibly none).
-    Send(Bytes),
+    /// Streaming: send these events now (possibly none).
+    Send(Events),
     /// Gathering: nothing to send yet.
     Hold,
     /// The answer, complete: send this instead of the upstream's.
@@ -249,7 +291,7 @@ pub enum AbortStep {
     /// Nothing was sent to the client yet: answer with this envelope.
     Reply(ErrorReply),
     /// A stream is open: its last events (`error`, `response.failed`, `[DONE]`).
-    Send(Bytes),
+    Send(Events),
     /// The exchange had already ended.
     Nothing,
 }
@@ -727,7 +769,7 @@ impl Exchange {
                 let mut out = translator.push(chunk, now);
                 if end {
                     let last = translator.finish(now);
-                    out = concat(out, last);
+                    out = out.concat(last);
                 }
                 self.summary.streamed_output |= translator.has_output();
                 if translator.is_done() {
@@ -766,7 +808,7 @@ impl Exchange {
             }
             // The upstream goes on after its terminal event (or after a cap ended the
             // stream): dropped, the client's stream is complete.
-            State::StreamEnded => BodyStep::Send(Bytes::new()),
+            State::StreamEnded => BodyStep::Send(Events::default()),
             _ => BodyStep::Reply(Reply::Error(self.fail(Fault::BodyWithoutHead.error()))),
         }
     }
@@ -836,7 +878,7 @@ impl Exchange {
                     self.summary.usage = out.usage;
                     self.summary.upstream_model = out.upstream_model;
                     self.summary.finish_reason = out.finish_reason;
-                    self.translated(200, JSON, out.body)
+                    self.translated(200, out.body)
                 }
                 Err(err) => Reply::Error(self.fail(err)),
             },
@@ -845,7 +887,7 @@ impl Exchange {
                     self.summary.usage = out.usage;
                     self.summary.upstream_model = out.upstream_model;
                     self.summary.finish_reason = out.finish_reason;
-                    self.translated(200, JSON, out.body)
+                    self.translated(200, out.body)
                 }
                 Err(err) => Reply::Error(self.fail(err)),
             },
@@ -860,7 +902,7 @@ impl Exchange {
                 self.summary.upstream_model = folded.report.upstream_model;
                 self.summary.finish_reason = folded.report.finish_reason;
                 match folded.report.error {
-                    None => self.translated(200, JSON, folded.body),
+                    None => self.translated(200, folded.body),
                     Some(e) => {
                         let status = upstream_failure::folded_status(&e.code);
                         Reply::Error(self.fail(ApiError::server(status, e.code, e.message)))
@@ -880,23 +922,21 @@ impl Exchange {
         }
     }
 
-    fn translated(&mut self, status: u16, content_type: &'static str, body: Bytes) -> Reply {
+    fn translated(&mut self, status: u16, body: Bytes) -> Reply {
         self.summary.outcome = Outcome::Translated;
         self.summary.status = Some(status);
         Reply::Answer(Answer {
             status,
-            content_type,
-            body,
+            body: Body::Json(body),
         })
     }
 
     /// A stream that ends at once (no body): its events as one reply.
-    fn finish_stream(&mut self, translator: &StreamTranslator, body: Bytes) -> Reply {
+    fn finish_stream(&mut self, translator: &StreamTranslator, events: Events) -> Reply {
         self.note_stream_end(translator);
         Reply::Answer(Answer {
             status: 200,
-            content_type: EVENT_STREAM,
-            body,
+            body: Body::Events(events),
         })
     }
 
@@ -914,20 +954,6 @@ impl Exchange {
             None => self.summary.outcome = Outcome::Translated,
         }
     }
-}
-
-/// `a` then `b`, copied only if both hold bytes.
-pub(crate) fn concat(a: Bytes, b: Bytes) -> Bytes {
-    if a.is_empty() {
-        return b;
-    }
-    if b.is_empty() {
-        return a;
-    }
-    let mut out = BytesMut::with_capacity(a.len() + b.len());
-    out.extend_from_slice(&a);
-    out.extend_from_slice(&b);
-    out.freeze()
 }
 
 fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {

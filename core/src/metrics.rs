@@ -24,6 +24,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::connection;
 use crate::exchange::{Outcome, Summary};
 use crate::life::{Event, Timing};
 use crate::openresponses::{Code, Usage};
@@ -79,10 +80,13 @@ pub mod label {
     pub const RESPONSE_MODEL: &str = "gen_ai_response_model";
     /// `input`, `output`, `cached` or `reasoning`.
     pub const TOKEN_TYPE: &str = "gen_ai_token_type";
+    /// A WebSocket close code (`1000`, `1001`, ...; `1006`: the transport ended without one).
+    pub const CLOSE_CODE: &str = "code";
 }
 
 use label::{
-    CAP, ERROR_CODE, OPERATION, OUTCOME, REQUEST_MODEL, RESPONSE_MODEL, STREAM, TOKEN_TYPE,
+    CAP, CLOSE_CODE, ERROR_CODE, OPERATION, OUTCOME, REQUEST_MODEL, RESPONSE_MODEL, STREAM,
+    TOKEN_TYPE,
 };
 
 /// A request's times, in milliseconds (5 ms to 10 minutes).
@@ -165,6 +169,24 @@ const STREAMS_IN_FLIGHT: Family = Family {
     buckets: &[],
 };
 
+const WEBSOCKET_CONNECTIONS: Family = Family {
+    name: "websocket_connections",
+    kind: Kind::Gauge,
+    unit: "{connection}",
+    help: "WebSocket connections open now.",
+    labels: &[],
+    buckets: &[],
+};
+const WEBSOCKET_CLOSES: Family = Family {
+    name: "websocket_closes_total",
+    kind: Kind::Counter,
+    unit: "{connection}",
+    help:
+        "WebSocket connections that ended, by close code (1006: the transport ended without one).",
+    labels: &[CLOSE_CODE],
+    buckets: &[],
+};
+
 /// Every family of the schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Metric {
@@ -176,11 +198,13 @@ pub enum Metric {
     TimePerOutputToken,
     Translation,
     StreamsInFlight,
+    WebsocketConnections,
+    WebsocketCloses,
 }
 
 impl Metric {
     /// Every metric, in declaration order: `Metric::ALL[m.index()] == m`.
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 10] = [
         Metric::Exchanges,
         Metric::CapsHit,
         Metric::Tokens,
@@ -189,6 +213,8 @@ impl Metric {
         Metric::TimePerOutputToken,
         Metric::Translation,
         Metric::StreamsInFlight,
+        Metric::WebsocketConnections,
+        Metric::WebsocketCloses,
     ];
 
     pub fn family(self) -> &'static Family {
@@ -201,6 +227,8 @@ impl Metric {
             Metric::TimePerOutputToken => &TIME_PER_OUTPUT_TOKEN,
             Metric::Translation => &TRANSLATION,
             Metric::StreamsInFlight => &STREAMS_IN_FLIGHT,
+            Metric::WebsocketConnections => &WEBSOCKET_CONNECTIONS,
+            Metric::WebsocketCloses => &WEBSOCKET_CLOSES,
         }
     }
 
@@ -227,6 +255,39 @@ pub fn record(rec: &mut impl Recorder, labels: &Labels, event: &Event) {
         Event::StreamClosed => rec.gauge_add(Metric::StreamsInFlight, -1),
         Event::Finished(f) => finished(rec, labels, &f.summary, &f.timing),
         Event::Claimed { .. } | Event::FirstOutput { .. } => {}
+    }
+}
+
+/// Records what a WebSocket connection told: its opening and its close (the gauge of
+/// connections, closes by code), and each response's life as [`record`] does.
+pub fn record_socket(rec: &mut impl Recorder, labels: &Labels, event: &connection::Event) {
+    match event {
+        connection::Event::Opened => rec.gauge_add(Metric::WebsocketConnections, 1),
+        connection::Event::Closed { code, .. } => {
+            rec.gauge_add(Metric::WebsocketConnections, -1);
+            rec.record(Metric::WebsocketCloses, &[close_code(code.0)], 1);
+        }
+        connection::Event::Response(e) => record(rec, labels, e),
+        connection::Event::Refused { .. }
+        | connection::Event::Message(_)
+        | connection::Event::Answer(_) => {}
+    }
+}
+
+/// A close code as a label: the codes the connection sends or echoes (a client's own
+/// 3000–4999 counted together), so the label's values are bounded.
+fn close_code(code: u16) -> &'static str {
+    match code {
+        1000 => "1000",
+        1001 => "1001",
+        1002 => "1002",
+        1006 => "1006",
+        1007 => "1007",
+        1008 => "1008",
+        1009 => "1009",
+        1011 => "1011",
+        3000..=4999 => "application",
+        _ => "other",
     }
 }
 

@@ -10,10 +10,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::client::ReasoningEventsPolicy;
+use crate::connection;
 use crate::exchange;
 use crate::metrics::{self, LabelPolicy};
 use crate::model_map::{self, ModelAlias, ModelMap};
@@ -155,7 +157,47 @@ pub struct ExchangeConfig {
     /// the upstream answered with success take a place: this bounds the number of series).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = metrics::DEFAULT_MAX_MODELS, env = "RESPONSES_EXTPROC_METRICS_MAX_MODELS"))]
     pub metrics_max_models: usize,
+
+    /// Most WebSocket connections open at once (in the module: across Envoy's workers);
+    /// further upgrades get 503 `websocket_connections_exhausted`.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_CONNECTIONS, env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS"))]
+    pub ws_max_connections: usize,
+
+    /// Largest context kept per WebSocket connection for `previous_response_id` (the last
+    /// response's input and output, as JSON bytes); a larger one is not kept.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_REQUEST_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_CONTEXT_BYTES"))]
+    pub ws_max_context_bytes: usize,
+
+    /// Maximum age of a WebSocket connection, in seconds (the specification's 60 minutes):
+    /// then `websocket_connection_limit_reached` and a close, after the response in flight.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_AGE, env = "RESPONSES_EXTPROC_WS_MAX_AGE"))]
+    pub ws_max_age: u64,
+
+    /// A WebSocket connection with nothing in flight and no message for this many seconds
+    /// is closed (1000); pings do not count. Keep it below Envoy's idle timeout on the route.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_IDLE_TIMEOUT, env = "RESPONSES_EXTPROC_WS_IDLE_TIMEOUT"))]
+    pub ws_idle_timeout: u64,
+
+    /// Bytes of events a WebSocket client may leave unread (its connection's buffer above
+    /// Envoy's high watermark) before its response fails and the connection closes (1008).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = connection::DEFAULT_MAX_UNREAD_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_UNREAD_BYTES"))]
+    pub ws_max_unread_bytes: usize,
+
+    /// The module only: the cluster of the filter's own Chat calls (the WebSocket
+    /// transport's), which loops back to Envoy's own listener so that each meets the route
+    /// table like any Chat request. The processor sends them to `--ws-upstream`.
+    #[cfg_attr(feature = "clap", arg(skip = DEFAULT_UPSTREAM_CLUSTER.to_owned()))]
+    pub upstream_cluster: String,
 }
+
+/// Default of `ws_max_connections`.
+pub const DEFAULT_WS_MAX_CONNECTIONS: usize = 1024;
+/// Default of `ws_max_age`, in seconds: the specification's 60 minutes.
+pub const DEFAULT_WS_MAX_AGE: u64 = 3600;
+/// Default of `ws_idle_timeout`, in seconds.
+pub const DEFAULT_WS_IDLE_TIMEOUT: u64 = 300;
+/// Default of `upstream_cluster`.
+pub const DEFAULT_UPSTREAM_CLUSTER: &str = "responses_loopback";
 
 impl Default for ExchangeConfig {
     fn default() -> Self {
@@ -179,6 +221,12 @@ impl Default for ExchangeConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics_models: Vec::new(),
             metrics_max_models: metrics::DEFAULT_MAX_MODELS,
+            ws_max_connections: DEFAULT_WS_MAX_CONNECTIONS,
+            ws_max_context_bytes: limits::MAX_REQUEST_BYTES,
+            ws_max_age: DEFAULT_WS_MAX_AGE,
+            ws_idle_timeout: DEFAULT_WS_IDLE_TIMEOUT,
+            ws_max_unread_bytes: connection::DEFAULT_MAX_UNREAD_BYTES,
+            upstream_cluster: DEFAULT_UPSTREAM_CLUSTER.to_owned(),
         }
     }
 }
@@ -232,6 +280,8 @@ impl ExchangeConfig {
             ("max_input_items", self.max_input_items),
             ("max_part_bytes", self.max_part_bytes),
             ("max_body_bytes", self.max_body_bytes),
+            ("ws_max_connections", self.ws_max_connections),
+            ("ws_max_unread_bytes", self.ws_max_unread_bytes),
         ] {
             if value == 0 {
                 return Err(format!("{name}: must be at least 1"));
@@ -269,6 +319,17 @@ impl ExchangeConfig {
             max_body_bytes: self.max_body_bytes,
             reasoning_events: self.reasoning_events,
             options: self.translate_options(keyring),
+        }
+    }
+
+    /// The limits of one WebSocket connection.
+    pub fn socket_limits(&self) -> connection::Limits {
+        connection::Limits {
+            max_message_bytes: self.max_request_bytes,
+            max_context_bytes: self.ws_max_context_bytes,
+            idle_timeout: Duration::from_secs(self.ws_idle_timeout),
+            max_age: Duration::from_secs(self.ws_max_age),
+            max_unread_bytes: self.ws_max_unread_bytes,
         }
     }
 

@@ -19,13 +19,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::driver::{Action, Driver, Edits, Failure, Gathering, HeaderEdit};
+use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
+use responses_core::log;
 use responses_core::metadata;
 use responses_core::metrics::{self, Kind, Metric, Recorder};
-use responses_core::openresponses::Code;
 use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
@@ -176,15 +176,7 @@ impl<E: Environment> Filter<E> {
                 false
             }
             Action::Forward { edits, request } => {
-                log(host, Level::Debug, || {
-                    format!(
-                        "translated request request_id={} model={} stream={} body_bytes={}",
-                        self.request_id,
-                        request.model,
-                        request.stream,
-                        request.body.len()
-                    )
-                });
+                self.log(host, &log::forwarded(self.driver.summary(), &request));
                 if !edit(host, side, edits) {
                     return self.refused(host, side);
                 }
@@ -198,8 +190,8 @@ impl<E: Environment> Filter<E> {
                 }
                 true
             }
-            Action::Send { bytes, .. } => {
-                host.append_body(side, &bytes);
+            Action::Send { events, .. } => {
+                host.append_body(side, &events);
                 true
             }
             Action::Answer { edits, answer } => {
@@ -210,14 +202,7 @@ impl<E: Environment> Filter<E> {
                 true
             }
             Action::Reply { error, cause } => {
-                log(host, Level::Debug, || {
-                    format!(
-                        "answered with an error envelope request_id={} status={} code={}",
-                        self.request_id,
-                        error.status(),
-                        error.error.code.as_ref().map(Code::as_str).unwrap_or("")
-                    )
-                });
+                self.log(host, &log::replied(&error, cause == Cause::Request));
                 let kept: Vec<(&str, &str)> = error
                     .headers
                     .iter()
@@ -275,30 +260,24 @@ impl<E: Environment> Filter<E> {
     /// stats have it from its event). An exchange Envoy cut has neither metadata nor tags:
     /// Envoy finishes its span before it reports the stream complete.
     fn finished(&self, host: &mut impl Host, f: &Finished) {
-        let s = &f.summary;
-        if f.cut {
-            log(host, Level::Info, || {
-                format!(
-                    "exchange ended by Envoy before its answer was complete (client \
-                     disconnected, upstream reset or timeout) request_id={}",
-                    self.request_id
-                )
-            });
-        } else {
+        self.log(host, &log::finished(f));
+        if !f.cut {
+            let s = &f.summary;
             host.set_metadata(metadata::METADATA_NAMESPACE, &metadata::metadata(s));
             tag_span(host, s, &f.timing);
-            log(host, Level::Debug, || {
-                format!(
-                    "answer translated request_id={} response_id={} operation={} stream={} \
-                     outcome={} code={}",
-                    self.request_id,
-                    s.response_id.as_deref().unwrap_or(""),
-                    s.operation.as_str(),
-                    s.stream,
-                    s.outcome.as_str(),
-                    s.error_code.as_ref().map(Code::as_str).unwrap_or("")
-                )
-            });
+        }
+    }
+
+    /// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
+    fn log(&self, host: &impl Host, line: &log::Line<'_>) {
+        let level = match line.level {
+            log::Level::Debug => Level::Debug,
+            log::Level::Info => Level::Info,
+            log::Level::Warn => Level::Warn,
+        };
+        if host.log_enabled(level) {
+            let request_id = log::Logged(&self.request_id);
+            host.log(level, &format!("{line} request_id={request_id}"));
         }
     }
 }

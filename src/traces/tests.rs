@@ -152,10 +152,8 @@ fn the_docs_list_every_attribute() {
 }
 
 #[test]
-fn content_is_cut_and_the_terminal_event_found() {
+fn content_is_cut() {
     let long = vec![b'x'; MAX_CONTENT_BYTES + 10];
     let t = text(&long);
     assert!(t.starts_with("xxx") && t.ends_with(&format!("[cut: {} bytes in all]", long.len())));
-    let sse = b"event: response.output_text.done\ndata: {\"a\":1}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\"}\n\ndata: [DONE]\n\n";
-    assert_eq!(terminal_event(sse), b"{\"type\":\"response.completed\"}");
 }

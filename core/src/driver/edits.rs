@@ -82,15 +82,15 @@ pub const GATHER_HEAD_EDITS: &[HeaderEdit] =
 /// ([`STREAM_HEAD_EDITS`]), or the answer's status (200, whatever 2xx the upstream chose),
 /// type and length.
 pub fn answer_edits(a: &Answer) -> Edits {
-    if a.content_type == exchange::EVENT_STREAM {
+    if a.body.content_type() == exchange::EVENT_STREAM {
         return Cow::Borrowed(STREAM_HEAD_EDITS);
     }
     Cow::Owned(vec![
         Set(Cow::Borrowed(":status"), Cow::Owned(a.status.to_string())),
-        set("content-type", a.content_type),
+        set("content-type", a.body.content_type()),
         Set(
             Cow::Borrowed("content-length"),
-            Cow::Owned(a.body.len().to_string()),
+            Cow::Owned(a.body.bytes().len().to_string()),
         ),
     ])
 }

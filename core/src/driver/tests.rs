@@ -314,7 +314,7 @@ fn the_model_map_renames_the_chat_model_only() {
                 panic!("{case}: no stream")
             };
             assert!(removes(&edits, "openai-model"), "{case}");
-            let Action::Send { bytes, .. } = t.answer(
+            let Action::Send { events: bytes, .. } = t.answer(
                 3,
                 &[format!("data: {chunk}\n\ndata: [DONE]\n\n").as_bytes()],
                 true,
@@ -401,7 +401,11 @@ fn a_stream_opens_shows_output_and_closes() {
     assert!(removes(&edits, "content-length"));
     assert!(matches!(&t.events(10)[..], [Event::StreamOpened]));
     // No output yet: the role alone.
-    let Action::Send { bytes, end: false } = t.answer(12, &[ROLE], false) else {
+    let Action::Send {
+        events: bytes,
+        end: false,
+    } = t.answer(12, &[ROLE], false)
+    else {
         panic!("not sent")
     };
     assert!(String::from_utf8_lossy(&bytes).contains("response.created"));
@@ -409,12 +413,16 @@ fn a_stream_opens_shows_output_and_closes() {
     // A piece cut mid-event, in two slices: the text goes out once whole.
     let (a, b) = CHUNK.split_at(20);
     assert!(matches!(t.answer(14, &[a], false), Action::Send { .. }));
-    let Action::Send { bytes, .. } = t.answer(15, &[b], false) else {
+    let Action::Send { events: bytes, .. } = t.answer(15, &[b], false) else {
         panic!("not sent")
     };
     assert!(String::from_utf8_lossy(&bytes).contains("\"delta\":\"Hi\""));
     assert!(matches!(&t.events(16)[..], [Event::FirstOutput { elapsed }] if *elapsed == ms(16)));
-    let Action::Send { bytes, end: true } = t.answer(20, &[END], true) else {
+    let Action::Send {
+        events: bytes,
+        end: true,
+    } = t.answer(20, &[END], true)
+    else {
         panic!("not ended")
     };
     let text = String::from_utf8_lossy(&bytes);
@@ -428,7 +436,7 @@ fn a_stream_opens_shows_output_and_closes() {
     // The upstream goes on after [DONE]: nothing more reaches the client.
     assert!(matches!(
         t.answer(22, &[CHUNK], true),
-        Action::Send { bytes, .. } if bytes.is_empty()
+        Action::Send { events: bytes, .. } if bytes.is_empty()
     ));
     assert!(t.events(23).is_empty());
 }
@@ -445,7 +453,7 @@ fn a_stream_answering_a_json_request_is_folded() {
     let Action::Answer { answer, .. } = t.answer(3, &[&whole], true) else {
         panic!("not folded")
     };
-    assert_eq!(answer.content_type, exchange::JSON);
+    assert_eq!(answer.body.content_type(), exchange::JSON);
     let v: Value = serde_json::from_slice(&answer.body).unwrap();
     assert_eq!(v["output"][0]["content"][0]["text"], "Hi");
     assert_eq!(finished(&t.events(3)).len(), 1);
@@ -636,7 +644,11 @@ fn trailers_end_bodies_that_had_no_end() {
     t.answer_head(2, "200", "text/event-stream", false);
     t.answer(3, &[CHUNK], false);
     let now = t.at(4);
-    let Action::Send { bytes, end: true } = t.d.response_trailers(now) else {
+    let Action::Send {
+        events: bytes,
+        end: true,
+    } = t.d.response_trailers(now)
+    else {
         panic!("no ending")
     };
     assert!(String::from_utf8_lossy(&bytes).ends_with("data: [DONE]\n\n"));
@@ -711,7 +723,11 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.answer_head(2, "200", "text/event-stream", false);
     t.answer(3, &[CHUNK], false);
     let now = t.at(4);
-    let Action::Send { bytes, end: true } = t.d.fail(now, Failure::Panic) else {
+    let Action::Send {
+        events: bytes,
+        end: true,
+    } = t.d.fail(now, Failure::Panic)
+    else {
         panic!("no ending")
     };
     let text = String::from_utf8_lossy(&bytes);
@@ -726,7 +742,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     assert!(!f[0].cut);
     assert!(matches!(
         t.answer(5, &[b"data: raw\n\n"], true),
-        Action::Send { bytes, .. } if bytes.is_empty()
+        Action::Send { events: bytes, .. } if bytes.is_empty()
     ));
     let now = t.at(6);
     t.d.closed(now);
@@ -745,7 +761,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.forwarded(json!({"model": "m", "input": "hi", "stream": true}));
     t.answer_head(2, "200", "text/event-stream", false);
     let now = t.at(3);
-    let Action::Send { bytes, .. } = t.d.fail(now, Failure::Unreadable) else {
+    let Action::Send { events: bytes, .. } = t.d.fail(now, Failure::Unreadable) else {
         panic!("no ending")
     };
     assert!(String::from_utf8_lossy(&bytes).contains("response_too_large"));

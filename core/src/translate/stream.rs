@@ -41,7 +41,7 @@ use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvent
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, Code, DeltaFrame, EchoJson, ErrorCode, ErrorKind, Event, EventWriter,
+    ApplyPatchStatus, Code, DeltaFrame, EchoJson, ErrorCode, ErrorKind, Event, EventWriter, Events,
     ItemStatus, LogProb, MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase,
     ReasoningItem, ReasoningText, ResponseError, Status, Usage,
 };
@@ -175,7 +175,7 @@ impl StreamTranslator {
     }
 
     /// Feeds a chunk of the upstream body; returns what to send to the client now.
-    pub fn push(&mut self, chunk: &[u8], now: u64) -> Bytes {
+    pub fn push(&mut self, chunk: &[u8], now: u64) -> Events {
         self.start();
         if self.phase == Phase::Open {
             // The events are a few times the size of the frames they come from: one
@@ -194,7 +194,7 @@ impl StreamTranslator {
     }
 
     /// The upstream body ended; returns the last bytes to send (ending with `[DONE]`).
-    pub fn finish(&mut self, now: u64) -> Bytes {
+    pub fn finish(&mut self, now: u64) -> Events {
         self.start();
         if self.phase == Phase::Open {
             let mut sse = self.take_decoder();
@@ -246,7 +246,7 @@ impl StreamTranslator {
 
     /// Ends the stream as failed for a reason outside the upstream body (a timeout, a
     /// reset): returns the events to send, or nothing if the stream had already ended.
-    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> Bytes {
+    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> Events {
         self.start();
         if self.phase == Phase::Open {
             self.fail(code, message, now);
@@ -254,11 +254,14 @@ impl StreamTranslator {
         self.take_out()
     }
 
-    /// The bytes written so far, handed over whole: the buffer is not shared with what
+    /// The events written so far, handed over whole: the buffer is not shared with what
     /// comes next, so the adapter can turn it into its message without a copy
     /// (`Vec::from(Bytes)` reuses a buffer it alone holds).
-    fn take_out(&mut self) -> Bytes {
-        Bytes::from(std::mem::take(&mut self.out))
+    fn take_out(&mut self) -> Events {
+        Events::new(
+            Bytes::from(std::mem::take(&mut self.out)),
+            self.events.take_spans(),
+        )
     }
 
     fn start(&mut self) {
