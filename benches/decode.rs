@@ -50,129 +50,111 @@ fn decode(content_encoding: &str, body: &[u8], piece: usize) -> String {
     }
 }
 
+/// A body shape, made when it is measured.
 struct Shape {
     name: String,
     content_encoding: &'static str,
-    body: Vec<u8>,
+    body: Box<dyn Fn() -> Vec<u8>>,
 }
 
-fn shape(name: impl Into<String>, content_encoding: &'static str, body: Vec<u8>) -> Shape {
+fn shape(
+    name: impl Into<String>,
+    content_encoding: &'static str,
+    body: impl Fn() -> Vec<u8> + 'static,
+) -> Shape {
     Shape {
         name: name.into(),
         content_encoding,
-        body,
+        body: Box::new(body),
     }
 }
 
 fn shapes() -> Vec<Shape> {
     let mut out = Vec::new();
     for coding in compressed::CODINGS {
-        let json = compressed::request_of_words(CAP);
-        out.push(shape(
-            "JSON text at the cap",
-            coding,
-            compressed::compress(coding, &json),
-        ));
-        let json = compressed::request_of_base64(CAP);
-        out.push(shape(
-            "JSON of base64 at the cap",
-            coding,
-            compressed::compress(coding, &json),
-        ));
+        out.push(shape("JSON text at the cap", coding, move || {
+            compressed::compress(coding, &compressed::request_of_words(CAP))
+        }));
+        out.push(shape("JSON of base64 at the cap", coding, move || {
+            compressed::compress(coding, &compressed::request_of_base64(CAP))
+        }));
     }
-    out.extend([
-        shape("empty members", "gzip", compressed::gzip_empty_members(CAP)),
-        shape(
-            "empty fixed blocks",
-            "gzip",
-            compressed::gzip_empty_blocks(EmptyBlock::Fixed, CAP),
-        ),
-        shape(
-            "empty dynamic blocks",
-            "gzip",
-            compressed::gzip_empty_blocks(EmptyBlock::Dynamic, CAP),
-        ),
-        shape(
-            "flushed every byte",
-            "gzip",
-            compressed::flushed("gzip", 1, CAP),
-        ),
-        shape(
-            "empty stored blocks",
-            "deflate",
-            compressed::deflate_empty_blocks(EmptyBlock::Stored, CAP),
-        ),
-        shape(
-            "empty fixed blocks",
-            "deflate",
-            compressed::deflate_empty_blocks(EmptyBlock::Fixed, CAP),
-        ),
-        shape(
-            "empty dynamic blocks",
-            "deflate",
-            compressed::deflate_empty_blocks(EmptyBlock::Dynamic, CAP),
-        ),
-        shape("empty frames", "zstd", compressed::zstd_empty_frames(CAP)),
-        shape("empty blocks", "zstd", compressed::zstd_empty_blocks(CAP)),
-        shape(
-            "empty skippable frames",
-            "zstd",
-            compressed::zstd_skippable_frames(0, CAP),
-        ),
-        shape(
-            "flushed every byte",
-            "zstd",
-            compressed::flushed("zstd", 1, CAP),
-        ),
-        shape(
-            "metadata blocks",
-            "br",
-            compressed::brotli_metadata_blocks(CAP),
-        ),
-        shape(
-            "flushed every 16 bytes",
-            "br",
-            compressed::flushed("br", 16, CAP),
-        ),
-        shape(
+    let single: [(&str, &'static str, fn() -> Vec<u8>); 15] = [
+        ("empty members", "gzip", || {
+            compressed::gzip_empty_members(CAP)
+        }),
+        ("empty fixed blocks", "gzip", || {
+            compressed::gzip_empty_blocks(EmptyBlock::Fixed, CAP)
+        }),
+        ("empty dynamic blocks", "gzip", || {
+            compressed::gzip_empty_blocks(EmptyBlock::Dynamic, CAP)
+        }),
+        ("flushed every byte", "gzip", || {
+            compressed::flushed("gzip", 1, CAP)
+        }),
+        ("empty stored blocks", "deflate", || {
+            compressed::deflate_empty_blocks(EmptyBlock::Stored, CAP)
+        }),
+        ("empty fixed blocks", "deflate", || {
+            compressed::deflate_empty_blocks(EmptyBlock::Fixed, CAP)
+        }),
+        ("empty dynamic blocks", "deflate", || {
+            compressed::deflate_empty_blocks(EmptyBlock::Dynamic, CAP)
+        }),
+        ("empty frames", "zstd", || {
+            compressed::zstd_empty_frames(CAP)
+        }),
+        ("empty blocks", "zstd", || {
+            compressed::zstd_empty_blocks(CAP)
+        }),
+        ("empty skippable frames", "zstd", || {
+            compressed::zstd_skippable_frames(0, CAP)
+        }),
+        ("flushed every byte", "zstd", || {
+            compressed::flushed("zstd", 1, CAP)
+        }),
+        ("metadata blocks", "br", || {
+            compressed::brotli_metadata_blocks(CAP)
+        }),
+        ("flushed every 16 bytes", "br", || {
+            compressed::flushed("br", 16, CAP)
+        }),
+        (
             "skippable frame of 4 GiB in zstd (the issue's)",
             "zstd, zstd",
-            compressed::zstd_of_skippable(64 << 20),
+            || compressed::zstd_of_skippable(64 << 20),
         ),
-        shape(
-            "three codings",
-            "gzip, gzip, gzip",
-            compressed::compress("gzip", &compressed::gzip_empty_members(1 << 20)),
-        ),
-    ]);
+        ("three codings", "gzip, gzip, gzip", || {
+            compressed::compress("gzip", &compressed::gzip_empty_members(1 << 20))
+        }),
+    ];
+    out.extend(single.map(|(name, content_encoding, body)| shape(name, content_encoding, body)));
     // A layer of the inner coding's costliest shape, made by zstd from little: larger than
     // the work budget lets the inner decoder read.
-    let over = 2 * CAP + (1 << 20);
-    let inner: [(&str, &'static str, Vec<u8>); 4] = [
-        (
-            "empty dynamic blocks",
-            "gzip, zstd",
-            compressed::gzip_empty_blocks(EmptyBlock::Dynamic, over),
-        ),
-        (
-            "empty members",
-            "gzip, zstd",
-            compressed::gzip_empty_members(over),
-        ),
-        (
-            "empty frames",
-            "zstd, zstd",
-            compressed::zstd_empty_frames(over),
-        ),
-        (
-            "flushed every 16 bytes",
-            "br, zstd",
-            compressed::flushed("br", 16, over / 8 + (1 << 20)),
-        ),
+    const OVER: usize = 2 * CAP + (1 << 20);
+    let stacked: [(&str, &'static str, fn() -> Vec<u8>); 5] = [
+        ("metadata blocks", "br, zstd", || {
+            compressed::brotli_metadata_blocks(OVER / 8 + (1 << 20))
+        }),
+        ("empty dynamic blocks", "gzip, zstd", || {
+            compressed::gzip_empty_blocks(EmptyBlock::Dynamic, OVER)
+        }),
+        ("empty members", "gzip, zstd", || {
+            compressed::gzip_empty_members(OVER)
+        }),
+        ("empty frames", "zstd, zstd", || {
+            compressed::zstd_empty_frames(OVER)
+        }),
+        ("flushed every 16 bytes", "br, zstd", || {
+            compressed::flushed("br", 16, OVER / 8 + (1 << 20))
+        }),
     ];
-    for (name, content_encoding, layer) in inner {
-        let body = compressed::zstd_of(|w| w.write_all(&layer).expect("zstd"));
-        out.push(shape(format!("{name} in zstd"), content_encoding, body));
+    for (name, content_encoding, layer) in stacked {
+        out.push(shape(
+            format!("{name} in zstd"),
+            content_encoding,
+            move || compressed::zstd_of(|w| w.write_all(&layer()).expect("zstd")),
+        ));
     }
     out
 }
@@ -190,15 +172,16 @@ fn main() {
         {
             continue;
         }
+        let body = (s.body)();
         let (mut cpu, mut wall, mut outcome) = (Duration::ZERO, Duration::ZERO, String::new());
         for run in 0..RUNS * 2 {
             let piece = if run % 2 == 0 {
                 PIECE
             } else {
-                s.body.len().max(1)
+                body.len().max(1)
             };
             let (c0, w0) = (on_cpu(), Instant::now());
-            outcome = decode(s.content_encoding, &s.body, piece);
+            outcome = decode(s.content_encoding, &body, piece);
             wall = wall.max(w0.elapsed());
             cpu = cpu.max(on_cpu() - c0);
         }
@@ -207,7 +190,7 @@ fn main() {
             "| `{}` | {} | {:.1} MiB | {} | {} ms | {} ms |",
             s.content_encoding,
             s.name,
-            s.body.len() as f64 / f64::from(1 << 20),
+            body.len() as f64 / f64::from(1 << 20),
             outcome,
             cpu.as_millis(),
             wall.as_millis()
