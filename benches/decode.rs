@@ -14,7 +14,6 @@
 #[path = "../tests/common/compressed.rs"]
 mod compressed;
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use compressed::EmptyBlock;
@@ -69,6 +68,9 @@ fn shape(
     }
 }
 
+/// A shape named in a table: its name, its `content-encoding`, how to make it.
+type Listed = (&'static str, &'static str, fn() -> Vec<u8>);
+
 fn shapes() -> Vec<Shape> {
     let mut out = Vec::new();
     for coding in compressed::CODINGS {
@@ -79,7 +81,7 @@ fn shapes() -> Vec<Shape> {
             compressed::compress(coding, &compressed::request_of_base64(CAP))
         }));
     }
-    let single: [(&str, &'static str, fn() -> Vec<u8>); 15] = [
+    let single: [Listed; 15] = [
         ("empty members", "gzip", || {
             compressed::gzip_empty_members(CAP)
         }),
@@ -132,7 +134,7 @@ fn shapes() -> Vec<Shape> {
     // A layer of the inner coding's costliest shape, made by zstd from little: larger than
     // the work budget lets the inner decoder read.
     const OVER: usize = 2 * CAP + (1 << 20);
-    let stacked: [(&str, &'static str, fn() -> Vec<u8>); 5] = [
+    let stacked: [Listed; 5] = [
         ("metadata blocks", "br, zstd", || {
             compressed::brotli_metadata_blocks(OVER / 8 + (1 << 20))
         }),

@@ -745,25 +745,31 @@ fn tool_calls_end() -> String {
 
 #[test]
 fn calls_opened_with_nothing_count_toward_the_output_cap() {
-    // 100k calls, each opened by a delta of its own with no name, id or arguments: they fail
-    // at the default cap (16 MiB / CALL_SLOT_BYTES = 65,536 calls), having sent nothing of
-    // them.
+    // 100k calls, each opened by a delta of its own with no name, id or arguments, against a
+    // cap of 1 MiB (the default, 16 MiB, takes 65,536 of them): the stream fails when the
+    // next call would take the output beyond the cap. The calls opened so far are closed
+    // as incomplete, as any open call is, and what they add stays within the cap.
+    const CAP: usize = 1 << 20;
     let mut body = delta(json!({"role": "assistant", "content": ""}));
     for i in 0..100_000 {
         body += &calls_frame(json!([{"index": i, "function": {"arguments": ""}}]));
     }
     body += &tool_calls_end();
-    let events = check(&translate(body.as_bytes(), Options::default()));
+    let options = Options {
+        max_output_bytes: CAP,
+        ..Options::default()
+    };
+    let events = check(&translate(body.as_bytes(), options));
     let r = terminal(&events);
     assert_eq!(r["status"], "failed");
     assert_eq!(r["error"]["code"], ErrorCode::ResponseTooLarge.as_str());
-    // The calls were never announced (no name): none is output at the failure either.
-    assert_eq!(r["output"].as_array().map(Vec::len), Some(0));
-    assert_eq!(
-        events.len(),
-        4,
-        "created, in_progress, error, failed: {events:?}"
-    );
+    let items = r["output"].as_array().unwrap();
+    assert_eq!(items.len(), CAP / CALL_SLOT_BYTES);
+    assert!(items.iter().all(|i| i["type"] == "function_call"
+        && i["arguments"] == ""
+        && i["status"] == "incomplete"));
+    let size: usize = items.iter().map(|i| i.to_string().len()).sum();
+    assert!(size <= CAP, "the failed response's items take {size} bytes");
 
     // Exactly at the cap: N calls fit in N slots, the next one fails.
     let calls = |n: u32| {

@@ -1058,13 +1058,6 @@ impl StreamTranslator {
             ErrorKind::Server
         };
         self.close_current(ItemStatus::Incomplete);
-        // Calls still without a name were never sent: left out (not announced now, empty),
-        // so that a failure at the output cap adds no item.
-        for call in &mut self.calls {
-            if call.item.is_none() && call.name.is_empty() {
-                call.dropped = true;
-            }
-        }
         self.close_calls(ItemStatus::Incomplete);
         self.events.write(
             &mut self.out,
