@@ -12,6 +12,7 @@
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
 //! * [`stream_rules`]: the rules every translated event stream obeys;
 //! * [`snapshot`]: the snapshot suites' update switch and byte-pinned texts;
+//! * [`compressed`]: compressed request bodies, hostile shapes included;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
 //! * [`prom::Export`]: a Prometheus text export, read (the processor's and Envoy's);
@@ -26,6 +27,7 @@
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod compressed;
 pub mod envoy;
 pub mod examples;
 pub mod json;
