@@ -387,3 +387,119 @@ pub fn complete(callback: EventCb, context: EventContext) {
         unsafe { callback(context.0) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use responses_core::environment::System;
+
+    fn stream() -> FilterModulePtr {
+        filter_to_envoy(Stream::Exchange(EnvoyFilter::new(
+            crate::fake::config("{}"),
+            System,
+        )))
+    }
+
+    // The Envoy pointer is never dereferenced here (no host call is made).
+    const ENVOY: FilterEnvoyPtr = FilterEnvoyPtr(std::ptr::null_mut());
+
+    // The Envoy callbacks that the code under test links (a log line, a scheduler's delete in
+    // the filter's drop glue), defined for the test binary, which has no Envoy. Envoy logs
+    // nothing here, and no scheduler exists to delete.
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_log_enabled(_level: abi::LogLevel) -> bool {
+        false
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_log(_level: abi::LogLevel, _message: ModuleBuffer) {
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(
+        _scheduler: abi::SchedulerPtr,
+    ) {
+        panic!("no scheduler exists in these tests");
+    }
+
+    #[test]
+    fn a_hook_entered_during_another_is_busy_and_its_events_wait_for_it() {
+        let ptr = stream();
+        let Entered::Free(mut guard) = enter(ENVOY, ptr) else {
+            panic!("the first hook has the filter");
+        };
+        let Entered::Busy(slot) = enter(ENVOY, ptr) else {
+            panic!("a hook during it is re-entrant");
+        };
+        slot.defer(Deferred::CalloutComplete(CalloutId(3)));
+        slot.watermark(true);
+        slot.defer(Deferred::WriteBlocked);
+        assert_eq!(guard.slot().watermark.get(), 1, "the state changes at once");
+        assert_eq!(
+            guard.next_deferred(),
+            Some(Deferred::CalloutComplete(CalloutId(3)))
+        );
+        assert_eq!(guard.next_deferred(), Some(Deferred::WriteBlocked));
+        assert_eq!(guard.next_deferred(), None);
+        drop(guard);
+        // The hook returned: the next one has the filter again.
+        let Entered::Free(guard) = enter(ENVOY, ptr) else {
+            panic!("free again");
+        };
+        guard.slot().watermark(false);
+        guard.slot().watermark(false);
+        assert_eq!(guard.slot().watermark.get(), 0, "never below zero");
+        drop(guard);
+        drop_filter(ptr);
+    }
+
+    #[test]
+    fn a_filter_destroyed_during_its_hook_is_freed_when_the_hook_returns() {
+        let ptr = stream();
+        let Entered::Free(mut guard) = enter(ENVOY, ptr) else {
+            panic!("free");
+        };
+        drop_filter(ptr);
+        // Still usable until the hook returns.
+        assert!(guard.slot().destroyed.get());
+        guard.slot().defer(Deferred::StreamComplete);
+        assert_eq!(guard.next_deferred(), Some(Deferred::StreamComplete));
+        drop(guard); // frees it (a double free or a leak would show under Miri/ASan)
+        assert!(matches!(enter(ENVOY, no_filter()), Entered::Missing));
+    }
+
+    #[test]
+    fn envoys_header_and_buffer_arrays_are_read_as_given() {
+        let header = |k: &'static [u8], v: &'static [u8]| EnvoyHttpHeader {
+            key_ptr: k.as_ptr().cast(),
+            key_length: k.len(),
+            value_ptr: v.as_ptr().cast(),
+            value_length: v.len(),
+        };
+        let raw = [
+            header(b":status", b"200"),
+            header(b"x-bin", b"\xff"),
+            header(b"content-type", b"text/event-stream"),
+        ];
+        let headers = EnvoyHeaders(raw.as_ptr());
+        assert_eq!(
+            headers.pairs(raw.len()),
+            [(":status", "200"), ("content-type", "text/event-stream")],
+            "a value that is not UTF-8 is left out"
+        );
+        assert_eq!(headers.pairs(1), [(":status", "200")]);
+        assert!(EnvoyHeaders(std::ptr::null()).pairs(3).is_empty());
+        let pieces = [
+            EnvoyBuffer {
+                ptr: b"data: ".as_ptr().cast(),
+                length: 6,
+            },
+            EnvoyBuffer::EMPTY,
+            EnvoyBuffer {
+                ptr: b"{}".as_ptr().cast(),
+                length: 2,
+            },
+        ];
+        let buffers = EnvoyBuffers(pieces.as_ptr());
+        assert_eq!(buffers.pieces(3), [&b"data: "[..], &b"{}"[..]]);
+        assert!(EnvoyBuffers(std::ptr::null()).pieces(2).is_empty());
+    }
+}
