@@ -465,6 +465,56 @@ async fn on_sigterm_the_extension_tells_the_sockets_before_envoy_exits() {
             .any(|l| l.contains("shutdown: told 1 open stream(s)")),
         "{log:#?}"
     );
+    // Envoy exited once the socket had ended (its completion waited for it).
+    let destroyed = log.iter().position(|l| l.contains("abi_probe: destroyed"));
+    let done = log
+        .iter()
+        .position(|l| l.contains("shutdown: done waiting"));
+    assert!(destroyed.is_some() && destroyed < done, "{log:#?}");
+}
+
+#[tokio::test]
+async fn on_sigterm_envoy_waits_for_a_socket_told_of_it_up_to_drain_seconds() {
+    if !only_module(WHY) {
+        return;
+    }
+    let upstream = ScriptedUpstream::start();
+    let mut envoy = start(&upstream, true);
+    let mut socket = connect(&envoy).await;
+    // This one hears the drain but keeps its socket open.
+    say(&mut socket, "watch-drain keep").await;
+    assert_eq!(next(&mut socket).await, "drain watched already=false");
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &envoy.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    assert_eq!(next(&mut socket).await, "drain started");
+    // Envoy serves on meanwhile (the fixture's drain_seconds is 3)...
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(envoy.is_running());
+    say(&mut socket, "echo during the shutdown").await;
+    assert_eq!(next(&mut socket).await, "during the shutdown");
+    // ... then exits, cutting the socket (no close frame: the filter sent none).
+    let end = tokio::time::timeout(TIMEOUT, socket.next())
+        .await
+        .expect("the end in time");
+    assert!(
+        !matches!(end, Some(Ok(Message::Close(_)))),
+        "cut, not closed: {end:?}"
+    );
+    wait_until("Envoy to exit", TIMEOUT, || {
+        (!envoy.is_running()).then_some(())
+    });
+    let log = module_log(&envoy);
+    assert!(
+        log.iter().any(|l| l.contains("waiting up to 3 s")),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("shutdown: done waiting")),
+        "{log:#?}"
+    );
 }
 
 /// RFC 8441: the WebSocket over an HTTP/2 stream (`CONNECT` with `:protocol: websocket`),

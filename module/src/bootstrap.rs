@@ -18,36 +18,99 @@
 //!     extension_name: drain
 //! ```
 //!
+//! On SIGTERM (or `/quitquitquit`) Envoy runs its shutdown hooks with the workers still
+//! serving, and exits once each has called its completion: the extension tells the watching
+//! filters as for a drain, and completes once every one of them has ended its stream, or after
+//! `drain_seconds` (the extension's config, `{"drain_seconds": 30}` by default, as the
+//! processor's `--drain-seconds`), on Envoy's main thread (the config's scheduler).
+//!
 //! Envoy requires every hook below of a module loaded as a bootstrap extension (it refuses
-//! the config if one is missing); only config_new, drain_started and shutdown do anything.
-//! Envoy holds its listeners until the config signals it is ready, which config_new does at
-//! once. Like every hook, each catches panics. No `unsafe` here but the exports' `no_mangle`.
+//! the config if one is missing); only config_new and _destroy, drain_started, shutdown and
+//! config_scheduled do anything. Envoy holds its listeners until the config signals it is
+//! ready, which config_new does at once. Like every hook, each catches panics. No `unsafe`
+//! here but the exports' `no_mangle`.
 #![deny(unsafe_code)]
 
 use std::panic::catch_unwind;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::host::ffi::{
     self as abi, BootstrapConfigEnvoyPtr, BootstrapConfigModulePtr, BootstrapEnvoyPtr,
-    BootstrapModulePtr, EnvoyBuffer, EnvoyHttpHeader, EventCb, EventContext,
+    BootstrapModulePtr, Completion, EnvoyBuffer, EnvoyHttpHeader, EventCb, EventContext,
+    MainThread,
 };
 use crate::host::{self, Level};
+
+/// How long a shutdown waits for the watching streams by default (the processor's
+/// `--drain-seconds` default; one setting once the settings table has the transport's).
+const DRAIN_SECONDS: u64 = 30;
+
+/// The config's `drain_seconds`.
+static DRAIN: AtomicU64 = AtomicU64::new(DRAIN_SECONDS);
+/// The config's scheduler (Envoy's main thread), while the config lives.
+static MAIN: Mutex<Option<MainThread>> = Mutex::new(None);
+/// Envoy's shutdown completion, until the streams are done.
+static COMPLETION: Mutex<Option<Completion>> = Mutex::new(None);
+/// The scheduler event that runs the completion.
+const SHUTDOWN_DONE: u64 = 1;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The extension's config: nothing (every default) or `{"drain_seconds": N}`.
+fn drain_seconds(config: &[u8]) -> Result<u64, String> {
+    if config.iter().all(u8::is_ascii_whitespace) {
+        return Ok(DRAIN_SECONDS);
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(config).map_err(|e| format!("extension_config: {e}"))?;
+    let object = value.as_object().ok_or("extension_config: a JSON object")?;
+    if let Some(key) = object.keys().find(|k| *k != "drain_seconds") {
+        return Err(format!(
+            "extension_config: unknown field `{key}` (expected drain_seconds)"
+        ));
+    }
+    match object.get("drain_seconds") {
+        None => Ok(DRAIN_SECONDS),
+        Some(n) => n
+            .as_u64()
+            .ok_or_else(|| "extension_config: drain_seconds is a whole number of seconds".into()),
+    }
+}
 
 #[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
     config_envoy: BootstrapConfigEnvoyPtr,
     name: EnvoyBuffer,
-    _config: EnvoyBuffer,
+    config: EnvoyBuffer,
 ) -> BootstrapConfigModulePtr {
     catch_unwind(|| {
-        host::log(
-            Level::Info,
-            &format!(
-                "responses_module bootstrap extension `{}`: its filters hear Envoy's drain",
-                String::from_utf8_lossy(name.bytes())
-            ),
-        );
-        abi::bootstrap_config_ready(config_envoy)
+        let name = String::from_utf8_lossy(name.bytes());
+        match drain_seconds(config.bytes()) {
+            Ok(seconds) => {
+                DRAIN.store(seconds, Ordering::Relaxed);
+                *lock(&MAIN) = Some(MainThread::new(config_envoy));
+                host::log(
+                    Level::Info,
+                    &format!(
+                        "responses_module bootstrap extension `{name}`: its filters hear Envoy's \
+                         drain; a shutdown waits up to {seconds} s for them"
+                    ),
+                );
+                abi::bootstrap_config_ready(config_envoy)
+            }
+            Err(e) => {
+                host::log(
+                    Level::Error,
+                    &format!("responses_module bootstrap extension `{name}`: {e}"),
+                );
+                abi::no_bootstrap_config()
+            }
+        }
     })
     .unwrap_or_else(|_| abi::no_bootstrap_config())
 }
@@ -57,6 +120,28 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_new(
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_destroy(
     _config: BootstrapConfigModulePtr,
 ) {
+    let _ = catch_unwind(|| drop(lock(&MAIN).take()));
+}
+
+/// The shutdown's wait is over (on the main thread): Envoy may exit.
+#[allow(unsafe_code)] // for #[no_mangle] alone
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_scheduled(
+    _config_envoy: BootstrapConfigEnvoyPtr,
+    _config: BootstrapConfigModulePtr,
+    event_id: u64,
+) {
+    if event_id == SHUTDOWN_DONE {
+        let _ = catch_unwind(|| {
+            if let Some(completion) = lock(&COMPLETION).take() {
+                host::log(
+                    Level::Info,
+                    "responses_module: shutdown: done waiting (the streams ended, or drain_seconds)",
+                );
+                completion.complete();
+            }
+        });
+    }
 }
 
 #[allow(unsafe_code)] // for #[no_mangle] alone
@@ -101,10 +186,9 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_drain_started(
     let _ = catch_unwind(|| drain("drain started"));
 }
 
-/// Envoy is exiting (SIGTERM, `/quitquitquit`), with its workers still running until the
-/// completion is called: the filters watching the drain are told (if they were not already),
-/// then Envoy may exit at once. A socket gets what its filter sends on the drain event only
-/// if its worker runs that event before Envoy stops the workers.
+/// Envoy is exiting (SIGTERM, `/quitquitquit`), its workers running until the completion is
+/// called: the filters watching the drain are told, and the completion waits until their
+/// streams have ended, or `drain_seconds`.
 #[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
@@ -113,12 +197,41 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
     completion: EventCb,
     context: EventContext,
 ) {
-    let _ = catch_unwind(|| {
-        if !host::timers().draining() {
-            drain("shutdown");
+    let completion = Completion::new(completion, context);
+    let waited = catch_unwind(|| {
+        if lock(&MAIN).is_none() {
+            return Err(completion);
         }
+        *lock(&COMPLETION) = Some(completion);
+        let grace = Duration::from_secs(DRAIN.load(Ordering::Relaxed));
+        let told = host::timers().shutdown(
+            Instant::now() + grace,
+            Box::new(|| {
+                if let Some(main) = lock(&MAIN).as_ref() {
+                    main.commit(SHUTDOWN_DONE);
+                }
+            }),
+        );
+        host::log(
+            Level::Info,
+            &format!(
+                "responses_module: Envoy's shutdown: told {told} open stream(s); waiting up to \
+                 {} s for the streams told of the drain",
+                grace.as_secs()
+            ),
+        );
+        Ok(())
     });
-    abi::complete(completion, context);
+    match waited {
+        Ok(Ok(())) => {}
+        // No way back to the main thread (or a panic): Envoy exits now.
+        Ok(Err(completion)) => completion.complete(),
+        Err(_) => {
+            if let Some(completion) = lock(&COMPLETION).take() {
+                completion.complete();
+            }
+        }
+    }
 }
 
 fn drain(why: &str) {
@@ -130,17 +243,8 @@ fn drain(why: &str) {
 }
 
 // Hooks of features the extension does not use (it registers no admin handler, file watch,
-// timer, callout or scheduler, and enables no cluster or listener lifecycle: Envoy never
-// calls these), required all the same.
-
-#[allow(unsafe_code)] // for #[no_mangle] alone
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_config_scheduled(
-    _config_envoy: BootstrapConfigEnvoyPtr,
-    _config: BootstrapConfigModulePtr,
-    _event_id: u64,
-) {
-}
+// timer or callout, and enables no cluster or listener lifecycle: Envoy never calls these),
+// required all the same.
 
 #[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
@@ -222,4 +326,29 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_listener_removal(
     _config: BootstrapConfigModulePtr,
     _listener_name: EnvoyBuffer,
 ) {
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_extension_config_is_empty_or_drain_seconds() {
+        assert_eq!(drain_seconds(b""), Ok(DRAIN_SECONDS));
+        assert_eq!(drain_seconds(b" {} "), Ok(DRAIN_SECONDS));
+        assert_eq!(drain_seconds(br#"{"drain_seconds": 5}"#), Ok(5));
+        for (bad, why) in [
+            (
+                &br#"{"drain_second": 5}"#[..],
+                "unknown field `drain_second`",
+            ),
+            (br#"{"drain_seconds": "5"}"#, "whole number"),
+            (br#"{"drain_seconds": -1}"#, "whole number"),
+            (b"[5]", "a JSON object"),
+            (b"{", "extension_config"),
+        ] {
+            let err = drain_seconds(bad).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+    }
 }

@@ -16,8 +16,8 @@
 //! - `disarm <ms>`: arms and disarms at once: `timer disarmed` and nothing later;
 //! - `flood <frames> <kib>`: that many binary messages at once, then `flood sent blocked=<b>`;
 //! - `stats`: `watermark above=<n> below=<n> blocked=<b>` (the hooks heard so far);
-//! - `watch-drain`: `drain watched already=<b>`; on Envoy's drain: `drain started`, then a
-//!   close (1001) and the end of the stream;
+//! - `watch-drain [keep]`: `drain watched already=<b>`; on Envoy's drain: `drain started`,
+//!   then (unless `keep`) a close (1001) and the end of the stream;
 //! - `close`: a close (1000) and the end of the stream.
 //!
 //! Every hook is logged (`abi_probe: ...`, info) for the test to read from Envoy's log.
@@ -49,6 +49,8 @@ pub struct Probe {
     timer: Option<(Instant, Instant)>,
     above: u32,
     below: u32,
+    /// On the drain, say so but keep the socket open.
+    keep_on_drain: bool,
 }
 
 fn log(message: &str) {
@@ -249,6 +251,7 @@ impl Probe {
                 self.say(host, &text);
             }
             "watch-drain" => {
+                self.keep_on_drain = command.ends_with(" keep");
                 let already = host.watch_drain();
                 self.say(host, &format!("drain watched already={already}"));
             }
@@ -365,7 +368,9 @@ impl Probe {
     pub fn drain_started(&mut self, host: &mut impl Terminal) {
         log("drain started");
         self.say(host, "drain started");
-        self.close(host, 1001);
+        if !self.keep_on_drain {
+            self.close(host, 1001);
+        }
     }
 
     pub fn write_blocked(&mut self, _host: &mut impl Terminal) {

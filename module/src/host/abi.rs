@@ -156,6 +156,13 @@ pub type HttpStreamResetReason = u32;
 #[derive(Debug, Clone, Copy)]
 pub struct SchedulerPtr(pub(super) *mut c_void);
 
+/// `envoy_dynamic_module_type_bootstrap_extension_config_scheduler_module_ptr`: like the
+/// filter's, for the bootstrap extension's config: a commit (from any thread) reaches
+/// `on_bootstrap_extension_config_scheduled` on Envoy's main thread.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapSchedulerPtr(pub(super) *mut c_void);
+
 /// `envoy_dynamic_module_type_event_cb`: a completion Envoy passes to a hook, with its context.
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy)]
@@ -431,6 +438,19 @@ unsafe extern "C" {
         event_id: u64,
     );
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: SchedulerPtr);
+
+    // The bootstrap config's scheduler (its weak pointer, in the 1.40.0 binary, as the
+    // filter's).
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(
+        config: BootstrapConfigEnvoyPtr,
+    ) -> BootstrapSchedulerPtr;
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+        scheduler: BootstrapSchedulerPtr,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(
+        scheduler: BootstrapSchedulerPtr,
+    );
 
     /// Envoy holds its listeners back (an init target of each bootstrap extension config)
     /// until the extension's config calls this: the module does it at once in config_new.

@@ -379,12 +379,64 @@ pub fn bootstrap_extension() -> BootstrapModulePtr {
     BootstrapModulePtr(std::ptr::addr_of!(TOKEN).cast())
 }
 
-/// Calls the completion Envoy passed to the shutdown hook (Envoy waits for it to exit).
-pub fn complete(callback: EventCb, context: EventContext) {
-    if let Some(callback) = callback.0 {
-        // SAFETY: Envoy's completion and its context (only Envoy makes an EventContext),
-        // called once.
-        unsafe { callback(context.0) }
+/// The completion Envoy passed to the shutdown hook (it exits once it is called), kept until
+/// the module is done.
+pub struct Completion {
+    callback: EventCb,
+    context: EventContext,
+}
+
+// SAFETY: kept across threads only to be called back on Envoy's main thread (see
+// `bootstrap`), where Envoy made it.
+unsafe impl Send for Completion {}
+
+impl Completion {
+    pub fn new(callback: EventCb, context: EventContext) -> Completion {
+        Completion { callback, context }
+    }
+
+    /// Calls it (once: it is consumed).
+    pub fn complete(self) {
+        if let Some(callback) = self.callback.0 {
+            // SAFETY: Envoy's completion and its context (only Envoy makes either), once.
+            unsafe { callback(self.context.0) }
+        }
+    }
+}
+
+/// The bootstrap config's scheduler: a commit, from any thread, reaches
+/// `on_bootstrap_extension_config_scheduled` on Envoy's main thread. Deleted on drop.
+pub struct MainThread(abi::BootstrapSchedulerPtr);
+
+// SAFETY: Envoy's scheduler is made to be committed from any thread; the module deletes it
+// only when no commit can run (it is behind a lock).
+unsafe impl Send for MainThread {}
+
+impl MainThread {
+    /// In config_new, with Envoy's config pointer.
+    pub fn new(config: BootstrapConfigEnvoyPtr) -> MainThread {
+        // SAFETY: Envoy's config pointer during config_new.
+        MainThread(unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(config)
+        })
+    }
+
+    pub fn commit(&self, event_id: u64) {
+        // SAFETY: a live scheduler (deleted only on drop).
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+                self.0, event_id,
+            )
+        }
+    }
+}
+
+impl Drop for MainThread {
+    fn drop(&mut self) {
+        // SAFETY: made by scheduler_new, deleted once.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(self.0)
+        }
     }
 }
 

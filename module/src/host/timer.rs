@@ -61,6 +61,31 @@ struct State<S> {
     stopped: bool,
     /// Deadlines committed and drains told, for the tests and the logs.
     fired: u64,
+    /// Envoy is shutting down: called once no filter watches the drain any more, or at its
+    /// deadline.
+    quiet: Option<(Instant, Quiet)>,
+}
+
+/// What a shutdown waits to call.
+type Quiet = Box<dyn FnOnce() + Send>;
+
+impl<S> State<S> {
+    fn watchers(&self) -> usize {
+        self.entries.iter().flatten().filter(|e| e.drain).count()
+    }
+
+    /// The shutdown's callback, if it is due: no watcher left, or its deadline reached.
+    fn quiet_due(&mut self, now: Instant) -> Option<Quiet> {
+        let due = match &self.quiet {
+            Some((deadline, _)) => *deadline <= now || self.watchers() == 0,
+            None => false,
+        };
+        if due {
+            self.quiet.take().map(|(_, quiet)| quiet)
+        } else {
+            None
+        }
+    }
 }
 
 /// The timer thread and the registry of filters (one per module: [`Service::global`]).
@@ -84,6 +109,7 @@ impl<S: Scheduler + 'static> Service<S> {
                 thread: false,
                 stopped: false,
                 fired: 0,
+                quiet: None,
             }),
             wake: Condvar::new(),
             on_start,
@@ -123,17 +149,43 @@ impl<S: Scheduler + 'static> Service<S> {
         }
     }
 
-    /// Envoy started draining: every filter that watches the drain is told, now and when it
-    /// starts watching. Returns how many were told.
+    /// Envoy started draining: every filter that watches the drain is told, now (once: a
+    /// second drain, e.g. the shutdown after `/drain_listeners`, tells no one again) and when
+    /// it starts watching. Returns how many were told.
     pub fn drain(&self) -> usize {
         let mut state = self.lock();
-        state.draining = true;
+        if std::mem::replace(&mut state.draining, true) {
+            return 0;
+        }
         let mut told = 0;
         for entry in state.entries.iter().flatten().filter(|e| e.drain) {
             entry.scheduler.commit(DRAIN_EVENT);
             told += 1;
         }
         state.fired += told as u64;
+        told
+    }
+
+    /// Envoy is shutting down (SIGTERM; it waits for `quiet` to exit): the drain is told as by
+    /// [`Service::drain`], then `quiet` is called once every filter that watched it is gone
+    /// (its stream ended), or at `deadline`, whichever comes first: at once if none watches.
+    /// It runs on whichever thread sees that (a worker, the timer thread, or this one).
+    /// Returns how many were told (none if the drain had begun: they were told then).
+    pub fn shutdown(self: &Arc<Self>, deadline: Instant, quiet: Quiet) -> usize {
+        let told = self.drain();
+        let due = {
+            let mut state = self.lock();
+            state.quiet = Some((deadline, quiet));
+            let due = state.quiet_due(Instant::now());
+            if due.is_none() {
+                self.start_thread(&mut state);
+                self.wake.notify_one();
+            }
+            due
+        };
+        if let Some(quiet) = due {
+            quiet();
+        }
         told
     }
 
@@ -201,10 +253,18 @@ impl<S: Scheduler + 'static> Service<S> {
                 };
                 state.fired += u64::from(fired);
             }
-            let wait = state
-                .deadlines
-                .first()
-                .map(|&(at, _)| at.saturating_duration_since(now));
+            if let Some(quiet) = state.quiet_due(now) {
+                drop(state);
+                quiet();
+                state = self.lock();
+                continue;
+            }
+            let next = state.deadlines.first().map(|&(at, _)| at);
+            let next = match (next, state.quiet.as_ref().map(|(at, _)| *at)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let wait = next.map(|at| at.saturating_duration_since(now));
             state = match wait {
                 Some(wait) => {
                     self.wake
@@ -291,6 +351,12 @@ impl<S: Scheduler + 'static> Drop for Registration<S> {
         state.free.push(self.key.index);
         // The scheduler is deleted here, under the lock.
         drop(entry);
+        // The last stream a shutdown waited for is gone.
+        let quiet = state.quiet_due(Instant::now());
+        drop(state);
+        if let Some(quiet) = quiet {
+            quiet();
+        }
     }
 }
 
@@ -454,6 +520,41 @@ mod tests {
     }
 
     #[test]
+    fn a_shutdown_waits_for_the_streams_watching_the_drain_or_its_deadline() {
+        let (service, rx, make) = service();
+        let (quiet_tx, quiet_rx) = mpsc::channel();
+        let quiet = move || -> Quiet {
+            let tx = quiet_tx.clone();
+            Box::new(move || tx.send(Instant::now()).unwrap())
+        };
+        // Two watch (one more does not): told, then quiet when both are gone.
+        let a = service.register(make.make(1).0);
+        let b = service.register(make.make(2).0);
+        let c = service.register(make.make(3).0);
+        a.watch_drain();
+        b.watch_drain();
+        service.shutdown(Instant::now() + LONG, quiet());
+        let told: Vec<u32> = (0..2).map(|_| rx.recv_timeout(LONG).unwrap().0).collect();
+        assert_eq!(told, [1, 2]);
+        drop(a);
+        assert!(quiet_rx.recv_timeout(Duration::from_millis(50)).is_err());
+        drop(b);
+        assert!(quiet_rx.try_recv().is_ok(), "called by the last drop");
+        // One that never goes: its deadline.
+        let d = service.register(make.make(4).0);
+        d.watch_drain();
+        let deadline = Instant::now() + Duration::from_millis(40);
+        service.shutdown(deadline, quiet());
+        let when = quiet_rx.recv_timeout(LONG).expect("at its deadline");
+        assert!(when >= deadline);
+        drop((c, d));
+        // Nobody watches: at once.
+        service.shutdown(Instant::now() + LONG, quiet());
+        assert!(quiet_rx.try_recv().is_ok());
+        service.stop();
+    }
+
+    #[test]
     fn the_drain_reaches_the_filters_that_watch_it_and_later_watchers_learn_at_once() {
         let (service, rx, make) = service();
         let a = service.register(make.make(1).0);
@@ -467,6 +568,7 @@ mod tests {
             b.watch_drain(),
             "already draining: b knows without an event"
         );
+        assert_eq!(service.drain(), 0, "told once");
         assert!(rx.try_recv().is_err());
         drop((a, b));
         service.stop();
