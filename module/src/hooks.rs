@@ -306,11 +306,11 @@ fn deliver(stream: &mut Stream, host: &mut Envoy<'_>, event: Deferred) {
     }
 }
 
-/// A scheduler event: the filter's timer (unless an earlier commit of it, overtaken by a
-/// deadline armed since), or Envoy's drain.
+/// A scheduler event: the filter's timer (unless disarmed or armed again since the commit),
+/// or Envoy's drain.
 fn scheduled(stream: &mut Stream, host: &mut Envoy<'_>, event_id: u64) {
     match event_id {
-        abi::TIMER_EVENT if !host.timer_pending() => {
+        abi::TIMER_EVENT if host.timer_due() => {
             on_stream!(stream, f => f.timer_fired(host));
         }
         abi::DRAIN_EVENT => on_stream!(stream, f => f.drain_started(host)),

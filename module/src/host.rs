@@ -207,14 +207,8 @@ pub trait Terminal: Host {
 #[derive(Default)]
 pub struct HostState {
     timer: Option<timer::Registration<EnvoyScheduler>>,
-}
-
-impl HostState {
-    /// A deadline is armed and not yet reached: a timer event arriving now is older than it
-    /// (the filter armed again after the commit) and is not the filter's business.
-    pub fn timer_pending(&self) -> bool {
-        self.timer.as_ref().is_some_and(|t| t.deadline().is_some())
-    }
+    /// The filter armed its timer and has not disarmed it nor been told it fired.
+    armed: bool,
 }
 
 /// A filter's scheduler in Envoy, owned by the module: committed by the timer thread or the
@@ -302,10 +296,20 @@ impl<'a> Envoy<'a> {
         }
     }
 
-    /// A deadline is armed and not reached: a timer event arriving now was committed for an
-    /// earlier one (the filter armed again since) and is not due.
-    pub fn timer_pending(&self) -> bool {
-        self.state.timer_pending()
+    /// A timer event arrived: whether the filter is to be told (it is then no longer armed).
+    /// Not when the filter disarmed its timer, or armed it again for a deadline not reached,
+    /// after the timer thread committed the event (a commit cannot be taken back).
+    pub fn timer_due(&mut self) -> bool {
+        let pending = self
+            .state
+            .timer
+            .as_ref()
+            .is_some_and(|t| t.deadline().is_some());
+        let due = self.state.armed && !pending;
+        if due {
+            self.state.armed = false;
+        }
+        due
     }
 
     /// The filter's registration in the timer service, made on first use.
@@ -816,12 +820,14 @@ impl Terminal for Envoy<'_> {
 
     fn arm_timer(&mut self, at: Instant) {
         self.registration().arm(at);
+        self.state.armed = true;
     }
 
     fn disarm_timer(&mut self) {
         if let Some(timer) = &self.state.timer {
             timer.disarm();
         }
+        self.state.armed = false;
     }
 
     fn watch_drain(&mut self) -> bool {
