@@ -29,12 +29,14 @@ eval "$(bash "$ROOT/deploy/install-llama-server.sh")"
 PROMETHEUS_BIN="$(bash "$ROOT/deploy/install-prometheus.sh")"
 export PROMETHEUS_BIN
 
-# The module, built once in release with the `fault-injection` feature the panic test needs
-# (the core panics on a marker; a production build never has it), kept apart in
-# target/e2e-module (where the harness looks) so that no other build replaces it. The first run
-# needs it too: tests/deploy_manifests.rs validates the module's Istio patches with it loaded.
-echo "test: cargo build --release -p responses-module --features fault-injection"
-cargo build --release -p responses-module --features fault-injection
+# The module, built once in release with the test features (a production build has neither):
+# `fault-injection`, which the panic test needs (the core panics on a marker), and
+# `abi-probe`, the filter tests/e2e_module_abi.rs drives (made only for its filter_name), kept
+# apart in target/e2e-module (where the harness looks) so that no other build replaces it. The
+# first run needs it too: tests/deploy_manifests.rs validates the module's Istio patches with it
+# loaded.
+echo "test: cargo build --release -p responses-module --features fault-injection,abi-probe"
+cargo build --release -p responses-module --features fault-injection,abi-probe
 mkdir -p target/e2e-module
 cp target/release/libresponses_module.so target/e2e-module/
 bash "$ROOT/.ci/module-symbols" target/e2e-module/libresponses_module.so

@@ -29,7 +29,7 @@ use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
-use crate::host::{Host, Level, Side};
+use crate::host::{CalloutId, CalloutReset, Host, Level, Side, Terminal};
 
 /// What a headers hook tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +150,78 @@ impl<E: Environment> Filter<E> {
         host.drain_body(Side::Request);
         host.drain_body(Side::Response);
         self.carry(host, Side::Response, action)
+    }
+
+    // What Envoy reports of a stream the filter answers itself (the WebSocket transport, to
+    // come): its callouts, its timer, Envoy's drain and the client's write buffer. An HTTP
+    // exchange starts no callout, arms no timer and watches no drain, so for it these do
+    // nothing, but for a callout it does not know, which is reset (none can exist; fail
+    // closed all the same: no upstream stream runs unowned).
+
+    /// A callout's answer head.
+    pub fn callout_headers(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        _headers: &[(&str, &str)],
+        _end: bool,
+    ) {
+        self.unknown_callout(host, id);
+    }
+
+    /// A piece of a callout's answer body.
+    pub fn callout_data(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        _data: &[&[u8]],
+        _end: bool,
+    ) {
+        self.unknown_callout(host, id);
+    }
+
+    /// A callout's answer trailers.
+    pub fn callout_trailers(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        _trailers: &[(&str, &str)],
+    ) {
+        self.unknown_callout(host, id);
+    }
+
+    /// A callout ended, both ways (its last event).
+    pub fn callout_complete(&mut self, _host: &mut impl Terminal, _id: CalloutId) {}
+
+    /// A callout was reset (its last event).
+    pub fn callout_reset(
+        &mut self,
+        _host: &mut impl Terminal,
+        _id: CalloutId,
+        _reason: CalloutReset,
+    ) {
+    }
+
+    /// The timer armed with [`Terminal::arm_timer`] is due.
+    pub fn timer_fired(&mut self, _host: &mut impl Terminal) {}
+
+    /// Envoy started draining (after [`Terminal::watch_drain`]).
+    pub fn drain_started(&mut self, _host: &mut impl Terminal) {}
+
+    /// The client's write buffer went over its high watermark.
+    pub fn write_blocked(&mut self, _host: &mut impl Terminal) {}
+
+    /// ... and back under its low watermark.
+    pub fn write_unblocked(&mut self, _host: &mut impl Terminal) {}
+
+    fn unknown_callout(&mut self, host: &mut impl Terminal, id: CalloutId) {
+        log(host, Level::Warn, || {
+            format!(
+                "an event of callout {} this exchange did not start; resetting it request_id={}",
+                id.0, self.request_id
+            )
+        });
+        host.reset_callout(id);
     }
 
     /// Carries out an action of a body hook: unless it passes, the piece the driver read (or
