@@ -597,7 +597,10 @@ fn no_typed_field_of_an_item_is_named_like_a_clients_bookkeeping() {
         clashes.is_empty(),
         "typed fields named like a client's bookkeeping: {clashes:?}"
     );
-    assert!(!codex.is_empty(), "no Codex bookkeeping paths in cases.json");
+    assert!(
+        !codex.is_empty(),
+        "no Codex bookkeeping paths in cases.json"
+    );
     for (path, _) in codex {
         assert!(is_client_bookkeeping(&last_key(path)), "{path}");
     }
