@@ -138,8 +138,10 @@ PY
   done
   say "upstream: $UPSTREAM_KIND"
 else
-  probe="$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$BASE_URL/responses" \
-    -H 'content-type: application/json' -d "{\"model\":\"${CODEX_MODEL:-probe}\",\"input\":\"ping\"}" || true)"
+  # One token: a real model on a CPU may take long over more.
+  probe="$(curl -s --max-time 120 -o /dev/null -w '%{http_code}' "$BASE_URL/responses" \
+    -H 'content-type: application/json' \
+    -d "{\"model\":\"${CODEX_MODEL:-probe}\",\"input\":\"ping\",\"max_output_tokens\":1}" || true)"
   [ "$probe" = 200 ] ||
     die "POST $BASE_URL/responses answered '${probe:-nothing}', not 200: start the stack first (bash deploy/demo.sh)"
 fi
