@@ -221,3 +221,137 @@ pub fn module(data: &[u8]) {
         responses_module::fake::run_script(path, headers_end, &steps);
     }
 }
+
+/// Arbitrary bytes as a client's WebSocket byte stream into one frame decoder
+/// (`core/src/websocket/decode.rs`), small limits. The first byte picks the message limit,
+/// the second how the rest is read: as raw bytes, or as a script of frame heads (any FIN, RSV,
+/// opcode, length form, mask bit) with payloads from the data, so that the fuzzer reaches deep
+/// into fragmentation, UTF-8 and close frames. Read whole, byte by byte and in pieces of
+/// sizes drawn from the data: never a panic, the same messages and the same error every way,
+/// never more held than the read limit, and every message within the rules (text UTF-8,
+/// control payloads of 125 bytes at most, close codes a peer may send).
+pub fn websocket_frames(data: &[u8]) {
+    use responses_core::websocket::decode::{read_limit, Decoder, Message};
+
+    let [limit_byte, mode, seed, rest @ ..] = data else {
+        return;
+    };
+    let max_message = if limit_byte & 0x80 != 0 {
+        1 << 16
+    } else {
+        usize::from(*limit_byte)
+    };
+    let stream = if mode & 1 == 0 {
+        rest.to_vec()
+    } else {
+        websocket_script(rest)
+    };
+
+    let read = |pieces: &mut dyn Iterator<Item = usize>| {
+        let mut decoder = Decoder::new(max_message);
+        let mut messages = Vec::new();
+        let mut at = 0;
+        while at < stream.len() {
+            let n = pieces
+                .next()
+                .unwrap_or(usize::MAX)
+                .clamp(1, stream.len() - at);
+            let mut input = &stream[at..at + n];
+            at += n;
+            loop {
+                let step = decoder.decode(&mut input);
+                assert!(
+                    decoder.held() <= read_limit(max_message),
+                    "held past the limit"
+                );
+                match step {
+                    Ok(Some(m)) => messages.push(m),
+                    Ok(None) => break,
+                    Err(e) => {
+                        assert!(matches!(e.close_code().0, 1002 | 1007 | 1009), "{e:?}");
+                        assert!(e.to_string().len() <= 123);
+                        // The error sticks.
+                        assert_eq!(
+                            decoder.decode(&mut &b"\x81\x80\0\0\0\0"[..]),
+                            Err(e.clone())
+                        );
+                        return (messages, Some(e));
+                    }
+                }
+            }
+            assert!(input.is_empty());
+        }
+        (messages, None)
+    };
+
+    let whole = read(&mut std::iter::empty());
+    let bytewise = read(&mut std::iter::repeat(1));
+    let mut state = u32::from(*seed) | 0x100;
+    let mut sizes = std::iter::from_fn(|| {
+        // xorshift: piece sizes 1..=64 from the seed
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        Some(1 + (state % 64) as usize)
+    });
+    let pieces = read(&mut sizes);
+    assert_eq!(whole, bytewise, "messages depend on how the bytes were cut");
+    assert_eq!(whole, pieces, "messages depend on how the bytes were cut");
+
+    let (messages, _) = whole;
+    for (i, m) in messages.iter().enumerate() {
+        match m {
+            Message::Text(t) => {
+                assert!(std::str::from_utf8(t).is_ok());
+                assert!(t.len() <= read_limit(max_message));
+            }
+            Message::Binary(b) => assert!(b.len() <= read_limit(max_message)),
+            Message::Ping(p) | Message::Pong(p) => assert!(p.len() <= 125),
+            Message::Close(c) => {
+                assert_eq!(i + 1, messages.len(), "nothing after a close");
+                if let Some(c) = c {
+                    assert!(c.code.is_sendable() && c.reason.len() <= 123);
+                }
+            }
+        }
+    }
+}
+
+/// The frames a script describes: per frame a flags byte (FIN, RSV, opcode), a length byte
+/// (its top two bits the length form: 7, 16 or 64 bits; 0x3F the rest), a byte whose low bit
+/// leaves the mask out, a mask, then that many payload bytes (fewer at the end of the data).
+fn websocket_script(mut script: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let [flags, len, unmasked, m0, m1, m2, m3, rest @ ..] = script {
+        let n = usize::from(len & 0x3F) * 3;
+        let payload = &rest[..n.min(rest.len())];
+        script = &rest[payload.len()..];
+        // The announced length: the payload's, in the form the script picked.
+        let masked = if unmasked & 1 == 1 { 0 } else { 0x80 };
+        out.push(*flags);
+        match len >> 6 {
+            0 if payload.len() <= 125 => out.push(masked | payload.len() as u8),
+            0 | 1 => {
+                out.push(masked | 126);
+                out.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+            }
+            2 => {
+                out.push(masked | 127);
+                out.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+            }
+            // A length the payload does not have: a huge one, top bit set or not.
+            _ => {
+                out.push(masked | 127);
+                out.extend_from_slice(&((u64::from(*m0) << 56) | 0xFFFF).to_be_bytes());
+            }
+        }
+        let mask = [*m0, *m1, *m2, *m3];
+        if masked != 0 {
+            out.extend_from_slice(&mask);
+            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        } else {
+            out.extend_from_slice(payload);
+        }
+    }
+    out
+}

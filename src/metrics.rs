@@ -9,7 +9,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use responses_core::driver::Event;
+use responses_core::life::Event;
 use responses_core::metrics::{self, Kind, LabelPolicy, Labels, Metric, Recorder};
 
 /// Where the schema's families are in the processor's export: `responses_extproc_<name>`
@@ -18,7 +18,7 @@ pub const PREFIX: &str = "responses_extproc_";
 
 /// How long and how fast one exchange was, measured by its adapter (the core's plain data,
 /// shared with the spans).
-pub use responses_core::telemetry::Timing;
+pub use responses_core::life::Timing;
 
 /// One family of the schema, registered.
 #[derive(Debug)]

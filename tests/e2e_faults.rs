@@ -735,6 +735,96 @@ async fn shipped_local_reply_config_makes_direct_replies_envelopes() {
     assert!(!other.body.contains("processor_unavailable"), "{other:?}");
 }
 
+/// Envoy refuses a header the translation sets, with a config the core cannot see coming:
+/// the client gets an error envelope, never Envoy's empty 500, and the upstream gets nothing.
+/// ext_proc: Envoy checks the processor's header edits and fails the request when one breaks
+/// its rules (a `mutation_rules` that forbids the model header, with `disallow_is_error`), its
+/// header limits (`max_request_headers_kb` of 1 KiB and a model of 900 bytes) or holds a
+/// control character (a Chat path with one: the settings take any absolute path); the shipped
+/// `local_reply_config` makes each of those replies a 500 `internal_error` envelope. Module:
+/// Envoy takes the filter's edits as they are (the ABI's call only fails where Envoy has no
+/// header map: `module/src/tests.rs` covers that); the limit is not checked on them, and a
+/// Chat path Envoy cannot send is refused when Envoy sends the request upstream, its 503
+/// passing the filter's answer hooks, which make it an envelope.
+#[tokio::test]
+async fn a_header_envoy_refuses_ends_in_an_envelope_never_an_empty_500() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("ok")));
+    let big_model = "m".repeat(900);
+    let long_model = json!({"model": big_model, "input": "hi"});
+    let is_ext_proc = common::mode() == common::Mode::ExtProc;
+
+    // A Chat path holding a control character (U+0001).
+    let stack = Stack::start(
+        upstream.port(),
+        &["--chat-path", "/v1/chat/completions\u{1}"],
+    );
+    let answer = post(&stack.envoy, &json_request()).await;
+    if is_ext_proc {
+        let error = answer.envelope(500, "server_error", "internal_error");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("refused a header"),
+            "{error}"
+        );
+    } else {
+        let error = answer.envelope(503, "server_error", "upstream_unavailable");
+        assert!(
+            error["message"].as_str().unwrap().contains(":path"),
+            "{error}"
+        );
+    }
+    drop(stack);
+    assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
+
+    // A header limit the model header takes the request over.
+    let limit = (
+        "          stat_prefix: responses\n",
+        "          stat_prefix: responses\n          max_request_headers_kb: 1\n",
+    );
+    let stack = Stack::start_with(upstream.port(), &[], |c| substitute(c, &[limit]));
+    let answer = post(&stack.envoy, &long_model).await;
+    if is_ext_proc {
+        answer.envelope(500, "server_error", "internal_error");
+        assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
+    } else {
+        // Not checked on the module's edits: translated and answered.
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let at_upstream = upstream.requests();
+        assert_eq!(at_upstream.len(), 1, "{at_upstream:?}");
+        assert_eq!(
+            at_upstream[0].header("x-responses-model"),
+            Some(big_model.as_str())
+        );
+    }
+    drop(stack);
+
+    if !common::only_ext_proc("mutation_rules are the ext_proc filter's") {
+        return;
+    }
+    let before = upstream.requests().len();
+    let rules = (
+        "              route_cache_action: CLEAR\n",
+        "              route_cache_action: CLEAR\n              mutation_rules:\n                disallow_expression: {regex: \"x-responses-model\"}\n                disallow_is_error: true\n",
+    );
+    let stack = Stack::start_with(upstream.port(), &[], |c| substitute(c, &[rules]));
+    for body in [json_request(), stream_request()] {
+        post(&stack.envoy, &body)
+            .await
+            .envelope(500, "server_error", "internal_error");
+    }
+    assert_eq!(upstream.requests().len(), before);
+    // Other traffic keeps Envoy's and the upstream's own answers.
+    let other = client()
+        .get(stack.envoy.url("/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+}
+
 /// A stream was asked for, the upstream answered 200 with something else (JSON, plain
 /// text): no stream has started, so the client gets a 502 envelope `upstream_invalid_response`.
 #[tokio::test]

@@ -652,3 +652,75 @@ async fn item_and_part_caps_through_envoy() {
         }
     }
 }
+
+/// The `model` goes on as the model header Envoy routes on, so it must be a header value:
+/// at most `MAX_MODEL_BYTES` (1 KiB), no control character. Around the limit (half, at, one
+/// over, far over) and with the characters Envoy refuses in a header (CR, LF, NUL) or HTTP
+/// does (other controls), streamed or not: within, translated with the model in the header and
+/// the body; beyond, a 400 `invalid_value` naming `model` and nothing upstream.
+#[tokio::test]
+async fn model_names_around_the_header_limit() {
+    use responses_core::translate::request::MAX_MODEL_BYTES;
+
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("ok")));
+    let stack = Stack::start(upstream.port(), &[]);
+    let envoy = &stack.envoy;
+
+    let sizes = [
+        ("half", MAX_MODEL_BYTES / 2, true),
+        ("at", MAX_MODEL_BYTES, true),
+        ("one over", MAX_MODEL_BYTES + 1, false),
+        ("far over", MIB, false),
+    ];
+    for (what, size, within) in sizes {
+        // Ends in a two-byte character: the cap counts bytes.
+        let model = format!("{}é", "m".repeat(size - 2));
+        assert_eq!(model.len(), size);
+        let before = upstream.requests().len();
+        let answer = post(
+            envoy,
+            json!({"model": model, "input": "hi"})
+                .to_string()
+                .into_bytes(),
+        )
+        .await;
+        if within {
+            assert_eq!(answer.response()["model"], json!(model), "{what}");
+            let request = upstream.requests().pop().expect("a Chat request");
+            // Bytes: a header value's non-ASCII bytes are not `to_str`'s.
+            assert_eq!(
+                request
+                    .headers
+                    .get("x-responses-model")
+                    .map(|v| v.as_bytes()),
+                Some(model.as_bytes()),
+                "{what}"
+            );
+            assert_eq!(request.json()["model"], json!(model), "{what}");
+        } else {
+            let error = answer.envelope(400, "invalid_value");
+            assert_eq!(error["param"], "model", "{what}");
+            assert_eq!(upstream.requests().len(), before, "{what}");
+        }
+    }
+    for model in ["m\nx-evil: 1", "m\r", "m\u{0}", "\u{1}m", "m\u{7f}"] {
+        for stream in [false, true] {
+            let answer = post(
+                envoy,
+                json!({"model": model, "input": "hi", "stream": stream})
+                    .to_string()
+                    .into_bytes(),
+            )
+            .await;
+            let error = answer.envelope(400, "invalid_value");
+            assert_eq!(error["param"], "model", "{model:?}");
+            assert_eq!(error["type"], "invalid_request_error", "{model:?}");
+        }
+    }
+    assert_eq!(
+        upstream.requests().len(),
+        2,
+        "only the two within the limit"
+    );
+}

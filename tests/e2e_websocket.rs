@@ -153,12 +153,14 @@ async fn create_then_continue_with_previous_response_id() {
         "{logs}"
     );
     // What the upstream got: Chat requests through Envoy's Chat route, the second with the
-    // whole context, the client's credentials and the model header for routing.
+    // whole context and the client's credentials. The processor names the model in the model
+    // header, but it comes back through Envoy's listener as a client's request does, and
+    // Envoy removes a client's model header before routing (only the HTTP filter sets it).
     let requests = upstream.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].header("authorization"), Some("Bearer sk-test"));
-    assert_eq!(requests[1].header("x-responses-model"), Some("m"));
+    assert_eq!(requests[1].header("x-responses-model"), None);
     let chat = requests[1].json();
     assert_eq!(chat["stream"], true);
     assert_eq!(
@@ -169,6 +171,99 @@ async fn create_then_continue_with_previous_response_id() {
             {"role": "user", "content": "My number?"}
         ])
     );
+}
+
+/// A `model` that cannot be a header value (the transport's Chat request carries it in the
+/// model header) is refused as over HTTP, before anything is sent; the socket goes on.
+#[tokio::test]
+async fn a_model_that_cannot_be_a_header_is_refused_and_the_socket_goes_on() {
+    use responses_core::translate::request::MAX_MODEL_BYTES;
+
+    let upstream = ScriptedUpstream::with_replies([chat_sse("fine")]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    for model in ["m\nx-evil: 1".to_owned(), "m".repeat(MAX_MODEL_BYTES + 1)] {
+        ask(&mut ws, json!({"model": model, "input": "x"})).await;
+        let refused = recv(&mut ws).await;
+        assert_eq!(error_code(&refused), "invalid_value");
+        assert_eq!(refused["error"]["param"], "model", "{refused}");
+        assert_eq!(refused["status"], 400);
+    }
+    assert!(upstream.requests().is_empty(), "nothing went upstream");
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    completed(&mut ws).await;
+}
+
+/// The model map on the WebSocket: each response's Chat request names the mapped model (a
+/// name the map does not match passes unchanged), every event names the model asked for, and
+/// a continuation too. Through Envoy the transport's Chat request loses its model headers
+/// (it comes back through the listener as a client's does: docs/websocket.md); sent straight
+/// to the upstream, as from a listener of the processor's own, it carries both, the name
+/// asked for and the name sent, as the HTTP path does.
+#[tokio::test]
+async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one() {
+    let demo = common::RecordingDemo::start();
+    let args = ["--model-map", "gpt-5.4=qwen3-coder,gpt-*=qwen3"];
+    let stack = Stack::with_websocket(demo.port(), &args);
+    let mut ws = connect(&stack).await;
+    let mut previous = None;
+    for (asked, sent) in [
+        ("gpt-5.4", "qwen3-coder"),
+        ("gpt-5.4", "qwen3-coder"),
+        ("gpt-4o", "qwen3"),
+        ("m", "m"),
+    ] {
+        let mut body = json!({"model": asked, "input": "hi"});
+        if let Some(id) = previous.take() {
+            body["previous_response_id"] = json!(id);
+        }
+        ask(&mut ws, body).await;
+        let events = response(&mut ws).await;
+        assert_eq!(last_response(&events)["status"], "completed", "{events:?}");
+        let models: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| e.get("response").map(|r| &r["model"]))
+            .collect();
+        assert!(
+            models.len() >= 2 && models.iter().all(|m| *m == asked),
+            "{models:?}"
+        );
+        previous = last_response(&events)["id"].as_str().map(str::to_owned);
+        let request = demo.requests().pop().expect("a Chat request");
+        assert_eq!(request.json()["model"], sent, "{asked}");
+        assert_eq!(
+            request.header("x-responses-model"),
+            None,
+            "removed by Envoy"
+        );
+        assert_eq!(request.header("x-responses-upstream-model"), None);
+    }
+
+    // The processor's own Chat request, sent straight to the upstream.
+    let ws_port = common::free_port();
+    let ws_listen = format!("127.0.0.1:{ws_port}");
+    let ws_upstream = format!("http://127.0.0.1:{}", demo.port());
+    let processor = common::Processor::start(&[
+        "--ws-listen",
+        &ws_listen,
+        "--ws-upstream",
+        &ws_upstream,
+        args[0],
+        args[1],
+    ]);
+    let (mut direct, _) =
+        tokio_tungstenite::connect_async(format!("ws://{ws_listen}/v1/responses"))
+            .await
+            .expect("the processor's WebSocket listener");
+    for (asked, sent) in [("gpt-5.4", "qwen3-coder"), ("llama", "llama")] {
+        ask(&mut direct, json!({"model": asked, "input": "hi"})).await;
+        completed(&mut direct).await;
+        let request = demo.requests().pop().expect("a Chat request");
+        assert_eq!(request.json()["model"], sent);
+        assert_eq!(request.header("x-responses-model"), Some(asked));
+        assert_eq!(request.header("x-responses-upstream-model"), Some(sent));
+    }
+    drop(processor);
 }
 
 #[tokio::test]

@@ -78,3 +78,13 @@ fn module_corpus_holds() {
         assert!(outcome.is_ok(), "{}", path.display());
     }
 }
+
+#[test]
+fn websocket_frames_corpus_holds() {
+    let files = corpus("websocket_frames");
+    assert!(!files.is_empty());
+    for (path, data) in files {
+        let outcome = std::panic::catch_unwind(|| checks::websocket_frames(&data));
+        assert!(outcome.is_ok(), "{}", path.display());
+    }
+}

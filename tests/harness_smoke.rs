@@ -488,46 +488,34 @@ async fn request_bodies_over_envoys_16_mib_buffer_get_413() {
     assert!(upstream.requests().is_empty());
 }
 
-/// The commented "route by x-responses-model" example in the shipped config works as
-/// documented: ext_proc, when a processor sets the header in its answer to the request body
-/// (route_cache_action: CLEAR; a passthrough processor that sets it, so the answer is the
-/// upstream's own); module, with the module, which sets it and clears the route cache.
-#[tokio::test]
-async fn the_model_routing_example_works() {
-    let answer = |who: &str| {
-        json!({"id": "c", "object": "chat.completion", "model": who, "choices": [{"index": 0,
-            "finish_reason": "stop", "message": {"role": "assistant", "content": who}}]})
-    };
-    let small = ScriptedUpstream::start();
-    small.set_default(move || Reply::json(200, &answer("small")));
-    let big = ScriptedUpstream::start();
-    big.set_default(move || Reply::json(200, &answer("big")));
-    let big_port = big.port();
-    let uncomment = move |shipped: String| {
-        let mut config = String::new();
-        let mut in_example = false;
-        for line in shipped.lines() {
-            let trimmed = line.trim_start();
-            if trimmed == "# - match:" {
-                in_example = true;
-            }
-            if in_example && trimmed.starts_with('#') {
-                let indent = &line[..line.len() - trimmed.len()];
-                let code = trimmed.trim_start_matches('#');
-                config.push_str(indent);
-                config.push_str(code.strip_prefix(' ').unwrap_or(code));
-            } else {
-                in_example = false;
-                config.push_str(line);
-            }
-            config.push('\n');
+/// `config` (a shipped bootstrap, ports substituted) with its commented "route by
+/// x-responses-model" example uncommented (`big-model` to the cluster `upstream-big`) and that
+/// cluster added, on 127.0.0.1:`big_port`.
+fn with_model_route(shipped: String, big_port: u16) -> String {
+    let mut config = String::new();
+    let mut in_example = false;
+    for line in shipped.lines() {
+        let trimmed = line.trim_start();
+        if trimmed == "# - match:" {
+            in_example = true;
         }
-        assert!(config.contains(
-            "\n              - match:\n                  prefix: \"/\"\n                  headers:"
-        ));
-        // The shipped file ends with the `upstream` cluster: add the example's after it.
-        config.push_str(&format!(
-            "  - name: upstream-big
+        if in_example && trimmed.starts_with('#') {
+            let indent = &line[..line.len() - trimmed.len()];
+            let code = trimmed.trim_start_matches('#');
+            config.push_str(indent);
+            config.push_str(code.strip_prefix(' ').unwrap_or(code));
+        } else {
+            in_example = false;
+            config.push_str(line);
+        }
+        config.push('\n');
+    }
+    assert!(config.contains(
+        "\n              - match:\n                  prefix: \"/\"\n                  headers:"
+    ));
+    // The shipped file ends with the `upstream` cluster: add the example's after it.
+    config.push_str(&format!(
+        "  - name: upstream-big
     type: STATIC
     connect_timeout: 1s
     load_assignment:
@@ -538,9 +526,28 @@ async fn the_model_routing_example_works() {
             address:
               socket_address: {{address: 127.0.0.1, port_value: {big_port}}}
 "
-        ));
-        config
-    };
+    ));
+    config
+}
+
+/// A Chat completion whose text names the upstream that answered.
+fn answer_from(who: &str) -> Value {
+    json!({"id": "c", "object": "chat.completion", "model": who, "choices": [{"index": 0,
+        "finish_reason": "stop", "message": {"role": "assistant", "content": who}}]})
+}
+
+/// The commented "route by x-responses-model" example in the shipped config works as
+/// documented: ext_proc, when a processor sets the header in its answer to the request body
+/// (route_cache_action: CLEAR; a passthrough processor that sets it, so the answer is the
+/// upstream's own); module, with the module, which sets it and clears the route cache.
+#[tokio::test]
+async fn the_model_routing_example_works() {
+    let small = ScriptedUpstream::start();
+    small.set_default(move || Reply::json(200, &answer_from("small")));
+    let big = ScriptedUpstream::start();
+    big.set_default(move || Reply::json(200, &answer_from("big")));
+    let big_port = big.port();
+    let uncomment = move |shipped: String| with_model_route(shipped, big_port);
     let (envoy, _extproc) = match common::mode() {
         Mode::ExtProc => {
             // A processor that does what ours does to the request headers: the model header,
@@ -574,6 +581,186 @@ async fn the_model_routing_example_works() {
         Some("big-model")
     );
     assert!(small.requests().is_empty());
+}
+
+/// The routing header is ours: with the shipped config and its model route, a client's own
+/// `x-responses-model` steers nothing. A direct Chat request (and any other request the
+/// translator does not handle) that forges it takes the route it would without it, and
+/// reaches its upstream without it; a Responses request that forges it is routed by the
+/// model it asks for. Only what the translator sets routes (the real processor, or the
+/// module).
+#[tokio::test]
+async fn a_forged_model_header_does_not_change_a_requests_route() {
+    let small = ScriptedUpstream::start();
+    small.set_default(move || Reply::json(200, &answer_from("small")));
+    let big = ScriptedUpstream::start();
+    big.set_default(move || Reply::json(200, &answer_from("big")));
+    let big_port = big.port();
+    let stack = Stack::start_with(small.port(), &[], move |c| with_model_route(c, big_port));
+    let envoy = &stack.envoy;
+    let forged = ("x-responses-model", "big-model");
+
+    // A direct Chat request naming the big model in the header: routed as without it.
+    let chat: Value = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .header(forged.0, forged.1)
+        .json(&json!({"model": "small-model", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(chat["choices"][0]["message"]["content"], "small", "{chat}");
+    // Any other request, whatever its method and path.
+    let models = client()
+        .get(envoy.url("/v1/models"))
+        .header(forged.0, forged.1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    // A Responses request for the small model with the big one in the header: the
+    // translator's header, the request's model, decides.
+    let answer: Value = client()
+        .post(envoy.url("/v1/responses"))
+        .header(forged.0, forged.1)
+        .json(&json!({"model": "small-model", "input": "hi"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["output"][0]["content"][0]["text"], "small",
+        "{answer}"
+    );
+
+    let at_small = small.requests();
+    assert_eq!(at_small.len(), 3, "{at_small:?}");
+    assert_eq!(at_small[0].path, "/v1/chat/completions");
+    assert_eq!(at_small[0].header("x-responses-model"), None);
+    assert_eq!(at_small[1].path, "/v1/models");
+    assert_eq!(at_small[1].header("x-responses-model"), None);
+    assert_eq!(at_small[2].path, "/v1/chat/completions");
+    assert_eq!(at_small[2].header("x-responses-model"), Some("small-model"));
+    assert!(big.requests().is_empty(), "{:?}", big.requests());
+
+    // The model route itself still works: the translator's header routes.
+    let answer: Value = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "big-model", "input": "hi"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["output"][0]["content"][0]["text"], "big", "{answer}");
+    assert_eq!(
+        big.requests()[0].header("x-responses-model"),
+        Some("big-model")
+    );
+}
+
+/// The model map (`--model-map`, `model_map`) through the real Envoy, with the shipped
+/// config's model route matching the upstream model header instead: a request for `gpt-5.4`
+/// reaches the demo upstream the route picks as the mapped name, with both model headers (the
+/// name asked for, the name sent); another `gpt-*` name takes the pattern's; a name the map
+/// does not match passes unchanged. The answers (JSON, and every event of a stream) name the
+/// model asked for, though the demo answers with the name it was sent. A client's own upstream
+/// model header steers nothing.
+#[tokio::test]
+async fn the_model_map_sends_the_mapped_name_and_routes_on_the_upstream_header() {
+    let small = common::RecordingDemo::start();
+    let big = common::RecordingDemo::start();
+    let big_port = big.port();
+    let route_on_the_sent_name = move |shipped: String| {
+        let config = with_model_route(shipped, big_port);
+        let (header, value) = (
+            "- name: x-responses-model\n",
+            "string_match: {exact: \"big-model\"}",
+        );
+        assert_eq!(config.matches(header).count(), 1, "the example's header");
+        assert_eq!(config.matches(value).count(), 1, "the example's value");
+        config
+            .replace(header, "- name: x-responses-upstream-model\n")
+            .replace(value, "string_match: {exact: \"qwen3-coder\"}")
+    };
+    let stack = Stack::start_with(
+        small.port(),
+        &["--model-map", "gpt-5.4=qwen3-coder,gpt-*=qwen3"],
+        route_on_the_sent_name,
+    );
+    let envoy = &stack.envoy;
+
+    // (asked, sent, the upstream that gets it)
+    for (asked, sent, to_big) in [
+        ("gpt-5.4", "qwen3-coder", true),
+        ("gpt-4o-mini", "qwen3", false),
+        ("llama", "llama", false),
+    ] {
+        for stream in [false, true] {
+            let (big_before, small_before) = (big.requests().len(), small.requests().len());
+            let response = client()
+                .post(envoy.url("/v1/responses"))
+                .json(&json!({"model": asked, "input": "hi", "stream": stream}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{asked}");
+            let text = response.text().await.unwrap();
+            let models: Vec<Value> = if stream {
+                parse_sse_json(&text)
+                    .into_iter()
+                    .filter_map(|(_, e)| e.get("response").map(|r| r["model"].clone()))
+                    .collect()
+            } else {
+                let answer: Value = serde_json::from_str(&text).unwrap();
+                assert_valid("ResponseResource", &answer);
+                vec![answer["model"].clone()]
+            };
+            assert!(!models.is_empty(), "{text}");
+            assert!(models.iter().all(|m| m == asked), "{asked}: {models:?}");
+
+            let (got, other) = if to_big {
+                (&big, &small)
+            } else {
+                (&small, &big)
+            };
+            let requests = got.requests();
+            let before = if to_big { big_before } else { small_before };
+            assert_eq!(
+                requests.len(),
+                before + 1,
+                "{asked}: routed by the name sent"
+            );
+            assert_eq!(
+                other.requests().len(),
+                if to_big { small_before } else { big_before }
+            );
+            let request = requests.last().unwrap();
+            assert_eq!(request.json()["model"], sent, "{asked}");
+            assert_eq!(request.header("x-responses-model"), Some(asked));
+            assert_eq!(request.header("x-responses-upstream-model"), Some(sent));
+        }
+    }
+
+    // A direct Chat request forging the upstream model header: routed as without it, and the
+    // header does not reach the upstream.
+    let chat = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .header("x-responses-upstream-model", "qwen3-coder")
+        .json(&json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    let last = small.requests().last().cloned().unwrap();
+    assert_eq!(last.json()["model"], "small");
+    assert_eq!(last.header("x-responses-upstream-model"), None);
+    assert_eq!(big.requests().len(), 2, "only the two gpt-5.4 requests");
 }
 
 // ---- with the real translator (the `responses-extproc` binary, or the module) ----

@@ -297,3 +297,69 @@ fn streamed_logprobs_count_toward_the_output_cap() {
     // The first deltas did carry their logprobs.
     assert!(text.contains(r#""logprobs":[{"token":"a""#));
 }
+
+/// A `model` is sent on as a request header (the model header Envoy routes on): one that
+/// cannot be a header value is refused with a 400 naming `model` before anything is sent, on
+/// both endpoints and however the JSON wrote it (escaped or not). Tab is a header's own
+/// character; the length cap is counted on the text, escapes decoded.
+#[test]
+fn a_model_that_cannot_be_a_header_value_is_refused() {
+    use responses_core::translate::compact;
+    use responses_core::translate::request::MAX_MODEL_BYTES;
+
+    let compact_error = |model: &Value| match compact::translate(
+        json!({"model": model, "input": "hi"})
+            .to_string()
+            .as_bytes(),
+        &keyed(),
+        meta(),
+    ) {
+        Ok(_) => panic!("expected /compact to refuse {model}"),
+        Err(e) => e,
+    };
+    for model in ["m\nx-evil: 1", "m\r", "m\u{0}", "\u{1f}m", "m\u{7f}"] {
+        let e = error(json!({"model": model, "input": "hi"}));
+        assert_400(&e, Some("model"), "invalid_value");
+        assert!(e.to_string().contains("control character U+"), "{e}");
+        assert_400(
+            &compact_error(&json!(model)),
+            Some("model"),
+            "invalid_value",
+        );
+    }
+    // Written raw in the body rather than escaped by serde_json: the same answer.
+    let raw = br#"{"model": "m\u000ax", "input": "hi"}"#;
+    assert_400(
+        &error_raw(raw, &Options::default()),
+        Some("model"),
+        "invalid_value",
+    );
+
+    // At the cap (multi-byte characters count in bytes; escapes as the text they stand for).
+    let at_cap = format!("{}é", "m".repeat(MAX_MODEL_BYTES - 2));
+    assert_eq!(at_cap.len(), MAX_MODEL_BYTES);
+    let t = run(
+        &json!({"model": at_cap, "input": "hi"}),
+        &Options::default(),
+    )
+    .unwrap();
+    assert_eq!(t.plan.model(), at_cap);
+    let escaped = format!(
+        r#"{{"model": "{}\u00e9", "input": "hi"}}"#,
+        "m".repeat(MAX_MODEL_BYTES - 2)
+    );
+    translate_request(escaped.as_bytes(), &Options::default(), meta()).unwrap();
+    let tab = run(
+        &json!({"model": "m\tq", "input": "hi"}),
+        &Options::default(),
+    )
+    .unwrap();
+    assert_eq!(tab.plan.model(), "m\tq");
+    // One byte over; far over.
+    for over in [format!("{at_cap}m"), "m".repeat(1 << 20)] {
+        let e = error(json!({"model": over, "input": "hi"}));
+        assert_400(&e, Some("model"), "invalid_value");
+        assert!(e.to_string().contains("longer than 1024 bytes"), "{e}");
+        assert_400(&compact_error(&json!(over)), Some("model"), "invalid_value");
+    }
+}

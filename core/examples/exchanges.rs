@@ -27,11 +27,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::driver::{Action, Driver, Event, Gathering};
+use responses_core::driver::{Action, Driver, Gathering};
 use responses_core::environment::Environment;
 use responses_core::exchange::{
     BodyStep, Exchange, HeadStep, Operation, Reply, RequestStep, ResponseHead, Settings,
 };
+use responses_core::life::Event;
 use responses_core::settings::ExchangeConfig;
 use responses_core::sse::split_frames;
 use responses_core::translate::Meta;

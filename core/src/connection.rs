@@ -28,11 +28,11 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::driver::{Event, Life};
 use crate::exchange::{
     AbortStep, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead,
     Settings, Summary, UpstreamRequest, EVENT_STREAM,
 };
+use crate::life::{Event, Life};
 use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode};
 use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};

@@ -18,12 +18,11 @@
 //! through the response callbacks), and every failure ends in an envelope, a stream's failed
 //! ending, or a reset.
 
-mod life;
+mod edits;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use life::Life;
-pub use life::{Event, Finished};
+pub use edits::{Edits, HeaderEdit};
 
 use std::borrow::Cow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,15 +33,19 @@ use bytes::Bytes;
 
 use crate::environment::{Environment, System};
 use crate::exchange::{
-    self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, HeadStep, Operation, Reply,
+    self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, Fault, HeadStep, Operation, Reply,
     RequestStep, ResponseHead, Settings, Summary, UpstreamRequest,
 };
-use crate::openresponses::{ApiError, ErrorCode};
-use crate::proxy::{self, DETAILS_ANSWER, DETAILS_REQUEST};
+use crate::life::{Event, Life};
+use crate::openresponses::ErrorCode;
 use crate::translate::Meta;
 use crate::upstream_failure;
 
-pub use crate::proxy::Edits;
+/// Envoy's response code details of a reply to a request we refused: they name us in its
+/// access logs and let its `local_reply_config` tell our envelopes from Envoy's own replies.
+pub const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
+/// The details of an error envelope in place of an upstream's answer.
+pub const DETAILS_ANSWER: &str = "responses_extproc_upstream_error";
 
 /// How the host hands over the body of an answer the driver gathers ([`Action::ReadBody`] on
 /// the answer's head).
@@ -64,6 +67,9 @@ pub enum Failure {
     Panic,
     /// The host sent a message the adapter could not read (over its size limit).
     Unreadable,
+    /// The host refused one of an action's header edits: the exchange cannot go on half
+    /// edited.
+    Refused,
 }
 
 /// What a local reply answers.
@@ -119,17 +125,58 @@ pub enum Action {
     Reply { error: ErrorReply, cause: Cause },
     /// The client already has the answer's head: end the stream abruptly. A host whose only
     /// way is a local reply sends `error` (Envoy turns a reply after the head into a reset).
-    Reset { error: ErrorReply },
+    Reset { error: ErrorReply, why: ResetReason },
 }
 
+impl Action {
+    /// Whether the body piece the callback brought stays where it is. Every other action
+    /// replaces it (with nothing, or with its bytes): a host whose pieces stay in its buffers
+    /// until it drops them (Envoy's module ABI) drops the piece first.
+    pub fn keeps_piece(&self) -> bool {
+        matches!(self, Action::Pass)
+    }
+}
+
+/// Why a stream whose head the client has is reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetReason {
+    /// The answer failed where only an envelope could tell it (Envoy's own reply in place of
+    /// the upstream's, an unusable answer), and the client has a head already.
+    Answer,
+    /// A fault of ours or of the host's calls.
+    Fault(Fault),
+}
+
+/// Where an exchange stands, as the host sees it: one state, so that no impossible
+/// combination can be written.
 #[derive(Debug)]
 enum Phase {
     /// Before the request's head.
     Start,
     /// Not ours: every callback passes.
     PassThrough,
+    /// Not ours, but a failure of the adapter's answered it with our envelope.
+    Refused,
     /// Ours, from the request's head on.
-    Ours(Box<Exchange>),
+    Ours(Box<Exchange>, Stage),
+}
+
+/// Where an exchange that is ours stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Its request is being read (or Envoy answered before it went upstream).
+    Request,
+    /// The translated request went upstream; its answer is awaited or being gathered.
+    Forwarded,
+    /// The client has the answer's head (a stream is open, or the answer went out whole):
+    /// from now on only bytes can be added, or the stream reset.
+    Answering,
+    /// We answered with a local reply: when the host shows it to the response callbacks, it
+    /// passes.
+    Replied,
+    /// A failure or a reset ended it after the client had the answer's head: every later
+    /// byte is dropped, and an open stream carries on empty to its end.
+    Broken,
 }
 
 /// One HTTP exchange as a proxy's host reports it. See the module docs.
@@ -139,17 +186,6 @@ pub struct Driver<E = System> {
     env: E,
     gathering: Gathering,
     phase: Phase,
-    /// The translated request went upstream.
-    forwarded: bool,
-    /// The client has the answer's head (a stream is open, or the answer went out whole):
-    /// from then on only bytes can be added, or the stream reset.
-    head_sent: bool,
-    /// We answered with a local reply: when the host shows it to the response callbacks, it
-    /// passes.
-    replied: bool,
-    /// A failure (a panic, an unreadable message) ended the exchange: every later byte is
-    /// dropped.
-    failed: bool,
     life: Life,
 }
 
@@ -160,10 +196,6 @@ impl<E: Environment> Driver<E> {
             env,
             gathering,
             phase: Phase::Start,
-            forwarded: false,
-            head_sent: false,
-            replied: false,
-            failed: false,
             life: Life::default(),
         }
     }
@@ -175,7 +207,7 @@ impl<E: Environment> Driver<E> {
     /// The exchange, once it is ours.
     pub fn exchange(&self) -> Option<&Exchange> {
         match &self.phase {
-            Phase::Ours(ex) => Some(ex),
+            Phase::Ours(ex, _) => Some(ex),
             _ => None,
         }
     }
@@ -187,7 +219,15 @@ impl<E: Environment> Driver<E> {
 
     /// Whether the exchange is being translated.
     pub fn is_ours(&self) -> bool {
-        matches!(self.phase, Phase::Ours(_))
+        matches!(self.phase, Phase::Ours(..))
+    }
+
+    /// The stage of an exchange that is ours.
+    fn stage(&self) -> Option<Stage> {
+        match &self.phase {
+            Phase::Ours(_, stage) => Some(*stage),
+            _ => None,
+        }
     }
 
     /// The request's head (`header` looks one up by lowercase name: `:method`, `:path`, the
@@ -220,7 +260,7 @@ impl<E: Environment> Driver<E> {
         self.claim(ex);
         if !end {
             // The upstream must answer in plain bytes we can parse.
-            return Action::ReadBody(Cow::Borrowed(proxy::REQUEST_HEAD_EDITS));
+            return Action::ReadBody(Cow::Borrowed(edits::REQUEST_HEAD_EDITS));
         }
         let meta = self.meta();
         let step = self.ours().request_body(&[], true, meta);
@@ -239,15 +279,15 @@ impl<E: Environment> Driver<E> {
         P: IntoIterator<Item = &'p [u8]>,
     {
         self.life.enter(now);
-        if self.replied || self.failed || self.forwarded {
-            return Action::Hold;
-        }
         self.claim_unannounced();
-        if !self.is_ours() {
-            return Action::Pass;
-        }
         let meta = self.meta();
-        let ex = self.ours();
+        let ex = match &mut self.phase {
+            Phase::Start | Phase::PassThrough => return Action::Pass,
+            Phase::Refused => return Action::Hold,
+            Phase::Ours(ex, Stage::Request) => ex,
+            // Its request went upstream, or it ended: nothing more of the client's passes.
+            Phase::Ours(..) => return Action::Hold,
+        };
         let mut step = RequestStep::Hold;
         feed(pieces(), end, |piece, last| {
             step = ex.request_body(piece, last, meta);
@@ -259,12 +299,10 @@ impl<E: Environment> Driver<E> {
     /// The request's trailers: they end a body that had no end of its own.
     pub fn request_trailers(&mut self, now: Instant) -> Action {
         self.life.enter(now);
-        if self.replied || self.failed {
-            return Action::Hold;
-        }
         let meta = self.meta();
         match &mut self.phase {
-            Phase::Ours(ex) if !self.forwarded && !ex.is_finished() => {
+            Phase::Refused | Phase::Ours(_, Stage::Replied | Stage::Broken) => Action::Hold,
+            Phase::Ours(ex, Stage::Request) if !ex.is_finished() => {
                 let step = ex.request_body(&[], true, meta);
                 self.request_step(step, false)
             }
@@ -287,13 +325,12 @@ impl<E: Environment> Driver<E> {
         A: IntoIterator<Item = (&'h str, &'h str)>,
     {
         self.life.enter(now);
-        if self.replied || self.failed {
-            return Action::Pass;
-        }
         self.claim_unannounced();
         let unix = self.env.now();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return Action::Pass;
+        let ex = match &mut self.phase {
+            Phase::Ours(ex, Stage::Request | Stage::Forwarded | Stage::Answering) => ex,
+            // Our own reply, or traffic that is not ours.
+            _ => return Action::Pass,
         };
         let head = ResponseHead {
             status: header(":status").and_then(|s| s.parse().ok()).unwrap_or(0),
@@ -305,11 +342,11 @@ impl<E: Environment> Driver<E> {
         }
         let action = match ex.response_head(head, unix) {
             HeadStep::Stream => {
-                self.head_sent = true;
+                self.set_stage(Stage::Answering);
                 self.life.open_stream();
-                Action::OpenStream(Cow::Borrowed(proxy::STREAM_HEAD_EDITS))
+                Action::OpenStream(Cow::Borrowed(edits::STREAM_HEAD_EDITS))
             }
-            HeadStep::Gather => Action::ReadBody(Cow::Borrowed(proxy::GATHER_HEAD_EDITS)),
+            HeadStep::Gather => Action::ReadBody(Cow::Borrowed(edits::GATHER_HEAD_EDITS)),
             HeadStep::Reply(reply) => self.reply(reply),
         };
         self.settle();
@@ -328,16 +365,14 @@ impl<E: Environment> Driver<E> {
         P: IntoIterator<Item = &'p [u8]>,
     {
         self.life.enter(now);
-        if self.replied {
-            return Action::Pass;
-        }
-        if self.failed {
-            return self.dropped(end);
-        }
         self.claim_unannounced();
         let unix = self.env.now();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return Action::Pass;
+        let (ex, stage) = match &mut self.phase {
+            Phase::Ours(_, Stage::Broken) => return dropped(true, end),
+            Phase::Ours(_, Stage::Replied) | Phase::Start | Phase::PassThrough | Phase::Refused => {
+                return Action::Pass
+            }
+            Phase::Ours(ex, stage) => (ex, *stage),
         };
         let mut sent = Bytes::new();
         let mut reply = None;
@@ -356,7 +391,7 @@ impl<E: Environment> Driver<E> {
         });
         let action = match reply {
             Some(reply) => self.reply(reply),
-            None if self.head_sent => Action::Send { bytes: sent, end },
+            None if stage == Stage::Answering => Action::Send { bytes: sent, end },
             None if self.gathering == Gathering::Whole => {
                 let error = self.ours().response_overflow();
                 self.reply(Reply::Error(error))
@@ -371,21 +406,20 @@ impl<E: Environment> Driver<E> {
     /// The answer's trailers: they end a body that had no end of its own.
     pub fn response_trailers(&mut self, now: Instant) -> Action {
         self.life.enter(now);
-        if self.replied || self.failed {
-            return Action::Pass;
-        }
         let unix = self.env.now();
-        let Phase::Ours(ex) = &mut self.phase else {
-            return Action::Pass;
+        let (ex, stage) = match &mut self.phase {
+            Phase::Ours(ex, stage @ (Stage::Request | Stage::Forwarded | Stage::Answering))
+                if !ex.is_finished() =>
+            {
+                (ex, *stage)
+            }
+            _ => return Action::Pass,
         };
-        if ex.is_finished() {
-            return Action::Pass;
-        }
         let action = match ex.response_body(&[], true, unix) {
-            BodyStep::Send(bytes) if self.head_sent => Action::Send { bytes, end: true },
+            BodyStep::Send(bytes) if stage == Stage::Answering => Action::Send { bytes, end: true },
             BodyStep::Reply(reply) => self.reply(reply),
             // Cannot happen: a stream answers with bytes, a gathered answer ends in a reply.
-            BodyStep::Send(_) | BodyStep::Hold => self.reset(internal("trailers out of place")),
+            BodyStep::Send(_) | BodyStep::Hold => self.reset(Fault::TrailersOutOfPlace),
         };
         self.settle();
         action
@@ -396,25 +430,38 @@ impl<E: Environment> Driver<E> {
     /// ending, else a reset. After that, every byte is dropped.
     pub fn fail(&mut self, now: Instant, why: Failure) -> Action {
         self.life.enter(now);
-        let already = self.failed || self.replied;
-        self.failed = true;
-        if already {
-            return self.dropped(false);
-        }
         let unix = self.env.now();
-        let step = match &mut self.phase {
-            // The exchange's state may be what panicked: if ending it panics too, it is over.
-            Phase::Ours(ex) => catch_unwind(AssertUnwindSafe(|| match why {
-                Failure::Panic => proxy::abort_after_panic(ex, unix),
-                Failure::Unreadable => ex.overflow(unix),
-            }))
-            .unwrap_or(AbortStep::Nothing),
-            _ => AbortStep::Nothing,
-        };
-        let action = match step {
-            AbortStep::Send(bytes) if self.head_sent => Action::Send { bytes, end: true },
-            AbortStep::Reply(error) if !self.head_sent => self.reply(Reply::Error(error)),
-            _ => self.reply(Reply::Error(ErrorReply::new(failed()))),
+        let action = match &mut self.phase {
+            Phase::Refused | Phase::Ours(_, Stage::Replied) => Action::Hold,
+            Phase::Ours(_, Stage::Broken) => dropped(true, false),
+            Phase::Start | Phase::PassThrough => {
+                self.phase = Phase::Refused;
+                reply_to(ErrorReply::new(Fault::Failed.error()), Cause::Answer)
+            }
+            Phase::Ours(ex, stage) => {
+                let head_sent = *stage == Stage::Answering;
+                // The exchange's state may be what panicked: if ending it panics too, it is
+                // over.
+                let step = catch_unwind(AssertUnwindSafe(|| match why {
+                    Failure::Panic => {
+                        ex.abort(ErrorCode::InternalError, Fault::Failed.message(), unix)
+                    }
+                    Failure::Refused => {
+                        let fault = Fault::HeaderRefused;
+                        ex.abort(ErrorCode::InternalError, fault.message(), unix)
+                    }
+                    Failure::Unreadable => ex.overflow(unix),
+                }))
+                .unwrap_or(AbortStep::Nothing);
+                match step {
+                    AbortStep::Send(bytes) if head_sent => {
+                        *stage = Stage::Broken;
+                        Action::Send { bytes, end: true }
+                    }
+                    AbortStep::Reply(error) if !head_sent => self.reply(Reply::Error(error)),
+                    _ => self.reply(Reply::Error(ErrorReply::new(Fault::Failed.error()))),
+                }
+            }
         };
         self.settle();
         action
@@ -424,7 +471,7 @@ impl<E: Environment> Driver<E> {
     /// channel to us ended): if it had not ended, it was cut.
     pub fn closed(&mut self, now: Instant) {
         self.life.enter(now);
-        if let Phase::Ours(ex) = &self.phase {
+        if let Phase::Ours(ex, _) = &self.phase {
             self.life.finish(!ex.is_finished());
         }
     }
@@ -433,7 +480,7 @@ impl<E: Environment> Driver<E> {
     /// input until `None`: the callback counts as busy until the last poll.
     pub fn poll_event(&mut self, now: Instant) -> Option<Event> {
         let summary = match &self.phase {
-            Phase::Ours(ex) => Some(ex.summary()),
+            Phase::Ours(ex, _) => Some(ex.summary()),
             _ => None,
         };
         self.life.poll(now, summary)
@@ -447,7 +494,7 @@ impl<E: Environment> Driver<E> {
     }
 
     fn claim(&mut self, ex: Exchange) {
-        self.phase = Phase::Ours(Box::new(ex));
+        self.phase = Phase::Ours(Box::new(ex), Stage::Request);
         self.life.claim();
     }
 
@@ -462,8 +509,14 @@ impl<E: Environment> Driver<E> {
 
     fn ours(&mut self) -> &mut Exchange {
         match &mut self.phase {
-            Phase::Ours(ex) => ex,
+            Phase::Ours(ex, _) => ex,
             _ => unreachable!("called once the exchange is ours"),
+        }
+    }
+
+    fn set_stage(&mut self, to: Stage) {
+        if let Phase::Ours(_, stage) = &mut self.phase {
+            *stage = to;
         }
     }
 
@@ -473,23 +526,20 @@ impl<E: Environment> Driver<E> {
         let action = match step {
             RequestStep::Hold => Action::Hold,
             RequestStep::Forward(request) => {
-                self.forwarded = true;
+                self.set_stage(Stage::Forwarded);
                 let mut edits = Vec::new();
                 if at_head {
-                    edits.extend_from_slice(proxy::REQUEST_HEAD_EDITS);
+                    edits.extend_from_slice(edits::REQUEST_HEAD_EDITS);
                 }
-                edits.extend(proxy::forward_edits(&self.settings, &request));
+                edits.extend(edits::forward_edits(&self.settings, &request));
                 Action::Forward {
                     edits: Cow::Owned(edits),
                     request,
                 }
             }
             RequestStep::Reply(error) => {
-                self.replied = true;
-                Action::Reply {
-                    error,
-                    cause: Cause::Request,
-                }
+                self.set_stage(Stage::Replied);
+                reply_to(error, Cause::Request)
             }
         };
         self.settle();
@@ -499,49 +549,41 @@ impl<E: Environment> Driver<E> {
     /// A whole answer: translated, it replaces the upstream's head and body; an envelope is a
     /// local reply. Once the client has a head, only a reset is left.
     fn reply(&mut self, reply: Reply) -> Action {
+        let head_sent = self.stage() == Some(Stage::Answering);
         match reply {
-            Reply::Error(error) if self.head_sent => Action::Reset { error },
-            Reply::Answer(_) if self.head_sent => {
-                self.reset(internal("an answer after the answer's head"))
+            Reply::Error(error) if head_sent => {
+                self.set_stage(Stage::Broken);
+                Action::Reset {
+                    error,
+                    why: ResetReason::Answer,
+                }
             }
+            Reply::Answer(_) if head_sent => self.reset(Fault::AnswerAfterHead),
             Reply::Answer(answer) => {
-                self.head_sent = true;
+                self.set_stage(Stage::Answering);
                 Action::Answer {
-                    edits: proxy::answer_edits(&answer),
+                    edits: edits::answer_edits(&answer),
                     answer,
                 }
             }
             Reply::Error(error) => {
-                self.replied = true;
-                Action::Reply {
-                    error,
-                    cause: Cause::Answer,
-                }
+                self.set_stage(Stage::Replied);
+                reply_to(error, Cause::Answer)
             }
         }
     }
 
-    fn reset(&mut self, error: ApiError) -> Action {
+    fn reset(&mut self, fault: Fault) -> Action {
+        self.set_stage(Stage::Broken);
         Action::Reset {
-            error: ErrorReply::new(error),
-        }
-    }
-
-    /// After a failure: the piece is dropped; an open stream carries on empty to its end.
-    fn dropped(&self, end: bool) -> Action {
-        if self.head_sent {
-            Action::Send {
-                bytes: Bytes::new(),
-                end,
-            }
-        } else {
-            Action::Hold
+            error: ErrorReply::new(fault.error()),
+            why: ResetReason::Fault(fault),
         }
     }
 
     /// Notes what the last step changed: the first output, the end.
     fn settle(&mut self) {
-        if let Phase::Ours(ex) = &self.phase {
+        if let Phase::Ours(ex, _) = &self.phase {
             if ex.has_output() {
                 self.life.output();
             }
@@ -549,6 +591,23 @@ impl<E: Environment> Driver<E> {
                 self.life.finish(false);
             }
         }
+    }
+}
+
+fn reply_to(error: ErrorReply, cause: Cause) -> Action {
+    Action::Reply { error, cause }
+}
+
+/// After a failure: the piece is dropped; an open stream (`head_sent`) carries on empty to
+/// its end.
+fn dropped(head_sent: bool, end: bool) -> Action {
+    if head_sent {
+        Action::Send {
+            bytes: Bytes::new(),
+            end,
+        }
+    } else {
+        Action::Hold
     }
 }
 
@@ -571,21 +630,4 @@ fn feed<'p>(
             return;
         }
     }
-}
-
-fn internal(what: &str) -> ApiError {
-    ApiError::server(
-        500,
-        ErrorCode::InternalError,
-        format!("The exchange could not be completed: {what}."),
-    )
-}
-
-/// The envelope of an exchange a failure ended when the core had nothing left to send.
-fn failed() -> ApiError {
-    ApiError::server(
-        500,
-        ErrorCode::InternalError,
-        "responses-extproc failed while translating this exchange.",
-    )
 }

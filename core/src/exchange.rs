@@ -43,16 +43,31 @@ impl Operation {
     }
 }
 
-/// The settings of the exchange rules (one source of truth: built from
-/// [`crate::settings::ExchangeConfig`], whose defaults are these defaults).
+/// Default of `responses_path`.
+pub const DEFAULT_RESPONSES_PATH: &str = "/v1/responses";
+/// Default of `chat_path`.
+pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
+/// Default of `model_header`.
+pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
+/// Default of `upstream_model_header`.
+pub const DEFAULT_UPSTREAM_MODEL_HEADER: &str = "x-responses-upstream-model";
+/// Default of `max_body_bytes`: 16 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
+
+/// The settings of the exchange rules. The operator sets them through
+/// `crate::settings::ExchangeConfig` (flags or the module's JSON), whose defaults are these.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The path of `POST` requests that are ours (`/v1/responses`); query strings ignored.
     pub responses_path: String,
     /// The upstream path of translated requests (`/v1/chat/completions`).
     pub chat_path: String,
-    /// Request header set to the model name, so that routes can match on it (lowercase).
+    /// Request header set to the model name the client asked for, so that routes can match
+    /// on it (lowercase).
     pub model_header: String,
+    /// Request header set to the model name the Chat request carries: the model map's for
+    /// the requested one, else the requested one (lowercase).
+    pub upstream_model_header: String,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
     /// Which reasoning event names each client gets (`options.reasoning_events` is only the
@@ -64,7 +79,15 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        crate::settings::ExchangeConfig::default().exchange_settings(None)
+        Settings {
+            responses_path: DEFAULT_RESPONSES_PATH.to_owned(),
+            chat_path: DEFAULT_CHAT_PATH.to_owned(),
+            model_header: DEFAULT_MODEL_HEADER.to_owned(),
+            upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.to_owned(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            reasoning_events: ReasoningEventsPolicy::default(),
+            options: Options::default(),
+        }
     }
 }
 
@@ -159,8 +182,27 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct UpstreamRequest {
     pub body: Bytes,
+    /// The model the client asked for (the model header's value).
     pub model: String,
+    /// The model the Chat body names: the model map's name for `model`, else `model` (the
+    /// upstream model header's value).
+    pub chat_model: String,
     pub stream: bool,
+}
+
+impl UpstreamRequest {
+    /// The model headers of the Chat request, `(name, value)`: the requested name for routes
+    /// and rate limits keyed on what clients ask for, the name sent for those keyed on the
+    /// upstream's. Every transport sets both.
+    pub fn model_headers<'a>(&'a self, settings: &'a Settings) -> [(&'a str, &'a str); 2] {
+        [
+            (settings.model_header.as_str(), self.model.as_str()),
+            (
+                settings.upstream_model_header.as_str(),
+                self.chat_model.as_str(),
+            ),
+        ]
+    }
 }
 
 #[derive(Debug)]
@@ -212,6 +254,70 @@ pub enum AbortStep {
     Nothing,
 }
 
+/// Why an exchange ended on our side: a host call out of its place, or a failure of ours.
+/// Never the client's or the upstream's doing (those have error codes of their own): each is
+/// a 500 `internal_error` naming it, and a reset carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// A request body after the request was complete.
+    BodyAfterRequest,
+    /// A parsed request for an exchange that is past its request, or not a `create`.
+    ObjectOutOfPlace,
+    /// A second answer head while the first one's stream is open.
+    SecondHead,
+    /// An answer (head or body) after the exchange ended.
+    AfterEnd,
+    /// An answer body without its head.
+    BodyWithoutHead,
+    /// A stream folded into one object did not end.
+    UnendedFold,
+    /// Trailers where the answer could not end.
+    TrailersOutOfPlace,
+    /// A whole answer after the client had the answer's head.
+    AnswerAfterHead,
+    /// The adapter caught a panic, or the host could not go on with the exchange.
+    Failed,
+    /// The host refused one of the exchange's header edits.
+    HeaderRefused,
+}
+
+impl Fault {
+    /// What the client is told.
+    pub fn message(self) -> &'static str {
+        match self {
+            Fault::BodyAfterRequest => {
+                "The exchange could not be completed: a request body after the request."
+            }
+            Fault::ObjectOutOfPlace => {
+                "The exchange could not be completed: a parsed request out of place."
+            }
+            Fault::SecondHead => "The exchange could not be completed: a second answer head.",
+            Fault::AfterEnd => "The exchange could not be completed: an answer after the end.",
+            Fault::BodyWithoutHead => {
+                "The exchange could not be completed: an answer body without its head."
+            }
+            Fault::UnendedFold => {
+                "The exchange could not be completed: a folded stream did not end."
+            }
+            Fault::TrailersOutOfPlace => {
+                "The exchange could not be completed: trailers out of place."
+            }
+            Fault::AnswerAfterHead => {
+                "The exchange could not be completed: an answer after the answer's head."
+            }
+            Fault::Failed => "responses-extproc failed while translating this exchange.",
+            Fault::HeaderRefused => {
+                "The exchange could not be completed: the proxy refused one of its header edits."
+            }
+        }
+    }
+
+    /// Its error: 500 `internal_error`.
+    pub fn error(self) -> ApiError {
+        ApiError::server(500, ErrorCode::InternalError, self.message())
+    }
+}
+
 /// How an exchange ended, for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -221,6 +327,26 @@ pub enum Outcome {
     Translated,
     /// Answered with an error envelope, or a stream that ended in `response.failed`.
     Failed,
+}
+
+impl Outcome {
+    /// Its name in metadata and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Open => "open",
+            Outcome::Translated => "translated",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// Its label once the exchange is recorded (metrics, spans): `cut` for one still open,
+    /// which the host ended first (client gone, upstream reset, a timeout).
+    pub fn recorded(self) -> &'static str {
+        match self {
+            Outcome::Open => "cut",
+            other => other.as_str(),
+        }
+    }
 }
 
 /// What is known about an exchange, for logs and metrics.
@@ -412,7 +538,7 @@ impl Exchange {
             decoder,
         } = &mut self.state
         else {
-            return RequestStep::Reply(self.fail(internal("a request body after the request")));
+            return RequestStep::Reply(self.fail(Fault::BodyAfterRequest.error()));
         };
         if let Some(err) = self.unreadable.take() {
             return RequestStep::Reply(self.fail(err));
@@ -487,7 +613,7 @@ impl Exchange {
         if !matches!(self.state, State::Request { .. })
             || self.summary.operation != Operation::Create
         {
-            return RequestStep::Reply(self.fail(internal("a parsed request out of place")));
+            return RequestStep::Reply(self.fail(Fault::ObjectOutOfPlace.error()));
         }
         let translated = translate::translate_request_object(body, &self.settings.options, meta)
             .map(|mut t| {
@@ -508,9 +634,11 @@ impl Exchange {
                 self.summary.model = Some(t.plan.model().to_owned());
                 self.summary.stream = t.plan.is_stream();
                 self.summary.params = t.plan.params();
+                let model = t.plan.model().to_owned();
                 let up = UpstreamRequest {
                     body: t.body,
-                    model: t.plan.model().to_owned(),
+                    chat_model: t.chat_model.unwrap_or_else(|| model.clone()),
+                    model,
                     stream: t.plan.is_stream(),
                 };
                 self.state = State::Forwarded(Box::new(t.plan));
@@ -574,12 +702,10 @@ impl Exchange {
             },
             // The client already has a head: fail (a transport resets the stream).
             State::Streaming(_) => {
-                return HeadStep::Reply(Reply::Error(self.fail(internal("a second answer head"))));
+                return HeadStep::Reply(Reply::Error(self.fail(Fault::SecondHead.error())));
             }
             State::Done | State::StreamEnded => {
-                return HeadStep::Reply(Reply::Error(
-                    self.fail(internal("an answer after the end")),
-                ))
+                return HeadStep::Reply(Reply::Error(self.fail(Fault::AfterEnd.error())))
             }
         };
         if head.end_of_stream {
@@ -641,9 +767,7 @@ impl Exchange {
             // The upstream goes on after its terminal event (or after a cap ended the
             // stream): dropped, the client's stream is complete.
             State::StreamEnded => BodyStep::Send(Bytes::new()),
-            _ => BodyStep::Reply(Reply::Error(
-                self.fail(internal("an answer body without its head")),
-            )),
+            _ => BodyStep::Reply(Reply::Error(self.fail(Fault::BodyWithoutHead.error()))),
         }
     }
 
@@ -730,7 +854,7 @@ impl Exchange {
                 translator.push(body, now);
                 translator.finish(now);
                 let Some(folded) = translator.final_response() else {
-                    return Reply::Error(self.fail(internal("a folded stream did not end")));
+                    return Reply::Error(self.fail(Fault::UnendedFold.error()));
                 };
                 self.summary.usage = folded.report.usage;
                 self.summary.upstream_model = folded.report.upstream_model;
@@ -816,14 +940,6 @@ fn request_too_large(limit: usize) -> ApiError {
     ))
     .with_status(413)
     .with_code(ErrorCode::RequestTooLarge)
-}
-
-fn internal(what: &str) -> ApiError {
-    ApiError::server(
-        500,
-        ErrorCode::InternalError,
-        format!("The exchange could not be completed: {what}."),
-    )
 }
 
 /// The error envelope for an answer we cannot translate. `local`: Envoy answered before the

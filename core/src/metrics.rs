@@ -24,11 +24,9 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::driver::Event;
 use crate::exchange::{Outcome, Summary};
+use crate::life::{Event, Timing};
 use crate::openresponses::{Code, Usage};
-use crate::proxy;
-use crate::telemetry::Timing;
 
 /// What kind of series a family is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +73,7 @@ pub mod label {
     pub const ERROR_CODE: &str = "error_code";
     /// The error code of the size cap an exchange ended at.
     pub const CAP: &str = "cap";
-    /// The request's `model` (bounded).
+    /// The request's `model`, as the client asked for it (before the model map; bounded).
     pub const REQUEST_MODEL: &str = "gen_ai_request_model";
     /// The model the upstream says answered (bounded with the request's), empty if it did not say.
     pub const RESPONSE_MODEL: &str = "gen_ai_response_model";
@@ -235,7 +233,7 @@ pub fn record(rec: &mut impl Recorder, labels: &Labels, event: &Event) {
 /// One ended (or cut) exchange.
 fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
     let stream = if s.stream { "true" } else { "false" };
-    let outcome = proxy::recorded_outcome(s.outcome);
+    let outcome = s.outcome.recorded();
     let code = s.error_code.as_ref().map_or("", |c| labels.code(c));
     rec.record(
         Metric::Exchanges,
@@ -249,13 +247,9 @@ fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
     }
     rec.record(Metric::Translation, &[stream], micros(t.translation));
     // A request refused before its model was read has no model to speak of.
-    let Some(model) = s.model.as_deref() else {
+    let Some(models) = labels.models(s) else {
         return;
     };
-    let models = [
-        labels.model(model),
-        labels.model(s.upstream_model.as_deref().unwrap_or("")),
-    ];
     rec.record(
         Metric::RequestDuration,
         &[models[0], models[1], stream, outcome],
@@ -313,7 +307,8 @@ pub const MAX_UPSTREAM_CODES: usize = 32;
 /// Which model names become label values (`metrics_models`, `metrics_max_models`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelPolicy {
-    /// These only, if set; else the first `max_models` seen.
+    /// These only, if set; else the first `max_models` the upstream answered with success
+    /// (see [`Labels::models`]).
     pub allowed_models: Option<Vec<String>>,
     pub max_models: usize,
 }
@@ -328,7 +323,7 @@ impl Default for LabelPolicy {
 }
 
 /// A label whose values come from outside: an allow-list, or the first `max` distinct
-/// values; the rest are [`OTHER`]. Shared by an adapter's threads.
+/// values admitted; the rest are [`OTHER`]. Shared by an adapter's threads.
 #[derive(Debug)]
 pub struct Bounded {
     allowed: Option<HashSet<String>>,
@@ -345,8 +340,9 @@ impl Bounded {
         }
     }
 
-    /// The label value to use for `value`.
-    pub fn label<'a>(&self, value: &'a str) -> &'a str {
+    /// The label value to use for `value`. Without an allow-list, a value not seen yet takes
+    /// a place only if `admit` (and one is left); once it has one, it keeps it.
+    pub fn label<'a>(&self, value: &'a str, admit: bool) -> &'a str {
         if let Some(allowed) = &self.allowed {
             return if allowed.contains(value) {
                 value
@@ -357,7 +353,7 @@ impl Bounded {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen.contains(value) {
             value
-        } else if seen.len() < self.max {
+        } else if admit && seen.len() < self.max {
             seen.insert(value.to_owned());
             value
         } else {
@@ -383,20 +379,39 @@ impl Labels {
         }
     }
 
-    /// A model name's label value (the request's and the upstream's share one bound). Empty,
-    /// for an upstream that named none, is ours: it takes no place in the bound.
-    pub fn model<'a>(&self, model: &'a str) -> &'a str {
+    /// The label values of an exchange's models, [`label::REQUEST_MODEL`] and
+    /// [`label::RESPONSE_MODEL`]; none for a request refused before its model was read.
+    ///
+    /// Without `metrics_models`, a name takes one of the `metrics_max_models` places only once
+    /// the upstream answered it with success (it named the model that answered, or the
+    /// answer was translated): a requested name with that exchange, the upstream's own name
+    /// whenever it gives one. A client's names are untrusted, and one that never reaches a
+    /// real model (refused, or answered 404 `model_not_found` by vLLM) takes no place, so no
+    /// number of them can push a real model out to `other`. An upstream that answers any name
+    /// (llama-server serves its one model whatever the request says) confirms any name: list
+    /// the models (`metrics_models`) in front of one.
+    pub fn models<'a>(&self, s: &'a Summary) -> Option<[&'a str; 2]> {
+        let requested = s.model.as_deref()?;
+        let answered = s.upstream_model.as_deref().unwrap_or("");
+        let confirmed = !answered.is_empty() || s.outcome == Outcome::Translated;
+        Some([self.model(requested, confirmed), self.model(answered, true)])
+    }
+
+    /// A model name's label value (the request's and the upstream's share one bound): see
+    /// [`Labels::models`]. Empty, for an upstream that named none, is ours: it takes no place.
+    fn model<'a>(&self, model: &'a str, admit: bool) -> &'a str {
         if model.is_empty() {
             return "";
         }
-        self.models.label(model)
+        self.models.label(model, admit)
     }
 
-    /// An error code's label value: ours as they are, an upstream's bounded.
+    /// An error code's label value: ours as they are, an upstream's bounded (the first
+    /// [`MAX_UPSTREAM_CODES`] seen).
     pub fn code<'a>(&self, code: &'a Code) -> &'a str {
         match code {
             Code::Ours(c) => c.as_str(),
-            Code::Upstream(s) => self.upstream_codes.label(s),
+            Code::Upstream(s) => self.upstream_codes.label(s, true),
         }
     }
 }

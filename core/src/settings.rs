@@ -16,17 +16,14 @@ use serde::{Deserialize, Serialize};
 use crate::client::ReasoningEventsPolicy;
 use crate::exchange;
 use crate::metrics::{self, LabelPolicy};
+use crate::model_map::{self, ModelAlias, ModelMap};
 use crate::translate::seal::Keyring;
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
-/// Default of `responses_path`.
-pub const DEFAULT_RESPONSES_PATH: &str = "/v1/responses";
-/// Default of `chat_path`.
-pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
-/// Default of `model_header`.
-pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
-/// Default of `max_body_bytes`: 16 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
+pub use crate::exchange::{
+    DEFAULT_CHAT_PATH, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_HEADER, DEFAULT_RESPONSES_PATH,
+    DEFAULT_UPSTREAM_MODEL_HEADER,
+};
 
 /// The settings every adapter shares: routing, translation, caps, sealing keys and the bound
 /// on metric labels. The doc
@@ -43,9 +40,25 @@ pub struct ExchangeConfig {
     #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_CHAT_PATH, env = "RESPONSES_EXTPROC_CHAT_PATH"))]
     pub chat_path: String,
 
-    /// Request header set to the model name, so Envoy routes can match on it.
+    /// Request header set to the model name the client asked for, so Envoy routes can match
+    /// on it.
     #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_MODEL_HEADER, env = "RESPONSES_EXTPROC_MODEL_HEADER"))]
     pub model_header: String,
+
+    /// Request header set to the model name the Chat request carries (--model-map's for the
+    /// requested one, else the requested one).
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_UPSTREAM_MODEL_HEADER, env = "RESPONSES_EXTPROC_UPSTREAM_MODEL_HEADER"))]
+    pub upstream_model_header: String,
+
+    /// Model names sent upstream in place of the requested ones: `requested=upstream` pairs,
+    /// comma-separated (`gpt-*=qwen3,o3=llama`); `requested` is an exact name or a prefix
+    /// ending in `*`. Exact names win, then the longest prefix; other names pass as sent.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', env = "RESPONSES_EXTPROC_MODEL_MAP")
+    )]
+    #[serde(with = "model_map::json")]
+    pub model_map: Vec<ModelAlias>,
 
     /// Strict mode: reject `store: true` and unknown top-level fields with 400 instead of
     /// serving them statelessly and forwarding them to the upstream.
@@ -131,15 +144,15 @@ pub struct ExchangeConfig {
     pub max_body_bytes: usize,
 
     /// Model names kept as metric labels (comma-separated); others are counted as `other`.
-    /// Unset: the first --metrics-max-models names seen are kept.
+    /// Unset: the first --metrics-max-models names the upstream answered with success.
     #[cfg_attr(
         feature = "clap",
         arg(long, value_delimiter = ',', env = "RESPONSES_EXTPROC_METRICS_MODELS")
     )]
     pub metrics_models: Vec<String>,
 
-    /// Most distinct model names in metric labels when --metrics-models is unset (client
-    /// model names are untrusted: this bounds the number of series).
+    /// Most distinct model names in metric labels when --metrics-models is unset (only names
+    /// the upstream answered with success take a place: this bounds the number of series).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = metrics::DEFAULT_MAX_MODELS, env = "RESPONSES_EXTPROC_METRICS_MAX_MODELS"))]
     pub metrics_max_models: usize,
 }
@@ -150,6 +163,8 @@ impl Default for ExchangeConfig {
             responses_path: DEFAULT_RESPONSES_PATH.into(),
             chat_path: DEFAULT_CHAT_PATH.into(),
             model_header: DEFAULT_MODEL_HEADER.into(),
+            upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.into(),
+            model_map: Vec::new(),
             strict: false,
             reasoning_events: ReasoningEventsPolicy::default(),
             max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
@@ -191,14 +206,25 @@ impl ExchangeConfig {
                 return Err(format!("{name}: `{path}` is not an absolute path"));
             }
         }
-        let header = self.model_header.to_ascii_lowercase();
         let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-        if header.is_empty() || !header.chars().all(token) {
+        for (name, header) in [
+            ("model_header", &self.model_header),
+            ("upstream_model_header", &self.upstream_model_header),
+        ] {
+            if header.is_empty() || !header.chars().all(token) {
+                return Err(format!("{name}: `{header}` is not a header name"));
+            }
+        }
+        if self
+            .model_header
+            .eq_ignore_ascii_case(&self.upstream_model_header)
+        {
             return Err(format!(
-                "model_header: `{}` is not a header name",
-                self.model_header
+                "upstream_model_header: `{}` is the model header already",
+                self.upstream_model_header
             ));
         }
+        ModelMap::check(&self.model_map)?;
         for (name, value) in [
             ("max_sse_frame_bytes", self.max_sse_frame_bytes),
             ("max_output_bytes", self.max_output_bytes),
@@ -226,6 +252,7 @@ impl ExchangeConfig {
             max_input_items: self.max_input_items,
             max_part_bytes: self.max_part_bytes,
             keyring,
+            model_map: Arc::new(ModelMap::new(&self.model_map)),
             max_sse_frame_bytes: self.max_sse_frame_bytes,
             max_output_bytes: self.max_output_bytes,
         }
@@ -238,6 +265,7 @@ impl ExchangeConfig {
             responses_path: self.responses_path.clone(),
             chat_path: self.chat_path.clone(),
             model_header: self.model_header.to_ascii_lowercase(),
+            upstream_model_header: self.upstream_model_header.to_ascii_lowercase(),
             max_body_bytes: self.max_body_bytes,
             reasoning_events: self.reasoning_events,
             options: self.translate_options(keyring),
@@ -286,6 +314,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_operators_defaults_are_the_exchange_rules_defaults() {
+        // The rules' own defaults (tests, the fuzz targets) and the operator's are one set.
+        let from_config = ExchangeConfig::default().exchange_settings(None);
+        assert_eq!(
+            format!("{from_config:?}"),
+            format!("{:?}", exchange::Settings::default())
+        );
+    }
+
+    #[test]
     fn an_empty_object_is_the_defaults_and_unknown_keys_are_refused() {
         let empty: ExchangeConfig = serde_json::from_str("{}").unwrap();
         assert_eq!(empty, ExchangeConfig::default());
@@ -326,6 +364,10 @@ mod tests {
             r#"{"chat_path":"/v1/chat?x=1"}"#,
             r#"{"model_header":"x model"}"#,
             r#"{"model_header":""}"#,
+            r#"{"upstream_model_header":"x:y"}"#,
+            r#"{"upstream_model_header":"X-Responses-Model"}"#,
+            r#"{"model_map":{"g*pt":"qwen"}}"#,
+            r#"{"model_map":{"gpt-*":"qwen","gpt-*":"llama"}}"#,
             r#"{"max_body_bytes":0}"#,
             r#"{"max_request_bytes":0}"#,
         ] {
@@ -335,6 +377,28 @@ mod tests {
         let c: ExchangeConfig = serde_json::from_str(r#"{"model_header":"X-Model"}"#).unwrap();
         assert!(c.validate().is_ok());
         assert_eq!(c.exchange_settings(None).model_header, "x-model");
+    }
+
+    #[test]
+    fn the_model_map_is_one_object_and_reaches_the_translation() {
+        let c: ExchangeConfig = serde_json::from_str(
+            r#"{"model_map":{"gpt-*":"qwen3","gpt-5.4":"qwen3-coder"},"upstream_model_header":"X-Up"}"#,
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        let s = c.exchange_settings(None);
+        assert_eq!(s.upstream_model_header, "x-up");
+        let map = &s.options.model_map;
+        assert_eq!(map.resolve("gpt-5.4"), Some("qwen3-coder"));
+        assert_eq!(map.resolve("gpt-4o"), Some("qwen3"));
+        assert_eq!(map.resolve("llama"), None);
+        // Written back as it was read (the module's JSON).
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            json["model_map"],
+            serde_json::json!({"gpt-*": "qwen3", "gpt-5.4": "qwen3-coder"})
+        );
+        assert!(serde_json::from_str::<ExchangeConfig>(r#"{"model_map":["a=b"]}"#).is_err());
     }
 
     #[test]

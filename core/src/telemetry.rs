@@ -9,10 +9,9 @@
 //! Prompts and completions are never among these attributes.
 
 use std::borrow::Cow;
-use std::time::Duration;
 
 use crate::exchange::{Outcome, Summary};
-use crate::proxy;
+use crate::life::Timing;
 
 /// `gen_ai.operation.name`: a Responses request is answered by a chat completion.
 pub const OPERATION: &str = "chat";
@@ -86,19 +85,6 @@ pub struct Attribute<'a> {
 
 fn attr<'a>(key: &'static str, value: Value<'a>) -> Attribute<'a> {
     Attribute { key, value }
-}
-
-/// An adapter's timing of one exchange (what the metrics and the span record beside the
-/// [`Summary`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Timing {
-    /// From the request's first message to the exchange's last answer.
-    pub total: Duration,
-    /// From the request's first message to the first output (text, reasoning or a tool
-    /// call) sent to the client, for streams.
-    pub first_output: Option<Duration>,
-    /// Time spent translating (validation, translation, events), not waiting.
-    pub translation: Duration,
 }
 
 /// Which adapter served the exchange (`responses_extproc.transport`).
@@ -194,10 +180,7 @@ pub fn attributes<'a>(s: &'a Summary, timing: &Timing) -> Vec<Attribute<'a>> {
     if let Some(status) = s.status {
         a.push(attr(key::STATUS_CODE, Value::Int(i64::from(status))));
     }
-    a.push(attr(
-        key::OUTCOME,
-        Value::Str(proxy::recorded_outcome(s.outcome)),
-    ));
+    a.push(attr(key::OUTCOME, Value::Str(s.outcome.recorded())));
     if let Some(error) = error_type(s) {
         a.push(attr(key::ERROR_TYPE, Value::Str(error)));
     }
@@ -226,10 +209,7 @@ pub fn refused_attributes(status: u16, code: &str) -> [Attribute<'_>; 5] {
         attr(key::OPERATION_NAME, Value::Str(OPERATION)),
         attr(key::PROVIDER_NAME, Value::Str(PROVIDER)),
         attr(key::STATUS_CODE, Value::Int(i64::from(status))),
-        attr(
-            key::OUTCOME,
-            Value::Str(proxy::recorded_outcome(Outcome::Failed)),
-        ),
+        attr(key::OUTCOME, Value::Str(Outcome::Failed.recorded())),
         attr(key::ERROR_TYPE, Value::Str(code)),
     ]
 }
@@ -240,6 +220,7 @@ mod tests {
     use crate::exchange::Operation;
     use crate::openresponses::Usage;
     use crate::translate::Params;
+    use std::time::Duration;
 
     fn get<'a>(a: &'a [Attribute<'a>], key: &str) -> Option<Value<'a>> {
         a.iter().find(|kv| kv.key == key).map(|kv| kv.value)

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use responses_core::environment::Environment;
-use responses_core::proxy::MetadataValue;
+use responses_core::metadata::MetadataValue;
 
 use crate::config::{FilterConfig, KeyFile};
 use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
@@ -104,6 +104,8 @@ pub struct FakeHost {
     pub span: Option<FakeSpan>,
     /// Times the filter asked for the span.
     pub span_lookups: usize,
+    /// Headers Envoy refuses to set or remove (`set_header` answers false), by name.
+    pub refused_headers: Vec<String>,
 }
 
 fn index(side: Side) -> usize {
@@ -149,12 +151,20 @@ impl Host for FakeHost {
             .collect()
     }
 
-    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) {
+    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) -> bool {
+        if self
+            .refused_headers
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(name))
+        {
+            return false;
+        }
         let headers = self.headers_mut(side);
         headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
         if let Some(v) = value {
             headers.push((name.to_owned(), v.to_owned()));
         }
+        true
     }
 
     fn clear_route_cache(&mut self) {

@@ -19,13 +19,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::driver::{Action, Driver, Edits, Event, Failure, Finished, Gathering};
+use responses_core::driver::{Action, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
+use responses_core::life::{Event, Finished, Timing};
+use responses_core::metadata;
 use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::openresponses::Code;
-use responses_core::proxy::{self, HeaderEdit};
-use responses_core::telemetry::{self, Timing, Transport};
+use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
 use crate::host::{Host, Level, Side};
@@ -154,7 +155,7 @@ impl<E: Environment> Filter<E> {
     /// Carries out an action of a body hook: unless it passes, the piece the driver read (or
     /// refused) is drained first.
     fn carry_piece(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
-        if !matches!(action, Action::Pass) {
+        if !action.keeps_piece() {
             host.drain_body(side);
         }
         self.carry(host, side, action)
@@ -169,7 +170,9 @@ impl<E: Environment> Filter<E> {
             Action::Pass => true,
             Action::Hold => false,
             Action::ReadBody(edits) => {
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 false
             }
             Action::Forward { edits, request } => {
@@ -182,13 +185,17 @@ impl<E: Environment> Filter<E> {
                         request.body.len()
                     )
                 });
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 host.clear_route_cache();
                 host.append_body(side, &request.body);
                 true
             }
             Action::OpenStream(edits) => {
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 true
             }
             Action::Send { bytes, .. } => {
@@ -196,7 +203,9 @@ impl<E: Environment> Filter<E> {
                 true
             }
             Action::Answer { edits, answer } => {
-                edit(host, side, edits);
+                if !edit(host, side, edits) {
+                    return self.refused(host, side);
+                }
                 host.append_body(side, &answer.body);
                 true
             }
@@ -230,6 +239,21 @@ impl<E: Environment> Filter<E> {
         }
     }
 
+    /// Envoy refused one of an action's header edits: the exchange cannot go on half edited,
+    /// so it ends as a failure does (an envelope, or a stream's last event), nothing more of
+    /// it continues.
+    fn refused(&mut self, host: &mut impl Host, side: Side) -> bool {
+        log(host, Level::Error, || {
+            format!(
+                "Envoy refused a header edit; failing the exchange request_id={}",
+                self.request_id
+            )
+        });
+        let action = self.driver.fail(Instant::now(), Failure::Refused);
+        host.drain_body(side);
+        self.carry(host, side, action)
+    }
+
     /// What the driver tells, into Envoy's stats, metadata and span.
     fn settle(&mut self, host: &mut impl Host) {
         let now = Instant::now();
@@ -261,7 +285,7 @@ impl<E: Environment> Filter<E> {
                 )
             });
         } else {
-            host.set_metadata(proxy::METADATA_NAMESPACE, &proxy::metadata(s));
+            host.set_metadata(metadata::METADATA_NAMESPACE, &metadata::metadata(s));
             tag_span(host, s, &f.timing);
             log(host, Level::Debug, || {
                 format!(
@@ -271,7 +295,7 @@ impl<E: Environment> Filter<E> {
                     s.response_id.as_deref().unwrap_or(""),
                     s.operation.as_str(),
                     s.stream,
-                    proxy::outcome_name(s.outcome),
+                    s.outcome.as_str(),
                     s.error_code.as_ref().map(Code::as_str).unwrap_or("")
                 )
             });
@@ -352,14 +376,13 @@ fn first_output_event(host: &mut impl Host) {
     }
 }
 
-/// The driver's header edits, applied to one side's headers.
-fn edit(host: &mut impl Host, side: Side, edits: Edits) {
-    for e in edits.iter() {
-        match e {
-            HeaderEdit::Set(name, value) => host.set_header(side, name, Some(value)),
-            HeaderEdit::Remove(name) => host.set_header(side, name, None),
-        }
-    }
+/// The driver's header edits, applied to one side's headers, up to the first Envoy refuses
+/// (false).
+fn edit(host: &mut impl Host, side: Side, edits: Edits) -> bool {
+    edits.iter().all(|e| match e {
+        HeaderEdit::Set(name, value) => host.set_header(side, name, Some(value)),
+        HeaderEdit::Remove(name) => host.set_header(side, name, None),
+    })
 }
 
 /// A log line, formatted only when Envoy logs that level.

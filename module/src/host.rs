@@ -9,7 +9,7 @@
 mod abi;
 pub mod ffi;
 
-use responses_core::proxy::MetadataValue;
+use responses_core::metadata::MetadataValue;
 
 use abi::{EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer, ModuleHttpHeader};
 
@@ -51,8 +51,9 @@ pub trait Host {
     /// Every header of the request or the answer whose name and value are UTF-8, in order
     /// (one entry per value).
     fn headers(&self, side: Side) -> Vec<(&str, &str)>;
-    /// Replaces every value of the header; `None` removes it.
-    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>);
+    /// Replaces every value of the header; `None` removes it. False: Envoy refused (it has no
+    /// header map for that side at this point).
+    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) -> bool;
     /// Envoy computes the route again (after `:path` changed).
     fn clear_route_cache(&mut self);
     /// The body bytes Envoy holds for this side in the current hook: what it buffered, then
@@ -229,7 +230,7 @@ impl Host for Envoy {
             .collect()
     }
 
-    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) {
+    fn set_header(&mut self, side: Side, name: &str, value: Option<&str>) -> bool {
         let value = value.map_or(ModuleBuffer::NULL, |v| ModuleBuffer::from(v.as_bytes()));
         // SAFETY: valid filter pointer; Envoy copies key and value.
         unsafe {
@@ -238,7 +239,7 @@ impl Host for Envoy {
                 header_type(side),
                 ModuleBuffer::from(name.as_bytes()),
                 value,
-            );
+            )
         }
     }
 

@@ -1,8 +1,9 @@
 //! The filter against the fake Envoy: each way an exchange goes, with plain bytes.
 
 use proptest::prelude::*;
+use responses_core::driver::{DETAILS_ANSWER, DETAILS_REQUEST};
+use responses_core::metadata::{MetadataValue, METADATA_NAMESPACE};
 use responses_core::metrics::Metric;
-use responses_core::proxy::{MetadataValue, DETAILS_ANSWER, DETAILS_REQUEST, METADATA_NAMESPACE};
 use serde_json::{json, Value};
 
 use crate::fake::{self, FakeEnvoy, FakeSpan, Step};
@@ -339,6 +340,58 @@ fn a_panic_ends_the_exchange_with_what_can_still_be_sent() {
         metadata(&e, "error_code"),
         Some(MetadataValue::Str("internal_error".into()))
     );
+}
+
+/// Envoy's header-set call can fail (it has no header map at that point): a refused edit ends
+/// the exchange in an envelope (or, once a stream has started, its failed ending), never a
+/// request half rewritten sent on, nor an answer half translated.
+#[test]
+fn a_header_edit_envoy_refuses_ends_the_exchange_in_an_envelope() {
+    // The request's model header, refused: nothing goes upstream.
+    let mut e = envoy();
+    e.host.refused_headers = vec!["x-responses-model".into()];
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    let r = e.client.reply.clone().expect("an envelope");
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (r.status, v["error"]["code"].as_str()),
+        (500, Some("internal_error"))
+    );
+    assert!(e.upstream.headers.is_none() && e.upstream.body.is_empty());
+    assert_eq!(e.host.route_cache_cleared, 0);
+    e.assert_fail_closed("/v1/chat/completions");
+    // Edits of the answer's head, refused: a stream's and a JSON answer's.
+    for (header, stream, content_type, body) in [
+        (
+            "cache-control",
+            true,
+            "text/event-stream",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
+        ),
+        ("content-length", false, "application/json", CHAT),
+    ] {
+        let mut e = envoy();
+        post(
+            &mut e,
+            &json!({"model": "m", "input": "hi", "stream": stream}),
+        );
+        assert!(e.upstream.ended);
+        e.host.refused_headers = vec![header.into()];
+        e.response_headers(200, content_type, false);
+        e.response_body(body.as_bytes(), true);
+        e.complete();
+        assert!(
+            !String::from_utf8_lossy(&e.client.body).contains("\"choices\""),
+            "{header}: {:?}",
+            String::from_utf8_lossy(&e.client.body)
+        );
+        e.assert_fail_closed("/v1/chat/completions");
+        assert_eq!(
+            metadata(&e, "error_code"),
+            Some(MetadataValue::Str("internal_error".into())),
+            "{header}"
+        );
+    }
 }
 
 #[test]

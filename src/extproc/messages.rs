@@ -228,7 +228,7 @@ pub fn streamed_body(body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
     response_body(c)
 }
 
-pub use responses_core::proxy::MetadataValue;
+pub use responses_core::metadata::MetadataValue;
 
 /// Dynamic metadata under one namespace: Envoy's access logs, rate limits and later filters
 /// read it (when the namespace is in the filter's `metadata_options.receiving_namespaces`).

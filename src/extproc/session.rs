@@ -31,18 +31,19 @@ use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
 use crate::traces::{self, ExchangeSpan, Transport};
-use responses_core::driver::{Action, Cause, Driver, Edits, Event, Failure, Finished, Gathering};
+use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::exchange::{self, ErrorReply};
+use responses_core::life::{Event, Finished};
+use responses_core::metadata;
 use responses_core::openresponses::Code;
-use responses_core::proxy::{self, HeaderEdit};
 
 pub use responses_core::environment::{Environment, System};
 
-pub use responses_core::proxy::METADATA_NAMESPACE;
+pub use responses_core::metadata::METADATA_NAMESPACE;
 
 /// An exchange's summary as Envoy dynamic metadata: model, ids, outcome and token counts.
 fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct {
-    msg::dynamic_metadata(METADATA_NAMESPACE, proxy::metadata(s))
+    msg::dynamic_metadata(METADATA_NAMESPACE, metadata::metadata(s))
 }
 
 /// Every header the processor reads from Envoy's header messages: the request's method,
@@ -232,7 +233,7 @@ impl<E: Environment> Session<E> {
         let (common, mode) = match action {
             Action::Reply { error, cause } => return vec![self.reply(&error, cause)],
             // Envoy resets a stream whose head went out when it is answered this way.
-            Action::Reset { error } => return vec![self.reply(&error, Cause::Answer)],
+            Action::Reset { error, .. } => return vec![self.reply(&error, Cause::Answer)],
             Action::Pass | Action::Hold if at == Message::ResponseTrailers => {
                 return vec![msg::response_trailers()]
             }

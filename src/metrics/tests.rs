@@ -1,6 +1,6 @@
 use super::*;
-use responses_core::driver::Finished;
 use responses_core::exchange::{Operation, Outcome, Summary};
+use responses_core::life::Finished;
 use responses_core::openresponses::{ErrorCode, Usage};
 use std::time::Duration;
 

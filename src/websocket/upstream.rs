@@ -3,13 +3,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
 use super::WsSettings;
-use responses_core::exchange::{UpstreamRequest, JSON};
+use responses_core::exchange::{Settings, UpstreamRequest, JSON};
 use responses_core::upstream_failure::keeps_headers;
 
 /// Handshake headers that go on to each Chat request: credentials, tracing, the client's
@@ -41,7 +42,8 @@ pub fn forwarded_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> 
 pub struct Upstream {
     client: reqwest::Client,
     url: String,
-    model_header: HeaderName,
+    /// The model headers' names (checked to be header names).
+    exchange: Arc<Settings>,
 }
 
 type Pending = Pin<Box<dyn Future<Output = reqwest::Result<reqwest::Response>> + Send>>;
@@ -79,8 +81,15 @@ impl Upstream {
             settings.exchange.chat_path
         );
         reqwest::Url::parse(&url).map_err(|e| format!("--ws-upstream {url}: {e}"))?;
-        let model_header = HeaderName::from_bytes(settings.exchange.model_header.as_bytes())
-            .map_err(|e| format!("--model-header: {e}"))?;
+        for (flag, name) in [
+            ("--model-header", &settings.exchange.model_header),
+            (
+                "--upstream-model-header",
+                &settings.exchange.upstream_model_header,
+            ),
+        ] {
+            HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{flag}: {e}"))?;
+        }
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(5))
             // Every request is on loopback to Envoy: no proxy from the environment.
@@ -91,7 +100,7 @@ impl Upstream {
         Ok(Upstream {
             client,
             url,
-            model_header,
+            exchange: settings.exchange.clone(),
         })
     }
 
@@ -115,8 +124,13 @@ impl Upstream {
                     JSON
                 },
             );
-        if let Ok(model) = HeaderValue::from_str(&req.model) {
-            builder = builder.header(self.model_header.clone(), model);
+        for (name, value) in req.model_headers(&self.exchange) {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                builder = builder.header(name, value);
+            }
         }
         // The response's span (a child of the handshake's trace) is the Chat request's parent.
         let handshake_trace = |name: &HeaderName| {

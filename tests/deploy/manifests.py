@@ -1,7 +1,10 @@
 """Checks the deploy manifests (run by tests/deploy_manifests.rs; `update` rewrites them).
 
-    python manifests.py check OUTDIR   # parse, check fields, extract Envoy bootstraps to OUTDIR
-    python manifests.py update         # regenerate the Envoy ConfigMaps from envoy/envoy.yaml
+    python manifests.py check OUTDIR [ROOT]  # parse, check fields, extract Envoy bootstraps to OUTDIR
+    python manifests.py update               # regenerate the Envoy ConfigMaps from envoy/envoy.yaml
+
+ROOT (default: this repository) holds the files checked: envoy/, deploy/ and
+core/src/settings.rs (a test checks copies it broke on purpose).
 
 * Every YAML document under deploy/kubernetes, deploy/istio and deploy/envoy-gateway parses and
   has the fields its kind requires (core kinds are also validated against the Kubernetes JSON
@@ -9,8 +12,15 @@
 * The Envoy config in each ConfigMap is envoy/envoy.yaml with the substitutions below, so it
   cannot drift from the tested one; it is written to OUTDIR for `envoy --mode validate`.
 * Each Istio EnvoyFilter patch is wrapped in a bootstrap (a filter into an HTTP connection
-  manager, a cluster into the clusters) and written to OUTDIR, for `envoy --mode validate`;
-  so is what an EnvoyProxy merges into Envoy Gateway's bootstrap.
+  manager, a cluster into the clusters, connection manager fields into one) and written to
+  OUTDIR, for `envoy --mode validate`; so is what an EnvoyProxy merges into Envoy Gateway's
+  bootstrap.
+* The routing headers are ours: every Envoy that runs the translation removes a client's
+  x-responses-model and x-responses-upstream-model before it routes. The shipped bootstraps
+  (envoy/*.yaml, the examples) and the ConfigMaps' have the early header mutation in every
+  connection manager; each Istio EnvoyFilter that inserts the filter has a NETWORK_FILTER
+  patch adding it for the same context; each Gateway an Envoy Gateway policy translates for
+  has a ClientTrafficPolicy with earlyRequestHeaders removing them.
 Prints one line per file written. Needs PyYAML (installed with kubernetes-validate).
 """
 
@@ -56,7 +66,15 @@ REQUIRED = {
     "Backend": ["spec.endpoints"],
     "HTTPRoute": ["spec.parentRefs", "spec.rules"],
     "Gateway": ["spec.gatewayClassName", "spec.listeners"],
+    "ClientTrafficPolicy": ["spec.targetRefs"],
 }
+
+# The request headers the translation sets for routes (the defaults of `model_header` and
+# `upstream_model_header`).
+MODEL_HEADERS = ["x-responses-model", "x-responses-upstream-model"]
+# The HTTP filters that translate: ext_proc (the processor) and the dynamic module.
+TRANSLATING_FILTERS = {"envoy.filters.http.ext_proc", "envoy.filters.http.dynamic_modules"}
+HCM = "envoy.filters.network.http_connection_manager"
 
 
 def expected_envoy(subs):
@@ -84,10 +102,10 @@ def docs():
                     yield path.relative_to(ROOT).as_posix(), doc
 
 
-def bootstrap(listener_filters=None, clusters=None, route_extra=None):
+def bootstrap(listener_filters=None, clusters=None, route_extra=None, hcm_extra=None):
     """A minimal bootstrap around a fragment: an ext_proc filter goes into an HTTP connection
     manager (with a stub of the cluster it names), a cluster into the clusters, route fields
-    into its one route."""
+    into its one route, connection manager fields into the connection manager."""
     cluster_name = "extproc"
     for f in listener_filters or []:
         grpc = f.get("typed_config", {}).get("grpc_service", {}).get("envoy_grpc", {})
@@ -104,6 +122,9 @@ def bootstrap(listener_filters=None, clusters=None, route_extra=None):
                 "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
         },
     }
+    for key, value in (hcm_extra or {}).items():
+        if key != "@type":
+            hcm["typed_config"][key] = value
     extproc = {
         "name": cluster_name, "type": "STATIC",
         "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -142,10 +163,96 @@ def module_filter_config(value):
     return {}
 
 
+def kept_model_headers(hcm):
+    """The model headers an HTTP connection manager's typed_config does not remove before it
+    routes (with an early header mutation)."""
+    removed = set()
+    for ext in hcm.get("early_header_mutation_extensions") or []:
+        for mutation in ext.get("typed_config", {}).get("mutations") or []:
+            removed.add(str(mutation.get("remove", "")).lower())
+    return [h for h in MODEL_HEADERS if h not in removed]
+
+
+def check_bootstrap_removes_model_header(name, text):
+    """Every HTTP connection manager of a bootstrap removes the model headers early."""
+    listeners = (yaml.safe_load(text).get("static_resources") or {}).get("listeners") or []
+    found = 0
+    for listener in listeners:
+        for chain in listener.get("filter_chains") or []:
+            for f in chain.get("filters") or []:
+                if f.get("name") == HCM:
+                    found += 1
+                    kept = kept_model_headers(f.get("typed_config", {}))
+                    if kept:
+                        sys.exit(f"manifests: {name}: listener {listener.get('name')} does not "
+                                 f"remove {', '.join(kept)} before routing "
+                                 "(early_header_mutation_extensions)")
+    if not found:
+        sys.exit(f"manifests: {name}: no HTTP connection manager")
+
+
+def shipped_bootstraps():
+    """The Envoy bootstraps shipped beside the manifests: envoy/*.yaml and the full examples."""
+    for path in sorted((ROOT / "envoy").glob("*.yaml")) + sorted((ROOT / "envoy/examples").glob("*.yaml")):
+        text = path.read_text()
+        if "static_resources" in (yaml.safe_load(text) or {}):
+            yield path.relative_to(ROOT).as_posix(), text
+
+
+def check_envoyfilter_removes_model_header(file, doc):
+    """An EnvoyFilter that inserts a translating filter also removes the model headers early, in
+    the same context (gateway, sidecar)."""
+    patches = doc["spec"]["configPatches"]
+    contexts = {p["match"].get("context") for p in patches
+                if p["applyTo"] == "HTTP_FILTER" and p["patch"]["value"].get("name") in TRANSLATING_FILTERS}
+    for context in contexts:
+        kept = set(MODEL_HEADERS)
+        for p in patches:
+            if p["applyTo"] == "NETWORK_FILTER" and p["match"].get("context") == context:
+                kept &= set(kept_model_headers(p["patch"]["value"].get("typed_config", {})))
+        if kept:
+            sys.exit(f"manifests: {file}: EnvoyFilter {doc['metadata']['name']} translates in "
+                     f"{context} but does not remove {', '.join(sorted(kept))} there before "
+                     "routing (a NETWORK_FILTER patch with early_header_mutation_extensions)")
+
+
+def check_gateways_remove_model_header():
+    """Each Gateway an Envoy Gateway policy translates for (through the HTTPRoutes it targets)
+    has a ClientTrafficPolicy removing the model headers early; per file (each is applied on
+    its own)."""
+    by_file = {}
+    for file, doc in docs():
+        by_file.setdefault(file, []).append(doc)
+    for file, file_docs in by_file.items():
+        routes = {d["metadata"]["name"]: d for d in file_docs if d.get("kind") == "HTTPRoute"}
+        gateways = set()
+        for d in file_docs:
+            if d.get("kind") != "EnvoyExtensionPolicy":
+                continue
+            for ref in d["spec"]["targetRefs"]:
+                route = routes.get(ref["name"]) if ref.get("kind") == "HTTPRoute" else None
+                if route is None:
+                    sys.exit(f"manifests: {file}: {d['metadata']['name']} targets {ref}, not an HTTPRoute of this file")
+                gateways.update(p["name"] for p in route["spec"]["parentRefs"])
+        for gateway in sorted(gateways):
+            kept = set(MODEL_HEADERS)
+            for d in file_docs:
+                if d.get("kind") == "ClientTrafficPolicy" and any(
+                        r.get("kind") == "Gateway" and r.get("name") == gateway
+                        for r in d["spec"]["targetRefs"]):
+                    kept -= {h.lower() for h in get(d, "spec.headers.earlyRequestHeaders.remove") or []}
+            if kept:
+                sys.exit(f"manifests: {file}: Gateway {gateway} translates but no ClientTrafficPolicy "
+                         f"removes {', '.join(sorted(kept))} before routing (headers.earlyRequestHeaders)")
+
+
 def check(out):
     out = pathlib.Path(out)
     kinds = {}
     seen_configmaps = set()
+    for name, text in shipped_bootstraps():
+        check_bootstrap_removes_model_header(name, text)
+    check_gateways_remove_model_header()
     for file, doc in docs():
         kind = doc.get("kind")
         for field in ["apiVersion", "kind", "metadata.name"]:
@@ -170,6 +277,7 @@ def check(out):
             key = (file, name)
             if key not in CONFIGMAPS:
                 sys.exit(f"manifests: {file}: ConfigMap {name} is not known to manifests.py")
+            check_bootstrap_removes_model_header(f"{file}: ConfigMap {name}", doc["data"]["envoy.yaml"])
             if doc["data"]["envoy.yaml"] != expected_envoy(CONFIGMAPS[key]):
                 sys.exit(f"manifests: {file}: ConfigMap {name} differs from envoy/envoy.yaml "
                          "with its substitutions: run `python tests/deploy/manifests.py update`")
@@ -184,6 +292,7 @@ def check(out):
             target.write_text(json.dumps(b))
             print(target)
         if kind == "EnvoyFilter":
+            check_envoyfilter_removes_model_header(file, doc)
             for i, p in enumerate(doc["spec"]["configPatches"]):
                 value = p["patch"]["value"]
                 if p["applyTo"] == "HTTP_FILTER":
@@ -193,6 +302,8 @@ def check(out):
                     b = bootstrap(clusters=[value])
                 elif p["applyTo"] == "HTTP_ROUTE":
                     b = bootstrap(route_extra=value)
+                elif p["applyTo"] == "NETWORK_FILTER" and p["match"]["listener"]["filterChain"]["filter"]["name"] == HCM:
+                    b = bootstrap(hcm_extra=value["typed_config"])
                 else:
                     sys.exit(f"manifests: {file}: patch {i} applies to {p['applyTo']}, not checked")
                 target = out / f"{pathlib.Path(file).stem}-{name}-{i}.json"
@@ -217,6 +328,8 @@ def update():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["check"]:
+        if len(sys.argv) > 3:
+            ROOT = pathlib.Path(sys.argv[3]).resolve()
         check(sys.argv[2])
     elif sys.argv[1:2] == ["update"]:
         update()

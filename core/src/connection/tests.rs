@@ -674,7 +674,7 @@ fn told(conn: &mut Connection, at: Instant) -> Vec<Event> {
 
 #[test]
 fn each_response_is_told_once_with_its_time() {
-    use crate::driver::Finished;
+    use crate::life::Finished;
     use std::time::Duration;
     let t0 = Instant::now();
     let ms = |n: u64| t0 + Duration::from_millis(n);

@@ -7,9 +7,10 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::driver::HeaderEdit;
 use crate::exchange::Outcome;
+use crate::life::Finished;
 use crate::openresponses::Code;
-use crate::proxy::HeaderEdit;
 use crate::translate::Options;
 use crate::upstream_failure::KeptHeader;
 
@@ -195,12 +196,18 @@ fn a_json_exchange_is_forwarded_gathered_and_answered() {
         Some("/v1/chat/completions")
     );
     assert_eq!(set(&edits, "x-responses-model").as_deref(), Some("m"));
+    // No model map: the name sent is the one asked for.
+    assert_eq!(
+        set(&edits, "x-responses-upstream-model").as_deref(),
+        Some("m")
+    );
     assert_eq!(
         set(&edits, "content-length"),
         Some(request.body.len().to_string())
     );
     let chat: Value = serde_json::from_slice(&request.body).unwrap();
     assert_eq!(chat["messages"][0]["content"], "hi");
+    assert_eq!(chat["model"], "m");
     assert!(t.events(3).is_empty());
     // The answer: gathered in pieces, then replaced whole, as a 200 whatever the 2xx.
     let Action::ReadBody(edits) = t.answer_head(10, "201", "application/json", false) else {
@@ -233,6 +240,130 @@ fn a_json_exchange_is_forwarded_gathered_and_answered() {
     let now = t.at(30);
     t.d.closed(now);
     assert!(t.events(30).is_empty(), "once");
+}
+
+/// The model map changes the Chat request's `model` only: the model header keeps the name
+/// asked for (routes and rate limits keyed on it), the upstream model header carries the
+/// name sent, and the answer (its `model`; no upstream `openai-model` header, which Codex
+/// compares with the name it asked for) and the summary (logs, metrics, traces) keep the name
+/// asked for, in JSON, in a stream and in a compaction alike. A name no entry matches passes
+/// as sent.
+#[test]
+fn the_model_map_renames_the_chat_model_only() {
+    use crate::model_map::{ModelAlias, ModelMap};
+    use crate::translate::seal::Keyring;
+
+    let aliases: Vec<ModelAlias> = ["gpt-*=qwen3", "gpt-5.4=qwen3-coder"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let settings = Arc::new(Settings {
+        options: Options {
+            model_map: Arc::new(ModelMap::new(&aliases)),
+            keyring: Some(Arc::new(Keyring::single("k", [1; 32]).unwrap())),
+            ..Options::default()
+        },
+        ..Settings::default()
+    });
+    for (path, asked, sent, stream) in [
+        ("/v1/responses", "gpt-5.4", "qwen3-coder", false),
+        ("/v1/responses", "gpt-5.4", "qwen3-coder", true),
+        ("/v1/responses", "gpt-4o-mini", "qwen3", false),
+        ("/v1/responses/compact", "gpt-5.4", "qwen3-coder", false),
+        ("/v1/responses", "llama", "llama", false),
+        ("/v1/responses", "llama", "llama", true),
+    ] {
+        let case = format!("{path} {asked} stream={stream}");
+        let mut t = Test {
+            d: Driver::new(settings.clone(), Fixed, Gathering::Pieces),
+            t0: Instant::now(),
+        };
+        let Action::ReadBody(_) = t.head(0, &[(":method", "POST"), (":path", path)], false) else {
+            panic!("{case}: not read")
+        };
+        let body = json!({"model": asked, "input": "hi", "stream": stream}).to_string();
+        let Action::Forward { edits, request } = t.body(1, &[body.as_bytes()], true) else {
+            panic!("{case}: not forwarded")
+        };
+        assert_eq!(
+            set(&edits, "x-responses-model").as_deref(),
+            Some(asked),
+            "{case}"
+        );
+        assert_eq!(
+            set(&edits, "x-responses-upstream-model").as_deref(),
+            Some(sent),
+            "{case}"
+        );
+        assert_eq!(
+            (request.model.as_str(), request.chat_model.as_str()),
+            (asked, sent)
+        );
+        let chat: Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(chat["model"], sent, "{case}");
+        // The upstream names the model that answered, as vLLM does: the name it was sent.
+        let answered = if stream {
+            let chunk = json!({"model": sent, "choices": [{"index": 0,
+                "delta": {"content": "yo"}, "finish_reason": "stop"}]});
+            let head = [
+                (":status", "200"),
+                ("content-type", "text/event-stream"),
+                ("openai-model", sent),
+            ];
+            let Action::OpenStream(edits) = t.answer_head_with(2, &head, false) else {
+                panic!("{case}: no stream")
+            };
+            assert!(removes(&edits, "openai-model"), "{case}");
+            let Action::Send { bytes, .. } = t.answer(
+                3,
+                &[format!("data: {chunk}\n\ndata: [DONE]\n\n").as_bytes()],
+                true,
+            ) else {
+                panic!("{case}: not streamed")
+            };
+            let text = String::from_utf8(bytes.to_vec()).unwrap();
+            let models: Vec<Value> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                .filter_map(|e| e.get("response").map(|r| r["model"].clone()))
+                .collect();
+            assert!(models.len() >= 2, "{case}: {text}");
+            models
+        } else {
+            let answer = json!({"model": sent, "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"content": "yo"}}]});
+            let head = [
+                (":status", "200"),
+                ("content-type", "application/json"),
+                ("openai-model", sent),
+            ];
+            let Action::ReadBody(edits) = t.answer_head_with(2, &head, false) else {
+                panic!("{case}: not gathered")
+            };
+            assert!(removes(&edits, "openai-model"), "{case}");
+            let Action::Answer { answer: a, .. } =
+                t.answer(3, &[answer.to_string().as_bytes()], true)
+            else {
+                panic!("{case}: not answered")
+            };
+            let v: Value = serde_json::from_slice(&a.body).unwrap();
+            if path.ends_with("compact") {
+                assert_eq!(v["object"], "response.compaction", "{case}: {v}");
+                vec![]
+            } else {
+                vec![v["model"].clone()]
+            }
+        };
+        assert!(answered.iter().all(|m| *m == asked), "{case}: {answered:?}");
+        let events = t.events(4);
+        let [f] = &finished(&events)[..] else {
+            panic!("{case}: {events:?}")
+        };
+        assert_eq!(f.summary.outcome, Outcome::Translated, "{case}");
+        assert_eq!(f.summary.model.as_deref(), Some(asked), "{case}");
+        assert_eq!(f.summary.upstream_model.as_deref(), Some(sent), "{case}");
+    }
 }
 
 /// A body in pieces is gathered into a buffer of its `content-length`: right, short, long,
@@ -647,7 +778,7 @@ fn a_second_head_after_the_streams_is_a_reset() {
     let mut t = Test::new(Gathering::Pieces);
     t.forwarded(json!({"model": "m", "input": "hi", "stream": true}));
     t.answer_head(2, "200", "text/event-stream", false);
-    let Action::Reset { error } = t.answer_head(3, "503", "text/plain", false) else {
+    let Action::Reset { error, .. } = t.answer_head(3, "503", "text/plain", false) else {
         panic!("not reset")
     };
     assert_eq!(error.status(), 500);

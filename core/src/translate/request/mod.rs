@@ -43,6 +43,9 @@ use crate::openresponses::{ApiError, Echo, EchoFormat, EchoReasoning, EchoText, 
 pub struct Translated {
     pub body: Bytes,
     pub plan: ResponsePlan,
+    /// The model the Chat body names when the model map changed it (`None`: the requested
+    /// one, `plan.model()`).
+    pub chat_model: Option<String>,
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -88,6 +91,55 @@ pub(crate) fn text(s: Str<'_>) -> Text<'_> {
     }
 }
 
+/// The longest `model` accepted, in bytes. The name goes on as a request header (the model
+/// header, for Envoy's routes) and is echoed and logged: 1 KiB is far above any real name (a
+/// Hugging Face id, a served model's file path, an Ollama tag) and far below the header limits
+/// on its way (Envoy's 60 KiB for all of a request's headers, llama-server's 8 KiB per line).
+pub const MAX_MODEL_BYTES: usize = 1024;
+
+/// The request's `model`, checked to be sendable as a header value before anything is sent: not
+/// empty, at most [`MAX_MODEL_BYTES`], without control characters (Envoy refuses a header
+/// holding CR, LF or NUL; HTTP allows none but tab). 400 `invalid_value` naming `model`.
+pub(crate) fn model<'a>(req: &mut Obj<'a, '_>) -> Result<Str<'a>, ApiError> {
+    let model = req.required_string("model")?;
+    if model.is_empty() {
+        return Err(bad_value("model", "Invalid 'model': must not be empty."));
+    }
+    // A token's raw length bounds its text's: the scan only for long ones.
+    if model.len_bound() > MAX_MODEL_BYTES && model.len() > MAX_MODEL_BYTES {
+        return Err(bad_value(
+            "model",
+            format!("Invalid 'model': longer than {MAX_MODEL_BYTES} bytes."),
+        ));
+    }
+    if let Some(c) = model
+        .as_str()
+        .chars()
+        .find(|c| c.is_ascii_control() && *c != '\t')
+    {
+        return Err(bad_value(
+            "model",
+            format!(
+                "Invalid 'model': it holds the control character U+{:04X}, which a model name \
+                 cannot (it is sent as a request header).",
+                u32::from(c)
+            ),
+        ));
+    }
+    Ok(model)
+}
+
+/// The Chat request's `model`: the model map's name for the requested one, else the requested
+/// one as it came; and the mapped name, if any. The response keeps the requested name
+/// (`ResponsePlan::model`): clients compare it with what they asked (Codex warns that its
+/// request was rerouted to another model when the names differ).
+pub(crate) fn chat_model<'a>(model: Str<'a>, options: &Options) -> (Text<'a>, Option<String>) {
+    match options.model_map.resolve(&model.as_str()) {
+        Some(mapped) => (Text::plain(mapped.to_owned()), Some(mapped.to_owned())),
+        None => (text(model), None),
+    }
+}
+
 /// The Chat body's buffer: the request's size (its texts carry over) and room for the
 /// messages' own keys.
 fn body_capacity(request_bytes: usize) -> usize {
@@ -105,10 +157,7 @@ fn translate_fields(
     req.skip_object("client_metadata")?;
     openai_platform_options(&mut req)?;
 
-    let model = req.required_string("model")?;
-    if model.is_empty() {
-        return Err(bad_value("model", "Invalid 'model': must not be empty."));
-    }
+    let model = model(&mut req)?;
     let stream = req.bool("stream")?.unwrap_or(false);
     let store = req.bool("store")?.unwrap_or(false);
     if store && options.strict {
@@ -128,8 +177,9 @@ fn translate_fields(
 
     let mut echo = Echo::default();
     let model_name = model.as_str().into_owned();
+    let (chat_model_name, mapped) = chat_model(model, options);
     let mut chat = chat::Request {
-        model: text(model),
+        model: chat_model_name,
         ..chat::Request::default()
     };
 
@@ -362,6 +412,7 @@ fn translate_fields(
     Ok(Translated {
         body: Bytes::from(chat.encode(body_capacity(request_bytes))),
         plan,
+        chat_model: mapped,
     })
 }
 

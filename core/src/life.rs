@@ -8,7 +8,19 @@
 use std::time::{Duration, Instant};
 
 use crate::exchange::Summary;
-use crate::telemetry::Timing;
+
+/// An adapter's timing of one exchange (what the metrics and the span record beside the
+/// [`Summary`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timing {
+    /// From the request's first message to the exchange's last answer.
+    pub total: Duration,
+    /// From the request's first message to the first output (text, reasoning or a tool
+    /// call) sent to the client, for streams.
+    pub first_output: Option<Duration>,
+    /// Time spent translating (validation, translation, events), not waiting.
+    pub translation: Duration,
+}
 
 /// What happened to an exchange, for the adapter's telemetry (metrics, spans, Envoy's
 /// metadata and stats). Polled after each input until there is none.
