@@ -723,6 +723,80 @@ async fn codex_shaped_prewarm_then_turn() {
 /// More messages than the queue reads ahead (8, or one maximum message's worth of bytes),
 /// sent while the first response is held: reading pauses, nothing is lost, all are answered
 /// in order.
+/// Codex 0.171 with `openai_base_url` (it believes it talks to OpenAI), its second connection
+/// replayed byte for byte with its handshake's headers (`OpenAI-Beta:
+/// responses_websockets=2026-02-06`, ...): the turn (`internal_chat_message_metadata_passthrough`
+/// on every item) gets the demo's call of Codex's `exec`, the continuation naming it (the id
+/// this run gave, as Codex names the id it received) with the tool's output gets a text; the
+/// upstream gets the Chat requests the snapshot states, none of Codex's bookkeeping in them.
+#[tokio::test]
+async fn codex_0_171_openai_mode_turn_and_continuation() {
+    let demo = common::RecordingDemo::start();
+    let stack = Stack::with_websocket(demo.port(), &[]);
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    for (k, v) in common::codex::headers("websocket.head") {
+        let name: tokio_tungstenite::tungstenite::http::HeaderName = k.parse().expect("a name");
+        request
+            .headers_mut()
+            .insert(name, v.parse().expect("a value"));
+    }
+    let (mut ws, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the upgrade with Codex's headers");
+    assert_eq!(response.status(), 101);
+
+    let turn = String::from_utf8(common::codex::body("websocket-turn.json")).unwrap();
+    ws.send(Message::text(turn)).await.expect("send");
+    let first = completed(&mut ws).await;
+    let call = &first["output"][0];
+    assert_eq!(call["type"], "custom_tool_call", "{first}");
+    assert_eq!(call["name"], "exec");
+    assert_eq!(call["namespace"], "functions");
+
+    let recorded = String::from_utf8(common::codex::body("websocket-tool-output.json")).unwrap();
+    let named: Value = serde_json::from_str(&recorded).unwrap();
+    let named = named["previous_response_id"]
+        .as_str()
+        .expect("a continuation");
+    let continuation = recorded.replacen(named, first["id"].as_str().unwrap(), 1);
+    ws.send(Message::text(continuation)).await.expect("send");
+    let second = completed(&mut ws).await;
+    let text = second["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("The tool returned: Script failed"),
+        "{second}"
+    );
+
+    // Beside the bookkeeping, any other unknown field of an item is still refused, naming it.
+    ask(
+        &mut ws,
+        json!({"model": "gpt-6.2-sol", "input": [{"type": "message", "role": "user", "content": "hi",
+               "internal_chat_message_metadata_passthrough": {"turn_id": "t1"}, "turn_id": "t1"}]}),
+    )
+    .await;
+    let refused = recv(&mut ws).await;
+    assert_eq!(error_code(&refused), "unknown_parameter");
+    assert_eq!(refused["error"]["param"], "input[0].turn_id", "{refused}");
+
+    let chats: Vec<Value> = demo
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .map(|r| r.json())
+        .collect();
+    let snapshot = common::codex::snapshot("websocket-turn");
+    assert_eq!(chats.len(), 2, "{chats:?}");
+    for (i, chat) in chats.iter().enumerate() {
+        assert!(!common::codex::has_bookkeeping(chat), "message {i}: {chat}");
+        assert!(
+            *chat == snapshot["messages"][i]["chat"],
+            "message {i}: the upstream got another Chat request than the snapshot's"
+        );
+    }
+}
+
 #[tokio::test]
 async fn messages_beyond_the_read_ahead_queue_wait_and_are_all_answered_in_order() {
     const LIMIT: usize = 64 * 1024;
