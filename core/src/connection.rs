@@ -792,7 +792,15 @@ impl<E: Environment> Connection<E> {
         };
         let continues = continued.as_ref().map(|c| c.id.clone());
         let (input, input_bytes) = full_input(&mut body, continued, text.len())?;
-        body.insert("input".into(), Value::Array(input.clone()));
+        // A preload with no input at all (Codex's prewarm: instructions and tools only) is
+        // checked as a request with one empty message: nothing is sent, and the context kept
+        // is its real, empty input.
+        let checked = if !generate && input.is_empty() {
+            vec![serde_json::json!({"type": "message", "role": "user", "content": ""})]
+        } else {
+            input.clone()
+        };
+        body.insert("input".into(), Value::Array(checked));
         body.insert("stream".into(), Value::Bool(true));
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);

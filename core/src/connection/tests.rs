@@ -678,6 +678,30 @@ fn generate_false_preloads_a_context_without_the_upstream() {
         chat(&call)["messages"],
         json!([{"role": "user", "content": "context"}, {"role": "user", "content": "question"}])
     );
+    // Codex's prewarm: instructions and tools, no input at all.
+    let mut c = Client::new();
+    c.send(&create(
+        json!({"model": "m", "instructions": "be brief", "input": [],
+        "tools": [{"type": "function", "name": "f"}], "generate": false}),
+    ));
+    assert!(c.calls().is_empty());
+    let events = c.texts();
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "response.completed",
+        "{events:?}"
+    );
+    let id = id_of(&events);
+    let call = c.forward(&create(
+        json!({"model": "m", "previous_response_id": id, "input": "question"}),
+    ));
+    assert_eq!(
+        chat(&call)["messages"],
+        json!([{"role": "user", "content": "question"}])
+    );
+    // Only a preload may have none.
+    let frame = Client::new().reject(&create(json!({"model": "m", "input": []})));
+    assert_eq!(code(&frame), "invalid_value");
     // generate must be a boolean.
     let frame = Client::new().reject(&create(
         json!({"model": "m", "input": "x", "generate": "no"}),
