@@ -14,7 +14,6 @@ use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
 
 use responses_core::settings::ExchangeConfig;
 pub use responses_core::settings::KeySource;
-use responses_core::translate::limits;
 use responses_core::translate::seal::Keyring;
 
 #[derive(Debug, Parser)]
@@ -131,30 +130,6 @@ pub struct Config {
     )]
     pub ws_upstream: String,
 
-    /// Most WebSocket connections open at once; further upgrades get 503
-    /// `websocket_connections_exhausted`.
-    #[arg(
-        long,
-        default_value_t = 1024,
-        env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS"
-    )]
-    pub ws_max_connections: usize,
-
-    /// Largest context kept per WebSocket connection for `previous_response_id` (the last
-    /// response's input and output, as JSON bytes); a larger one is not kept.
-    #[arg(long, default_value_t = limits::MAX_REQUEST_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_CONTEXT_BYTES")]
-    pub ws_max_context_bytes: usize,
-
-    /// Maximum age of a WebSocket connection, in seconds (the specification's 60 minutes):
-    /// then `websocket_connection_limit_reached` and a close, after the response in flight.
-    #[arg(long, default_value = "3600", value_parser = parse_secs, env = "RESPONSES_EXTPROC_WS_MAX_AGE")]
-    pub ws_max_age: Duration,
-
-    /// A WebSocket connection with nothing in flight and no message for this long is closed
-    /// (keep it below Envoy's idle timeout on the route).
-    #[arg(long, default_value = "300", value_parser = parse_secs, env = "RESPONSES_EXTPROC_WS_IDLE_TIMEOUT")]
-    pub ws_idle_timeout: Duration,
-
     /// How long in-flight requests may run after SIGTERM/SIGINT before the process exits.
     #[arg(long, default_value = "30", value_parser = parse_secs, env = "RESPONSES_EXTPROC_DRAIN_SECONDS")]
     pub drain_seconds: Duration,
@@ -213,14 +188,6 @@ impl Config {
         keyring: Option<Arc<Keyring>>,
     ) -> responses_core::exchange::Settings {
         self.exchange.exchange_settings(keyring)
-    }
-
-    /// The limits of one WebSocket connection.
-    pub fn ws_limits(&self) -> responses_core::connection::Limits {
-        responses_core::connection::Limits {
-            max_message_bytes: self.exchange.max_request_bytes,
-            max_context_bytes: self.ws_max_context_bytes,
-        }
     }
 
     /// The largest ext_proc message we read. Derived from the caps, so that a body within

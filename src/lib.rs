@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod extproc;
+pub mod logs;
 pub mod metrics;
 pub mod traces;
 pub mod websocket;

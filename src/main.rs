@@ -101,11 +101,10 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             let listener = TcpListener::bind(addr).await?;
             let ws_settings = WsSettings {
                 exchange: settings.exchange.clone(),
-                limits: config.ws_limits(),
+                limits: config.exchange.socket_limits(),
                 upstream: config.ws_upstream.clone(),
-                max_connections: config.ws_max_connections,
-                max_age: config.ws_max_age,
-                idle_timeout: config.ws_idle_timeout,
+                admission: config.exchange.admission_rules(),
+                drain: config.drain_seconds,
                 metrics: settings.metrics.clone(),
                 traces: settings.traces.clone(),
                 log_content: config.log_content,
@@ -113,7 +112,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
             tracing::info!(
                 listen = %addr,
                 upstream = %config.ws_upstream,
-                max_connections = config.ws_max_connections,
+                max_connections = config.exchange.ws_max_connections,
                 "serving the WebSocket transport"
             );
             Some(WsServer::start(listener, ws_settings)?)

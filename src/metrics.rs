@@ -9,6 +9,7 @@ use prometheus::{
     TextEncoder,
 };
 
+use responses_core::connection;
 use responses_core::life::Event;
 use responses_core::metrics::{self, Kind, LabelPolicy, Labels, Metric, Recorder};
 
@@ -35,7 +36,6 @@ pub struct Metrics {
     /// The schema's families, by [`Metric::index`].
     schema: Vec<Series>,
     labels: Labels,
-    websocket_connections: IntGauge,
     spans_exported: IntCounter,
     spans_dropped: IntCounterVec,
 }
@@ -72,12 +72,6 @@ impl Metrics {
                 series
             })
             .collect();
-        let websocket_connections = IntGauge::new(
-            format!("{PREFIX}websocket_connections"),
-            "Open WebSocket connections (the WebSocket transport; 0 while it is not enabled).",
-        )
-        .expect("valid gauge");
-        register(Box::new(websocket_connections.clone()));
         // Traces (--otlp-endpoint): what the exporter sent and what it had to drop.
         let spans_exported = IntCounter::new(
             format!("{PREFIX}spans_exported_total"),
@@ -98,7 +92,6 @@ impl Metrics {
             registry,
             schema,
             labels: Labels::new(labels),
-            websocket_connections,
             spans_exported,
             spans_dropped,
         }
@@ -110,9 +103,10 @@ impl Metrics {
         metrics::record(&mut recorder, &self.labels, event);
     }
 
-    /// The gauge a WebSocket adapter keeps: +1 on accept, -1 on close.
-    pub fn websocket_connections(&self) -> &IntGauge {
-        &self.websocket_connections
+    /// Records what a WebSocket connection told (every event: the core picks).
+    pub fn tell_socket(&self, event: &connection::Event) {
+        let mut recorder = self;
+        metrics::record_socket(&mut recorder, &self.labels, event);
     }
 
     /// Spans the trace exporter delivered.

@@ -179,7 +179,7 @@ fn driven(settings: &Arc<Settings>, i: u64, scenario: &Scenario) -> usize {
     let last = scenario.answer.len() - 1;
     for (j, piece) in scenario.answer.iter().enumerate() {
         bytes += match d.response_body(Instant::now(), || [*piece], j == last) {
-            Action::Send { bytes, .. } => bytes.len(),
+            Action::Send { events, .. } => events.len(),
             Action::Answer { answer, .. } => answer.body.len(),
             Action::Hold => 0,
             other => panic!("not translated: {other:?}"),

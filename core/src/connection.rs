@@ -1,99 +1,202 @@
-//! The rules of one WebSocket connection on the Responses path, sans-IO.
+//! One Responses WebSocket connection, sans-IO, from the accepted upgrade to its close.
+//!
+//! As `quinn-proto`'s `Connection` is to `quinn`: the host (the processor's socket task, the
+//! Envoy module's upgraded stream) feeds in what it saw: the client's bytes, what the upstream
+//! answered to the calls the connection asked for, whether the client reads what is sent, the
+//! time when a timer it was asked for fires, drain, the transport's end; and it carries out
+//! what comes out: bytes to send ([`Connection::poll_transmit`]), calls to start or cancel
+//! ([`Connection::poll_call`]), when to wake it next ([`Connection::poll_timeout`]), what
+//! happened ([`Connection::poll_event`]) and when it is over ([`Connection::is_closed`]).
+//! Every rule of the transport is here, once: framing (RFC 6455, [`crate::websocket`]), the
+//! protocol's messages, one response at a time in order, the kept context, limits, timers,
+//! backpressure and close codes.
 //!
 //! A client sends `{"type":"response.create", ...}` messages (the body of `POST
-//! /v1/responses` without its transport fields); each becomes one [`Exchange`], streamed, and
-//! its events go back as one text message each: the same objects as over SSE, numbered from
-//! 0 per response. The adapter (the service's `websocket` module) only moves bytes: it sends the Chat
-//! request this returns, feeds the answer back in, and sends the messages that come out.
+//! /v1/responses` without its transport fields); each becomes one streamed [`Exchange`] and
+//! one Chat call, and its events go back as one text message each: the same objects as over
+//! SSE, numbered from 0 per response.
 //!
 //! Connection-local state, nothing persisted: the last response that completed (or ended
 //! incomplete), with its whole context (its input, after its own continuation, plus its
-//! output), so that the next `response.create` may name it in `previous_response_id` and
-//! send only the new items. That works with `store: false` because nothing outlives the
-//! socket. A `response.create` that names the kept response takes it: if that attempt fails
-//! (a 4xx or 5xx, a failed stream), the context is gone and naming it again is
-//! `previous_response_not_found`. A context over `Limits::max_context_bytes` is not kept.
+//! output), so that the next `response.create` may name it in `previous_response_id` and send
+//! only the new items. A `response.create` that names the kept response takes it: if that
+//! attempt fails (a 4xx or 5xx, a failed stream), the context is gone and naming it again is
+//! `previous_response_not_found`. A context over [`Limits::max_context_bytes`] is not kept.
 //!
-//! One response at a time: the adapter queues further messages and hands them over in
-//! order once [`Connection::in_flight`] is false.
+//! Bounded everywhere: messages read ahead while a response is in flight wait in a queue of
+//! [`MAX_QUEUED_MESSAGES`] and one maximum-size message's worth of bytes ([`Connection::wants_input`]
+//! turns false: a host that can stop reading does); a host that cannot stop reading and keeps
+//! feeding past twice that ends the connection (1008). Bytes sent to a client that does not
+//! read them (the host says it is not writable) count against [`Limits::max_unread_bytes`]:
+//! beyond, the response in flight fails and the connection closes (1008), since a call cannot
+//! always be paused (the module's callouts cannot).
 //!
-//! Each response's life (its stream opened and closed, its first output, its end, a cut by the
-//! socket's close) is told as the driver's [`Event`]s, polled after each input; times come
-//! from the caller.
+//! Times come from the caller (`now` on every input); the wall clock of `created_at` and the
+//! ids' randomness from the [`Environment`].
 
+use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::call::{self, CallAction, CallId};
+use crate::environment::{Environment, System};
 use crate::exchange::{
-    AbortStep, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep, ResponseHead,
-    Settings, Summary, UpstreamRequest, EVENT_STREAM,
+    AbortStep, Answer, Body, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep,
+    ResponseHead, Settings, Summary,
 };
-use crate::life::{Event, Life};
-use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode};
+use crate::life::{self, Life};
+use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode, Events};
 use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
+use crate::websocket::decode::{Decoder, Message};
+use crate::websocket::{encode, CloseCode};
+use admission::Budget;
 
-/// The limits of one connection (the adapter enforces the rest: count, age, idle time).
+/// Messages read ahead while a response is in flight.
+pub const MAX_QUEUED_MESSAGES: usize = 8;
+
+/// Default of [`Limits::max_unread_bytes`]: 4 MiB, a few hundred events' worth.
+pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
+
+/// How long the connection waits for the client's close frame after sending its own, before
+/// the host drops the transport (RFC 6455 §7.1.1: the server closes the TCP connection). Also
+/// what lets an error event overtake the reset that closing a socket with unread bytes causes.
+pub const CLOSE_LINGER: Duration = Duration::from_millis(250);
+
+/// The limits of one connection (the host enforces the count of connections).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Largest `response.create` message, in bytes: 413 `request_too_large` beyond.
+    /// Largest `response.create` message, in bytes: 413 `request_too_large` beyond; over twice
+    /// that, the frame is refused unread and the connection ends (1009).
     pub max_message_bytes: usize,
     /// Largest context kept for a continuation (its input and output as JSON, in bytes).
     pub max_context_bytes: usize,
+    /// With nothing in flight and no message for this long, the connection closes (1000).
+    pub idle_timeout: Duration,
+    /// A connection this old closes after the response in flight (an `error` event
+    /// `websocket_connection_limit_reached`, then 1000).
+    pub max_age: Duration,
+    /// Bytes sent to a client that does not read them before the connection ends (1008).
+    pub max_unread_bytes: usize,
+    /// Bytes the connection may hold ([`Connection::held`]) before it ends (1008).
+    pub max_socket_bytes: usize,
 }
 
-/// What to do with a client's message.
-#[derive(Debug)]
-pub enum Start {
-    /// Send this Chat request upstream and feed its answer to [`Connection::upstream_head`].
-    Forward(UpstreamRequest),
-    /// Nothing goes upstream: send this `error` event.
-    Reject(Rejection),
-    /// Nothing goes upstream: a `generate: false` request (Codex's prewarm) was answered at
-    /// once, a completed response with no output whose context is kept for a continuation.
-    Answered(Frames),
-}
-
-/// A message refused before anything went upstream.
-#[derive(Debug)]
-pub struct Rejection {
-    /// The `error` event to send.
-    pub frame: Bytes,
-    /// Its status and code, for logs.
-    pub status: u16,
-    pub code: Option<Code>,
-}
-
-/// Messages for the client.
-#[derive(Debug, Default)]
-pub struct Frames {
-    /// One text message each (JSON), in order.
-    pub messages: Vec<Bytes>,
-    /// The response has ended (its terminal event or its error was among the messages):
-    /// the next `response.create` may start.
-    pub done: bool,
+/// What happened on the connection, for the host's telemetry.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// The life of a response, as an HTTP exchange's: claimed, stream opened and closed, first
+    /// output, finished (or cut) with its summary and timing.
+    Response(life::Event),
+    /// A message refused before it became a response (not a valid `response.create`): its
+    /// status and error code.
+    Refused { status: u16, code: Option<Code> },
+    /// A client message, for hosts that record content (`Connection::record_content`).
+    Message(Bytes),
+    /// A response's last message (its terminal event, or its error), for hosts that record
+    /// content.
+    Answer(Bytes),
+    /// The connection is open (told first, once).
+    Opened,
+    /// The connection ended: the close code sent (or received), and why, once.
+    Closed {
+        code: CloseCode,
+        reason: &'static str,
+    },
 }
 
 /// One WebSocket connection. See the module docs.
 #[derive(Debug)]
-pub struct Connection {
+pub struct Connection<E = System> {
     settings: Arc<Settings>,
     limits: Limits,
+    env: E,
     reasoning_events: ReasoningEvents,
+    /// The opening request's headers that go on to each call.
+    forwarded: Vec<(Cow<'static, str>, String)>,
+    decoder: Decoder,
+    phase: Phase,
+    /// Set once the connection must end after the response in flight.
+    ending: Option<Ending>,
+    opened: Instant,
+    /// The last client message (or the end of the last response): the idle timer's start.
+    active: Instant,
+    queue: VecDeque<Queued>,
+    queued_bytes: usize,
+    /// The response in flight.
+    turn: Option<Turn>,
+    /// The call of a response that ended well while its upstream had not finished (the
+    /// terminal event came before the body's end): left to end by itself, cancelled when
+    /// the next call starts or the connection ends.
+    finishing: Option<CallId>,
     /// The last response that ended well, ready to be continued.
     context: Option<Context>,
     /// The last response that ended well but was not kept: its id, so that naming it gets a
     /// message that says why.
     too_large: Option<String>,
-    turn: Option<Turn>,
-    /// The summary of the last exchange that ended, for logs and metrics.
+    /// The summary of the last response that ended, for logs.
     last: Option<Summary>,
     /// The life of the response in flight, or of the last one until its end is polled.
     life: Option<Life>,
+    next_call: u64,
+    /// Frames for the client, not yet handed to the host.
+    out: BytesMut,
+    calls: VecDeque<CallAction>,
+    events: VecDeque<Event>,
+    /// The host can write to the client (its buffer is under its high watermark).
+    writable: bool,
+    /// Bytes handed to the host while it could not write.
+    unread: usize,
+    record_content: bool,
+    /// The client's bytes cannot be read any further (a frame refused unread, a protocol
+    /// error).
+    read_failed: bool,
+    /// The time of the input being handled.
+    now: Instant,
+    /// [`Event::Closed`] was told.
+    told_closed: bool,
+    /// The memory all of the host's connections share, when the host has one.
+    budget: Option<Arc<Budget>>,
+    /// What this connection counts in it.
+    counted: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// Our close frame is sent; the client's is awaited until `deadline`.
+    Closing {
+        deadline: Instant,
+    },
+    /// Over: the host drops the transport once it has sent what is left.
+    Closed,
+}
+
+/// Why the connection ends once the response in flight is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// A frame over twice the message limit, refused unread: the messages before it are
+    /// answered (its own 413 among them), then 1009.
+    TooBig,
+    /// `max_age` reached: no further message starts; an `error` event, then 1000.
+    MaxAge,
+    /// The host drains: no further message starts; 1001 after the response in flight, or at
+    /// `deadline` with that response failed.
+    Drain { deadline: Instant },
+}
+
+/// What the client sent, in order.
+#[derive(Debug)]
+enum Queued {
+    Text(Bytes),
+    Binary,
+    /// A message between the message limit and twice it: read, and refused in its turn.
+    TooLarge,
 }
 
 #[derive(Debug)]
@@ -135,6 +238,8 @@ impl Context {
 #[derive(Debug)]
 struct Turn {
     exchange: Exchange,
+    /// Its call, while the upstream may still answer.
+    call: Option<CallId>,
     /// Its whole input (the continued context's items first), kept for the next context.
     input: Vec<Value>,
     input_bytes: usize,
@@ -154,32 +259,88 @@ const TRANSPORT_FIELDS: &[(&str, Option<bool>)] = &[
 const NOTHING_GENERATED: &[u8] =
     b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
 
-impl Connection {
-    /// `reasoning_events`: the names this client parses, known from the handshake's headers.
-    pub fn new(settings: Arc<Settings>, limits: Limits, reasoning_events: ReasoningEvents) -> Self {
+impl<E: Environment> Connection<E> {
+    /// A connection whose upgrade was accepted at `now`: `handshake` looks up the opening
+    /// request's headers (its credentials go on to each call, its identity decides the
+    /// reasoning event names the client gets).
+    pub fn new<'h>(
+        settings: Arc<Settings>,
+        limits: Limits,
+        env: E,
+        handshake: impl Fn(&str) -> Option<&'h str>,
+        now: Instant,
+    ) -> Self {
+        let reasoning_events =
+            crate::client::reasoning_events(settings.reasoning_events, &handshake);
         Connection {
+            decoder: Decoder::new(limits.max_message_bytes),
+            forwarded: call::forwarded(&handshake),
             settings,
             limits,
+            env,
             reasoning_events,
+            phase: Phase::Open,
+            ending: None,
+            opened: now,
+            active: now,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            turn: None,
+            finishing: None,
             context: None,
             too_large: None,
-            turn: None,
             last: None,
             life: None,
+            next_call: 0,
+            out: BytesMut::new(),
+            calls: VecDeque::new(),
+            events: VecDeque::from([Event::Opened]),
+            told_closed: false,
+            budget: None,
+            counted: 0,
+            writable: true,
+            unread: 0,
+            record_content: false,
+            read_failed: false,
+            now,
         }
     }
 
-    /// A response is in flight: further messages wait.
-    pub fn in_flight(&self) -> bool {
-        self.turn.is_some()
+    /// Counts what the connection holds in the host's shared budget (see
+    /// [`admission::Budget`]): past its limit, the connection whose growth took it there
+    /// closes (1013).
+    pub fn share_budget(&mut self, budget: Arc<Budget>) {
+        self.budget = Some(budget);
     }
 
-    /// The exchange in flight, for logs and metrics.
+    /// Bytes the connection holds: its kept context and the input of the response in flight
+    /// (as JSON text, their parsed trees counted as much again), the queued messages, the
+    /// message being read, and the frames not yet handed to the host.
+    pub fn held(&self) -> usize {
+        let parsed = |json: usize| json.saturating_mul(2);
+        parsed(self.context_bytes())
+            + self.turn.as_ref().map_or(0, |t| parsed(t.input_bytes))
+            + self.queued_bytes
+            + self.decoder.held()
+            + self.out.len()
+    }
+
+    /// Tell each client message as an [`Event::Message`] (for `--log-content` and
+    /// `--trace-content`: the messages hold prompts).
+    pub fn record_content(&mut self, on: bool) {
+        self.record_content = on;
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The exchange in flight, for logs.
     pub fn exchange(&self) -> Option<&Exchange> {
         self.turn.as_ref().map(|t| &t.exchange)
     }
 
-    /// The summary of the last exchange that ended.
+    /// The summary of the last response that ended, for logs.
     pub fn last_summary(&self) -> Option<&Summary> {
         self.last.as_ref()
     }
@@ -189,67 +350,446 @@ impl Connection {
         self.context.as_ref().map_or(0, |c| c.bytes)
     }
 
-    /// A text message from the client, at `now`.
-    pub fn on_text(&mut self, text: &[u8], meta: Meta, now: Instant) -> Start {
+    /// Whether the host should read more of the client's bytes now. A host that can stop
+    /// reading does so while this is false (the client then feels TCP's backpressure).
+    pub fn wants_input(&self) -> bool {
+        self.phase != Phase::Closed
+            && !self.read_failed
+            && self.queue.len() < MAX_QUEUED_MESSAGES
+            && self.queued_bytes < self.limits.max_message_bytes
+    }
+
+    /// The connection is over: the host sends what [`Connection::poll_transmit`] still
+    /// holds, then closes the transport.
+    pub fn is_closed(&self) -> bool {
+        self.phase == Phase::Closed
+    }
+
+    // ---- inputs ----
+
+    /// Bytes from the client.
+    pub fn handle_bytes(&mut self, now: Instant, mut bytes: &[u8]) {
+        self.now = now;
+        while !bytes.is_empty() && self.phase != Phase::Closed && !self.read_failed {
+            match self.decoder.decode(&mut bytes) {
+                Ok(Some(message)) => self.on_message(now, message),
+                Ok(None) => break,
+                Err(e) => {
+                    self.read_failed = true;
+                    let code = e.close_code();
+                    if code == CloseCode::TOO_BIG {
+                        // The frame is not read: what came before it is answered, then its
+                        // own 413, then the close.
+                        self.queue.push_back(Queued::TooLarge);
+                        self.ending = Some(Ending::TooBig);
+                    } else {
+                        self.cut(now);
+                        self.close(now, code, "protocol error");
+                    }
+                    break;
+                }
+            }
+        }
+        self.pump(now);
+    }
+
+    /// The head of a call's answer (`status`; `header` looks up its headers by lowercase
+    /// name; `every` header is read only of an answer that is not a success: the `error` event
+    /// made of it keeps some, see [`upstream_failure::kept_headers`]).
+    pub fn call_head<'h, A>(
+        &mut self,
+        now: Instant,
+        id: CallId,
+        status: u16,
+        header: impl Fn(&str) -> Option<&'h str>,
+        every: impl FnOnce() -> A,
+    ) where
+        A: IntoIterator<Item = (&'h str, &'h str)>,
+    {
+        self.now = now;
+        let unix = self.env.now();
+        let Some(turn) = self.turn_of(now, id) else {
+            return;
+        };
+        if upstream_failure::keeps_headers(status) {
+            turn.exchange.upstream_headers(every());
+        }
+        let head = ResponseHead {
+            status,
+            content_type: header("content-type").unwrap_or_default(),
+            end_of_stream: false,
+        };
+        match turn.exchange.response_head(head, unix) {
+            HeadStep::Stream => {
+                // In flight as any translated stream (the metrics' streams_in_flight).
+                if let Some(life) = &mut self.life {
+                    life.open_stream();
+                }
+            }
+            HeadStep::Gather => {}
+            HeadStep::Reply(reply) => self.end_with(now, reply),
+        }
+        self.pump(now);
+    }
+
+    /// A piece of a call's answer body.
+    pub fn call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) {
+        self.call_body(now, id, bytes, false);
+    }
+
+    /// A call's answer is complete (its body ended, or its trailers came).
+    pub fn call_end(&mut self, now: Instant, id: CallId) {
+        self.call_body(now, id, &[], true);
+    }
+
+    /// A call failed: no answer (connection refused, a reset, a timeout) or not all of it.
+    /// `message` says what, for the client.
+    pub fn call_failed(&mut self, now: Instant, id: CallId, message: &str) {
+        self.now = now;
+        if self.finishing == Some(id) {
+            self.finishing = None;
+        }
+        let unix = self.env.now();
+        let Some(turn) = self.turn_of(now, id) else {
+            return;
+        };
+        turn.call = None;
+        match turn
+            .exchange
+            .abort(ErrorCode::UpstreamUnavailable, message, unix)
+        {
+            AbortStep::Send(events) => self.end_turn(now, events.messages().collect()),
+            AbortStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
+            AbortStep::Nothing => self.end_turn(now, Vec::new()),
+        }
+        self.pump(now);
+    }
+
+    /// Whether the client reads what is sent (the host's buffer toward it is under its low
+    /// watermark again, or over its high one).
+    pub fn set_writable(&mut self, now: Instant, writable: bool) {
+        self.now = now;
+        self.writable = writable;
+        if writable {
+            self.unread = 0;
+        }
+        self.pump(now);
+    }
+
+    /// The host drains: no further response starts; the one in flight may finish until
+    /// `deadline`, then the connection closes (1001).
+    pub fn drain(&mut self, now: Instant, deadline: Instant) {
+        self.now = now;
+        if self.phase == Phase::Open && !matches!(self.ending, Some(Ending::Drain { .. })) {
+            self.ending = Some(Ending::Drain { deadline });
+        }
+        self.pump(now);
+    }
+
+    /// A timer the connection asked for ([`Connection::poll_timeout`]) fired.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        match self.phase {
+            Phase::Closing { deadline } if now >= deadline => {
+                self.phase = Phase::Closed;
+            }
+            Phase::Open => {
+                if let Some(Ending::Drain { deadline }) = self.ending {
+                    if now >= deadline && self.turn.is_some() {
+                        self.abort_turn(
+                            now,
+                            ErrorCode::ServerShuttingDown,
+                            "The server is shutting down: the response was ended before it was complete.",
+                        );
+                    }
+                }
+                if self.ending.is_none() && now >= self.opened + self.limits.max_age {
+                    self.ending = Some(Ending::MaxAge);
+                }
+                if self.is_idle() && self.ending.is_none() && now >= self.idle_deadline() {
+                    self.close(now, CloseCode::NORMAL, "idle timeout");
+                }
+            }
+            _ => {}
+        }
+        self.pump(now);
+    }
+
+    /// The transport ended (the client went, or the host gave up on it): a response in flight
+    /// was cut.
+    pub fn closed(&mut self, now: Instant) {
+        self.now = now;
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.cut(now);
+        self.phase = Phase::Closed;
+        self.tell_closed(CloseCode(1006), "transport closed");
+    }
+
+    // ---- outputs ----
+
+    /// The bytes to send to the client now, if any.
+    pub fn poll_transmit(&mut self) -> Option<Bytes> {
+        (!self.out.is_empty()).then(|| self.out.split().freeze())
+    }
+
+    /// The next call to start or cancel.
+    pub fn poll_call(&mut self) -> Option<CallAction> {
+        self.calls.pop_front()
+    }
+
+    /// When the connection wants [`Connection::handle_timeout`] next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Closed => None,
+            Phase::Closing { deadline } => Some(deadline),
+            Phase::Open => {
+                let age = (self.ending.is_none()).then(|| self.opened + self.limits.max_age);
+                let idle = (self.is_idle() && self.ending.is_none()).then(|| self.idle_deadline());
+                let drain = match self.ending {
+                    Some(Ending::Drain { deadline }) if self.turn.is_some() => Some(deadline),
+                    _ => None,
+                };
+                [age, idle, drain].into_iter().flatten().min()
+            }
+        }
+    }
+
+    /// The next thing that happened, once each; poll after each input until `None`. A
+    /// response's events count its time in the core until their poll, as the driver's do.
+    pub fn poll_event(&mut self, now: Instant) -> Option<Event> {
+        // What was told before the response's life (its message, the last one's answer)
+        // comes first; the connection's close last.
+        if self
+            .events
+            .front()
+            .is_some_and(|e| !matches!(e, Event::Closed { .. }))
+        {
+            return self.events.pop_front();
+        }
+        if let Some(life) = self.life.as_mut() {
+            let summary = match &self.turn {
+                Some(turn) => Some(turn.exchange.summary()),
+                None => self.last.as_ref(),
+            };
+            if let Some(event) = life.poll(now, summary) {
+                if life.is_over() {
+                    self.life = None;
+                }
+                return Some(Event::Response(event));
+            }
+        }
+        self.events.pop_front()
+    }
+
+    // ---- the rules ----
+
+    fn on_message(&mut self, now: Instant, message: Message) {
+        if self.phase != Phase::Open {
+            // After our close frame only the client's close matters.
+            if let (Message::Close(_), Phase::Closing { .. }) = (&message, self.phase) {
+                self.phase = Phase::Closed;
+            }
+            return;
+        }
+        match message {
+            Message::Text(text) => {
+                self.active = now;
+                if text.len() > self.limits.max_message_bytes {
+                    self.queue.push_back(Queued::TooLarge);
+                } else {
+                    self.queued_bytes += text.len();
+                    self.queue.push_back(Queued::Text(text));
+                }
+            }
+            Message::Binary(_) => {
+                self.active = now;
+                self.queue.push_back(Queued::Binary);
+            }
+            // Answered at once, between messages; it keeps nothing alive.
+            Message::Ping(payload) => self.frame(&encode::pong(&payload)),
+            Message::Pong(_) => {}
+            Message::Close(close) => {
+                // The client ends the connection: a response in flight is cut, and its close
+                // is echoed (RFC 6455 §5.5.1).
+                self.cut(now);
+                let code = close
+                    .as_ref()
+                    .map(|c| c.code)
+                    .filter(|c| c.is_sendable())
+                    .unwrap_or(CloseCode::NORMAL);
+                self.frame(&encode::close(code, ""));
+                self.phase = Phase::Closed;
+                self.tell_closed(code, "closed by the client");
+                return;
+            }
+        }
+        // A host that cannot stop reading, fed far past the queue's bound.
+        if self.queue.len() > 2 * MAX_QUEUED_MESSAGES
+            || self.queued_bytes > 2 * self.limits.max_message_bytes
+        {
+            self.cut(now);
+            self.close(
+                now,
+                CloseCode::POLICY_VIOLATION,
+                "too many messages in flight",
+            );
+        }
+    }
+
+    /// Starts what can start, ends what must end.
+    fn pump(&mut self, now: Instant) {
+        self.start_and_end(now);
+        self.account(now);
+    }
+
+    /// What the connection holds, against its own limit and the host's budget: past either,
+    /// the response in flight is cut and the connection ends (1008 its own, 1013 the host's).
+    fn account(&mut self, now: Instant) {
+        let held = self.held();
+        let within_budget = match &self.budget {
+            Some(budget) => budget.update(self.counted, held),
+            None => true,
+        };
+        self.counted = held;
+        let over = if held > self.limits.max_socket_bytes {
+            Some((CloseCode::POLICY_VIOLATION, "connection memory limit"))
+        } else if !within_budget {
+            Some((CloseCode::TRY_AGAIN_LATER, "server memory limit"))
+        } else {
+            None
+        };
+        let Some((code, reason)) = over else {
+            return;
+        };
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.cut(now);
+        // What it held goes now: no context to continue, no message to read.
+        self.context = None;
+        self.read_failed = true;
+        self.decoder = Decoder::new(0);
+        self.frame(&encode::close(code, reason));
+        self.phase = Phase::Closed;
+        self.tell_closed(code, reason);
+        let held = self.held();
+        if let Some(budget) = &self.budget {
+            budget.update(self.counted, held);
+        }
+        self.counted = held;
+    }
+
+    fn start_and_end(&mut self, now: Instant) {
+        while self.phase == Phase::Open && self.turn.is_none() {
+            if matches!(self.ending, Some(Ending::MaxAge | Ending::Drain { .. })) {
+                break;
+            }
+            let Some(next) = self.queue.pop_front() else {
+                break;
+            };
+            self.start(now, next);
+        }
+        if self.phase != Phase::Open || self.turn.is_some() {
+            return;
+        }
+        match self.ending {
+            Some(Ending::TooBig) if self.queue.is_empty() => {
+                self.close(now, CloseCode::TOO_BIG, "message too large")
+            }
+            Some(Ending::MaxAge) => {
+                // Messages that will not start go with the connection.
+                self.drop_queue();
+                let minutes = self.limits.max_age.as_secs() / 60;
+                self.error_frame(&max_age_reached(minutes), &[]);
+                self.close(now, CloseCode::NORMAL, "maximum connection age");
+            }
+            Some(Ending::Drain { .. }) => {
+                self.drop_queue();
+                self.close(now, CloseCode::GOING_AWAY, "server shutting down");
+            }
+            _ => {}
+        }
+    }
+
+    fn drop_queue(&mut self) {
+        self.queue.clear();
+        self.queued_bytes = 0;
+    }
+
+    /// A queued message's turn.
+    fn start(&mut self, now: Instant, next: Queued) {
+        let text = match next {
+            Queued::Binary => {
+                let err = ApiError::invalid_body(
+                    "Binary messages are not supported: send each event as a JSON text message.",
+                )
+                .with_code(ErrorCode::InvalidMessage);
+                return self.refuse(&err);
+            }
+            Queued::TooLarge => {
+                return self.refuse(&message_too_large(self.limits.max_message_bytes))
+            }
+            Queued::Text(text) => text,
+        };
+        self.queued_bytes -= text.len();
+        self.flush_life(now);
+        if self.record_content {
+            self.events.push_back(Event::Message(text.clone()));
+        }
         let mut life = Life::default();
         life.enter(now);
-        self.life = Some(life);
-        match self.start(text, meta) {
-            Ok(start) => {
-                self.settle();
-                start
+        let meta = Meta {
+            now: self.env.now(),
+            id_seed: self.env.id_seed(),
+        };
+        match self.begin(&text, meta) {
+            Ok(Begun::Call(up)) => {
+                life.claim();
+                self.life = Some(life);
+                if let Some(old) = self.finishing.take() {
+                    self.stop_call(old);
+                }
+                let id = CallId(self.next_call);
+                self.next_call += 1;
+                if let Some(turn) = &mut self.turn {
+                    turn.call = Some(id);
+                }
+                let call = call::chat(id, &self.settings, up, &self.forwarded);
+                self.calls.push_back(CallAction::Start(call));
             }
-            Err(err) => {
-                // Not a response: nothing to tell.
-                self.life = None;
-                Start::Reject(Rejection {
-                    frame: error_frame(&err, &[]),
-                    status: err.status,
-                    code: err.code,
-                })
+            Ok(Begun::Answered) => {
+                life.claim();
+                self.life = Some(life);
+                // The same exchange, fed an answer with nothing in it: the same events, ids
+                // and echo as any response, and its context kept.
+                let unix = self.env.now();
+                if let Some(turn) = &mut self.turn {
+                    let head = ResponseHead {
+                        status: 200,
+                        content_type: crate::exchange::EVENT_STREAM,
+                        end_of_stream: false,
+                    };
+                    let _ = turn.exchange.response_head(head, unix);
+                }
+                self.body(now, NOTHING_GENERATED, true);
             }
+            Err(err) => self.refuse(&err),
         }
+        self.settle();
     }
 
-    /// A binary message: the protocol is JSON text.
-    pub fn on_binary(&mut self) -> Bytes {
-        error_frame(
-            &ApiError::invalid_body(
-                "Binary messages are not supported: send each event as a JSON text message.",
-            )
-            .with_code(ErrorCode::InvalidMessage),
-            &[],
-        )
+    /// A message refused before it became a response: its `error` event.
+    fn refuse(&mut self, err: &ApiError) {
+        self.error_frame(err, &[]);
+        self.events.push_back(Event::Refused {
+            status: err.status,
+            code: err.code.clone(),
+        });
     }
 
-    /// A message over the size limit (the transport did not read it whole).
-    pub fn on_oversize(&mut self) -> Bytes {
-        error_frame(&message_too_large(self.limits.max_message_bytes), &[])
-    }
-
-    /// The error sent when the connection has reached its maximum age.
-    pub fn connection_limit_reached(&self, max_age_minutes: u64) -> Bytes {
-        error_frame(
-            &ApiError::invalid_body(format!(
-                "This connection has reached its maximum age ({max_age_minutes} minutes): open a new one. \
-                 Continuations cannot cross connections: send the whole input on the new one."
-            ))
-            .with_code(ErrorCode::WebsocketConnectionLimitReached),
-            &[],
-        )
-    }
-
-    fn start(&mut self, text: &[u8], meta: Meta) -> Result<Start, ApiError> {
-        if self.turn.is_some() {
-            return Err(ApiError::server(
-                500,
-                ErrorCode::InternalError,
-                "A response.create arrived while a response is in flight.",
-            ));
-        }
-        if text.len() > self.limits.max_message_bytes {
-            return Err(message_too_large(self.limits.max_message_bytes));
-        }
+    fn begin(&mut self, text: &[u8], meta: Meta) -> Result<Begun, ApiError> {
         let mut body = crate::translate::request::parse_body(text, &self.settings.options)?.map;
         match body.remove("type") {
             Some(Value::String(t)) if t == "response.create" => {}
@@ -321,8 +861,16 @@ impl Connection {
             }
         };
         let continues = continued.as_ref().map(|c| c.id.clone());
-        let (input, input_bytes) = self.full_input(&mut body, continued, text.len())?;
-        body.insert("input".into(), Value::Array(input.clone()));
+        let (input, input_bytes) = full_input(&mut body, continued, text.len())?;
+        // A preload with no input at all (Codex's prewarm: instructions and tools only) is
+        // checked as a request with one empty message: nothing is sent, and the context kept
+        // is its real, empty input.
+        let checked = if !generate && input.is_empty() {
+            vec![serde_json::json!({"type": "message", "role": "user", "content": ""})]
+        } else {
+            input.clone()
+        };
+        body.insert("input".into(), Value::Array(checked));
         body.insert("stream".into(), Value::Bool(true));
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
@@ -331,19 +879,15 @@ impl Connection {
             RequestStep::Forward(up) => {
                 self.turn = Some(Turn {
                     exchange,
+                    call: None,
                     input,
                     input_bytes,
                 });
-                if generate {
-                    return Ok(Start::Forward(up));
-                }
-                // The same exchange, fed an answer with nothing in it: the same events,
-                // ids and echo as any response, and its context kept.
-                let now = meta.now;
-                let head = self.head(200, "text/event-stream", now);
-                let mut frames = self.body(NOTHING_GENERATED, true, now);
-                frames.messages.splice(0..0, head.messages);
-                Ok(Start::Answered(frames))
+                Ok(if generate {
+                    Begun::Call(up)
+                } else {
+                    Begun::Answered
+                })
             }
             RequestStep::Reply(reply) => Err(reply.error),
             RequestStep::Hold => Err(ApiError::server(
@@ -378,223 +922,163 @@ impl Connection {
         }
     }
 
-    /// The request's input as items, after the continued context's.
-    fn full_input(
-        &self,
-        body: &mut Map<String, Value>,
-        continued: Option<Context>,
-        message_bytes: usize,
-    ) -> Result<(Vec<Value>, usize), ApiError> {
-        let new = match body.remove("input") {
-            Some(Value::Array(items)) => items,
-            Some(Value::String(text)) => vec![serde_json::json!({
-                "type": "message", "role": "user", "content": text
-            })],
-            None if continued.is_some() => Vec::new(),
-            None => {
-                return Err(
-                    ApiError::invalid("input", "Missing required parameter: 'input'.")
-                        .with_code(ErrorCode::MissingRequiredParameter),
-                )
-            }
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "input",
-                    "Invalid 'input': expected a string or an array of items.",
-                )
-                .with_code(ErrorCode::InvalidType))
-            }
-        };
-        Ok(match continued {
-            None => (new, message_bytes),
-            Some(context) => {
-                let bytes = context.bytes + message_bytes;
-                let mut items = context.into_items()?;
-                items.extend(new);
-                (items, bytes)
-            }
-        })
-    }
-
-    /// The head of the upstream's answer, at `at` (`now`: the wall clock, in seconds):
-    /// `every` header is read only of an answer that is not a success (the `error` event made
-    /// of it carries some, see [`upstream_failure::kept_headers`]).
-    pub fn upstream_head<'h, A>(
-        &mut self,
-        status: u16,
-        content_type: &str,
-        every: impl FnOnce() -> A,
-        now: u64,
-        at: Instant,
-    ) -> Frames
-    where
-        A: IntoIterator<Item = (&'h str, &'h str)>,
-    {
-        self.enter(at);
-        if let (Some(turn), true) = (&mut self.turn, upstream_failure::keeps_headers(status)) {
-            turn.exchange.upstream_headers(every());
-        }
-        let frames = self.head(status, content_type, now);
-        self.settle();
-        frames
-    }
-
-    /// A piece of the upstream's body, at `at`; `end` on the last one.
-    pub fn upstream_body(&mut self, chunk: &[u8], end: bool, now: u64, at: Instant) -> Frames {
-        self.enter(at);
-        let frames = self.body(chunk, end, now);
-        self.settle();
-        frames
-    }
-
-    /// The upstream failed (no answer, a reset, a timeout), at `at`: the response ends as
-    /// failed.
-    pub fn upstream_failed(
-        &mut self,
-        code: ErrorCode,
-        message: &str,
-        now: u64,
-        at: Instant,
-    ) -> Frames {
-        self.enter(at);
-        let Some(turn) = &mut self.turn else {
-            return Frames::default();
-        };
-        let frames = match turn.exchange.abort(code, message, now) {
-            AbortStep::Send(bytes) => {
-                let messages = event_messages(&bytes);
-                self.end_turn(messages)
-            }
-            AbortStep::Reply(reply) => self.end_with(Reply::Error(reply)),
-            AbortStep::Nothing => self.end_turn(Vec::new()),
-        };
-        self.settle();
-        frames
-    }
-
-    /// The socket closed, at `at`: a response in flight was cut.
-    pub fn closed(&mut self, at: Instant) {
-        if let (Some(life), Some(_)) = (&mut self.life, &self.turn) {
-            life.enter(at);
-            life.finish(true);
-        }
-    }
-
-    /// The next thing that happened to the response in flight (or that just ended), once
-    /// each: its stream opened, its first output, its stream closed, its end. Poll after each input until `None`.
-    pub fn poll_event(&mut self, at: Instant) -> Option<Event> {
-        let life = self.life.as_mut()?;
-        let summary = match &self.turn {
-            Some(turn) => Some(turn.exchange.summary()),
-            None => self.last.as_ref(),
-        };
-        let event = life.poll(at, summary);
-        if life.is_over() {
-            self.life = None;
-        }
-        event
-    }
-
-    fn enter(&mut self, at: Instant) {
-        if let Some(life) = &mut self.life {
-            life.enter(at);
-        }
-    }
-
-    /// Notes what the last input changed: the first output, the end.
-    fn settle(&mut self) {
-        let Some(life) = &mut self.life else {
+    /// Tells what is left of the last response's life before the next one begins (a host
+    /// that polls after each input finds nothing left).
+    fn flush_life(&mut self, now: Instant) {
+        let Some(mut life) = self.life.take() else {
             return;
         };
-        let (output, ended) = match &self.turn {
-            Some(turn) => (turn.exchange.has_output(), false),
-            // An ended response is the connection's last summary.
-            None => (self.last.as_ref().is_some_and(|s| s.streamed_output), true),
-        };
-        if output {
-            life.output();
-        }
-        if ended {
-            life.finish(false);
+        while let Some(event) = life.poll(now, self.last.as_ref()) {
+            self.events.push_back(Event::Response(event));
         }
     }
 
-    fn head(&mut self, status: u16, content_type: &str, now: u64) -> Frames {
-        let Some(turn) = &mut self.turn else {
-            return Frames::default();
-        };
-        let head = ResponseHead {
-            status,
-            content_type,
-            end_of_stream: false,
-        };
-        match turn.exchange.response_head(head, now) {
-            HeadStep::Stream => {
-                // In flight as any translated stream (the metrics' streams_in_flight).
-                if let Some(life) = &mut self.life {
-                    life.open_stream();
-                }
-                Frames::default()
-            }
-            HeadStep::Gather => Frames::default(),
-            HeadStep::Reply(reply) => self.end_with(reply),
+    /// The turn a call's event is for, entering its life's time; `None` for a call the
+    /// connection gave up on.
+    fn turn_of(&mut self, now: Instant, id: CallId) -> Option<&mut Turn> {
+        let turn = self.turn.as_mut().filter(|t| t.call == Some(id))?;
+        if let Some(life) = &mut self.life {
+            life.enter(now);
         }
+        Some(turn)
     }
 
-    fn body(&mut self, chunk: &[u8], end: bool, now: u64) -> Frames {
-        let Some(turn) = &mut self.turn else {
-            return Frames::default();
+    fn call_body(&mut self, now: Instant, id: CallId, chunk: &[u8], end: bool) {
+        self.now = now;
+        if end && self.finishing == Some(id) {
+            self.finishing = None;
+        }
+        let Some(turn) = self.turn_of(now, id) else {
+            return;
         };
-        match turn.exchange.response_body(chunk, end, now) {
-            BodyStep::Send(bytes) => {
-                let messages = event_messages(&bytes);
+        if end {
+            // Over: nothing to cancel.
+            turn.call = None;
+        }
+        self.body(now, chunk, end);
+        self.settle();
+        self.pump(now);
+    }
+
+    fn body(&mut self, now: Instant, chunk: &[u8], end: bool) {
+        let unix = self.env.now();
+        let Some(turn) = &mut self.turn else {
+            return;
+        };
+        match turn.exchange.response_body(chunk, end, unix) {
+            BodyStep::Send(events) => {
                 if turn.exchange.is_finished() {
-                    self.end_turn(messages)
+                    self.end_turn(now, events.messages().collect());
                 } else {
-                    Frames {
-                        messages,
-                        done: false,
-                    }
+                    self.send_events(&events);
                 }
             }
-            BodyStep::Hold => Frames::default(),
-            BodyStep::Reply(reply) => self.end_with(reply),
+            BodyStep::Hold => {}
+            BodyStep::Reply(reply) => self.end_with(now, reply),
         }
     }
 
-    fn end_with(&mut self, reply: Reply) -> Frames {
-        let messages = match reply {
-            Reply::Answer(a) if a.content_type == EVENT_STREAM => event_messages(&a.body),
+    fn end_with(&mut self, now: Instant, reply: Reply) {
+        match reply {
+            Reply::Answer(Answer {
+                body: Body::Events(events),
+                ..
+            }) => self.end_turn(now, events.messages().collect()),
             // Every response on a socket is a stream: an object cannot be framed as events.
-            Reply::Answer(_) => vec![error_frame(
-                &ApiError::server(
+            Reply::Answer(_) => {
+                let err = ApiError::server(
                     500,
                     ErrorCode::InternalError,
                     "The response could not be framed as events.",
-                ),
-                &[],
-            )],
-            Reply::Error(e) => vec![error_frame(&e.error, &e.headers)],
-        };
-        self.end_turn(messages)
+                );
+                self.end_turn(now, vec![error_frame(&err, &[])]);
+            }
+            Reply::Error(e) => {
+                let frame = error_frame(&e.error, &e.headers);
+                self.end_turn(now, vec![frame]);
+            }
+        }
     }
 
-    /// The response ended: keep its context if it ended well.
-    fn end_turn(&mut self, messages: Vec<Bytes>) -> Frames {
-        if let Some(turn) = self.turn.take() {
-            let summary = turn.exchange.summary().clone();
-            // A stream that ended well: its terminal event is its last message. Copied, so
-            // that the kept context does not hold the whole output buffer it is a slice of.
-            if let (Outcome::Translated, Some(id), Some(terminal)) =
-                (summary.outcome, &summary.response_id, messages.last())
-            {
-                self.keep(id.clone(), turn, Bytes::copy_from_slice(terminal));
-            }
-            self.last = Some(summary);
+    /// The response ended with these messages: keep its context if it ended well; stop its
+    /// call if the upstream may still be answering.
+    fn end_turn(&mut self, now: Instant, messages: Vec<Bytes>) {
+        for m in &messages {
+            self.text_frame(m);
         }
-        Frames {
-            messages,
-            done: true,
+        if let (true, Some(last)) = (self.record_content, messages.last()) {
+            self.events.push_back(Event::Answer(last.clone()));
+        }
+        self.active = now;
+        let Some(turn) = self.turn.take() else {
+            return;
+        };
+        let summary = turn.exchange.summary().clone();
+        if let Some(id) = turn.call {
+            if summary.outcome == Outcome::Translated {
+                // The terminal event is out; the upstream's `[DONE]` and end are on their way.
+                self.finishing = Some(id);
+            } else {
+                self.stop_call(id);
+            }
+        }
+        // A stream that ended well: its terminal event is its last message. Copied, so that
+        // the kept context does not hold the whole output buffer it is a slice of.
+        if let (Outcome::Translated, Some(id), Some(terminal)) =
+            (summary.outcome, &summary.response_id, messages.last())
+        {
+            self.keep(id.clone(), turn, Bytes::copy_from_slice(terminal));
+        }
+        self.last = Some(summary);
+        self.settle();
+    }
+
+    /// Ends the response in flight as failed (a drain's deadline, a reader too slow).
+    fn abort_turn(&mut self, now: Instant, code: ErrorCode, message: &str) {
+        let unix = self.env.now();
+        let Some(turn) = &mut self.turn else {
+            return;
+        };
+        if let Some(life) = &mut self.life {
+            life.enter(now);
+        }
+        match turn.exchange.abort(code, message, unix) {
+            AbortStep::Send(events) => self.end_turn(now, events.messages().collect()),
+            AbortStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
+            AbortStep::Nothing => self.end_turn(now, Vec::new()),
+        }
+    }
+
+    /// The connection ends under the response in flight: it is cut, its call stopped.
+    fn cut(&mut self, now: Instant) {
+        if let Some(old) = self.finishing.take() {
+            self.stop_call(old);
+        }
+        let Some(turn) = self.turn.take() else {
+            return;
+        };
+        if let Some(id) = turn.call {
+            self.stop_call(id);
+        }
+        self.last = Some(turn.exchange.summary().clone());
+        if let Some(life) = &mut self.life {
+            life.enter(now);
+            life.finish(true);
+        }
+        self.drop_queue();
+    }
+
+    /// The host stops a call: if it has not taken the call's start yet, it never starts.
+    fn stop_call(&mut self, id: CallId) {
+        let queued = self
+            .calls
+            .iter()
+            .position(|a| matches!(a, CallAction::Start(c) if c.id == id));
+        match queued {
+            Some(at) => {
+                self.calls.remove(at);
+            }
+            None => self.calls.push_back(CallAction::Cancel(id)),
         }
     }
 
@@ -623,6 +1107,150 @@ impl Connection {
             bytes,
         });
     }
+
+    /// Notes what the last input changed of the response's life: its first output, its end.
+    fn settle(&mut self) {
+        let Some(life) = &mut self.life else {
+            return;
+        };
+        let (output, ended) = match &self.turn {
+            Some(turn) => (turn.exchange.has_output(), false),
+            // An ended response is the connection's last summary.
+            None => (self.last.as_ref().is_some_and(|s| s.streamed_output), true),
+        };
+        if output {
+            life.output();
+        }
+        if ended {
+            life.finish(false);
+        }
+    }
+
+    /// Sends our close frame: the client's is awaited for [`CLOSE_LINGER`].
+    fn close(&mut self, now: Instant, code: CloseCode, reason: &'static str) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        self.frame(&encode::close(code, reason));
+        self.phase = Phase::Closing {
+            deadline: now + CLOSE_LINGER,
+        };
+        self.tell_closed(code, reason);
+    }
+
+    fn tell_closed(&mut self, code: CloseCode, reason: &'static str) {
+        if !self.told_closed {
+            self.told_closed = true;
+            self.events.push_back(Event::Closed { code, reason });
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.turn.is_none() && self.queue.is_empty()
+    }
+
+    fn idle_deadline(&self) -> Instant {
+        self.active + self.limits.idle_timeout
+    }
+
+    fn send_events(&mut self, events: &Events) {
+        for m in events.messages() {
+            self.text_frame(&m);
+        }
+    }
+
+    fn error_frame(&mut self, err: &ApiError, headers: &[KeptHeader]) {
+        self.text_frame(&error_frame(err, headers));
+    }
+
+    /// One event as one text message: its head, then its JSON (the one copy, into the output).
+    fn text_frame(&mut self, payload: &[u8]) {
+        let head = encode::Head::new(crate::websocket::Opcode::Text, payload.len());
+        self.out.extend_from_slice(head.as_bytes());
+        self.out.extend_from_slice(payload);
+        self.count_unread(head.as_bytes().len() + payload.len());
+    }
+
+    fn frame(&mut self, frame: &[u8]) {
+        self.out.extend_from_slice(frame);
+        self.count_unread(frame.len());
+    }
+
+    /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the response
+    /// in flight fails and the connection ends.
+    fn count_unread(&mut self, n: usize) {
+        if self.writable {
+            return;
+        }
+        self.unread += n;
+        if self.unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
+            // Nothing more is written: what is queued for the host is all the client gets.
+            self.writable = true;
+            let now = self.now;
+            if let Some(turn) = &mut self.turn {
+                if let Some(id) = turn.call.take() {
+                    self.stop_call(id);
+                }
+            }
+            self.abort_turn(
+                now,
+                ErrorCode::ResponseTooLarge,
+                "The client did not read the response's events as fast as they came.",
+            );
+            self.drop_queue();
+            self.frame(&encode::close(
+                CloseCode::POLICY_VIOLATION,
+                "client too slow",
+            ));
+            self.phase = Phase::Closed;
+            self.tell_closed(CloseCode::POLICY_VIOLATION, "client too slow");
+        }
+    }
+}
+
+/// What a `response.create` became.
+enum Begun {
+    /// A Chat call to make.
+    Call(crate::exchange::UpstreamRequest),
+    /// `generate: false`: answered without the upstream.
+    Answered,
+}
+
+/// The request's input as items, after the continued context's.
+fn full_input(
+    body: &mut Map<String, Value>,
+    continued: Option<Context>,
+    message_bytes: usize,
+) -> Result<(Vec<Value>, usize), ApiError> {
+    let new = match body.remove("input") {
+        Some(Value::Array(items)) => items,
+        Some(Value::String(text)) => vec![serde_json::json!({
+            "type": "message", "role": "user", "content": text
+        })],
+        None if continued.is_some() => Vec::new(),
+        None => {
+            return Err(
+                ApiError::invalid("input", "Missing required parameter: 'input'.")
+                    .with_code(ErrorCode::MissingRequiredParameter),
+            )
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "input",
+                "Invalid 'input': expected a string or an array of items.",
+            )
+            .with_code(ErrorCode::InvalidType))
+        }
+    };
+    Ok(match continued {
+        None => (new, message_bytes),
+        Some(context) => {
+            let bytes = context.bytes + message_bytes;
+            let mut items = context.into_items()?;
+            items.extend(new);
+            (items, bytes)
+        }
+    })
 }
 
 fn message_too_large(limit: usize) -> ApiError {
@@ -631,6 +1259,14 @@ fn message_too_large(limit: usize) -> ApiError {
     ))
     .with_status(413)
     .with_code(ErrorCode::RequestTooLarge)
+}
+
+fn max_age_reached(minutes: u64) -> ApiError {
+    ApiError::invalid_body(format!(
+        "This connection has reached its maximum age ({minutes} minutes): open a new one. \
+         Continuations cannot cross connections: send the whole input on the new one."
+    ))
+    .with_code(ErrorCode::WebsocketConnectionLimitReached)
 }
 
 /// The `error` event of the WebSocket transport:
@@ -698,32 +1334,15 @@ impl Serialize for Headers<'_> {
     }
 }
 
-/// The events of the core's SSE output (`event: X\ndata: {json}\n\n`, one line of data each,
-/// see `openresponses::events`), as one message each: slices of the same buffer, no copy.
-/// The closing `[DONE]` is an SSE convention and is not sent.
-pub fn event_messages(sse: &Bytes) -> Vec<Bytes> {
-    let mut out = Vec::new();
-    let mut rest = &sse[..];
-    let mut offset = 0;
-    while let Some(start) = find(rest, b"data: ") {
-        let data = start + b"data: ".len();
-        let len = rest[data..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .unwrap_or(rest.len() - data);
-        let payload = &rest[data..data + len];
-        if payload != b"[DONE]" {
-            out.push(sse.slice(offset + data..offset + data + len));
+/// Whatever ends a connection, its bytes leave the shared budget.
+impl<E> Drop for Connection<E> {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.update(self.counted, 0);
         }
-        offset += data + len;
-        rest = &rest[data + len..];
     }
-    out
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
+pub mod admission;
 #[cfg(test)]
 mod tests;

@@ -29,15 +29,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::environment::{Environment, System};
 use crate::exchange::{
     self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, Fault, HeadStep, Operation, Reply,
     RequestStep, ResponseHead, Settings, Summary, UpstreamRequest,
 };
 use crate::life::{Event, Life};
-use crate::openresponses::ErrorCode;
+use crate::openresponses::{ErrorCode, Events};
 use crate::translate::Meta;
 use crate::upstream_failure;
 
@@ -115,8 +113,8 @@ pub enum Action {
     /// The answer is a stream: these edits on its head, which goes to the client now; its
     /// body follows translated, piece by piece ([`Action::Send`]).
     OpenStream(Edits),
-    /// A stream's bytes (possibly none) instead of the piece; `end`: the last of its body.
-    Send { bytes: Bytes, end: bool },
+    /// A stream's events (possibly none) instead of the piece; `end`: the last of its body.
+    Send { events: Events, end: bool },
     /// The translated answer, whole: these edits on its head, this body instead of the
     /// upstream's; let it go.
     Answer { edits: Edits, answer: Answer },
@@ -374,12 +372,12 @@ impl<E: Environment> Driver<E> {
             }
             Phase::Ours(ex, stage) => (ex, *stage),
         };
-        let mut sent = Bytes::new();
+        let mut sent = Events::default();
         let mut reply = None;
         feed(pieces(), end, |piece, last| {
             match ex.response_body(piece, last, unix) {
-                BodyStep::Send(bytes) => {
-                    sent = exchange::concat(std::mem::take(&mut sent), bytes);
+                BodyStep::Send(events) => {
+                    sent = std::mem::take(&mut sent).concat(events);
                     true
                 }
                 BodyStep::Hold => true,
@@ -391,7 +389,7 @@ impl<E: Environment> Driver<E> {
         });
         let action = match reply {
             Some(reply) => self.reply(reply),
-            None if stage == Stage::Answering => Action::Send { bytes: sent, end },
+            None if stage == Stage::Answering => Action::Send { events: sent, end },
             None if self.gathering == Gathering::Whole => {
                 let error = self.ours().response_overflow();
                 self.reply(Reply::Error(error))
@@ -416,7 +414,9 @@ impl<E: Environment> Driver<E> {
             _ => return Action::Pass,
         };
         let action = match ex.response_body(&[], true, unix) {
-            BodyStep::Send(bytes) if stage == Stage::Answering => Action::Send { bytes, end: true },
+            BodyStep::Send(events) if stage == Stage::Answering => {
+                Action::Send { events, end: true }
+            }
             BodyStep::Reply(reply) => self.reply(reply),
             // Cannot happen: a stream answers with bytes, a gathered answer ends in a reply.
             BodyStep::Send(_) | BodyStep::Hold => self.reset(Fault::TrailersOutOfPlace),
@@ -454,9 +454,9 @@ impl<E: Environment> Driver<E> {
                 }))
                 .unwrap_or(AbortStep::Nothing);
                 match step {
-                    AbortStep::Send(bytes) if head_sent => {
+                    AbortStep::Send(events) if head_sent => {
                         *stage = Stage::Broken;
-                        Action::Send { bytes, end: true }
+                        Action::Send { events, end: true }
                     }
                     AbortStep::Reply(error) if !head_sent => self.reply(Reply::Error(error)),
                     _ => self.reply(Reply::Error(ErrorReply::new(Fault::Failed.error()))),
@@ -603,7 +603,7 @@ fn reply_to(error: ErrorReply, cause: Cause) -> Action {
 fn dropped(head_sent: bool, end: bool) -> Action {
     if head_sent {
         Action::Send {
-            bytes: Bytes::new(),
+            events: Events::default(),
             end,
         }
     } else {

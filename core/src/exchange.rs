@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::client::{self, ReasoningEventsPolicy};
-use crate::openresponses::{ApiError, Code, ErrorCode, Usage};
+use crate::openresponses::{ApiError, Code, ErrorCode, Events, Usage};
 use crate::request_encoding::{self, Decoder};
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
@@ -49,6 +49,8 @@ pub const DEFAULT_RESPONSES_PATH: &str = "/v1/responses";
 pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
 /// Default of `model_header`.
 pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
+/// Default of `upstream_model_header`.
+pub const DEFAULT_UPSTREAM_MODEL_HEADER: &str = "x-responses-upstream-model";
 /// Default of `max_body_bytes`: 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 
@@ -60,8 +62,12 @@ pub struct Settings {
     pub responses_path: String,
     /// The upstream path of translated requests (`/v1/chat/completions`).
     pub chat_path: String,
-    /// Request header set to the model name, so that routes can match on it (lowercase).
+    /// Request header set to the model name the client asked for, so that routes can match
+    /// on it (lowercase).
     pub model_header: String,
+    /// Request header set to the model name the Chat request carries: the model map's for
+    /// the requested one, else the requested one (lowercase).
+    pub upstream_model_header: String,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
     /// Which reasoning event names each client gets (`options.reasoning_events` is only the
@@ -77,6 +83,7 @@ impl Default for Settings {
             responses_path: DEFAULT_RESPONSES_PATH.to_owned(),
             chat_path: DEFAULT_CHAT_PATH.to_owned(),
             model_header: DEFAULT_MODEL_HEADER.to_owned(),
+            upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.to_owned(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             reasoning_events: ReasoningEventsPolicy::default(),
             options: Options::default(),
@@ -111,8 +118,50 @@ pub enum Reply {
 pub struct Answer {
     /// 200, whatever 2xx the upstream chose.
     pub status: u16,
-    pub content_type: &'static str,
-    pub body: Bytes,
+    pub body: Body,
+}
+
+/// The body of a whole answer, as it is framed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// One JSON object: a response, a compaction.
+    Json(Bytes),
+    /// A whole event stream (one that ended as soon as it began).
+    Events(Events),
+}
+
+/// The body's bytes.
+impl std::ops::Deref for Body {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl Body {
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            Body::Json(_) => JSON,
+            Body::Events(_) => EVENT_STREAM,
+        }
+    }
+
+    pub fn bytes(&self) -> &Bytes {
+        match self {
+            Body::Json(b) => b,
+            Body::Events(e) => e.bytes(),
+        }
+    }
+
+    /// The JSON object that stands for the answer: the object itself, or a stream's last
+    /// (terminal) event (`--trace-content` records it).
+    pub fn last_object(&self) -> Option<Bytes> {
+        match self {
+            Body::Json(b) => Some(b.clone()),
+            Body::Events(e) => e.last(),
+        }
+    }
 }
 
 /// An error envelope: its JSON body, its error for transports that frame it their own way
@@ -158,14 +207,14 @@ impl Reply {
 
     pub fn content_type(&self) -> &'static str {
         match self {
-            Reply::Answer(a) => a.content_type,
+            Reply::Answer(a) => a.body.content_type(),
             Reply::Error(e) => e.content_type(),
         }
     }
 
     pub fn body(&self) -> &Bytes {
         match self {
-            Reply::Answer(a) => &a.body,
+            Reply::Answer(a) => a.body.bytes(),
             Reply::Error(e) => &e.body,
         }
     }
@@ -175,8 +224,27 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct UpstreamRequest {
     pub body: Bytes,
+    /// The model the client asked for (the model header's value).
     pub model: String,
+    /// The model the Chat body names: the model map's name for `model`, else `model` (the
+    /// upstream model header's value).
+    pub chat_model: String,
     pub stream: bool,
+}
+
+impl UpstreamRequest {
+    /// The model headers of the Chat request, `(name, value)`: the requested name for routes
+    /// and rate limits keyed on what clients ask for, the name sent for those keyed on the
+    /// upstream's. Every transport sets both.
+    pub fn model_headers<'a>(&'a self, settings: &'a Settings) -> [(&'a str, &'a str); 2] {
+        [
+            (settings.model_header.as_str(), self.model.as_str()),
+            (
+                settings.upstream_model_header.as_str(),
+                self.chat_model.as_str(),
+            ),
+        ]
+    }
 }
 
 #[derive(Debug)]
@@ -210,8 +278,8 @@ pub enum HeadStep {
 
 #[derive(Debug)]
 pub enum BodyStep {
-    /// Streaming: send these bytes now (possibly none).
-    Send(Bytes),
+    /// Streaming: send these events now (possibly none).
+    Send(Events),
     /// Gathering: nothing to send yet.
     Hold,
     /// The answer, complete: send this instead of the upstream's.
@@ -223,7 +291,7 @@ pub enum AbortStep {
     /// Nothing was sent to the client yet: answer with this envelope.
     Reply(ErrorReply),
     /// A stream is open: its last events (`error`, `response.failed`, `[DONE]`).
-    Send(Bytes),
+    Send(Events),
     /// The exchange had already ended.
     Nothing,
 }
@@ -475,6 +543,18 @@ impl Exchange {
         &self.summary
     }
 
+    /// The request's body is decoded as it comes (a `content-encoding`): reading it may cost
+    /// up to the decoding budget's time ([`request_encoding`]).
+    pub fn decodes_request(&self) -> bool {
+        matches!(
+            self.state,
+            State::Request {
+                decoder: Some(_),
+                ..
+            }
+        )
+    }
+
     /// The exchange has given its last bytes.
     pub fn is_finished(&self) -> bool {
         matches!(self.state, State::Done | State::StreamEnded)
@@ -608,9 +688,11 @@ impl Exchange {
                 self.summary.model = Some(t.plan.model().to_owned());
                 self.summary.stream = t.plan.is_stream();
                 self.summary.params = t.plan.params();
+                let model = t.plan.model().to_owned();
                 let up = UpstreamRequest {
                     body: t.body,
-                    model: t.plan.model().to_owned(),
+                    chat_model: t.chat_model.unwrap_or_else(|| model.clone()),
+                    model,
                     stream: t.plan.is_stream(),
                 };
                 self.state = State::Forwarded(Box::new(t.plan));
@@ -699,7 +781,7 @@ impl Exchange {
                 let mut out = translator.push(chunk, now);
                 if end {
                     let last = translator.finish(now);
-                    out = concat(out, last);
+                    out = out.concat(last);
                 }
                 self.summary.streamed_output |= translator.has_output();
                 if translator.is_done() {
@@ -738,7 +820,7 @@ impl Exchange {
             }
             // The upstream goes on after its terminal event (or after a cap ended the
             // stream): dropped, the client's stream is complete.
-            State::StreamEnded => BodyStep::Send(Bytes::new()),
+            State::StreamEnded => BodyStep::Send(Events::default()),
             _ => BodyStep::Reply(Reply::Error(self.fail(Fault::BodyWithoutHead.error()))),
         }
     }
@@ -808,7 +890,7 @@ impl Exchange {
                     self.summary.usage = out.usage;
                     self.summary.upstream_model = out.upstream_model;
                     self.summary.finish_reason = out.finish_reason;
-                    self.translated(200, JSON, out.body)
+                    self.translated(200, out.body)
                 }
                 Err(err) => Reply::Error(self.fail(err)),
             },
@@ -817,7 +899,7 @@ impl Exchange {
                     self.summary.usage = out.usage;
                     self.summary.upstream_model = out.upstream_model;
                     self.summary.finish_reason = out.finish_reason;
-                    self.translated(200, JSON, out.body)
+                    self.translated(200, out.body)
                 }
                 Err(err) => Reply::Error(self.fail(err)),
             },
@@ -832,7 +914,7 @@ impl Exchange {
                 self.summary.upstream_model = folded.report.upstream_model;
                 self.summary.finish_reason = folded.report.finish_reason;
                 match folded.report.error {
-                    None => self.translated(200, JSON, folded.body),
+                    None => self.translated(200, folded.body),
                     Some(e) => {
                         let status = upstream_failure::folded_status(&e.code);
                         Reply::Error(self.fail(ApiError::server(status, e.code, e.message)))
@@ -852,23 +934,21 @@ impl Exchange {
         }
     }
 
-    fn translated(&mut self, status: u16, content_type: &'static str, body: Bytes) -> Reply {
+    fn translated(&mut self, status: u16, body: Bytes) -> Reply {
         self.summary.outcome = Outcome::Translated;
         self.summary.status = Some(status);
         Reply::Answer(Answer {
             status,
-            content_type,
-            body,
+            body: Body::Json(body),
         })
     }
 
     /// A stream that ends at once (no body): its events as one reply.
-    fn finish_stream(&mut self, translator: &StreamTranslator, body: Bytes) -> Reply {
+    fn finish_stream(&mut self, translator: &StreamTranslator, events: Events) -> Reply {
         self.note_stream_end(translator);
         Reply::Answer(Answer {
             status: 200,
-            content_type: EVENT_STREAM,
-            body,
+            body: Body::Events(events),
         })
     }
 
@@ -886,20 +966,6 @@ impl Exchange {
             None => self.summary.outcome = Outcome::Translated,
         }
     }
-}
-
-/// `a` then `b`, copied only if both hold bytes.
-pub(crate) fn concat(a: Bytes, b: Bytes) -> Bytes {
-    if a.is_empty() {
-        return b;
-    }
-    if b.is_empty() {
-        return a;
-    }
-    let mut out = BytesMut::with_capacity(a.len() + b.len());
-    out.extend_from_slice(&a);
-    out.extend_from_slice(&b);
-    out.freeze()
 }
 
 fn starts_with_ignore_case(s: &str, prefix: &str) -> bool {

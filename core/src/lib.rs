@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod call;
 pub mod chat;
 pub mod client;
 pub mod connection;
@@ -17,8 +18,10 @@ pub mod environment;
 pub mod exchange;
 pub mod fault;
 pub mod life;
+pub mod log;
 pub mod metadata;
 pub mod metrics;
+pub mod model_map;
 pub mod openresponses;
 pub mod request_encoding;
 pub mod settings;

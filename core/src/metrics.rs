@@ -13,7 +13,7 @@
 //! a request's times in milliseconds, the translation and the time per token in microseconds.
 //! Envoy takes histogram buckets from its bootstrap (`stats_config.histogram_bucket_settings`),
 //! not from the module: the shipped Envoy configs set [`Family::buckets`] (checked by
-//! `tests/telemetry_schema.rs`). Each bound has two significant digits, the resolution of
+//! `tests/docs/telemetry_schema.rs`). Each bound has two significant digits, the resolution of
 //! Envoy's log-linear histograms, so that below 100 both modes count every value in the same
 //! bucket (above, Envoy files values by their first two digits).
 //!
@@ -24,6 +24,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::connection;
 use crate::exchange::{Outcome, Summary};
 use crate::life::{Event, Timing};
 use crate::openresponses::{Code, Usage};
@@ -73,16 +74,19 @@ pub mod label {
     pub const ERROR_CODE: &str = "error_code";
     /// The error code of the size cap an exchange ended at.
     pub const CAP: &str = "cap";
-    /// The request's `model` (bounded).
+    /// The request's `model`, as the client asked for it (before the model map; bounded).
     pub const REQUEST_MODEL: &str = "gen_ai_request_model";
     /// The model the upstream says answered (bounded with the request's), empty if it did not say.
     pub const RESPONSE_MODEL: &str = "gen_ai_response_model";
     /// `input`, `output`, `cached` or `reasoning`.
     pub const TOKEN_TYPE: &str = "gen_ai_token_type";
+    /// A WebSocket close code (`1000`, `1001`, ...; `1006`: the transport ended without one).
+    pub const CLOSE_CODE: &str = "code";
 }
 
 use label::{
-    CAP, ERROR_CODE, OPERATION, OUTCOME, REQUEST_MODEL, RESPONSE_MODEL, STREAM, TOKEN_TYPE,
+    CAP, CLOSE_CODE, ERROR_CODE, OPERATION, OUTCOME, REQUEST_MODEL, RESPONSE_MODEL, STREAM,
+    TOKEN_TYPE,
 };
 
 /// A request's times, in milliseconds (5 ms to 10 minutes).
@@ -165,6 +169,24 @@ const STREAMS_IN_FLIGHT: Family = Family {
     buckets: &[],
 };
 
+const WEBSOCKET_CONNECTIONS: Family = Family {
+    name: "websocket_connections",
+    kind: Kind::Gauge,
+    unit: "{connection}",
+    help: "WebSocket connections open now.",
+    labels: &[],
+    buckets: &[],
+};
+const WEBSOCKET_CLOSES: Family = Family {
+    name: "websocket_closes_total",
+    kind: Kind::Counter,
+    unit: "{connection}",
+    help:
+        "WebSocket connections that ended, by close code (1006: the transport ended without one).",
+    labels: &[CLOSE_CODE],
+    buckets: &[],
+};
+
 /// Every family of the schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Metric {
@@ -176,11 +198,13 @@ pub enum Metric {
     TimePerOutputToken,
     Translation,
     StreamsInFlight,
+    WebsocketConnections,
+    WebsocketCloses,
 }
 
 impl Metric {
     /// Every metric, in declaration order: `Metric::ALL[m.index()] == m`.
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 10] = [
         Metric::Exchanges,
         Metric::CapsHit,
         Metric::Tokens,
@@ -189,6 +213,8 @@ impl Metric {
         Metric::TimePerOutputToken,
         Metric::Translation,
         Metric::StreamsInFlight,
+        Metric::WebsocketConnections,
+        Metric::WebsocketCloses,
     ];
 
     pub fn family(self) -> &'static Family {
@@ -201,6 +227,8 @@ impl Metric {
             Metric::TimePerOutputToken => &TIME_PER_OUTPUT_TOKEN,
             Metric::Translation => &TRANSLATION,
             Metric::StreamsInFlight => &STREAMS_IN_FLIGHT,
+            Metric::WebsocketConnections => &WEBSOCKET_CONNECTIONS,
+            Metric::WebsocketCloses => &WEBSOCKET_CLOSES,
         }
     }
 
@@ -230,6 +258,40 @@ pub fn record(rec: &mut impl Recorder, labels: &Labels, event: &Event) {
     }
 }
 
+/// Records what a WebSocket connection told: its opening and its close (the gauge of
+/// connections, closes by code), and each response's life as [`record`] does.
+pub fn record_socket(rec: &mut impl Recorder, labels: &Labels, event: &connection::Event) {
+    match event {
+        connection::Event::Opened => rec.gauge_add(Metric::WebsocketConnections, 1),
+        connection::Event::Closed { code, .. } => {
+            rec.gauge_add(Metric::WebsocketConnections, -1);
+            rec.record(Metric::WebsocketCloses, &[close_code(code.0)], 1);
+        }
+        connection::Event::Response(e) => record(rec, labels, e),
+        connection::Event::Refused { .. }
+        | connection::Event::Message(_)
+        | connection::Event::Answer(_) => {}
+    }
+}
+
+/// A close code as a label: the codes the connection sends or echoes (a client's own
+/// 3000–4999 counted together), so the label's values are bounded.
+fn close_code(code: u16) -> &'static str {
+    match code {
+        1000 => "1000",
+        1001 => "1001",
+        1002 => "1002",
+        1006 => "1006",
+        1007 => "1007",
+        1008 => "1008",
+        1009 => "1009",
+        1011 => "1011",
+        1013 => "1013",
+        3000..=4999 => "application",
+        _ => "other",
+    }
+}
+
 /// One ended (or cut) exchange.
 fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
     let stream = if s.stream { "true" } else { "false" };
@@ -247,13 +309,9 @@ fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
     }
     rec.record(Metric::Translation, &[stream], micros(t.translation));
     // A request refused before its model was read has no model to speak of.
-    let Some(model) = s.model.as_deref() else {
+    let Some(models) = labels.models(s) else {
         return;
     };
-    let models = [
-        labels.model(model),
-        labels.model(s.upstream_model.as_deref().unwrap_or("")),
-    ];
     rec.record(
         Metric::RequestDuration,
         &[models[0], models[1], stream, outcome],
@@ -311,7 +369,8 @@ pub const MAX_UPSTREAM_CODES: usize = 32;
 /// Which model names become label values (`metrics_models`, `metrics_max_models`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelPolicy {
-    /// These only, if set; else the first `max_models` seen.
+    /// These only, if set; else the first `max_models` the upstream answered with success
+    /// (see [`Labels::models`]).
     pub allowed_models: Option<Vec<String>>,
     pub max_models: usize,
 }
@@ -326,7 +385,7 @@ impl Default for LabelPolicy {
 }
 
 /// A label whose values come from outside: an allow-list, or the first `max` distinct
-/// values; the rest are [`OTHER`]. Shared by an adapter's threads.
+/// values admitted; the rest are [`OTHER`]. Shared by an adapter's threads.
 #[derive(Debug)]
 pub struct Bounded {
     allowed: Option<HashSet<String>>,
@@ -343,8 +402,9 @@ impl Bounded {
         }
     }
 
-    /// The label value to use for `value`.
-    pub fn label<'a>(&self, value: &'a str) -> &'a str {
+    /// The label value to use for `value`. Without an allow-list, a value not seen yet takes
+    /// a place only if `admit` (and one is left); once it has one, it keeps it.
+    pub fn label<'a>(&self, value: &'a str, admit: bool) -> &'a str {
         if let Some(allowed) = &self.allowed {
             return if allowed.contains(value) {
                 value
@@ -355,7 +415,7 @@ impl Bounded {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen.contains(value) {
             value
-        } else if seen.len() < self.max {
+        } else if admit && seen.len() < self.max {
             seen.insert(value.to_owned());
             value
         } else {
@@ -381,20 +441,39 @@ impl Labels {
         }
     }
 
-    /// A model name's label value (the request's and the upstream's share one bound). Empty,
-    /// for an upstream that named none, is ours: it takes no place in the bound.
-    pub fn model<'a>(&self, model: &'a str) -> &'a str {
+    /// The label values of an exchange's models, [`label::REQUEST_MODEL`] and
+    /// [`label::RESPONSE_MODEL`]; none for a request refused before its model was read.
+    ///
+    /// Without `metrics_models`, a name takes one of the `metrics_max_models` places only once
+    /// the upstream answered it with success (it named the model that answered, or the
+    /// answer was translated): a requested name with that exchange, the upstream's own name
+    /// whenever it gives one. A client's names are untrusted, and one that never reaches a
+    /// real model (refused, or answered 404 `model_not_found` by vLLM) takes no place, so no
+    /// number of them can push a real model out to `other`. An upstream that answers any name
+    /// (llama-server serves its one model whatever the request says) confirms any name: list
+    /// the models (`metrics_models`) in front of one.
+    pub fn models<'a>(&self, s: &'a Summary) -> Option<[&'a str; 2]> {
+        let requested = s.model.as_deref()?;
+        let answered = s.upstream_model.as_deref().unwrap_or("");
+        let confirmed = !answered.is_empty() || s.outcome == Outcome::Translated;
+        Some([self.model(requested, confirmed), self.model(answered, true)])
+    }
+
+    /// A model name's label value (the request's and the upstream's share one bound): see
+    /// [`Labels::models`]. Empty, for an upstream that named none, is ours: it takes no place.
+    fn model<'a>(&self, model: &'a str, admit: bool) -> &'a str {
         if model.is_empty() {
             return "";
         }
-        self.models.label(model)
+        self.models.label(model, admit)
     }
 
-    /// An error code's label value: ours as they are, an upstream's bounded.
+    /// An error code's label value: ours as they are, an upstream's bounded (the first
+    /// [`MAX_UPSTREAM_CODES`] seen).
     pub fn code<'a>(&self, code: &'a Code) -> &'a str {
         match code {
             Code::Ours(c) => c.as_str(),
-            Code::Upstream(s) => self.upstream_codes.label(s),
+            Code::Upstream(s) => self.upstream_codes.label(s, true),
         }
     }
 }

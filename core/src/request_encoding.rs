@@ -1,6 +1,7 @@
 //! Compressed request bodies, decoded here rather than by the proxy: every coding clients
-//! send (`gzip`, `deflate`, `br`, `zstd`, stacked in any order) is read in every deployment,
-//! and a decompression bomb stops at the request cap with nothing more held than the cap.
+//! send (`gzip`, `deflate`, `br`, `zstd`, two of them stacked in any order) is read in every
+//! deployment, and a decompression bomb stops at the request cap with nothing more held than
+//! the cap.
 //!
 //! Envoy's decompressor filters, which did this before, pass on a body cut where their bomb
 //! protection trips (a `zstd` bomb became a 400 `invalid_json`, memory bounded only by a
@@ -8,18 +9,38 @@
 //! cannot be added in Envoy Gateway.
 //!
 //! The decoders are streaming: each piece of the body goes through them as it comes, and what
-//! they produce is counted against `max_request_bytes` as it is produced (413 at the cap: the
-//! decoder stops there). Memory: the decoded body (at most the cap) and each coding's window
-//! (deflate 32 KiB, brotli at most 16 MiB, zstd at most the cap or 8 MiB, whichever is
-//! larger: a frame asking for more is refused).
+//! they produce is counted as it is produced. Three bounds, each a 413 where it trips (the
+//! decoders stop there):
+//! - the encoded body and the decoded body are each at most `max_request_bytes`;
+//! - the work: the bytes every decoder reads (the encoded body, and each layer between two
+//!   decoders) add up to at most [`WORK_PER_CAP`] times the cap, a `br` byte counting
+//!   [`Coding::cost`] times. Bytes that decode to nothing (empty gzip members and deflate
+//!   blocks, zstd skippable frames, brotli metadata) are read, so counted: a body of any shape
+//!   costs a bounded time (benches/decode.rs measures the worst);
+//! - at most [`MAX_CODINGS`] codings (a 415 beyond).
+//!
+//! Memory: the decoded body (at most the cap) and each coding's window (deflate 32 KiB,
+//! brotli at most 16 MiB, zstd at most the cap or 8 MiB, whichever is larger: a frame asking
+//! for more is refused).
 
 use std::fmt;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::openresponses::{ApiError, ErrorCode};
 
 /// The request header read.
 pub const HEADER: &str = "content-encoding";
+
+/// The most codings a body may have stacked. One is what clients send; two is a client's
+/// coding compressed again on the way (a proxy); no sender stacks three, and each layer adds
+/// a decoder's worth of work to the body's budget.
+pub const MAX_CODINGS: usize = 2;
+
+/// The decoders of one body read at most this many times `max_request_bytes` in all (see the
+/// module docs): two layers of incompressible content at the cap fit, and no more.
+pub const WORK_PER_CAP: usize = 2;
 
 /// A content coding this server decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +69,18 @@ impl Coding {
         }
     }
 
+    /// What one byte read by this coding's decoder counts against the work budget: its worst
+    /// cost per byte, in units of the cheapest's, rounded up (benches/decode.rs measured,
+    /// on hostile bodies: gzip and deflate ~25 ns a byte at worst (empty dynamic blocks,
+    /// empty members), zstd ~7 (empty frames), brotli ~200 (small meta-blocks each with its
+    /// own prefix codes: its decoder allocates and builds tables for every one)).
+    pub fn cost(self) -> usize {
+        match self {
+            Coding::Gzip | Coding::Deflate | Coding::Zstd => 1,
+            Coding::Brotli => 8,
+        }
+    }
+
     fn parse(name: &str) -> Option<Coding> {
         let known = [
             ("gzip", Coding::Gzip),
@@ -65,7 +98,7 @@ impl Coding {
 
 /// The codings of a body, in the order they were applied (`content-encoding: gzip, br`: gzip
 /// first); none when it is plain (no header, empty, `identity`). A coding this server does
-/// not decode is a 415 naming it.
+/// not decode is a 415 naming it, more than [`MAX_CODINGS`] a 415 too.
 pub fn codings(content_encoding: Option<&str>) -> Result<Vec<Coding>, ApiError> {
     let Some(value) = content_encoding else {
         return Ok(Vec::new());
@@ -86,6 +119,15 @@ pub fn codings(content_encoding: Option<&str>) -> Result<Vec<Coding>, ApiError> 
             .with_code(ErrorCode::UnsupportedContentEncoding));
         };
         out.push(coding);
+    }
+    if out.len() > MAX_CODINGS {
+        return Err(ApiError::invalid_body(format!(
+            "The request body has {} content codings stacked ({value}); this server decodes \
+             at most {MAX_CODINGS}. Send it compressed once.",
+            out.len()
+        ))
+        .with_status(415)
+        .with_code(ErrorCode::UnsupportedContentEncoding));
     }
     Ok(out)
 }
@@ -119,9 +161,17 @@ impl Decoder {
             bytes: Vec::new(),
             limit,
         });
-        // The coding applied last is undone first.
+        let work = Arc::new(Work {
+            read: AtomicUsize::new(0),
+            budget: limit.saturating_mul(WORK_PER_CAP),
+        });
+        // The coding applied last is undone first; each decoder's reads are metered.
         for coding in codings {
-            chain = stage(*coding, chain, limit);
+            chain = Box::new(Metered {
+                decoder: stage(*coding, chain, limit),
+                cost: coding.cost(),
+                work: Arc::clone(&work),
+            });
         }
         Decoder {
             chain: Some(chain),
@@ -157,10 +207,26 @@ impl Decoder {
     }
 
     fn error(&self, e: &io::Error) -> ApiError {
-        if e.get_ref().is_some_and(|inner| inner.is::<TooLarge>()) {
-            return too_large(self.limit, "The request body, decoded,");
+        match e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<TooLarge>())
+        {
+            Some(TooLarge::Decoded) => too_large(self.limit, "The request body, decoded,"),
+            Some(TooLarge::Work) => {
+                let names: Vec<&str> = self.codings.iter().map(|c| c.as_str()).collect();
+                ApiError::invalid_body(format!(
+                    "The request body takes more decoding than this server gives one body: \
+                     its layers ({}) add up to more than {WORK_PER_CAP} times \
+                     --max-request-bytes ({} bytes), a br byte counting {}.",
+                    names.join(", "),
+                    self.limit,
+                    Coding::Brotli.cost()
+                ))
+                .with_status(413)
+                .with_code(ErrorCode::RequestTooLarge)
+            }
+            None => self.invalid(&e.to_string()),
         }
-        self.invalid(&e.to_string())
     }
 
     fn invalid(&self, why: &str) -> ApiError {
@@ -215,13 +281,21 @@ struct Body {
     limit: usize,
 }
 
-/// The error [`Body`] stops the decoders with.
+/// The error a bound stops the decoders with.
 #[derive(Debug)]
-struct TooLarge;
+enum TooLarge {
+    /// The decoded body is over the cap ([`Body`]).
+    Decoded,
+    /// The decoders' reads are over the work budget ([`Metered`]).
+    Work,
+}
 
 impl fmt::Display for TooLarge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the decoded body is over the cap")
+        f.write_str(match self {
+            TooLarge::Decoded => "the decoded body is over the cap",
+            TooLarge::Work => "the decoders' reads are over the work budget",
+        })
     }
 }
 
@@ -230,7 +304,7 @@ impl std::error::Error for TooLarge {}
 impl Write for Body {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.bytes.len() + buf.len() > self.limit {
-            return Err(io::Error::other(TooLarge));
+            return Err(io::Error::other(TooLarge::Decoded));
         }
         self.bytes.extend_from_slice(buf);
         Ok(buf.len())
@@ -244,6 +318,49 @@ impl Write for Body {
 impl Stage for Body {
     fn finish(self: Box<Self>) -> io::Result<Vec<u8>> {
         Ok(self.bytes)
+    }
+}
+
+/// What the decoders of one body have read, against its budget (shared by its stages: an
+/// outer decoder's output is read by the inner one within the same write).
+#[derive(Debug)]
+struct Work {
+    read: AtomicUsize,
+    budget: usize,
+}
+
+/// A decoder whose reads count against the body's [`Work`]: refused before it reads a byte
+/// over the budget.
+struct Metered {
+    decoder: Box<dyn Stage>,
+    /// What a byte read costs ([`Coding::cost`]).
+    cost: usize,
+    work: Arc<Work>,
+}
+
+impl Write for Metered {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Counted before the decoder runs, so that the decoders inside, reading its output
+        // within this write, see it; what it leaves unread is given back.
+        let cost = buf.len().saturating_mul(self.cost);
+        let read = self.work.read.fetch_add(cost, Ordering::Relaxed);
+        if read.saturating_add(cost) > self.work.budget {
+            return Err(io::Error::other(TooLarge::Work));
+        }
+        let n = self.decoder.write(buf)?;
+        let unread = (buf.len() - n).saturating_mul(self.cost);
+        self.work.read.fetch_sub(unread, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.decoder.flush()
+    }
+}
+
+impl Stage for Metered {
+    fn finish(self: Box<Self>) -> io::Result<Vec<u8>> {
+        self.decoder.finish()
     }
 }
 

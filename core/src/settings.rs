@@ -10,17 +10,21 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::client::ReasoningEventsPolicy;
+use crate::connection::{self, admission};
 use crate::exchange;
 use crate::metrics::{self, LabelPolicy};
+use crate::model_map::{self, ModelAlias, ModelMap};
 use crate::translate::seal::Keyring;
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
 pub use crate::exchange::{
     DEFAULT_CHAT_PATH, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_HEADER, DEFAULT_RESPONSES_PATH,
+    DEFAULT_UPSTREAM_MODEL_HEADER,
 };
 
 /// The settings every adapter shares: routing, translation, caps, sealing keys and the bound
@@ -38,9 +42,25 @@ pub struct ExchangeConfig {
     #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_CHAT_PATH, env = "RESPONSES_EXTPROC_CHAT_PATH"))]
     pub chat_path: String,
 
-    /// Request header set to the model name, so Envoy routes can match on it.
+    /// Request header set to the model name the client asked for, so Envoy routes can match
+    /// on it.
     #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_MODEL_HEADER, env = "RESPONSES_EXTPROC_MODEL_HEADER"))]
     pub model_header: String,
+
+    /// Request header set to the model name the Chat request carries (--model-map's for the
+    /// requested one, else the requested one).
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_UPSTREAM_MODEL_HEADER, env = "RESPONSES_EXTPROC_UPSTREAM_MODEL_HEADER"))]
+    pub upstream_model_header: String,
+
+    /// Model names sent upstream in place of the requested ones: `requested=upstream` pairs,
+    /// comma-separated (`gpt-*=qwen3,o3=llama`); `requested` is an exact name or a prefix
+    /// ending in `*`. Exact names win, then the longest prefix; other names pass as sent.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', env = "RESPONSES_EXTPROC_MODEL_MAP")
+    )]
+    #[serde(with = "model_map::json")]
+    pub model_map: Vec<ModelAlias>,
 
     /// Strict mode: reject `store: true` and unknown top-level fields with 400 instead of
     /// serving them statelessly and forwarding them to the upstream.
@@ -126,18 +146,100 @@ pub struct ExchangeConfig {
     pub max_body_bytes: usize,
 
     /// Model names kept as metric labels (comma-separated); others are counted as `other`.
-    /// Unset: the first --metrics-max-models names seen are kept.
+    /// Unset: the first --metrics-max-models names the upstream answered with success.
     #[cfg_attr(
         feature = "clap",
         arg(long, value_delimiter = ',', env = "RESPONSES_EXTPROC_METRICS_MODELS")
     )]
     pub metrics_models: Vec<String>,
 
-    /// Most distinct model names in metric labels when --metrics-models is unset (client
-    /// model names are untrusted: this bounds the number of series).
+    /// Most distinct model names in metric labels when --metrics-models is unset (only names
+    /// the upstream answered with success take a place: this bounds the number of series).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = metrics::DEFAULT_MAX_MODELS, env = "RESPONSES_EXTPROC_METRICS_MAX_MODELS"))]
     pub metrics_max_models: usize,
+
+    /// Most WebSocket connections open at once (in the module: across Envoy's workers);
+    /// further upgrades get 503 `websocket_connections_exhausted`.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_CONNECTIONS, env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS"))]
+    pub ws_max_connections: usize,
+
+    /// Largest context kept per WebSocket connection for `previous_response_id` (the last
+    /// response's input and output, as JSON bytes); a larger one is not kept.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::MAX_REQUEST_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_CONTEXT_BYTES"))]
+    pub ws_max_context_bytes: usize,
+
+    /// Maximum age of a WebSocket connection, in seconds (the specification's 60 minutes):
+    /// then `websocket_connection_limit_reached` and a close, after the response in flight.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_AGE, env = "RESPONSES_EXTPROC_WS_MAX_AGE"))]
+    pub ws_max_age: u64,
+
+    /// A WebSocket connection with nothing in flight and no message for this many seconds
+    /// is closed (1000); pings do not count. Keep it below Envoy's idle timeout on the route.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_IDLE_TIMEOUT, env = "RESPONSES_EXTPROC_WS_IDLE_TIMEOUT"))]
+    pub ws_idle_timeout: u64,
+
+    /// Bytes of events a WebSocket client may leave unread (its connection's buffer above
+    /// Envoy's high watermark) before its response fails and the connection closes (1008).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = connection::DEFAULT_MAX_UNREAD_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_UNREAD_BYTES"))]
+    pub ws_max_unread_bytes: usize,
+
+    /// Most WebSocket connections one caller may hold (callers are told apart by
+    /// --ws-key-header): one API key cannot take every connection.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_CONNECTIONS_PER_KEY, env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS_PER_KEY"))]
+    pub ws_max_connections_per_key: usize,
+
+    /// The request header whose value tells WebSocket callers apart for their quota (an API
+    /// key, or a tenant header Envoy sets); callers without it share one quota.
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_WS_KEY_HEADER, env = "RESPONSES_EXTPROC_WS_KEY_HEADER"))]
+    pub ws_key_header: String,
+
+    /// `Origin`s allowed to open WebSocket connections (comma-separated); unset: any, and a
+    /// client without `Origin` (an API client) is always allowed.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_delimiter = ',',
+            env = "RESPONSES_EXTPROC_WS_ALLOWED_ORIGINS"
+        )
+    )]
+    pub ws_allowed_origins: Vec<String>,
+
+    /// Bytes one WebSocket connection may hold (its kept context and queued messages, parsed
+    /// copies counted twice, the message being read, events not yet written); beyond, it
+    /// closes (1008).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_SOCKET_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_SOCKET_BYTES"))]
+    pub ws_max_socket_bytes: usize,
+
+    /// Bytes all WebSocket connections may hold together; a connection whose growth takes
+    /// them beyond closes (1013, try again later). Keep it under the memory the process has.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_TOTAL_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_TOTAL_BYTES"))]
+    pub ws_max_total_bytes: usize,
+
+    /// The module only: the cluster of the filter's own Chat calls (the WebSocket
+    /// transport's), which loops back to Envoy's own listener so that each meets the route
+    /// table like any Chat request. The processor sends them to `--ws-upstream`.
+    #[cfg_attr(feature = "clap", arg(skip = DEFAULT_UPSTREAM_CLUSTER.to_owned()))]
+    pub upstream_cluster: String,
 }
+
+/// Default of `ws_max_connections`.
+pub const DEFAULT_WS_MAX_CONNECTIONS: usize = 1024;
+/// Default of `ws_max_age`, in seconds: the specification's 60 minutes.
+pub const DEFAULT_WS_MAX_AGE: u64 = 3600;
+/// Default of `ws_idle_timeout`, in seconds.
+pub const DEFAULT_WS_IDLE_TIMEOUT: u64 = 300;
+/// Default of `ws_max_connections_per_key`.
+pub const DEFAULT_WS_MAX_CONNECTIONS_PER_KEY: usize = 64;
+/// Default of `ws_key_header`.
+pub const DEFAULT_WS_KEY_HEADER: &str = "authorization";
+/// Default of `ws_max_socket_bytes`: 64 MiB, a maximum-size context and message with room.
+pub const DEFAULT_WS_MAX_SOCKET_BYTES: usize = 64 << 20;
+/// Default of `ws_max_total_bytes`: 128 MiB, half of what the shipped Kubernetes manifests
+/// give the processor.
+pub const DEFAULT_WS_MAX_TOTAL_BYTES: usize = 128 << 20;
+/// Default of `upstream_cluster`.
+pub const DEFAULT_UPSTREAM_CLUSTER: &str = "responses_loopback";
 
 impl Default for ExchangeConfig {
     fn default() -> Self {
@@ -145,6 +247,8 @@ impl Default for ExchangeConfig {
             responses_path: DEFAULT_RESPONSES_PATH.into(),
             chat_path: DEFAULT_CHAT_PATH.into(),
             model_header: DEFAULT_MODEL_HEADER.into(),
+            upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.into(),
+            model_map: Vec::new(),
             strict: false,
             reasoning_events: ReasoningEventsPolicy::default(),
             max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
@@ -159,6 +263,17 @@ impl Default for ExchangeConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics_models: Vec::new(),
             metrics_max_models: metrics::DEFAULT_MAX_MODELS,
+            ws_max_connections: DEFAULT_WS_MAX_CONNECTIONS,
+            ws_max_context_bytes: limits::MAX_REQUEST_BYTES,
+            ws_max_age: DEFAULT_WS_MAX_AGE,
+            ws_idle_timeout: DEFAULT_WS_IDLE_TIMEOUT,
+            ws_max_unread_bytes: connection::DEFAULT_MAX_UNREAD_BYTES,
+            ws_max_connections_per_key: DEFAULT_WS_MAX_CONNECTIONS_PER_KEY,
+            ws_key_header: DEFAULT_WS_KEY_HEADER.to_owned(),
+            ws_allowed_origins: Vec::new(),
+            ws_max_socket_bytes: DEFAULT_WS_MAX_SOCKET_BYTES,
+            ws_max_total_bytes: DEFAULT_WS_MAX_TOTAL_BYTES,
+            upstream_cluster: DEFAULT_UPSTREAM_CLUSTER.to_owned(),
         }
     }
 }
@@ -186,14 +301,26 @@ impl ExchangeConfig {
                 return Err(format!("{name}: `{path}` is not an absolute path"));
             }
         }
-        let header = self.model_header.to_ascii_lowercase();
         let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-        if header.is_empty() || !header.chars().all(token) {
+        for (name, header) in [
+            ("model_header", &self.model_header),
+            ("upstream_model_header", &self.upstream_model_header),
+            ("ws_key_header", &self.ws_key_header),
+        ] {
+            if header.is_empty() || !header.chars().all(token) {
+                return Err(format!("{name}: `{header}` is not a header name"));
+            }
+        }
+        if self
+            .model_header
+            .eq_ignore_ascii_case(&self.upstream_model_header)
+        {
             return Err(format!(
-                "model_header: `{}` is not a header name",
-                self.model_header
+                "upstream_model_header: `{}` is the model header already",
+                self.upstream_model_header
             ));
         }
+        ModelMap::check(&self.model_map)?;
         for (name, value) in [
             ("max_sse_frame_bytes", self.max_sse_frame_bytes),
             ("max_output_bytes", self.max_output_bytes),
@@ -201,6 +328,14 @@ impl ExchangeConfig {
             ("max_input_items", self.max_input_items),
             ("max_part_bytes", self.max_part_bytes),
             ("max_body_bytes", self.max_body_bytes),
+            ("ws_max_connections", self.ws_max_connections),
+            ("ws_max_unread_bytes", self.ws_max_unread_bytes),
+            (
+                "ws_max_connections_per_key",
+                self.ws_max_connections_per_key,
+            ),
+            ("ws_max_socket_bytes", self.ws_max_socket_bytes),
+            ("ws_max_total_bytes", self.ws_max_total_bytes),
         ] {
             if value == 0 {
                 return Err(format!("{name}: must be at least 1"));
@@ -221,6 +356,7 @@ impl ExchangeConfig {
             max_input_items: self.max_input_items,
             max_part_bytes: self.max_part_bytes,
             keyring,
+            model_map: Arc::new(ModelMap::new(&self.model_map)),
             max_sse_frame_bytes: self.max_sse_frame_bytes,
             max_output_bytes: self.max_output_bytes,
         }
@@ -233,9 +369,33 @@ impl ExchangeConfig {
             responses_path: self.responses_path.clone(),
             chat_path: self.chat_path.clone(),
             model_header: self.model_header.to_ascii_lowercase(),
+            upstream_model_header: self.upstream_model_header.to_ascii_lowercase(),
             max_body_bytes: self.max_body_bytes,
             reasoning_events: self.reasoning_events,
             options: self.translate_options(keyring),
+        }
+    }
+
+    /// The limits of one WebSocket connection.
+    pub fn socket_limits(&self) -> connection::Limits {
+        connection::Limits {
+            max_message_bytes: self.max_request_bytes,
+            max_context_bytes: self.ws_max_context_bytes,
+            idle_timeout: Duration::from_secs(self.ws_idle_timeout),
+            max_age: Duration::from_secs(self.ws_max_age),
+            max_unread_bytes: self.ws_max_unread_bytes,
+            max_socket_bytes: self.ws_max_socket_bytes,
+        }
+    }
+
+    /// Which WebSocket upgrades a host takes (all its connections together).
+    pub fn admission_rules(&self) -> admission::Rules {
+        admission::Rules {
+            max_connections: self.ws_max_connections,
+            max_per_key: self.ws_max_connections_per_key,
+            key_header: self.ws_key_header.to_ascii_lowercase(),
+            origins: self.ws_allowed_origins.clone(),
+            max_total_bytes: self.ws_max_total_bytes,
         }
     }
 
@@ -331,6 +491,10 @@ mod tests {
             r#"{"chat_path":"/v1/chat?x=1"}"#,
             r#"{"model_header":"x model"}"#,
             r#"{"model_header":""}"#,
+            r#"{"upstream_model_header":"x:y"}"#,
+            r#"{"upstream_model_header":"X-Responses-Model"}"#,
+            r#"{"model_map":{"g*pt":"qwen"}}"#,
+            r#"{"model_map":{"gpt-*":"qwen","gpt-*":"llama"}}"#,
             r#"{"max_body_bytes":0}"#,
             r#"{"max_request_bytes":0}"#,
         ] {
@@ -340,6 +504,28 @@ mod tests {
         let c: ExchangeConfig = serde_json::from_str(r#"{"model_header":"X-Model"}"#).unwrap();
         assert!(c.validate().is_ok());
         assert_eq!(c.exchange_settings(None).model_header, "x-model");
+    }
+
+    #[test]
+    fn the_model_map_is_one_object_and_reaches_the_translation() {
+        let c: ExchangeConfig = serde_json::from_str(
+            r#"{"model_map":{"gpt-*":"qwen3","gpt-5.4":"qwen3-coder"},"upstream_model_header":"X-Up"}"#,
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        let s = c.exchange_settings(None);
+        assert_eq!(s.upstream_model_header, "x-up");
+        let map = &s.options.model_map;
+        assert_eq!(map.resolve("gpt-5.4"), Some("qwen3-coder"));
+        assert_eq!(map.resolve("gpt-4o"), Some("qwen3"));
+        assert_eq!(map.resolve("llama"), None);
+        // Written back as it was read (the module's JSON).
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            json["model_map"],
+            serde_json::json!({"gpt-*": "qwen3", "gpt-5.4": "qwen3-coder"})
+        );
+        assert!(serde_json::from_str::<ExchangeConfig>(r#"{"model_map":["a=b"]}"#).is_err());
     }
 
     #[test]

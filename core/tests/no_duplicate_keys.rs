@@ -3,16 +3,18 @@
 //! duplicate-rejecting JSON reader (`translate::json::parse`), as a strict client would.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use responses_core::connection::{Connection, Limits, Start};
+use responses_core::call::CallAction;
+use responses_core::connection::{Connection, Limits};
+use responses_core::environment::System;
 use responses_core::exchange::{
     BodyStep, Exchange, HeadStep, Operation, RequestStep, ResponseHead, Settings,
 };
 use responses_core::translate::json::{parse, ParseError};
 use responses_core::translate::seal::Keyring;
-use responses_core::translate::{Meta, Options, ReasoningEvents};
+use responses_core::translate::{Meta, Options};
 use serde_json::{json, Value};
 
 const SSE: &str = "text/event-stream";
@@ -262,52 +264,93 @@ fn compaction_and_errors_have_no_duplicate_keys() {
     exchange(Operation::Create, &json!({"model": 1}), JSON, b"");
 }
 
+/// A masked client text frame (RFC 6455 §5.3), in its shortest length form.
+fn client_text(payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x81];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n => {
+            f.push(0x80 | 126);
+            f.extend((n as u16).to_be_bytes());
+        }
+    }
+    let key = [1, 2, 3, 4];
+    f.extend(key);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f
+}
+
+/// The payloads of the server's text frames.
+fn server_texts(mut bytes: &[u8]) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (len, at) = match bytes[1] & 0x7f {
+            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 => (
+                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            n => (n as usize, 2),
+        };
+        assert_eq!(bytes[0], 0x81, "a text frame");
+        out.push(Bytes::copy_from_slice(&bytes[at..at + len]));
+        bytes = &bytes[at + len..];
+    }
+    out
+}
+
 #[test]
 fn websocket_frames_have_no_duplicate_keys() {
     let limits = Limits {
         max_message_bytes: 1 << 20,
         max_context_bytes: 1 << 20,
+        idle_timeout: Duration::from_secs(60),
+        max_age: Duration::from_secs(600),
+        max_unread_bytes: 1 << 20,
+        max_socket_bytes: 64 << 20,
     };
-    let mut conn = Connection::new(settings(), limits, ReasoningEvents::OpenAi);
+    let openai = |name: &str| (name == "x-stainless-lang").then_some("python");
+    let now = Instant::now();
+    let mut conn = Connection::new(settings(), limits, System, openai, now);
+    let mut frames = Vec::new();
+    fn take(conn: &mut Connection, frames: &mut Vec<Bytes>) {
+        while let Some(bytes) = conn.poll_transmit() {
+            frames.extend(server_texts(&bytes));
+        }
+    }
+    let call = |conn: &mut Connection| match conn.poll_call() {
+        Some(CallAction::Start(call)) => call.id,
+        other => panic!("no call started: {other:?}"),
+    };
     let first = json!({"type": "response.create", "model": "m", "input": "hi"});
-    let Start::Forward(_) = conn.on_text(first.to_string().as_bytes(), meta(), Instant::now())
-    else {
-        panic!("the first response was not forwarded")
-    };
-    let mut frames = conn
-        .upstream_head(200, SSE, || [("content-type", SSE)], 1, Instant::now())
-        .messages;
+    conn.handle_bytes(now, &client_text(first.to_string().as_bytes()));
+    let id = call(&mut conn);
+    let sse = |n: &str| (n == "content-type").then_some(SSE);
+    conn.call_head(now, id, 200, sse, || [("content-type", SSE)]);
     let stream =
         chat_stream(&[json!({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"})]);
-    frames.extend(
-        conn.upstream_body(stream.as_bytes(), true, 2, Instant::now())
-            .messages,
-    );
-    let id = check(frames.last().unwrap(), "terminal event")["response"]["id"].clone();
+    conn.call_data(now, id, stream.as_bytes());
+    conn.call_end(now, id);
+    take(&mut conn, &mut frames);
+    let response_id = check(frames.last().unwrap(), "terminal event")["response"]["id"].clone();
     // A continuation echoes `previous_response_id` (once).
-    let next = json!({"type": "response.create", "model": "m", "previous_response_id": id,
+    let next = json!({"type": "response.create", "model": "m", "previous_response_id": response_id,
                       "input": "again"});
-    let Start::Forward(_) = conn.on_text(next.to_string().as_bytes(), meta(), Instant::now())
-    else {
-        panic!("the continuation was not forwarded")
-    };
-    frames.extend(
-        conn.upstream_head(200, SSE, || [("content-type", SSE)], 3, Instant::now())
-            .messages,
-    );
-    frames.extend(
-        conn.upstream_body(stream.as_bytes(), true, 3, Instant::now())
-            .messages,
-    );
+    conn.handle_bytes(now, &client_text(next.to_string().as_bytes()));
+    let id = call(&mut conn);
+    conn.call_head(now, id, 200, sse, || [("content-type", SSE)]);
+    conn.call_data(now, id, stream.as_bytes());
+    conn.call_end(now, id);
+    take(&mut conn, &mut frames);
     let last = check(frames.last().unwrap(), "continuation terminal");
-    assert_eq!(last["response"]["previous_response_id"], id);
+    assert_eq!(last["response"]["previous_response_id"], response_id);
     // A refused message.
-    match conn.on_text(b"{\"type\":\"response.create\"}", meta(), Instant::now()) {
-        Start::Reject(r) => frames.push(r.frame),
-        other => panic!("not refused: {other:?}"),
-    }
+    let before = frames.len();
+    conn.handle_bytes(now, &client_text(b"{\"type\":\"response.create\"}"));
+    take(&mut conn, &mut frames);
+    assert_eq!(frames.len(), before + 1);
+    assert_eq!(check(frames.last().unwrap(), "error")["type"], "error");
     for f in &frames {
         check(f, "a WebSocket frame");
     }
-    let _: Vec<Bytes> = frames;
 }

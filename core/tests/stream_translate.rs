@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use common::stream_rules::{self, text_event};
 use proptest::prelude::*;
 use responses_core::openresponses::ErrorCode;
-use responses_core::translate::stream::StreamTranslator;
+use responses_core::translate::stream::{StreamTranslator, CALL_SLOT_BYTES};
 use responses_core::translate::{Meta, Options, ReasoningEvents, ResponsePlan};
 use serde_json::{json, Value};
 
@@ -733,6 +733,111 @@ fn an_event_larger_than_the_frame_cap_fails_without_holding_more_than_the_cap() 
     );
 }
 
+/// A frame of tool call deltas.
+fn calls_frame(calls: Value) -> String {
+    delta(json!({ "tool_calls": calls }))
+}
+
+/// The end of a tool-call answer.
+fn tool_calls_end() -> String {
+    chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])) + "data: [DONE]\n\n"
+}
+
+#[test]
+fn calls_opened_with_nothing_count_toward_the_output_cap() {
+    // 100k calls, each opened by a delta of its own with no name, id or arguments, against a
+    // cap of 1 MiB (the default, 16 MiB, takes 65,536 of them): the stream fails when the
+    // next call would take the output beyond the cap. The calls opened so far are closed
+    // as incomplete, as any open call is, and what they add stays within the cap.
+    const CAP: usize = 1 << 20;
+    let mut body = delta(json!({"role": "assistant", "content": ""}));
+    for i in 0..100_000 {
+        body += &calls_frame(json!([{"index": i, "function": {"arguments": ""}}]));
+    }
+    body += &tool_calls_end();
+    let options = Options {
+        max_output_bytes: CAP,
+        ..Options::default()
+    };
+    let events = check(&translate(body.as_bytes(), options));
+    let r = terminal(&events);
+    assert_eq!(r["status"], "failed");
+    assert_eq!(r["error"]["code"], ErrorCode::ResponseTooLarge.as_str());
+    let items = r["output"].as_array().unwrap();
+    assert_eq!(items.len(), CAP / CALL_SLOT_BYTES);
+    assert!(items.iter().all(|i| i["type"] == "function_call"
+        && i["arguments"] == ""
+        && i["status"] == "incomplete"));
+    let size: usize = items.iter().map(|i| i.to_string().len()).sum();
+    assert!(size <= CAP, "the failed response's items take {size} bytes");
+
+    // Exactly at the cap: N calls fit in N slots, the next one fails.
+    let calls = |n: u32| {
+        let mut body = String::new();
+        for i in 0..n {
+            body += &calls_frame(json!([{"index": i}]));
+        }
+        body + &tool_calls_end()
+    };
+    let options = || Options {
+        max_output_bytes: 10 * CALL_SLOT_BYTES,
+        ..Options::default()
+    };
+    let events = check(&translate(calls(10).as_bytes(), options()));
+    let r = terminal(&events);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["output"].as_array().unwrap().len(), 10);
+    let events = check(&translate(calls(11).as_bytes(), options()));
+    assert_eq!(terminal(&events)["error"]["code"], "response_too_large");
+    // A repeated index is the same call: no new slot.
+    let mut body = String::new();
+    for _ in 0..100 {
+        body += &calls_frame(json!([{"index": 3, "function": {"arguments": "1"}}]));
+    }
+    body += &tool_calls_end();
+    let options = Options {
+        max_output_bytes: CALL_SLOT_BYTES + 100,
+        ..Options::default()
+    };
+    let events = check(&translate(body.as_bytes(), options));
+    assert_eq!(terminal(&events)["status"], "completed");
+}
+
+#[test]
+fn a_calls_name_and_id_count_toward_the_output_cap() {
+    let options = || Options {
+        max_output_bytes: CALL_SLOT_BYTES + 10,
+        ..Options::default()
+    };
+    let call = |id: &str, name: &str| {
+        calls_frame(json!([{"index": 0, "id": id, "type": "function",
+            "function": {"name": name, "arguments": ""}}]))
+            + &tool_calls_end()
+    };
+    for (id, name, status) in [
+        ("", "abcdefghij", "completed"),
+        ("", "abcdefghijk", "failed"),
+        ("call_12345", "", "completed"),
+        ("call_123456", "", "failed"),
+        ("call_", "abcde", "completed"),
+        ("call_", "abcdef", "failed"),
+    ] {
+        let events = check(&translate(call(id, name).as_bytes(), options()));
+        assert_eq!(terminal(&events)["status"], status, "{id:?} {name:?}");
+    }
+    // Given once, counted once: the name and id repeated on each delta of an announced call.
+    let mut body = String::new();
+    for _ in 0..50 {
+        body += &calls_frame(json!([{"index": 0, "id": "call_", "type": "function",
+            "function": {"name": "abcde", "arguments": ""}}]));
+    }
+    body += &tool_calls_end();
+    let events = check(&translate(body.as_bytes(), options()));
+    let r = terminal(&events);
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["output"][0]["name"], "abcde");
+}
+
 #[test]
 fn nothing_is_sent_after_the_terminal_event() {
     for name in FIXTURES {
@@ -750,7 +855,7 @@ fn nothing_is_sent_after_the_terminal_event() {
             "{name}: abort after the end"
         );
         assert_eq!(t.event_count(), count);
-        check(&[out, rest].concat());
+        check(&out.concat(rest));
     }
 }
 
@@ -773,10 +878,12 @@ fn input_after_done_in_the_same_chunk_is_ignored() {
             ..Options::default()
         };
         let mut t = translator(options());
-        let out = [t.push(&[&body[..], tail].concat(), END), t.finish(END)].concat();
+        let out = t
+            .push(&[&body[..], tail].concat(), END)
+            .concat(t.finish(END));
         let alone = translate(&body, options());
         assert!(
-            out == alone,
+            out[..] == alone[..],
             "tail {:?} changed the output",
             String::from_utf8_lossy(tail)
         );
@@ -947,7 +1054,7 @@ fn pushed_bytes_become_a_vec_without_a_copy() {
             continue;
         }
         let at = out.as_ptr();
-        let vec = Vec::from(out);
+        let vec = Vec::from(out.into_bytes());
         assert_eq!(vec.as_ptr(), at, "copied");
     }
 }

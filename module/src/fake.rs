@@ -3,17 +3,28 @@
 //! manager does (held heads, body pieces that continue or stop, local replies), recording what
 //! the upstream and the client got. [`FakeEnvoy::assert_fail_closed`] states the rule: nothing
 //! untranslated ever reaches either side.
+//!
+//! For a stream the filter answers itself, [`FakeHost`] is also a [`Terminal`]: it records the
+//! filter's own answer (head, data, trailers), its callouts, its timer and drain watch, and
+//! [`FakeEnvoy`] scripts what Envoy reports of them (a callout's head, data, end or reset, the
+//! timer firing, the drain, the watermarks), delivering what Envoy reports inline (a reset the
+//! filter asked for) after the filter's call returns, as the host layer does.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use responses_core::environment::Environment;
 use responses_core::metadata::MetadataValue;
 
 use crate::config::{FilterConfig, KeyFile};
 use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
-use crate::host::{Host, Level, MetricId, Side, SpanRef};
+use crate::host::ffi::Deferred;
+use crate::host::{
+    Callout, CalloutId, CalloutRefused, CalloutReset, Host, Level, MetricId, Side, SpanRef,
+    Terminal,
+};
 
 /// A fixed clock and id seed.
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +117,53 @@ pub struct FakeHost {
     pub span_lookups: usize,
     /// Headers Envoy refuses to set or remove (`set_header` answers false), by name.
     pub refused_headers: Vec<String>,
+    /// The filter's own answer ([`Terminal`]).
+    pub answer: OwnAnswer,
+    /// The callouts the filter started, by id (from 1).
+    pub callouts: BTreeMap<u64, FakeCallout>,
+    /// Every `reset_callout` call, by id (known or not: Envoy ignores an unknown one).
+    pub callout_resets: Vec<u64>,
+    /// Set: `start_callout` is refused so (e.g. no such cluster).
+    pub refuse_callouts: Option<CalloutRefused>,
+    /// The armed timer.
+    pub timer: Option<Instant>,
+    pub drain_watched: bool,
+    /// Envoy has started draining.
+    pub draining: bool,
+    /// The client's write buffer is over its high watermark.
+    pub write_blocked: bool,
+    /// What Envoy reported from inside the filter's calls, delivered when the call returns.
+    pub reported: VecDeque<Deferred>,
+}
+
+/// The answer a filter sends itself ([`Terminal::send_headers`] and the rest).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OwnAnswer {
+    pub headers: Option<Vec<(String, String)>>,
+    pub body: Vec<u8>,
+    pub trailers: Option<Vec<(String, String)>>,
+    pub ended: bool,
+}
+
+/// A callout as the fake keeps it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FakeCallout {
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+    /// Its request body so far, and whether it ended.
+    pub body: Vec<u8>,
+    pub ended: bool,
+    pub trailers: Option<Vec<(String, String)>>,
+    pub timeout: Option<Duration>,
+    /// Over: it completed or was reset (Envoy reports nothing more, takes nothing more).
+    pub over: bool,
+}
+
+fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn index(side: Side) -> usize {
@@ -279,6 +337,110 @@ impl Host for FakeHost {
         if let Some(span) = span.open() {
             span.events.push(event.to_owned());
         }
+    }
+}
+
+/// Envoy's side of the calls: what it checks it checks here too (a head before data, nothing
+/// after the end, the callout's required headers), so a filter's mistake fails its test.
+impl Terminal for FakeHost {
+    fn send_headers(&mut self, headers: &[(&str, &str)], end: bool) {
+        assert!(self.answer.headers.is_none(), "the answer's head, twice");
+        assert!(
+            headers.iter().any(|(k, _)| *k == ":status"),
+            "a head without :status: {headers:?}"
+        );
+        self.answer.headers = Some(owned(headers));
+        self.answer.ended = end;
+    }
+
+    fn send_data(&mut self, bytes: &[u8], end: bool) {
+        assert!(self.answer.headers.is_some(), "answer data before its head");
+        assert!(!self.answer.ended, "answer data after its end");
+        self.answer.body.extend_from_slice(bytes);
+        self.answer.ended = end;
+    }
+
+    fn send_trailers(&mut self, trailers: &[(&str, &str)]) {
+        assert!(
+            self.answer.headers.is_some(),
+            "answer trailers before its head"
+        );
+        assert!(!self.answer.ended, "answer trailers after its end");
+        self.answer.trailers = Some(owned(trailers));
+        self.answer.ended = true;
+    }
+
+    fn start_callout(&mut self, callout: &Callout<'_>) -> Result<CalloutId, CalloutRefused> {
+        if let Some(refused) = self.refuse_callouts {
+            return Err(refused);
+        }
+        let has = |name: &str| callout.headers.iter().any(|(k, _)| *k == name);
+        if !has(":method") || !has(":path") || !(has("host") || has(":authority")) {
+            return Err(CalloutRefused::MissingHeaders);
+        }
+        let id = self.callouts.keys().next_back().map_or(1, |last| last + 1);
+        self.callouts.insert(
+            id,
+            FakeCallout {
+                cluster: callout.cluster.to_owned(),
+                headers: owned(callout.headers),
+                body: callout.body.to_vec(),
+                ended: callout.end,
+                trailers: None,
+                timeout: callout.timeout,
+                over: false,
+            },
+        );
+        Ok(CalloutId(id))
+    }
+
+    fn send_callout_data(&mut self, id: CalloutId, bytes: &[u8], end: bool) -> bool {
+        match self.callouts.get_mut(&id.0) {
+            Some(c) if !c.over && !c.ended => {
+                c.body.extend_from_slice(bytes);
+                c.ended = end;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn send_callout_trailers(&mut self, id: CalloutId, trailers: &[(&str, &str)]) -> bool {
+        match self.callouts.get_mut(&id.0) {
+            Some(c) if !c.over && !c.ended => {
+                c.trailers = Some(owned(trailers));
+                c.ended = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn reset_callout(&mut self, id: CalloutId) {
+        self.callout_resets.push(id.0);
+        // Envoy resets a live callout and reports it from inside this call.
+        if let Some(c) = self.callouts.get_mut(&id.0).filter(|c| !c.over) {
+            c.over = true;
+            self.reported
+                .push_back(Deferred::CalloutReset(id, CalloutReset::LocalReset));
+        }
+    }
+
+    fn arm_timer(&mut self, at: Instant) {
+        self.timer = Some(at);
+    }
+
+    fn disarm_timer(&mut self) {
+        self.timer = None;
+    }
+
+    fn watch_drain(&mut self) -> bool {
+        self.drain_watched = true;
+        self.draining
+    }
+
+    fn write_blocked(&self) -> bool {
+        self.write_blocked
     }
 }
 
@@ -504,6 +666,145 @@ impl FakeEnvoy {
         if !self.done() && st == TrailersStatus::Continue {
             self.release_response(true);
         }
+    }
+
+    /// What Envoy reported from inside the filter's last call, to the filter, in order (as the
+    /// host layer delivers it).
+    fn deliver_reported(&mut self) {
+        while let Some(event) = self.host.reported.pop_front() {
+            let (filter, host) = (&mut self.filter, &mut self.host);
+            match event {
+                Deferred::CalloutHeaders { id, headers, end } => {
+                    let headers: Vec<(&str, &str)> = headers
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    filter.callout_headers(host, id, &headers, end);
+                }
+                Deferred::CalloutData { id, bytes, end } => {
+                    filter.callout_data(host, id, &[bytes.as_slice()], end);
+                }
+                Deferred::CalloutTrailers { id, trailers } => {
+                    let trailers: Vec<(&str, &str)> = trailers
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
+                    filter.callout_trailers(host, id, &trailers);
+                }
+                Deferred::CalloutComplete(id) => filter.callout_complete(host, id),
+                Deferred::CalloutReset(id, reason) => filter.callout_reset(host, id, reason),
+                Deferred::Scheduled(_) => filter.timer_fired(host),
+                Deferred::WriteBlocked => filter.write_blocked(host),
+                Deferred::WriteUnblocked => filter.write_unblocked(host),
+                Deferred::StreamComplete => filter.stream_complete(host),
+            }
+            self.settle();
+        }
+    }
+
+    /// Whether Envoy still reports events of the callout `id`: not over (one the filter never
+    /// started counts as live: Envoy may report a stale or foreign id).
+    fn callout_live(&self, id: u64) -> bool {
+        self.host.callouts.get(&id).is_none_or(|c| !c.over)
+    }
+
+    /// Envoy reports a callout's answer head (`:status` first, then `headers`). A callout the
+    /// filter never started is reported too (as a stale or foreign id would be).
+    pub fn callout_headers(&mut self, id: u64, status: u16, headers: &[(&str, &str)], end: bool) {
+        if !self.callout_live(id) {
+            return;
+        }
+        let status = status.to_string();
+        let mut all = vec![(":status", status.as_str())];
+        all.extend_from_slice(headers);
+        self.filter
+            .callout_headers(&mut self.host, CalloutId(id), &all, end);
+        self.settle();
+        self.deliver_reported();
+    }
+
+    /// Envoy reports a piece of a callout's answer body.
+    pub fn callout_data(&mut self, id: u64, bytes: &[u8], end: bool) {
+        if !self.callout_live(id) {
+            return;
+        }
+        self.filter
+            .callout_data(&mut self.host, CalloutId(id), &[bytes], end);
+        self.settle();
+        self.deliver_reported();
+    }
+
+    /// Envoy reports a callout's answer trailers.
+    pub fn callout_trailers(&mut self, id: u64, trailers: &[(&str, &str)]) {
+        if !self.callout_live(id) {
+            return;
+        }
+        self.filter
+            .callout_trailers(&mut self.host, CalloutId(id), trailers);
+        self.settle();
+        self.deliver_reported();
+    }
+
+    /// Envoy reports a callout complete (its answer ended, its request too).
+    pub fn callout_complete(&mut self, id: u64) {
+        if !self.callout_live(id) {
+            return;
+        }
+        if let Some(c) = self.host.callouts.get_mut(&id) {
+            c.over = true;
+        }
+        self.filter.callout_complete(&mut self.host, CalloutId(id));
+        self.settle();
+        self.deliver_reported();
+    }
+
+    /// Envoy reports a callout reset (the upstream went, or a timeout).
+    pub fn callout_reset(&mut self, id: u64, reason: CalloutReset) {
+        if !self.callout_live(id) {
+            return;
+        }
+        if let Some(c) = self.host.callouts.get_mut(&id) {
+            c.over = true;
+        }
+        self.filter
+            .callout_reset(&mut self.host, CalloutId(id), reason);
+        self.settle();
+        self.deliver_reported();
+    }
+
+    /// The armed timer fires (the fake is the clock: whatever its deadline); false if none was
+    /// armed.
+    pub fn fire_timer(&mut self) -> bool {
+        if self.host.timer.take().is_none() {
+            return false;
+        }
+        self.filter.timer_fired(&mut self.host);
+        self.settle();
+        self.deliver_reported();
+        true
+    }
+
+    /// Envoy starts draining (its bootstrap extension hears it): the filter is told if it
+    /// watches.
+    pub fn drain(&mut self) {
+        self.host.draining = true;
+        if self.host.drain_watched {
+            self.filter.drain_started(&mut self.host);
+            self.settle();
+            self.deliver_reported();
+        }
+    }
+
+    /// The client's write buffer goes over its high watermark (true) or back under its low one.
+    pub fn watermark(&mut self, above: bool) {
+        self.host.write_blocked = above;
+        if above {
+            self.filter.write_blocked(&mut self.host);
+        } else {
+            self.filter.write_unblocked(&mut self.host);
+        }
+        self.settle();
+        self.deliver_reported();
     }
 
     /// A hook panicked (as the FFI layer handles it): the filter ends what it can.

@@ -19,17 +19,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::driver::{Action, Driver, Edits, Failure, Gathering, HeaderEdit};
+use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
+use responses_core::log;
 use responses_core::metadata;
 use responses_core::metrics::{self, Kind, Metric, Recorder};
-use responses_core::openresponses::Code;
 use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
-use crate::host::{Host, Level, Side};
+use crate::host::{CalloutId, CalloutReset, Host, Level, Side, Terminal};
 
 /// What a headers hook tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +152,78 @@ impl<E: Environment> Filter<E> {
         self.carry(host, Side::Response, action)
     }
 
+    // What Envoy reports of a stream the filter answers itself (the WebSocket transport, to
+    // come): its callouts, its timer, Envoy's drain and the client's write buffer. An HTTP
+    // exchange starts no callout, arms no timer and watches no drain, so for it these do
+    // nothing, but for a callout it does not know, which is reset (none can exist; fail
+    // closed all the same: no upstream stream runs unowned).
+
+    /// A callout's answer head.
+    pub fn callout_headers(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        _headers: &[(&str, &str)],
+        _end: bool,
+    ) {
+        self.unknown_callout(host, id);
+    }
+
+    /// A piece of a callout's answer body.
+    pub fn callout_data(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        _data: &[&[u8]],
+        _end: bool,
+    ) {
+        self.unknown_callout(host, id);
+    }
+
+    /// A callout's answer trailers.
+    pub fn callout_trailers(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        _trailers: &[(&str, &str)],
+    ) {
+        self.unknown_callout(host, id);
+    }
+
+    /// A callout ended, both ways (its last event).
+    pub fn callout_complete(&mut self, _host: &mut impl Terminal, _id: CalloutId) {}
+
+    /// A callout was reset (its last event).
+    pub fn callout_reset(
+        &mut self,
+        _host: &mut impl Terminal,
+        _id: CalloutId,
+        _reason: CalloutReset,
+    ) {
+    }
+
+    /// The timer armed with [`Terminal::arm_timer`] is due.
+    pub fn timer_fired(&mut self, _host: &mut impl Terminal) {}
+
+    /// Envoy started draining (after [`Terminal::watch_drain`]).
+    pub fn drain_started(&mut self, _host: &mut impl Terminal) {}
+
+    /// The client's write buffer went over its high watermark.
+    pub fn write_blocked(&mut self, _host: &mut impl Terminal) {}
+
+    /// ... and back under its low watermark.
+    pub fn write_unblocked(&mut self, _host: &mut impl Terminal) {}
+
+    fn unknown_callout(&mut self, host: &mut impl Terminal, id: CalloutId) {
+        log(host, Level::Warn, || {
+            format!(
+                "an event of callout {} this exchange did not start; resetting it request_id={}",
+                id.0, self.request_id
+            )
+        });
+        host.reset_callout(id);
+    }
+
     /// Carries out an action of a body hook: unless it passes, the piece the driver read (or
     /// refused) is drained first.
     fn carry_piece(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
@@ -176,15 +248,7 @@ impl<E: Environment> Filter<E> {
                 false
             }
             Action::Forward { edits, request } => {
-                log(host, Level::Debug, || {
-                    format!(
-                        "translated request request_id={} model={} stream={} body_bytes={}",
-                        self.request_id,
-                        request.model,
-                        request.stream,
-                        request.body.len()
-                    )
-                });
+                self.log(host, &log::forwarded(self.driver.summary(), &request));
                 if !edit(host, side, edits) {
                     return self.refused(host, side);
                 }
@@ -198,8 +262,8 @@ impl<E: Environment> Filter<E> {
                 }
                 true
             }
-            Action::Send { bytes, .. } => {
-                host.append_body(side, &bytes);
+            Action::Send { events, .. } => {
+                host.append_body(side, &events);
                 true
             }
             Action::Answer { edits, answer } => {
@@ -210,14 +274,7 @@ impl<E: Environment> Filter<E> {
                 true
             }
             Action::Reply { error, cause } => {
-                log(host, Level::Debug, || {
-                    format!(
-                        "answered with an error envelope request_id={} status={} code={}",
-                        self.request_id,
-                        error.status(),
-                        error.error.code.as_ref().map(Code::as_str).unwrap_or("")
-                    )
-                });
+                self.log(host, &log::replied(&error, cause == Cause::Request));
                 let kept: Vec<(&str, &str)> = error
                     .headers
                     .iter()
@@ -275,30 +332,24 @@ impl<E: Environment> Filter<E> {
     /// stats have it from its event). An exchange Envoy cut has neither metadata nor tags:
     /// Envoy finishes its span before it reports the stream complete.
     fn finished(&self, host: &mut impl Host, f: &Finished) {
-        let s = &f.summary;
-        if f.cut {
-            log(host, Level::Info, || {
-                format!(
-                    "exchange ended by Envoy before its answer was complete (client \
-                     disconnected, upstream reset or timeout) request_id={}",
-                    self.request_id
-                )
-            });
-        } else {
+        self.log(host, &log::finished(f));
+        if !f.cut {
+            let s = &f.summary;
             host.set_metadata(metadata::METADATA_NAMESPACE, &metadata::metadata(s));
             tag_span(host, s, &f.timing);
-            log(host, Level::Debug, || {
-                format!(
-                    "answer translated request_id={} response_id={} operation={} stream={} \
-                     outcome={} code={}",
-                    self.request_id,
-                    s.response_id.as_deref().unwrap_or(""),
-                    s.operation.as_str(),
-                    s.stream,
-                    s.outcome.as_str(),
-                    s.error_code.as_ref().map(Code::as_str).unwrap_or("")
-                )
-            });
+        }
+    }
+
+    /// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
+    fn log(&self, host: &impl Host, line: &log::Line<'_>) {
+        let level = match line.level {
+            log::Level::Debug => Level::Debug,
+            log::Level::Info => Level::Info,
+            log::Level::Warn => Level::Warn,
+        };
+        if host.log_enabled(level) {
+            let request_id = log::Logged(&self.request_id);
+            host.log(level, &format!("{line} request_id={request_id}"));
         }
     }
 }

@@ -8,6 +8,11 @@
 
 mod abi;
 pub mod ffi;
+pub mod timer;
+
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use responses_core::metadata::MetadataValue;
 
@@ -93,17 +98,229 @@ pub trait Host {
     fn span_event(&mut self, span: SpanRef, event: &str);
 }
 
-/// The real host: one filter's Envoy pointer, for the duration of one hook.
-#[derive(Debug)]
-pub struct Envoy {
-    filter: abi::FilterEnvoyPtr,
+/// A callout: an HTTP stream of the filter's own to a cluster, by Envoy's id for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CalloutId(pub u64);
+
+/// A callout to start: its request head (`:method`, `:path` and `host` or `:authority` are
+/// required), the body so far, whether that is all of it, and its timeout (the whole stream,
+/// Envoy's; `None`: none).
+#[derive(Debug, Clone, Copy)]
+pub struct Callout<'a> {
+    pub cluster: &'a str,
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: &'a [u8],
+    pub end: bool,
+    pub timeout: Option<Duration>,
 }
 
-impl Envoy {
+/// Why Envoy did not start a callout (nothing was sent; no event follows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CalloutRefused {
+    /// `:method`, `:path` or `host` missing.
+    MissingHeaders,
+    /// No cluster by that name.
+    NoCluster,
+    /// Envoy's async client could not make the stream.
+    CannotCreate,
+    /// A result this module does not know (a newer Envoy).
+    Other(u32),
+}
+
+/// Why a callout was reset, as Envoy reports it (1.40 reports every reset, its own or the
+/// upstream's, as [`CalloutReset::LocalReset`]; a refused connection is not a reset but a 503
+/// answer of Envoy's router).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CalloutReset {
+    ConnectionFailure,
+    ConnectionTermination,
+    LocalReset,
+    LocalRefusedStreamReset,
+    Overflow,
+    RemoteReset,
+    RemoteRefusedStreamReset,
+    ProtocolError,
+    Other(u32),
+}
+
+impl CalloutReset {
+    fn from_abi(reason: abi::HttpStreamResetReason) -> CalloutReset {
+        match reason {
+            0 => CalloutReset::ConnectionFailure,
+            1 => CalloutReset::ConnectionTermination,
+            2 => CalloutReset::LocalReset,
+            3 => CalloutReset::LocalRefusedStreamReset,
+            4 => CalloutReset::Overflow,
+            5 => CalloutReset::RemoteReset,
+            6 => CalloutReset::RemoteRefusedStreamReset,
+            7 => CalloutReset::ProtocolError,
+            other => CalloutReset::Other(other),
+        }
+    }
+}
+
+/// Envoy for a filter that answers the client itself and makes its own upstream calls (the
+/// WebSocket transport: the 101 and every frame are the filter's, each `response.create` a
+/// callout): the part of Envoy's ABI an HTTP exchange does not need, kept out of [`Host`] so
+/// that what a routed exchange may do stays small. Implemented by [`Envoy`] and by the fake.
+///
+/// Re-entrance: Envoy reports some events inline, from inside these calls (a callout Envoy
+/// fails at once is answered before `start_callout` returns; a reset is reported from inside
+/// `reset_callout`; a full downstream buffer from inside `send_data`). The host layer never
+/// re-enters the filter for them: each is kept and delivered, in order, to the filter's entry
+/// points (`Filter::callout_*`, `Filter::write_blocked`, ...) as soon as the current one
+/// returns, before Envoy gets control back. So a caller sees each event after the call that
+/// caused it, never during.
+pub trait Terminal: Host {
+    /// The answer's head, from the filter (`:status` among them); `end`: no body follows.
+    fn send_headers(&mut self, headers: &[(&str, &str)], end: bool);
+    /// Answer bytes to the client (after [`Terminal::send_headers`]); `end` ends the answer.
+    /// Envoy never refuses them: a slow client's bytes wait in its write buffer, whose
+    /// watermarks the filter hears ([`Terminal::write_blocked`]).
+    fn send_data(&mut self, bytes: &[u8], end: bool);
+    /// Trailers, ending the answer.
+    fn send_trailers(&mut self, trailers: &[(&str, &str)]);
+    /// Starts a callout; its answer comes to `Filter::callout_*` under the returned id.
+    fn start_callout(&mut self, callout: &Callout<'_>) -> Result<CalloutId, CalloutRefused>;
+    /// More of a callout's request body; false if the callout is over (ended or reset).
+    fn send_callout_data(&mut self, id: CalloutId, bytes: &[u8], end: bool) -> bool;
+    /// Trailers, ending a callout's request; false if the callout is over.
+    fn send_callout_trailers(&mut self, id: CalloutId, trailers: &[(&str, &str)]) -> bool;
+    /// Cancels a callout (Envoy resets its upstream stream; `Filter::callout_reset` follows).
+    fn reset_callout(&mut self, id: CalloutId);
+    /// `Filter::timer_fired` is called on the filter's worker once `at` is reached (at once if
+    /// it has passed), unless the timer is armed again or disarmed first. One timer per
+    /// filter.
+    fn arm_timer(&mut self, at: Instant);
+    fn disarm_timer(&mut self);
+    /// From now on `Filter::drain_started` is called when Envoy starts draining (heard by the
+    /// module's bootstrap extension, when Envoy's config has it: an HTTP filter hears nothing
+    /// of the drain otherwise). True if the drain has already started (no call then).
+    fn watch_drain(&mut self) -> bool;
+    /// The client's write buffer is over its high watermark (Envoy's flow control): the
+    /// filter should stop producing until it drains (`Filter::write_unblocked`).
+    fn write_blocked(&self) -> bool;
+}
+
+/// What the host layer keeps for one filter between hooks: its place in the timer service
+/// (made on first use: a scheduler in Envoy and a slot in the service).
+#[derive(Default)]
+pub struct HostState {
+    timer: Option<timer::Registration<EnvoyScheduler>>,
+    /// The filter armed its timer and has not disarmed it nor been told it fired.
+    armed: bool,
+}
+
+/// A filter's scheduler in Envoy, owned by the module: committed by the timer thread or the
+/// drain, deleted on drop.
+pub struct EnvoyScheduler(abi::SchedulerPtr);
+
+// SAFETY: Envoy's scheduler is made to be committed from any thread (it posts to the filter's
+// worker, through a weak pointer to the filter); the timer service deletes it under the lock
+// it commits under, so never concurrently with a commit.
+unsafe impl Send for EnvoyScheduler {}
+
+impl timer::Scheduler for EnvoyScheduler {
+    fn commit(&self, event_id: u64) {
+        // SAFETY: a live scheduler (deleted only on drop).
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_commit(self.0, event_id) }
+    }
+}
+
+impl Drop for EnvoyScheduler {
+    fn drop(&mut self) {
+        // SAFETY: made by scheduler_new, deleted once.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_delete(self.0) }
+    }
+}
+
+/// The module's timer service (one thread, started on the first timer armed).
+pub fn timers() -> &'static Arc<timer::Service<EnvoyScheduler>> {
+    static SERVICE: OnceLock<Arc<timer::Service<EnvoyScheduler>>> = OnceLock::new();
+    SERVICE.get_or_init(|| timer::Service::new(pin_module))
+}
+
+/// Keeps this shared object loaded for the rest of the process: the timer thread runs its
+/// code, and Envoy unloads a module (dlclose) when its last filter config goes (a listener
+/// update) unless told `do_not_close`. Promotes the already loaded object to RTLD_NODELETE.
+fn pin_module() {
+    // SAFETY: dladdr reads the address of a function of this object into `info`; dlopen with
+    // RTLD_NOLOAD only takes another reference to the object already loaded under that name.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let here = pin_module as fn() as *const libc::c_void;
+        if libc::dladdr(here, &mut info) != 0 && !info.dli_fname.is_null() {
+            let handle = libc::dlopen(
+                info.dli_fname,
+                libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+            );
+            if handle.is_null() {
+                log(
+                    Level::Warn,
+                    "responses_module: could not pin the module in memory; keep do_not_close: true in its dynamic_module_config",
+                );
+            }
+        }
+    }
+}
+
+/// The real host: one filter's Envoy pointer and the host layer's state for it, for the
+/// duration of one hook.
+pub struct Envoy<'a> {
+    filter: abi::FilterEnvoyPtr,
+    state: &'a mut HostState,
+    /// High-watermark reports not yet matched by low ones (Envoy may report several sources).
+    watermark: &'a Cell<u32>,
+}
+
+impl std::fmt::Debug for Envoy<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Envoy")
+            .field("filter", &self.filter)
+            .finish()
+    }
+}
+
+impl<'a> Envoy<'a> {
     /// # Safety
     /// `filter` is the pointer Envoy passed to the current hook; the value lives no longer.
-    unsafe fn new(filter: abi::FilterEnvoyPtr) -> Envoy {
-        Envoy { filter }
+    unsafe fn new(
+        filter: abi::FilterEnvoyPtr,
+        state: &'a mut HostState,
+        watermark: &'a Cell<u32>,
+    ) -> Envoy<'a> {
+        Envoy {
+            filter,
+            state,
+            watermark,
+        }
+    }
+
+    /// A timer event arrived: whether the filter is to be told (it is then no longer armed).
+    /// Not when the filter disarmed its timer, or armed it again for a deadline not reached,
+    /// after the timer thread committed the event (a commit cannot be taken back).
+    pub fn timer_due(&mut self) -> bool {
+        let pending = self
+            .state
+            .timer
+            .as_ref()
+            .is_some_and(|t| t.deadline().is_some());
+        let due = self.state.armed && !pending;
+        if due {
+            self.state.armed = false;
+        }
+        due
+    }
+
+    /// The filter's registration in the timer service, made on first use.
+    fn registration(&mut self) -> &timer::Registration<EnvoyScheduler> {
+        let filter = self.filter;
+        self.state.timer.get_or_insert_with(|| {
+            // SAFETY: valid filter pointer, in a stream hook (its dispatcher is set).
+            let scheduler =
+                unsafe { abi::envoy_dynamic_module_callback_http_filter_scheduler_new(filter) };
+            timers().register(EnvoyScheduler(scheduler))
+        })
     }
 }
 
@@ -128,7 +345,7 @@ fn received(side: Side) -> abi::BodyType {
     }
 }
 
-impl Envoy {
+impl Envoy<'_> {
     fn chunks(&self, body_type: abi::BodyType, out: &mut Vec<&[u8]>) {
         // SAFETY: the filter pointer is valid during the hook; Envoy fills `n` buffers.
         unsafe {
@@ -157,7 +374,7 @@ impl Envoy {
     }
 }
 
-impl Host for Envoy {
+impl Host for Envoy<'_> {
     fn header(&self, side: Side, name: &str) -> Option<&str> {
         let mut value = EnvoyBuffer::EMPTY;
         // SAFETY: valid filter pointer; Envoy writes one buffer it owns for this hook.
@@ -488,6 +705,137 @@ impl Host for Envoy {
                 ModuleBuffer::from(event.as_bytes()),
             );
         }
+    }
+}
+
+fn module_headers<'h>(headers: &'h [(&'h str, &'h str)]) -> Vec<ModuleHttpHeader> {
+    headers
+        .iter()
+        .map(|(name, value)| ModuleHttpHeader {
+            key_ptr: name.as_ptr().cast(),
+            key_length: name.len(),
+            value_ptr: value.as_ptr().cast(),
+            value_length: value.len(),
+        })
+        .collect()
+}
+
+impl Terminal for Envoy<'_> {
+    fn send_headers(&mut self, headers: &[(&str, &str)], end: bool) {
+        let mut raw = module_headers(headers);
+        // SAFETY: valid filter pointer; Envoy copies the headers.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response_headers(
+                self.filter,
+                raw.as_mut_ptr(),
+                raw.len(),
+                end,
+            );
+        }
+    }
+
+    fn send_data(&mut self, bytes: &[u8], end: bool) {
+        // SAFETY: valid filter pointer; Envoy copies the bytes.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response_data(
+                self.filter,
+                ModuleBuffer::from(bytes),
+                end,
+            );
+        }
+    }
+
+    fn send_trailers(&mut self, trailers: &[(&str, &str)]) {
+        let mut raw = module_headers(trailers);
+        // SAFETY: valid filter pointer; Envoy copies the trailers.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response_trailers(
+                self.filter,
+                raw.as_mut_ptr(),
+                raw.len(),
+            );
+        }
+    }
+
+    fn start_callout(&mut self, callout: &Callout<'_>) -> Result<CalloutId, CalloutRefused> {
+        let mut raw = module_headers(callout.headers);
+        let mut id = 0u64;
+        let timeout = callout.timeout.map_or(0, |t| {
+            u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)
+        });
+        // SAFETY: valid filter pointer; Envoy copies cluster name, headers and body, and
+        // writes the id.
+        let result = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_start_http_stream(
+                self.filter,
+                &mut id,
+                ModuleBuffer::from(callout.cluster.as_bytes()),
+                raw.as_mut_ptr(),
+                raw.len(),
+                ModuleBuffer::from(callout.body),
+                callout.end,
+                timeout,
+            )
+        };
+        match result {
+            abi::CALLOUT_INIT_SUCCESS => Ok(CalloutId(id)),
+            abi::CALLOUT_INIT_MISSING_REQUIRED_HEADERS => Err(CalloutRefused::MissingHeaders),
+            abi::CALLOUT_INIT_CLUSTER_NOT_FOUND => Err(CalloutRefused::NoCluster),
+            abi::CALLOUT_INIT_CANNOT_CREATE_REQUEST => Err(CalloutRefused::CannotCreate),
+            other => Err(CalloutRefused::Other(other)),
+        }
+    }
+
+    fn send_callout_data(&mut self, id: CalloutId, bytes: &[u8], end: bool) -> bool {
+        // SAFETY: valid filter pointer; Envoy copies the bytes (an unknown id is refused).
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_stream_send_data(
+                self.filter,
+                id.0,
+                ModuleBuffer::from(bytes),
+                end,
+            )
+        }
+    }
+
+    fn send_callout_trailers(&mut self, id: CalloutId, trailers: &[(&str, &str)]) -> bool {
+        let mut raw = module_headers(trailers);
+        // SAFETY: valid filter pointer; Envoy copies the trailers (an unknown id is refused).
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_stream_send_trailers(
+                self.filter,
+                id.0,
+                raw.as_mut_ptr(),
+                raw.len(),
+            )
+        }
+    }
+
+    fn reset_callout(&mut self, id: CalloutId) {
+        // SAFETY: valid filter pointer (an unknown id is ignored).
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_reset_http_stream(self.filter, id.0)
+        }
+    }
+
+    fn arm_timer(&mut self, at: Instant) {
+        self.registration().arm(at);
+        self.state.armed = true;
+    }
+
+    fn disarm_timer(&mut self) {
+        if let Some(timer) = &self.state.timer {
+            timer.disarm();
+        }
+        self.state.armed = false;
+    }
+
+    fn watch_drain(&mut self) -> bool {
+        self.registration().watch_drain()
+    }
+
+    fn write_blocked(&self) -> bool {
+        self.watermark.get() > 0
     }
 }
 

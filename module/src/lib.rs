@@ -6,17 +6,23 @@
 //! instead of gRPC messages, with direct access to headers and body buffers.
 //!
 //! - [`hooks`]: the `envoy_dynamic_module_on_*` functions Envoy calls, each catching panics;
+//! - [`bootstrap`]: the same module as a bootstrap extension, through which its filters hear
+//!   Envoy's drain;
 //! - [`filter`]: one exchange, the driver's actions and events onto a [`host::Host`];
 //! - [`host`]: that small trait, its implementation over the ABI, and what the hooks exchange
 //!   with Envoy ([`host::ffi`]); the ABI's types and the Envoy callbacks used, declared by
 //!   hand, are private to it;
 //! - [`config`]: the filter's JSON config (the processor's settings) and its Envoy stats;
-//! - [`fake`]: a fake Envoy, so the filter is tested (and fuzzed) with plain bytes.
+//! - [`fake`]: a fake Envoy, so the filter is tested (and fuzzed) with plain bytes;
+//! - `probe` (feature `abi-probe`, tests only): a filter that exercises the host layer's
+//!   streaming replies, callouts, timers, watermarks and drain through the real Envoy.
 //!
-//! No async runtime and no I/O stack: the core, serde_json and the ABI. `unsafe` lives in
-//! the host layer alone: every other module forbids it, and `hooks` denies it but for the
-//! `#[no_mangle]` of its exports.
+//! No async runtime and no I/O stack: the core, serde_json and the ABI (and one thread of the
+//! module's own, for timers: `host::timer`). `unsafe` lives in the host layer alone: every
+//! other module forbids it, and `hooks` and `bootstrap` deny it but for the `#[no_mangle]` of
+//! their exports.
 
+pub mod bootstrap;
 #[forbid(unsafe_code)]
 pub mod config;
 #[forbid(unsafe_code)]
@@ -25,6 +31,9 @@ pub mod fake;
 pub mod filter;
 pub mod hooks;
 pub mod host;
+#[cfg(feature = "abi-probe")]
+#[forbid(unsafe_code)]
+pub mod probe;
 
 #[cfg(test)]
 #[forbid(unsafe_code)]

@@ -6,9 +6,10 @@ use responses_core::metadata::{MetadataValue, METADATA_NAMESPACE};
 use responses_core::metrics::Metric;
 use serde_json::{json, Value};
 
-use crate::fake::{self, FakeEnvoy, FakeSpan, Step};
+use crate::fake::{self, FakeEnvoy, FakeHost, FakeSpan, OwnAnswer, Step};
 use crate::filter::{BodyStatus, HeadersStatus};
-use crate::host::{Host, Side};
+use crate::host::ffi::Deferred;
+use crate::host::{Callout, CalloutId, CalloutRefused, CalloutReset, Host, Level, Side, Terminal};
 
 const POST: [(&str, &str); 3] = [
     (":method", "POST"),
@@ -734,4 +735,122 @@ fn without_tracing_the_span_is_looked_up_and_nothing_else() {
     // tag without one).
     assert_eq!(e.host.span_lookups, 2);
     assert!(e.host.span.is_none());
+}
+
+// What Envoy reports of a stream the filter answers itself (callouts, timer, drain,
+// watermarks), to an HTTP exchange, which starts none of it.
+
+#[test]
+fn an_exchange_resets_a_callout_it_did_not_start_and_is_otherwise_unmoved() {
+    let mut e = envoy();
+    post(&mut e, &json!({"model": "m", "input": "hi"}));
+    // Envoy reports a callout this exchange never started (a stale or foreign id): the
+    // exchange cancels it, at each event that says it still runs.
+    e.callout_headers(7, 200, &[("content-type", "text/event-stream")], false);
+    e.callout_data(7, b"data: {}\n\n", false);
+    e.callout_trailers(7, &[("x-end", "1")]);
+    assert_eq!(e.host.callout_resets, [7, 7, 7]);
+    e.callout_complete(7);
+    e.callout_reset(7, CalloutReset::RemoteReset);
+    assert_eq!(
+        e.host.callout_resets.len(),
+        3,
+        "its last events need nothing"
+    );
+    let warned = e.host.logs.borrow().iter().any(|(level, line)| {
+        *level == Level::Warn && line.contains("callout 7 this exchange did not start")
+    });
+    assert!(warned);
+    // A timer, drain or watermark event reaches it only if Envoy misroutes one: nothing moves.
+    assert!(!e.fire_timer(), "nothing armed");
+    e.host.timer = Some(std::time::Instant::now());
+    assert!(e.fire_timer());
+    e.host.drain_watched = true;
+    e.drain();
+    e.watermark(true);
+    e.watermark(false);
+    assert!(e.host.callouts.is_empty());
+    assert_eq!(e.host.answer, OwnAnswer::default());
+    assert!(e.host.timer.is_none());
+    assert!(e.client.reply.is_none() && !e.client.reset);
+    // The exchange goes on as if nothing happened.
+    e.response_headers(200, "application/json", false);
+    e.response_body(CHAT.as_bytes(), true);
+    assert!(e.client.ended);
+    let answer: Value = serde_json::from_slice(&e.client.body).unwrap();
+    assert_eq!(answer["status"], "completed");
+    e.assert_fail_closed("/v1/chat/completions");
+}
+
+#[test]
+fn the_fake_keeps_envoys_rules_for_callouts() {
+    let mut host = FakeHost::default();
+    let head = [
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        ("host", "upstream"),
+    ];
+    fn callout<'a>(headers: &'a [(&'a str, &'a str)]) -> Callout<'a> {
+        Callout {
+            cluster: "upstream",
+            headers,
+            body: b"{",
+            end: false,
+            timeout: None,
+        }
+    }
+    assert_eq!(
+        host.start_callout(&callout(&[(":method", "POST"), (":path", "/")])),
+        Err(CalloutRefused::MissingHeaders)
+    );
+    let head = &head[..];
+    assert_eq!(host.start_callout(&callout(head)), Ok(CalloutId(1)));
+    assert_eq!(host.start_callout(&callout(head)), Ok(CalloutId(2)));
+    host.refuse_callouts = Some(CalloutRefused::NoCluster);
+    assert_eq!(
+        host.start_callout(&callout(head)),
+        Err(CalloutRefused::NoCluster)
+    );
+    // The request body goes on until it ends.
+    assert!(host.send_callout_data(CalloutId(1), b"}", true));
+    assert!(!host.send_callout_data(CalloutId(1), b"more", false));
+    assert_eq!(host.callouts[&1].body, b"{}");
+    assert!(host.send_callout_trailers(CalloutId(2), &[("x", "y")]));
+    assert!(host.callouts[&2].ended);
+    // A reset is reported from inside the call (delivered after it); an unknown id is ignored.
+    host.reset_callout(CalloutId(1));
+    host.reset_callout(CalloutId(9));
+    assert_eq!(
+        Vec::from(host.reported.clone()),
+        [Deferred::CalloutReset(
+            CalloutId(1),
+            CalloutReset::LocalReset
+        )]
+    );
+    assert_eq!(host.callout_resets, [1, 9]);
+    assert!(!host.send_callout_trailers(CalloutId(1), &[]));
+    // Timer, drain and watermark state.
+    let at = std::time::Instant::now();
+    host.arm_timer(at);
+    assert_eq!(host.timer, Some(at));
+    host.disarm_timer();
+    assert_eq!(host.timer, None);
+    assert!(!host.watch_drain());
+    host.draining = true;
+    assert!(host.watch_drain());
+    assert!(!host.write_blocked());
+    // The filter's own answer: a head with :status, data, trailers that end it.
+    host.send_headers(&[(":status", "101"), ("upgrade", "websocket")], false);
+    host.send_data(b"\x81\x02hi", false);
+    host.send_trailers(&[("x-done", "1")]);
+    assert!(host.answer.ended);
+    assert_eq!(host.answer.body, b"\x81\x02hi");
+}
+
+#[test]
+#[should_panic(expected = "answer data after its end")]
+fn the_fake_refuses_answer_data_after_its_end() {
+    let mut host = FakeHost::default();
+    host.send_headers(&[(":status", "200")], true);
+    host.send_data(b"late", false);
 }

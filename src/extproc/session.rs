@@ -23,19 +23,19 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     body_mutation::Mutation, common_response::ResponseStatus, processing_request::Request,
-    processing_response, BodyMutation, CommonResponse, HttpHeaders, ProcessingRequest,
-    ProcessingResponse,
+    BodyMutation, CommonResponse, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 
 use super::messages::{self as msg, header, Headers};
 use super::Settings;
 use crate::config::StreamBodyMode;
-use crate::traces::{self, ExchangeSpan, Transport};
+use crate::logs;
+use crate::traces::{ExchangeSpan, Transport};
 use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
-use responses_core::exchange::{self, ErrorReply};
+use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
+use responses_core::log;
 use responses_core::metadata;
-use responses_core::openresponses::Code;
 
 pub use responses_core::environment::{Environment, System};
 
@@ -72,6 +72,9 @@ pub const HEADERS_READ: [&str; 12] = [
 /// The prefixes of the other headers the processor reads: an answer's `x-ratelimit-*`.
 pub const HEADER_PREFIXES_READ: [&str; 1] = [responses_core::upstream_failure::KEPT_HEADER_PREFIX];
 
+/// The transport field of this adapter's log lines.
+const TRANSPORT: &str = "ext_proc";
+
 /// The message an answer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Message {
@@ -93,6 +96,9 @@ pub struct Session<E = System> {
     request_id: String,
     /// The exchange's span, when traces are on.
     trace: Trace,
+    /// The JSON object that stands for the answer sent last (a response, or a stream's last
+    /// event), kept only while the span records content (`--trace-content`).
+    last_answer: Option<bytes::Bytes>,
 }
 
 /// The exchange's span: the caller's context until the exchange is ours, then the span,
@@ -115,6 +121,7 @@ impl<E: Environment> Session<E> {
             driver,
             request_id: String::new(),
             trace: Trace::Off,
+            last_answer: None,
         }
     }
 
@@ -127,6 +134,11 @@ impl<E: Environment> Session<E> {
     /// Whether this exchange is being translated (for tests).
     pub fn is_translating(&self) -> bool {
         self.driver.is_ours()
+    }
+
+    /// Its request body is decoded as it comes (a compressed body).
+    pub fn decodes_request(&self) -> bool {
+        self.driver.exchange().is_some_and(|e| e.decodes_request())
     }
 
     /// `x-request-id` of the exchange (empty before the request headers), for logs.
@@ -229,7 +241,20 @@ impl<E: Environment> Session<E> {
     }
 
     /// The driver's action as the answer to a message.
-    fn carry(&self, at: Message, action: Action) -> Vec<ProcessingResponse> {
+    fn carry(&mut self, at: Message, action: Action) -> Vec<ProcessingResponse> {
+        if let Trace::Open(span) = &self.trace {
+            if span.wants_content() {
+                match &action {
+                    Action::Send { events, .. } => {
+                        if let Some(last) = events.last() {
+                            self.last_answer = Some(last);
+                        }
+                    }
+                    Action::Answer { answer, .. } => self.last_answer = answer.body.last_object(),
+                    _ => {}
+                }
+            }
+        }
         let (common, mode) = match action {
             Action::Reply { error, cause } => return vec![self.reply(&error, cause)],
             // Envoy resets a stream whose head went out when it is answered this way.
@@ -253,14 +278,8 @@ impl<E: Environment> Session<E> {
                 (msg::common(headers(edits), None, false), mode)
             }
             Action::Forward { edits, request } => {
-                tracing::info!(
-                    request_id = %self.request_id,
-                    response_id = self.driver.summary().and_then(|s| s.response_id.as_deref()).unwrap_or(""),
-                    model = %request.model,
-                    stream = request.stream,
-                    body_bytes = request.body.len(),
-                    "translated request"
-                );
+                let line = log::forwarded(self.driver.summary(), &request);
+                logs::emit(&line, TRANSPORT, &self.request_id);
                 if self.settings.log_content {
                     log_content(&self.request_id, "upstream request", &request.body);
                 }
@@ -278,19 +297,23 @@ impl<E: Environment> Session<E> {
                 )
             }
             // The stream's last events, then the trailers.
-            Action::Send { bytes, .. } if at == Message::ResponseTrailers => {
+            Action::Send { events, .. } if at == Message::ResponseTrailers => {
                 return vec![
-                    msg::streamed_body(Vec::from(bytes), true),
+                    msg::streamed_body(Vec::from(events.into_bytes()), true),
                     msg::response_trailers(),
                 ]
             }
-            Action::Send { bytes, end }
+            Action::Send { events, end }
                 if matches!(at, Message::ResponseBody | Message::Failure) =>
             {
-                return vec![self.stream_bytes(bytes, end)]
+                return vec![self.stream_bytes(events.into_bytes(), end)]
             }
-            Action::Send { bytes, .. } => (
-                msg::common(Headers::default(), Some(Vec::from(bytes)), false),
+            Action::Send { events, .. } => (
+                msg::common(
+                    Headers::default(),
+                    Some(Vec::from(events.into_bytes())),
+                    false,
+                ),
                 None,
             ),
             // A trailers answer cannot carry a body: the answer goes as Envoy's reply.
@@ -299,15 +322,18 @@ impl<E: Environment> Session<E> {
             {
                 return vec![msg::immediate(
                     answer.status,
-                    answer.content_type,
-                    Vec::from(answer.body),
+                    answer.body.content_type(),
+                    answer.body.to_vec(),
                     Cause::Answer.details(),
                 )]
             }
-            Action::Answer { edits, answer } => (
-                msg::common(headers(edits), Some(Vec::from(answer.body)), false),
-                None,
-            ),
+            Action::Answer { edits, answer } => {
+                let body = match answer.body {
+                    Body::Json(bytes) => Vec::from(bytes),
+                    Body::Events(events) => Vec::from(events.into_bytes()),
+                };
+                (msg::common(headers(edits), Some(body), false), None)
+            }
         };
         vec![wrap(at, common, mode)]
     }
@@ -337,35 +363,12 @@ impl<E: Environment> Session<E> {
     /// it is recorded on its span (the metrics have it from its event).
     fn finished(&mut self, f: &Finished, last: Option<&mut ProcessingResponse>) {
         let s = &f.summary;
-        if f.cut {
-            // The client got a cut answer (or none).
-            tracing::info!(
-                request_id = %self.request_id,
-                "exchange ended by Envoy before its answer was complete \
-                 (client disconnected, upstream reset or timeout)"
-            );
-        } else {
-            tracing::info!(
-                request_id = %self.request_id,
-                response_id = s.response_id.as_deref().unwrap_or(""),
-                operation = s.operation.as_str(),
-                stream = s.stream,
-                outcome = ?s.outcome,
-                code = s.error_code.as_ref().map(Code::as_str).unwrap_or(""),
-                "answer translated"
-            );
+        logs::emit(&log::finished(f), TRANSPORT, &self.request_id);
+        if !f.cut {
+            if let (Trace::Open(span), Some(answer)) = (&mut self.trace, self.last_answer.take()) {
+                span.record_answer(&answer);
+            }
             if let Some(last) = last {
-                if let Trace::Open(span) = &mut self.trace {
-                    if let (true, Some(body)) = (span.wants_content(), answer_body(last)) {
-                        // A stream's last bytes: its terminal event holds the response.
-                        let answer = if body.first() == Some(&b'{') {
-                            body
-                        } else {
-                            traces::terminal_event(body)
-                        };
-                        span.record_answer(answer);
-                    }
-                }
                 last.dynamic_metadata = Some(metadata(s));
             }
         }
@@ -390,21 +393,8 @@ impl<E: Environment> Session<E> {
 
     /// An error envelope as Envoy's reply, in place of the request or of the upstream's answer.
     fn reply(&self, error: &ErrorReply, cause: Cause) -> ProcessingResponse {
-        let code = error.error.code.as_ref().map(Code::as_str).unwrap_or("");
-        match cause {
-            Cause::Request => tracing::info!(
-                request_id = %self.request_id,
-                status = error.status(),
-                code,
-                "rejected request"
-            ),
-            Cause::Answer => tracing::warn!(
-                request_id = %self.request_id,
-                status = error.status(),
-                code,
-                "answered with an error envelope"
-            ),
-        }
+        let line = log::replied(error, cause == Cause::Request);
+        logs::emit(&line, TRANSPORT, &self.request_id);
         let kept = error
             .headers
             .iter()
@@ -437,22 +427,6 @@ fn wrap(at: Message, mut c: CommonResponse, mode: Option<ProcessingMode>) -> Pro
         Message::ResponseBody | Message::ResponseTrailers | Message::Failure => {
             msg::response_body(c)
         }
-    }
-}
-
-/// The body an answer gives the client: an immediate response's, or a body mutation's.
-fn answer_body(answer: &ProcessingResponse) -> Option<&[u8]> {
-    use processing_response::Response as R;
-    let common = match answer.response.as_ref()? {
-        R::ImmediateResponse(i) => return Some(&i.body),
-        R::RequestHeaders(h) | R::ResponseHeaders(h) => h.response.as_ref()?,
-        R::RequestBody(b) | R::ResponseBody(b) => b.response.as_ref()?,
-        _ => return None,
-    };
-    match common.body_mutation.as_ref()?.mutation.as_ref()? {
-        Mutation::Body(b) => Some(b),
-        Mutation::StreamedResponse(s) => Some(&s.body),
-        _ => None,
     }
 }
 

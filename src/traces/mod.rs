@@ -156,6 +156,11 @@ impl Traces {
 
     /// The caller's trace context from its W3C headers (`traceparent`, `tracestate`), read by
     /// `header`; an empty context (a new trace) when there is none or it is malformed.
+    /// Whether `--trace-content` records bodies on the spans.
+    pub fn wants_content(&self) -> bool {
+        self.content
+    }
+
     pub fn parent<'h>(&self, header: impl Fn(&str) -> Option<&'h str>) -> Context {
         // The lifetime marker ties the headers' borrow to the extractor's.
         struct Headers<'h, F>(F, std::marker::PhantomData<&'h str>);
@@ -399,21 +404,6 @@ fn text(body: &[u8]) -> String {
         s.push_str(&format!(" [cut: {} bytes in all]", body.len()));
     }
     s
-}
-
-/// The terminal event of a translated SSE stream in its last bytes (`data: {...}` before
-/// `data: [DONE]`), for `--trace-content`.
-pub fn terminal_event(sse: &[u8]) -> &[u8] {
-    let Some(start) = sse
-        .windows(7)
-        .rposition(|w| w == b"data: {")
-        .map(|i| i + "data: ".len())
-    else {
-        return sse;
-    };
-    let rest = &sse[start..];
-    let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-    &rest[..end]
 }
 
 #[cfg(test)]

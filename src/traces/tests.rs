@@ -82,7 +82,7 @@ fn off_by_default() {
         // No tracer, no exporter task (this test has no runtime to spawn one on).
         assert!(matches!(Traces::start(&config, None), Ok(None)));
     }
-    // http:// and https:// only (https: tests/e2e_tracing.rs).
+    // http:// and https:// only (https: tests/e2e/tracing.rs).
     let other = Config {
         otlp_endpoint: Some("collector:4317".into()),
         ..Config::default()
@@ -152,10 +152,8 @@ fn the_docs_list_every_attribute() {
 }
 
 #[test]
-fn content_is_cut_and_the_terminal_event_found() {
+fn content_is_cut() {
     let long = vec![b'x'; MAX_CONTENT_BYTES + 10];
     let t = text(&long);
     assert!(t.starts_with("xxx") && t.ends_with(&format!("[cut: {} bytes in all]", long.len())));
-    let sse = b"event: response.output_text.done\ndata: {\"a\":1}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\"}\n\ndata: [DONE]\n\n";
-    assert_eq!(terminal_event(sse), b"{\"type\":\"response.completed\"}");
 }

@@ -1,47 +1,22 @@
-//! The Chat request of one WebSocket response, sent with reqwest (streaming) back through
-//! Envoy's listener, and its answer as a sequence of events for the connection's loop.
+//! The Chat calls of the WebSocket connections, sent with reqwest (streaming) back through
+//! Envoy's listener, and their answers as a sequence of events for the connection's loop.
 
 use std::future::Future;
 use std::pin::Pin;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
 use super::WsSettings;
-use responses_core::exchange::{UpstreamRequest, JSON};
-use responses_core::upstream_failure::keeps_headers;
-
-/// Handshake headers that go on to each Chat request: credentials, tracing, the client's
-/// name. Everything else of the handshake (cookies, `sec-websocket-*`) stays here.
-pub const FORWARDED_HEADERS: &[&str] = &[
-    "authorization",
-    "x-api-key",
-    "openai-organization",
-    "openai-project",
-    "x-request-id",
-    "traceparent",
-    "tracestate",
-    "user-agent",
-];
-
-/// The handshake's headers that are forwarded (see [`FORWARDED_HEADERS`]).
-pub fn forwarded_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
-    FORWARDED_HEADERS
-        .iter()
-        .filter_map(|name| {
-            let value = headers.get(*name)?;
-            Some((HeaderName::from_static(name), value.clone()))
-        })
-        .collect()
-}
+use responses_core::call::Call as CoreCall;
 
 /// The HTTP client of the transport (one pool for all connections).
 #[derive(Debug)]
 pub struct Upstream {
     client: reqwest::Client,
-    url: String,
-    model_header: HeaderName,
+    /// `--ws-upstream`, without its trailing slash: a call's path goes after it.
+    base: String,
 }
 
 type Pending = Pin<Box<dyn Future<Output = reqwest::Result<reqwest::Response>> + Send>>;
@@ -59,9 +34,6 @@ pub enum Call {
 pub enum UpstreamEvent {
     Head {
         status: u16,
-        content_type: String,
-        /// Every header of an answer that is not a success (the core keeps some on the
-        /// error event; a success's are not read).
         headers: reqwest::header::HeaderMap,
         body: Body,
     },
@@ -73,14 +45,9 @@ pub enum UpstreamEvent {
 
 impl Upstream {
     pub fn new(settings: &WsSettings) -> Result<Self, String> {
-        let url = format!(
-            "{}{}",
-            settings.upstream.trim_end_matches('/'),
-            settings.exchange.chat_path
-        );
+        let base = settings.upstream.trim_end_matches('/').to_owned();
+        let url = format!("{base}{}", settings.exchange.chat_path);
         reqwest::Url::parse(&url).map_err(|e| format!("--ws-upstream {url}: {e}"))?;
-        let model_header = HeaderName::from_bytes(settings.exchange.model_header.as_bytes())
-            .map_err(|e| format!("--model-header: {e}"))?;
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(5))
             // Every request is on loopback to Envoy: no proxy from the environment.
@@ -88,48 +55,28 @@ impl Upstream {
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("the WebSocket transport's HTTP client: {e}"))?;
-        Ok(Upstream {
-            client,
-            url,
-            model_header,
-        })
+        Ok(Upstream { client, base })
     }
 
-    /// Sends the Chat request with the handshake's `forwarded` headers; `trace` (the
-    /// response's span context, traces on) replaces their `traceparent` and `tracestate`.
-    pub fn call(
-        &self,
-        req: UpstreamRequest,
-        forwarded: &[(HeaderName, HeaderValue)],
-        trace: &[(HeaderName, HeaderValue)],
-    ) -> Call {
-        let mut builder = self
-            .client
-            .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, JSON)
-            .header(
-                reqwest::header::ACCEPT,
-                if req.stream {
-                    "text/event-stream"
-                } else {
-                    JSON
-                },
-            );
-        if let Ok(model) = HeaderValue::from_str(&req.model) {
-            builder = builder.header(self.model_header.clone(), model);
+    /// Makes the connection's call; `trace` (the response's span context, traces on)
+    /// replaces the `traceparent` and `tracestate` it carries from the handshake.
+    pub fn call(&self, call: CoreCall, trace: &[(HeaderName, HeaderValue)]) -> Call {
+        let mut builder = self.client.post(format!("{}{}", self.base, call.path));
+        let replaced =
+            |name: &str| !trace.is_empty() && (name == "traceparent" || name == "tracestate");
+        for (name, value) in call.headers.iter().filter(|(name, _)| !replaced(name)) {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) else {
+                continue;
+            };
+            builder = builder.header(name, value);
         }
-        // The response's span (a child of the handshake's trace) is the Chat request's parent.
-        let handshake_trace = |name: &HeaderName| {
-            !trace.is_empty() && (name == "traceparent" || name == "tracestate")
-        };
-        for (name, value) in forwarded
-            .iter()
-            .filter(|(name, _)| !handshake_trace(name))
-            .chain(trace)
-        {
+        for (name, value) in trace {
             builder = builder.header(name.clone(), value.clone());
         }
-        Call::Waiting(Box::pin(builder.body(req.body).send()))
+        Call::Waiting(Box::pin(builder.body(call.body).send()))
     }
 }
 
@@ -139,26 +86,11 @@ impl Call {
     pub async fn next(&mut self) -> UpstreamEvent {
         match self {
             Call::Waiting(pending) => match pending.await {
-                Ok(resp) => {
-                    let content_type = resp
-                        .headers()
-                        .get(reqwest::header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("")
-                        .to_owned();
-                    let status = resp.status().as_u16();
-                    let headers = if keeps_headers(status) {
-                        resp.headers().clone()
-                    } else {
-                        reqwest::header::HeaderMap::new()
-                    };
-                    UpstreamEvent::Head {
-                        status,
-                        content_type,
-                        headers,
-                        body: Box::pin(resp.bytes_stream()),
-                    }
-                }
+                Ok(mut resp) => UpstreamEvent::Head {
+                    status: resp.status().as_u16(),
+                    headers: std::mem::take(resp.headers_mut()),
+                    body: Box::pin(resp.bytes_stream()),
+                },
                 Err(e) => UpstreamEvent::Failed(format!(
                     "The upstream could not be reached: {}.",
                     error_chain(&e)

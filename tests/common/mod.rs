@@ -10,9 +10,11 @@
 //!   an in-process ext_proc server that changes nothing (to test Envoy wiring on its own);
 //! * [`upstream::ScriptedUpstream`]: a Chat Completions stand-in answering from a per-test script
 //!   and recording every request; [`upstream::DemoUpstream`]: the built-in demo, in-process;
+//! * [`codex`]: Codex CLI 0.171's recorded OpenAI-mode requests and what each becomes;
 //! * [`recorded`]: the recorded upstream failures (tests/fixtures/upstream_errors/), each as a
 //!   scripted reply;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
+//! * [`compressed`]: compressed request bodies, hostile shapes included;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
 //! * [`prom::Export`]: a Prometheus text export, read (the processor's and Envoy's);
@@ -27,6 +29,8 @@
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod codex;
+pub mod compressed;
 pub mod envoy;
 pub mod examples;
 #[path = "../../core/tests/common/json.rs"]

@@ -101,6 +101,15 @@ pub fn module_config(args: &[&str]) -> (String, Vec<String>) {
             }
             // A list flag takes commas; its key, a JSON array.
             (Some(v), serde_json::Value::Array(_)) => v.split(',').collect(),
+            // A map flag takes comma-separated `key=value` pairs; its key, a JSON object.
+            (Some(v), serde_json::Value::Object(_)) => v
+                .split(',')
+                .map(|pair| {
+                    let (k, v) = pair.split_once('=').expect("a `key=value` pair");
+                    (k.to_owned(), serde_json::Value::from(v))
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
             (Some(v), _) => serde_json::Value::from(*v),
         };
         i += if matches!(value, serde_json::Value::Bool(_)) {

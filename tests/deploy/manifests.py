@@ -15,12 +15,12 @@ core/src/settings.rs (a test checks copies it broke on purpose).
   manager, a cluster into the clusters, connection manager fields into one) and written to
   OUTDIR, for `envoy --mode validate`; so is what an EnvoyProxy merges into Envoy Gateway's
   bootstrap.
-* The routing header is ours: every Envoy that runs the translation removes a client's
-  x-responses-model before it routes. The shipped bootstraps (envoy/*.yaml, the examples) and
-  the ConfigMaps' have the early header mutation in every connection manager; each Istio
-  EnvoyFilter that inserts the filter has a NETWORK_FILTER patch adding it for the same
-  context; each Gateway an Envoy Gateway policy translates for has a ClientTrafficPolicy with
-  earlyRequestHeaders removing it.
+* The routing headers are ours: every Envoy that runs the translation removes a client's
+  x-responses-model and x-responses-upstream-model before it routes. The shipped bootstraps
+  (envoy/*.yaml, the examples) and the ConfigMaps' have the early header mutation in every
+  connection manager; each Istio EnvoyFilter that inserts the filter has a NETWORK_FILTER
+  patch adding it for the same context; each Gateway an Envoy Gateway policy translates for
+  has a ClientTrafficPolicy with earlyRequestHeaders removing them.
 Prints one line per file written. Needs PyYAML (installed with kubernetes-validate).
 """
 
@@ -69,8 +69,9 @@ REQUIRED = {
     "ClientTrafficPolicy": ["spec.targetRefs"],
 }
 
-# The request header the translation sets for routes (the default of `model_header`).
-MODEL_HEADER = "x-responses-model"
+# The request headers the translation sets for routes (the defaults of `model_header` and
+# `upstream_model_header`).
+MODEL_HEADERS = ["x-responses-model", "x-responses-upstream-model"]
 # The HTTP filters that translate: ext_proc (the processor) and the dynamic module.
 TRANSLATING_FILTERS = {"envoy.filters.http.ext_proc", "envoy.filters.http.dynamic_modules"}
 HCM = "envoy.filters.network.http_connection_manager"
@@ -162,18 +163,18 @@ def module_filter_config(value):
     return {}
 
 
-def removes_model_header(hcm):
-    """Whether an HTTP connection manager's typed_config removes the model header before it
-    routes (an early header mutation)."""
+def kept_model_headers(hcm):
+    """The model headers an HTTP connection manager's typed_config does not remove before it
+    routes (with an early header mutation)."""
+    removed = set()
     for ext in hcm.get("early_header_mutation_extensions") or []:
         for mutation in ext.get("typed_config", {}).get("mutations") or []:
-            if str(mutation.get("remove", "")).lower() == MODEL_HEADER:
-                return True
-    return False
+            removed.add(str(mutation.get("remove", "")).lower())
+    return [h for h in MODEL_HEADERS if h not in removed]
 
 
 def check_bootstrap_removes_model_header(name, text):
-    """Every HTTP connection manager of a bootstrap removes the model header early."""
+    """Every HTTP connection manager of a bootstrap removes the model headers early."""
     listeners = (yaml.safe_load(text).get("static_resources") or {}).get("listeners") or []
     found = 0
     for listener in listeners:
@@ -181,9 +182,10 @@ def check_bootstrap_removes_model_header(name, text):
             for f in chain.get("filters") or []:
                 if f.get("name") == HCM:
                     found += 1
-                    if not removes_model_header(f.get("typed_config", {})):
+                    kept = kept_model_headers(f.get("typed_config", {}))
+                    if kept:
                         sys.exit(f"manifests: {name}: listener {listener.get('name')} does not "
-                                 f"remove {MODEL_HEADER} before routing "
+                                 f"remove {', '.join(kept)} before routing "
                                  "(early_header_mutation_extensions)")
     if not found:
         sys.exit(f"manifests: {name}: no HTTP connection manager")
@@ -198,23 +200,25 @@ def shipped_bootstraps():
 
 
 def check_envoyfilter_removes_model_header(file, doc):
-    """An EnvoyFilter that inserts a translating filter also removes the model header early, in
+    """An EnvoyFilter that inserts a translating filter also removes the model headers early, in
     the same context (gateway, sidecar)."""
     patches = doc["spec"]["configPatches"]
     contexts = {p["match"].get("context") for p in patches
                 if p["applyTo"] == "HTTP_FILTER" and p["patch"]["value"].get("name") in TRANSLATING_FILTERS}
     for context in contexts:
-        if not any(p["applyTo"] == "NETWORK_FILTER" and p["match"].get("context") == context
-                   and removes_model_header(p["patch"]["value"].get("typed_config", {}))
-                   for p in patches):
+        kept = set(MODEL_HEADERS)
+        for p in patches:
+            if p["applyTo"] == "NETWORK_FILTER" and p["match"].get("context") == context:
+                kept &= set(kept_model_headers(p["patch"]["value"].get("typed_config", {})))
+        if kept:
             sys.exit(f"manifests: {file}: EnvoyFilter {doc['metadata']['name']} translates in "
-                     f"{context} but does not remove {MODEL_HEADER} there before routing "
-                     "(a NETWORK_FILTER patch with early_header_mutation_extensions)")
+                     f"{context} but does not remove {', '.join(sorted(kept))} there before "
+                     "routing (a NETWORK_FILTER patch with early_header_mutation_extensions)")
 
 
 def check_gateways_remove_model_header():
     """Each Gateway an Envoy Gateway policy translates for (through the HTTPRoutes it targets)
-    has a ClientTrafficPolicy removing the model header early; per file (each is applied on
+    has a ClientTrafficPolicy removing the model headers early; per file (each is applied on
     its own)."""
     by_file = {}
     for file, doc in docs():
@@ -231,14 +235,15 @@ def check_gateways_remove_model_header():
                     sys.exit(f"manifests: {file}: {d['metadata']['name']} targets {ref}, not an HTTPRoute of this file")
                 gateways.update(p["name"] for p in route["spec"]["parentRefs"])
         for gateway in sorted(gateways):
-            if not any(d.get("kind") == "ClientTrafficPolicy"
-                       and any(r.get("kind") == "Gateway" and r.get("name") == gateway
-                               for r in d["spec"]["targetRefs"])
-                       and MODEL_HEADER in [h.lower() for h in
-                                            get(d, "spec.headers.earlyRequestHeaders.remove") or []]
-                       for d in file_docs):
+            kept = set(MODEL_HEADERS)
+            for d in file_docs:
+                if d.get("kind") == "ClientTrafficPolicy" and any(
+                        r.get("kind") == "Gateway" and r.get("name") == gateway
+                        for r in d["spec"]["targetRefs"]):
+                    kept -= {h.lower() for h in get(d, "spec.headers.earlyRequestHeaders.remove") or []}
+            if kept:
                 sys.exit(f"manifests: {file}: Gateway {gateway} translates but no ClientTrafficPolicy "
-                         f"removes {MODEL_HEADER} before routing (headers.earlyRequestHeaders)")
+                         f"removes {', '.join(sorted(kept))} before routing (headers.earlyRequestHeaders)")
 
 
 def check(out):

@@ -11,10 +11,10 @@
 //!   processor (by their JSON names), and the policy names a module an EnvoyProxy allows;
 //! * the Kubernetes manifests pass kubernetes-validate --strict (the JSON schemas of
 //!   Kubernetes 1.37, from PyPI; installed by deploy/install-clients.sh);
-//! * the routing header is ours: every Envoy that translates (the shipped bootstraps, the
+//! * the routing headers are ours: every Envoy that translates (the shipped bootstraps, the
 //!   ConfigMaps', the Istio gateway and sidecar, the Envoy Gateway Gateways) removes a client's
-//!   `x-responses-model` before it routes, and a copy of any of them without the removal fails
-//!   the check.
+//!   `x-responses-model` and `x-responses-upstream-model` before it routes, and a copy of any of
+//!   them without either removal fails the check.
 
 use crate::common;
 
@@ -117,88 +117,63 @@ fn copy_checked_files(root: &std::path::Path) {
     .unwrap();
 }
 
-/// A manifest that lets a client's `x-responses-model` reach routing fails the check: each
-/// file that removes it, with the removal turned into one of another header (a ConfigMap is
-/// checked for it before it is compared with `envoy/envoy.yaml`).
+/// A manifest that lets a client's `x-responses-model` or `x-responses-upstream-model` reach
+/// routing fails the check: each file that removes them, with one removal turned into one of
+/// another header (a ConfigMap is checked for it before it is compared with
+/// `envoy/envoy.yaml`).
 #[test]
 fn a_manifest_that_keeps_a_clients_model_header_fails_the_check() {
+    // Each file, how it writes one header's removal (`{}`: the header), and how many times.
     let removals = [
-        ("envoy/envoy.yaml", "- remove: x-responses-model", 1),
-        ("envoy/envoy-module.yaml", "- remove: x-responses-model", 1),
-        (
-            "envoy/examples/extproc-tls.yaml",
-            "- remove: x-responses-model",
-            1,
-        ),
-        (
-            "deploy/kubernetes/sidecar.yaml",
-            "- remove: x-responses-model",
-            1,
-        ),
-        (
-            "deploy/istio/envoyfilter.yaml",
-            "- remove: x-responses-model",
-            2,
-        ),
-        (
-            "deploy/istio/envoyfilter-module.yaml",
-            "- remove: x-responses-model",
-            1,
-        ),
-        (
-            "deploy/envoy-gateway/extension-policy.yaml",
-            "remove: [\"x-responses-model\"]",
-            1,
-        ),
-        (
-            "deploy/envoy-gateway/module-policy.yaml",
-            "remove: [\"x-responses-model\"]",
-            1,
-        ),
+        ("envoy/envoy.yaml", "- remove: {}\n", 1),
+        ("envoy/envoy-module.yaml", "- remove: {}\n", 1),
+        ("envoy/examples/extproc-tls.yaml", "- remove: {}\n", 1),
+        ("deploy/kubernetes/sidecar.yaml", "- remove: {}\n", 1),
+        ("deploy/istio/envoyfilter.yaml", "- remove: {}\n", 2),
+        ("deploy/istio/envoyfilter-module.yaml", "- remove: {}\n", 1),
+        ("deploy/envoy-gateway/extension-policy.yaml", "\"{}\"", 1),
+        ("deploy/envoy-gateway/module-policy.yaml", "\"{}\"", 1),
     ];
-    for (file, removal, count) in removals {
-        let shipped = std::fs::read_to_string(repo_root().join(file)).unwrap();
-        assert_eq!(shipped.matches(removal).count(), count, "{file}: {removal}");
-        // Each occurrence alone (the Istio file has the gateway's and the sidecar's).
-        for nth in 0..count {
-            let root = TempDir::new("manifests-root");
-            copy_checked_files(root.path());
-            let mut seen = 0;
-            let broken =
-                shipped
-                    .split(removal)
-                    .enumerate()
-                    .fold(String::new(), |mut text, (i, part)| {
+    for header in ["x-responses-model", "x-responses-upstream-model"] {
+        for (file, form, count) in removals {
+            let removal = form.replace("{}", header);
+            let other = form.replace("{}", "x-other-header");
+            let shipped = std::fs::read_to_string(repo_root().join(file)).unwrap();
+            assert_eq!(
+                shipped.matches(&removal).count(),
+                count,
+                "{file}: {removal}"
+            );
+            // Each occurrence alone (the Istio file has the gateway's and the sidecar's).
+            for nth in 0..count {
+                let root = TempDir::new("manifests-root");
+                copy_checked_files(root.path());
+                let broken = shipped.split(&removal).enumerate().fold(
+                    String::new(),
+                    |mut text, (i, part)| {
                         if i > 0 {
-                            text.push_str(if seen == nth {
-                                "- remove: x-other-header"
-                            } else {
-                                removal
-                            });
-                            seen += 1;
+                            text.push_str(if i - 1 == nth { &other } else { &removal });
                         }
                         text.push_str(part);
                         text
-                    });
-            let broken = if file.contains("envoy-gateway") {
-                broken.replace("- remove: x-other-header", "remove: [\"x-other-header\"]")
-            } else {
-                broken
-            };
-            std::fs::write(root.path().join(file), &broken).unwrap();
-            let out_dir = TempDir::new("manifests-out");
-            let out = Command::new(venv("python"))
-                .arg(repo_root().join("tests/deploy/manifests.py"))
-                .arg("check")
-                .arg(out_dir.path())
-                .arg(root.path())
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success() && text.contains("x-responses-model"),
-                "{file} (occurrence {nth}) without the removal passed the check: {text}"
-            );
+                    },
+                );
+                std::fs::write(root.path().join(file), &broken).unwrap();
+                let out_dir = TempDir::new("manifests-out");
+                let out = Command::new(venv("python"))
+                    .arg(repo_root().join("tests/deploy/manifests.py"))
+                    .arg("check")
+                    .arg(out_dir.path())
+                    .arg(root.path())
+                    .output()
+                    .unwrap();
+                let text = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    !out.status.success() && text.contains(header),
+                    "{file} (occurrence {nth}) without the removal of {header} passed the \
+                     check: {text}"
+                );
+            }
         }
     }
 }

@@ -664,6 +664,105 @@ async fn a_forged_model_header_does_not_change_a_requests_route() {
     );
 }
 
+/// The model map (`--model-map`, `model_map`) through the real Envoy, with the shipped
+/// config's model route matching the upstream model header instead: a request for `gpt-5.4`
+/// reaches the demo upstream the route picks as the mapped name, with both model headers (the
+/// name asked for, the name sent); another `gpt-*` name takes the pattern's; a name the map
+/// does not match passes unchanged. The answers (JSON, and every event of a stream) name the
+/// model asked for, though the demo answers with the name it was sent. A client's own upstream
+/// model header steers nothing.
+#[tokio::test]
+async fn the_model_map_sends_the_mapped_name_and_routes_on_the_upstream_header() {
+    let small = common::RecordingDemo::start();
+    let big = common::RecordingDemo::start();
+    let big_port = big.port();
+    let route_on_the_sent_name = move |shipped: String| {
+        let config = with_model_route(shipped, big_port);
+        let (header, value) = (
+            "- name: x-responses-model\n",
+            "string_match: {exact: \"big-model\"}",
+        );
+        assert_eq!(config.matches(header).count(), 1, "the example's header");
+        assert_eq!(config.matches(value).count(), 1, "the example's value");
+        config
+            .replace(header, "- name: x-responses-upstream-model\n")
+            .replace(value, "string_match: {exact: \"qwen3-coder\"}")
+    };
+    let stack = Stack::start_with(
+        small.port(),
+        &["--model-map", "gpt-5.4=qwen3-coder,gpt-*=qwen3"],
+        route_on_the_sent_name,
+    );
+    let envoy = &stack.envoy;
+
+    // (asked, sent, the upstream that gets it)
+    for (asked, sent, to_big) in [
+        ("gpt-5.4", "qwen3-coder", true),
+        ("gpt-4o-mini", "qwen3", false),
+        ("llama", "llama", false),
+    ] {
+        for stream in [false, true] {
+            let (big_before, small_before) = (big.requests().len(), small.requests().len());
+            let response = client()
+                .post(envoy.url("/v1/responses"))
+                .json(&json!({"model": asked, "input": "hi", "stream": stream}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{asked}");
+            let text = response.text().await.unwrap();
+            let models: Vec<Value> = if stream {
+                parse_sse_json(&text)
+                    .into_iter()
+                    .filter_map(|(_, e)| e.get("response").map(|r| r["model"].clone()))
+                    .collect()
+            } else {
+                let answer: Value = serde_json::from_str(&text).unwrap();
+                assert_valid("ResponseResource", &answer);
+                vec![answer["model"].clone()]
+            };
+            assert!(!models.is_empty(), "{text}");
+            assert!(models.iter().all(|m| m == asked), "{asked}: {models:?}");
+
+            let (got, other) = if to_big {
+                (&big, &small)
+            } else {
+                (&small, &big)
+            };
+            let requests = got.requests();
+            let before = if to_big { big_before } else { small_before };
+            assert_eq!(
+                requests.len(),
+                before + 1,
+                "{asked}: routed by the name sent"
+            );
+            assert_eq!(
+                other.requests().len(),
+                if to_big { small_before } else { big_before }
+            );
+            let request = requests.last().unwrap();
+            assert_eq!(request.json()["model"], sent, "{asked}");
+            assert_eq!(request.header("x-responses-model"), Some(asked));
+            assert_eq!(request.header("x-responses-upstream-model"), Some(sent));
+        }
+    }
+
+    // A direct Chat request forging the upstream model header: routed as without it, and the
+    // header does not reach the upstream.
+    let chat = client()
+        .post(envoy.url("/v1/chat/completions"))
+        .header("x-responses-upstream-model", "qwen3-coder")
+        .json(&json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    let last = small.requests().last().cloned().unwrap();
+    assert_eq!(last.json()["model"], "small");
+    assert_eq!(last.header("x-responses-upstream-model"), None);
+    assert_eq!(big.requests().len(), 2, "only the two gpt-5.4 requests");
+}
+
 // ---- with the real translator (the `responses-extproc` binary, or the module) ----
 
 #[tokio::test]

@@ -1,43 +1,244 @@
-//! The connection's rules with plain bytes: messages in, Chat requests and events out.
+//! The connection's rules with plain bytes: a client's frames in, frames, calls, timers and
+//! events out. No socket, no clock: every time is given.
 
 use super::*;
+use crate::call::Call;
+use crate::life::Finished;
 use serde_json::json;
+use std::cell::Cell;
 
 const SSE: &str = "text/event-stream";
+const JSON_TYPE: &str = "application/json";
 
-fn settings() -> Arc<Settings> {
-    Arc::new(Settings::default())
+/// A fixed wall clock and ids that differ per response.
+#[derive(Debug, Default)]
+struct Counter(Cell<u128>);
+
+impl Environment for Counter {
+    fn now(&self) -> u64 {
+        1_700_000_000
+    }
+
+    fn id_seed(&self) -> u128 {
+        self.0.set(self.0.get() + 1);
+        self.0.get()
+    }
 }
 
 fn limits() -> Limits {
     Limits {
         max_message_bytes: 64 * 1024,
         max_context_bytes: 1 << 20,
+        idle_timeout: Duration::from_secs(300),
+        max_age: Duration::from_secs(3600),
+        max_unread_bytes: 1 << 20,
+        max_socket_bytes: 16 << 20,
     }
 }
 
-fn connection() -> Connection {
-    Connection::new(settings(), limits(), ReasoningEvents::Spec)
+/// A frame the server sent.
+#[derive(Debug, Clone, PartialEq)]
+enum Frame {
+    Text(Value),
+    Close(u16, String),
+    Pong(Vec<u8>),
 }
 
-/// The time of an input: these tests do not look at timing (the driver's tests do).
-/// The headers of an answer that has none worth reading.
-fn no_headers() -> [(&'static str, &'static str); 0] {
-    []
+/// A client of one connection, and the clock of its inputs.
+struct Client {
+    conn: Connection<Counter>,
+    t0: Instant,
+    ms: u64,
+    /// Frames received but not looked at yet (`texts` leaves the others here).
+    unread: Vec<Frame>,
 }
 
-fn at() -> Instant {
-    Instant::now()
-}
+impl Client {
+    fn new() -> Client {
+        Client::with(Arc::new(Settings::default()), limits(), &[])
+    }
 
-fn meta(seed: u128) -> Meta {
-    Meta {
-        now: 1_700_000_000,
-        id_seed: seed,
+    fn with(settings: Arc<Settings>, limits: Limits, headers: &[(&str, &str)]) -> Client {
+        let t0 = Instant::now();
+        let handshake = |name: &str| headers.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        Client {
+            conn: Connection::new(settings, limits, Counter::default(), handshake, t0),
+            t0,
+            ms: 0,
+            unread: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> Instant {
+        self.t0 + Duration::from_millis(self.ms)
+    }
+
+    /// Moves the clock on by `ms`.
+    fn wait(&mut self, ms: u64) {
+        self.ms += ms;
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        let now = self.now();
+        self.conn.handle_bytes(now, bytes);
+    }
+
+    fn send(&mut self, message: &[u8]) {
+        self.bytes(&masked(0x1, message));
+    }
+
+    /// What the server sent since the last look.
+    fn received(&mut self) -> Vec<Frame> {
+        let mut out = std::mem::take(&mut self.unread);
+        while let Some(bytes) = self.conn.poll_transmit() {
+            out.extend(server_frames(&bytes));
+        }
+        out
+    }
+
+    /// The text messages the server sent, as JSON; the other frames stay for `received`.
+    fn texts(&mut self) -> Vec<Value> {
+        let mut texts = Vec::new();
+        for f in self.received() {
+            match f {
+                Frame::Text(v) => texts.push(v),
+                other => self.unread.push(other),
+            }
+        }
+        texts
+    }
+
+    fn calls(&mut self) -> Vec<CallAction> {
+        std::iter::from_fn(|| self.conn.poll_call()).collect()
+    }
+
+    /// Sends a message that becomes a Chat call; returns the call.
+    fn forward(&mut self, message: &[u8]) -> Call {
+        self.send(message);
+        let calls = self.calls();
+        match &calls[..] {
+            [CallAction::Start(call)] => call.clone(),
+            other => panic!(
+                "not one call started: {other:?}; sent {:?}",
+                self.received()
+            ),
+        }
+    }
+
+    /// Sends a message that is refused: its `error` event.
+    fn reject(&mut self, message: &[u8]) -> Value {
+        self.send(message);
+        assert!(self.calls().is_empty(), "a refused message started a call");
+        let texts = self.texts();
+        assert_eq!(texts.len(), 1, "{texts:?}");
+        texts[0].clone()
+    }
+
+    fn head(&mut self, call: &Call, status: u16, content_type: &str) {
+        let now = self.now();
+        let header = |name: &str| (name == "content-type").then_some(content_type);
+        self.conn.call_head(now, call.id, status, header, || {
+            [("content-type", content_type)]
+        });
+    }
+
+    fn data(&mut self, call: &Call, bytes: &[u8]) {
+        let now = self.now();
+        self.conn.call_data(now, call.id, bytes);
+    }
+
+    fn end(&mut self, call: &Call) {
+        let now = self.now();
+        self.conn.call_end(now, call.id);
+    }
+
+    fn fail(&mut self, call: &Call, message: &str) {
+        let now = self.now();
+        self.conn.call_failed(now, call.id, message);
+    }
+
+    /// Runs `call` to its end with a stream that says `text`; returns its events.
+    fn answer(&mut self, call: &Call, text: &str) -> Vec<Value> {
+        self.head(call, 200, SSE);
+        assert!(self.received().is_empty());
+        self.data(call, chat_stream(text).as_bytes());
+        self.end(call);
+        let events = self.texts();
+        let last = events.last().map(|e| e["type"].clone());
+        assert_eq!(last, Some(json!("response.completed")), "the stream ended");
+        events
+    }
+
+    fn events(&mut self) -> Vec<Event> {
+        let now = self.now();
+        std::iter::from_fn(|| self.conn.poll_event(now)).collect()
+    }
+
+    fn timeout(&mut self) {
+        let now = self.now();
+        self.conn.handle_timeout(now);
     }
 }
 
-fn create(body: serde_json::Value) -> Vec<u8> {
+/// A client frame: masked (RFC 6455 §5.3), FIN set.
+fn masked(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    frame(0x80 | opcode, payload, true)
+}
+
+fn frame(first: u8, payload: &[u8], mask: bool) -> Vec<u8> {
+    let bit = if mask { 0x80 } else { 0 };
+    let mut f = vec![first];
+    match payload.len() {
+        n if n < 126 => f.push(bit | n as u8),
+        n if n <= 0xFFFF => {
+            f.push(bit | 126);
+            f.extend((n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(bit | 127);
+            f.extend((n as u64).to_be_bytes());
+        }
+    }
+    let key = [0x37, 0xfa, 0x21, 0x3d];
+    if mask {
+        f.extend(key);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    } else {
+        f.extend(payload);
+    }
+    f
+}
+
+/// The server's frames (unmasked, whole).
+fn server_frames(mut bytes: &[u8]) -> Vec<Frame> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        assert_eq!(bytes[0] & 0x80, 0x80, "one frame per message");
+        assert_eq!(bytes[1] & 0x80, 0, "server frames are not masked");
+        let (len, at) = match bytes[1] & 0x7f {
+            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 => (
+                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            n => (n as usize, 2),
+        };
+        let payload = &bytes[at..at + len];
+        out.push(match bytes[0] & 0x0f {
+            0x1 => Frame::Text(serde_json::from_slice(payload).expect("one JSON object")),
+            0x8 => Frame::Close(
+                u16::from_be_bytes([payload[0], payload[1]]),
+                String::from_utf8(payload[2..].to_vec()).unwrap(),
+            ),
+            0xA => Frame::Pong(payload.to_vec()),
+            other => panic!("opcode {other}"),
+        });
+        bytes = &bytes[at + len..];
+    }
+    out
+}
+
+fn create(body: Value) -> Vec<u8> {
     let mut body = body;
     body["type"] = json!("response.create");
     serde_json::to_vec(&body).unwrap()
@@ -45,7 +246,7 @@ fn create(body: serde_json::Value) -> Vec<u8> {
 
 /// A Chat stream that says `text` and stops.
 fn chat_stream(text: &str) -> String {
-    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+    let chunk = |delta: Value, finish: Option<&str>| {
         format!(
             "data: {}\n\n",
             json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
@@ -58,125 +259,144 @@ fn chat_stream(text: &str) -> String {
     s
 }
 
-fn forward(conn: &mut Connection, message: &[u8], seed: u128) -> UpstreamRequest {
-    match conn.on_text(message, meta(seed), at()) {
-        Start::Forward(up) => up,
-        Start::Reject(r) => panic!("rejected: {}", String::from_utf8_lossy(&r.frame)),
-        Start::Answered(_) => panic!("answered without the upstream"),
-    }
+fn chat(call: &Call) -> Value {
+    serde_json::from_slice(&call.body).unwrap()
 }
 
-fn reject(conn: &mut Connection, message: &[u8]) -> serde_json::Value {
-    match conn.on_text(message, meta(9), at()) {
-        Start::Reject(r) => serde_json::from_slice(&r.frame).unwrap(),
-        Start::Forward(up) => panic!("forwarded: {}", String::from_utf8_lossy(&up.body)),
-        Start::Answered(_) => panic!("answered instead of refused"),
-    }
+fn code(frame: &Value) -> &str {
+    frame["error"]["code"].as_str().unwrap_or("")
 }
 
-fn events(frames: &Frames) -> Vec<serde_json::Value> {
-    frames
-        .messages
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+fn id_of(events: &[Value]) -> String {
+    events.last().unwrap()["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn finished(events: &[Event]) -> Vec<Finished> {
+    events
         .iter()
-        .map(|m| serde_json::from_slice(m).expect("each message is one JSON object"))
+        .filter_map(|e| match e {
+            Event::Response(life::Event::Finished(f)) => Some((**f).clone()),
+            _ => None,
+        })
         .collect()
 }
 
-/// Runs one response to its end with a stream that says `text`; returns its events.
-fn answer(conn: &mut Connection, text: &str) -> Vec<serde_json::Value> {
-    let head = conn.upstream_head(200, SSE, no_headers, 1, at());
-    assert!(head.messages.is_empty() && !head.done);
-    let frames = conn.upstream_body(chat_stream(text).as_bytes(), true, 2, at());
-    assert!(frames.done, "the stream ended");
-    assert!(!conn.in_flight());
-    events(&frames)
-}
-
-fn code(frame: &serde_json::Value) -> &str {
-    frame["error"]["code"].as_str().unwrap_or("")
+fn closed(events: &[Event]) -> Vec<(u16, &'static str)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Closed { code, reason } => Some((code.0, *reason)),
+            _ => None,
+        })
+        .collect()
 }
 
 #[test]
 fn a_create_streams_events_as_messages_numbered_from_zero() {
-    let mut conn = connection();
-    let up = forward(&mut conn, &create(json!({"model": "m", "input": "hi"})), 1);
-    assert!(up.stream, "every response on a socket is streamed");
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
-    assert_eq!(chat["stream"], json!(true));
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "hi"})));
+    assert!(call
+        .headers
+        .contains(&(Cow::Borrowed("accept"), SSE.to_owned())));
+    let chat = chat(&call);
+    assert_eq!(
+        chat["stream"],
+        json!(true),
+        "every response on a socket is streamed"
+    );
     assert_eq!(chat["messages"], json!([{"role": "user", "content": "hi"}]));
-    assert!(conn.in_flight());
+    assert!(c.conn.exchange().is_some());
 
-    let events = answer(&mut conn, "Hello");
-    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let events = c.answer(&call, "Hello");
+    let types = types(&events);
     assert_eq!(types.first(), Some(&"response.created"));
     assert_eq!(types.last(), Some(&"response.completed"));
     assert!(types.contains(&"response.output_text.delta"));
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e["sequence_number"], json!(i), "{e}");
     }
-    // The next response numbers its events from 0 again.
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "input": "again"})),
-        2,
+    // The next response numbers its events from 0 again; the finished call is not
+    // cancelled.
+    assert!(c.calls().is_empty());
+    let call = c.forward(&create(json!({"model": "m", "input": "again"})));
+    assert_eq!(c.answer(&call, "x")[0]["sequence_number"], json!(0));
+}
+
+#[test]
+fn the_handshakes_credentials_go_on_to_each_call() {
+    let mut c = Client::with(
+        Arc::new(Settings::default()),
+        limits(),
+        &[
+            ("authorization", "Bearer k"),
+            ("cookie", "c"),
+            ("x-request-id", "r1"),
+        ],
     );
-    assert_eq!(answer(&mut conn, "x")[0]["sequence_number"], json!(0));
+    let call = c.forward(&create(json!({"model": "big", "input": "hi"})));
+    let header = |name: &str| {
+        call.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("authorization"), Some("Bearer k"));
+    assert_eq!(header("x-request-id"), Some("r1"));
+    assert_eq!(header("x-responses-model"), Some("big"));
+    assert_eq!(header("cookie"), None);
+    assert_eq!(call.path, "/v1/chat/completions");
 }
 
 #[test]
 fn a_continuation_sends_the_whole_context_and_echoes_the_id() {
-    let mut conn = connection();
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "instructions": "be brief", "input": "first question"})),
-        1,
-    );
-    let done = answer(&mut conn, "first answer");
-    let id = done.last().unwrap()["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(conn.context_bytes() > 0);
+    let mut c = Client::new();
+    let call = c.forward(&create(
+        json!({"model": "m", "instructions": "be brief", "input": "first question"}),
+    ));
+    let id = id_of(&c.answer(&call, "first answer"));
+    assert!(c.conn.context_bytes() > 0);
 
-    let next = create(json!({"model": "m", "previous_response_id": id,
-        "input": [{"role": "user", "content": "second question"}]}));
-    let up = forward(&mut conn, &next, 2);
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    let call = c.forward(&create(json!({"model": "m", "previous_response_id": id,
+        "input": [{"role": "user", "content": "second question"}]})));
     // Instructions are not carried over (as over HTTP, each request gives its own).
     assert_eq!(
-        chat["messages"],
+        chat(&call)["messages"],
         json!([
             {"role": "user", "content": "first question"},
             {"role": "assistant", "content": "first answer"},
             {"role": "user", "content": "second question"}
         ])
     );
-    let events = answer(&mut conn, "second answer");
-    let last = events.last().unwrap();
-    assert_eq!(last["response"]["previous_response_id"], json!(id));
-
-    // The continuation is now the context: a third turn sees all three.
-    let second = last["response"]["id"].as_str().unwrap().to_owned();
-    let up = forward(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": second, "input": "third"})),
-        3,
+    let events = c.answer(&call, "second answer");
+    assert_eq!(
+        events.last().unwrap()["response"]["previous_response_id"],
+        json!(id)
     );
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
-    assert_eq!(chat["messages"].as_array().unwrap().len(), 5);
+    // The continuation is now the context: a third turn sees all three.
+    let second = id_of(&events);
+    let call = c.forward(&create(
+        json!({"model": "m", "previous_response_id": second, "input": "third"}),
+    ));
+    assert_eq!(chat(&call)["messages"].as_array().unwrap().len(), 5);
 }
 
 #[test]
 fn only_the_last_response_can_be_continued() {
-    let mut conn = connection();
-    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
-    let first = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
-    forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
-    answer(&mut conn, "b");
-    let frame = reject(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": first, "input": "x"})),
-    );
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    let first = id_of(&c.answer(&call, "a"));
+    let call = c.forward(&create(json!({"model": "m", "input": "two"})));
+    c.answer(&call, "b");
+    let frame = c.reject(&create(
+        json!({"model": "m", "previous_response_id": first, "input": "x"}),
+    ));
     assert_eq!(code(&frame), "previous_response_not_found");
     assert_eq!(frame["status"], json!(400));
     assert_eq!(frame["type"], json!("error"));
@@ -185,111 +405,81 @@ fn only_the_last_response_can_be_continued() {
 
 #[test]
 fn an_unknown_id_leaves_the_context_in_place() {
-    let mut conn = connection();
-    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
-    let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
-    let frame = reject(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": "resp_other", "input": "x"})),
-    );
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    let id = id_of(&c.answer(&call, "a"));
+    let frame = c.reject(&create(
+        json!({"model": "m", "previous_response_id": "resp_other", "input": "x"}),
+    ));
     assert_eq!(code(&frame), "previous_response_not_found");
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
-        2,
-    );
+    c.forward(&create(
+        json!({"model": "m", "previous_response_id": id, "input": "x"}),
+    ));
 }
 
 #[test]
 fn a_failed_continuation_evicts_the_context() {
-    // Failing upstream (an error status), failing translation (a 400) and a failed stream
-    // each evict what they continued.
-    let failures: [fn(&mut Connection, &str) -> Frames; 4] = [
+    // A 400 of ours, an upstream's error, a failed translation, and a failed stream each
+    // evict what they continued.
+    let failures: [fn(&mut Client, &str) -> Vec<Value>; 4] = [
         // The official suite's `websocket-failed-continuation-evicts-cache`: an output whose
         // call is in neither the kept context nor the request.
-        |conn, id| {
-            let bad = create(json!({"model": "m", "previous_response_id": id, "input": [
+        |c, id| {
+            let frame = c.reject(&create(
+                json!({"model": "m", "previous_response_id": id, "input": [
                 {"type": "function_call_output", "call_id": "call_openresponses_missing",
-                 "output": "No matching tool call exists in the previous response."}]}));
-            match conn.on_text(&bad, meta(2), at()) {
-                Start::Reject(r) => {
-                    let frame: serde_json::Value = serde_json::from_slice(&r.frame).unwrap();
-                    assert_eq!(frame["error"]["param"], "input[2].call_id", "{frame}");
-                    assert!(frame["error"]["message"]
-                        .as_str()
-                        .unwrap()
-                        .starts_with("No tool call found for function call output with call_id call_openresponses_missing."));
-                    Frames {
-                        messages: vec![r.frame],
-                        done: true,
-                    }
-                }
-                Start::Forward(_) | Start::Answered(_) => {
-                    panic!("an output without its call was not refused")
-                }
-            }
+                 "output": "No matching tool call exists in the previous response."}]}),
+            ));
+            assert_eq!(frame["error"]["param"], "input[2].call_id", "{frame}");
+            assert!(frame["error"]["message"].as_str().unwrap().starts_with(
+                "No tool call found for function call output with call_id call_openresponses_missing."
+            ));
+            vec![frame]
         },
-        |conn, id| {
-            forward(
-                conn,
-                &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
-                2,
-            );
-            conn.upstream_head(500, "application/json", no_headers, 1, at());
-            conn.upstream_body(br#"{"error":{"message":"boom"}}"#, true, 1, at())
+        |c, id| {
+            let call = c.forward(&create(
+                json!({"model": "m", "previous_response_id": id, "input": "x"}),
+            ));
+            c.head(&call, 500, JSON_TYPE);
+            c.data(&call, br#"{"error":{"message":"boom"}}"#);
+            c.end(&call);
+            c.texts()
         },
-        |conn, id| {
-            let bad = create(
-                json!({"model": "m", "previous_response_id": id, "input": "x",
-                "temperature": "hot"}),
-            );
-            match conn.on_text(&bad, meta(2), at()) {
-                Start::Reject(r) => Frames {
-                    messages: vec![r.frame],
-                    done: true,
-                },
-                Start::Forward(_) | Start::Answered(_) => {
-                    panic!("a bad temperature was not refused")
-                }
-            }
+        |c, id| {
+            vec![
+                c.reject(&create(json!({"model": "m", "previous_response_id": id,
+                "input": "x", "temperature": "hot"}))),
+            ]
         },
-        |conn, id| {
-            forward(
-                conn,
-                &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
-                2,
-            );
-            conn.upstream_head(200, SSE, no_headers, 1, at());
-            conn.upstream_body(
+        |c, id| {
+            let call = c.forward(&create(
+                json!({"model": "m", "previous_response_id": id, "input": "x"}),
+            ));
+            c.head(&call, 200, SSE);
+            c.data(
+                &call,
                 b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n",
-                false,
-                1,
-                at(),
             );
-            conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 1, at())
+            c.fail(&call, "reset");
+            c.texts()
         },
     ];
     for fail in failures {
-        let mut conn = connection();
-        forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
-        let id = answer(&mut conn, "a").last().unwrap()["response"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let frames = fail(&mut conn, &id);
-        assert!(frames.done);
-        let last: serde_json::Value =
-            serde_json::from_slice(frames.messages.last().unwrap()).unwrap();
+        let mut c = Client::new();
+        let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+        let id = id_of(&c.answer(&call, "a"));
+        let frames = fail(&mut c, &id);
+        let last = frames.last().unwrap();
         assert!(
             last["type"] == "error" || last["type"] == "response.failed",
             "{last}"
         );
-        let frame = reject(
-            &mut conn,
-            &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
-        );
+        assert!(c.conn.exchange().is_none());
+        let frame = c.reject(&create(
+            json!({"model": "m", "previous_response_id": id, "input": "x"}),
+        ));
         assert_eq!(code(&frame), "previous_response_not_found", "{frame}");
-        assert_eq!(conn.context_bytes(), 0);
+        assert_eq!(c.conn.context_bytes(), 0);
     }
 }
 
@@ -297,32 +487,26 @@ fn a_failed_continuation_evicts_the_context() {
 /// response made.
 #[test]
 fn an_output_may_answer_a_call_of_the_kept_context() {
-    let mut conn = connection();
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "input": "weather?",
-                       "tools": [{"type": "function", "name": "get_weather"}]})),
-        1,
-    );
-    conn.upstream_head(200, SSE, no_headers, 1, at());
-    let call = concat!(
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "weather?",
+        "tools": [{"type": "function", "name": "get_weather"}]})));
+    c.head(&call, 200, SSE);
+    let tool = concat!(
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,",
         "\"id\":\"call_w\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",",
         "\"arguments\":\"{}\"}}]}}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
         "data: [DONE]\n\n"
     );
-    let frames = conn.upstream_body(call.as_bytes(), true, 2, at());
-    let id = events(&frames).last().unwrap()["response"]["id"].clone();
-    let up = forward(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": id, "input": [
-            {"type": "function_call_output", "call_id": "call_w", "output": "sunny"}]})),
-        2,
-    );
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    c.data(&call, tool.as_bytes());
+    c.end(&call);
+    let id = id_of(&c.texts());
+    let call = c.forward(&create(
+        json!({"model": "m", "previous_response_id": id, "input": [
+        {"type": "function_call_output", "call_id": "call_w", "output": "sunny"}]}),
+    ));
     assert_eq!(
-        chat["messages"][2],
+        chat(&call)["messages"][2],
         json!({"role": "tool", "tool_call_id": "call_w", "content": "sunny"})
     );
 }
@@ -340,25 +524,20 @@ fn the_context_of_a_compaction_is_its_summary() {
         },
         ..Settings::default()
     });
-    let mut conn = Connection::new(settings, limits(), ReasoningEvents::Spec);
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "input": [
-            {"role": "user", "content": "I am Ada"}, {"type": "compaction_trigger"}]})),
-        1,
-    );
-    let done = answer(&mut conn, "The user is Ada.");
-    let last = done.last().unwrap();
-    assert_eq!(last["response"]["output"][0]["type"], "compaction");
-    let id = last["response"]["id"].clone();
-    let up = forward(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": id, "input": "Who am I?"})),
-        2,
-    );
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    let mut c = Client::with(settings, limits(), &[]);
+    let call = c.forward(&create(json!({"model": "m", "input": [
+        {"role": "user", "content": "I am Ada"}, {"type": "compaction_trigger"}]})));
+    let done = c.answer(&call, "The user is Ada.");
     assert_eq!(
-        chat["messages"],
+        done.last().unwrap()["response"]["output"][0]["type"],
+        "compaction"
+    );
+    let id = id_of(&done);
+    let call = c.forward(&create(
+        json!({"model": "m", "previous_response_id": id, "input": "Who am I?"}),
+    ));
+    assert_eq!(
+        chat(&call)["messages"],
         json!([
             {"role": "system", "content": format!("{}The user is Ada.", crate::translate::compact::CONTEXT_PREFIX)},
             {"role": "user", "content": "Who am I?"}
@@ -368,71 +547,71 @@ fn the_context_of_a_compaction_is_its_summary() {
 
 #[test]
 fn a_failed_fresh_response_keeps_the_context() {
-    let mut conn = connection();
-    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
-    let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
-    forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
-    conn.upstream_head(503, "application/json", no_headers, 1, at());
-    let frames = conn.upstream_body(b"{}", true, 1, at());
-    let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    let id = id_of(&c.answer(&call, "a"));
+    let call = c.forward(&create(json!({"model": "m", "input": "two"})));
+    c.head(&call, 503, JSON_TYPE);
+    c.data(&call, b"{}");
+    c.end(&call);
+    let frame = &c.texts()[0];
     assert_eq!(frame["type"], json!("error"));
     assert_eq!(frame["status"], json!(503));
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
-        3,
-    );
+    c.forward(&create(
+        json!({"model": "m", "previous_response_id": id, "input": "x"}),
+    ));
 }
 
 #[test]
 fn an_upstream_error_event_carries_its_kept_headers_and_token_counts() {
-    let mut conn = connection();
-    forward(&mut conn, &create(json!({"model": "m", "input": "one"})), 1);
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
     let head = [
         ("content-type", "application/json"),
         ("retry-after", "1"),
         ("x-ratelimit-remaining-requests", "0"),
         ("set-cookie", "a=b"),
     ];
-    conn.upstream_head(429, "application/json", || head, 1, at());
-    let frames = conn.upstream_body(br#"{"error":{"message":"slow down"}}"#, true, 1, at());
-    let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
+    let now = c.now();
+    c.conn.call_head(
+        now,
+        call.id,
+        429,
+        |n| (n == "content-type").then_some(JSON_TYPE),
+        || head,
+    );
+    c.data(&call, br#"{"error":{"message":"slow down"}}"#);
+    c.end(&call);
     let kept = json!({"retry-after": "1", "x-ratelimit-remaining-requests": "0"});
     assert_eq!(
-        frame,
-        json!({"type": "error", "status": 429, "headers": kept, "error": {
+        c.texts(),
+        [
+            json!({"type": "error", "status": 429, "headers": kept, "error": {
             "type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down",
             "param": null, "headers": kept}})
+        ]
     );
     // A context overflow with the counts as fields (llama.cpp): 400, the counts in `error`.
-    forward(&mut conn, &create(json!({"model": "m", "input": "two"})), 2);
-    conn.upstream_head(400, "application/json", no_headers, 1, at());
-    let frames = conn.upstream_body(
-        br#"{"error":{"code":400,"message":"request (9 tokens) exceeds the available context size (8 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9,"n_ctx":8}}"#,
-        true,
-        1,
-        at(),
-    );
-    let frame: serde_json::Value = serde_json::from_slice(&frames.messages[0]).unwrap();
+    let call = c.forward(&create(json!({"model": "m", "input": "two"})));
+    c.head(&call, 400, JSON_TYPE);
+    c.data(&call, br#"{"error":{"code":400,"message":"request (9 tokens) exceeds the available context size (8 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9,"n_ctx":8}}"#);
+    c.end(&call);
     assert_eq!(
-        frame,
-        json!({"type": "error", "status": 400, "error": {
+        c.texts(),
+        [json!({"type": "error", "status": 400, "error": {
             "type": "invalid_request_error", "code": "context_length_exceeded",
             "message": "request (9 tokens) exceeds the available context size (8 tokens), try increasing it",
-            "param": "input", "n_prompt_tokens": 9, "n_ctx": 8}})
+            "param": "input", "n_prompt_tokens": 9, "n_ctx": 8}})]
     );
     // A success's headers are not read.
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "input": "three"})),
-        3,
-    );
-    conn.upstream_head(
+    let call = c.forward(&create(json!({"model": "m", "input": "three"})));
+    let now = c.now();
+    c.conn.call_head(
+        now,
+        call.id,
         200,
-        SSE,
+        |n| (n == "content-type").then_some(SSE),
         || -> [(&str, &str); 0] { panic!("a success's headers read") },
-        1,
-        at(),
     );
 }
 
@@ -445,51 +624,40 @@ fn transport_fields_are_rejected_unless_they_agree_with_the_socket() {
         ("stream_options", json!({})),
         ("stream_options", json!({"include_obfuscation": false})),
     ] {
-        let mut conn = connection();
+        let mut c = Client::new();
         let mut body = json!({"model": "m", "input": "x"});
         body[field] = value.clone();
-        let frame = reject(&mut conn, &create(body));
+        let frame = c.reject(&create(body));
         assert_eq!(code(&frame), "unsupported_parameter", "{field}: {value}");
         assert_eq!(frame["error"]["param"], json!(field));
         assert_eq!(frame["status"], json!(400));
     }
     // What Codex sends on its sockets: accepted, the transport streams anyway.
-    let mut conn = connection();
-    let up = forward(
-        &mut conn,
-        &create(json!({"model": "m", "input": "x", "stream": true, "background": false})),
-        1,
-    );
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
-    assert_eq!(chat["stream"], json!(true));
+    let mut c = Client::new();
+    let call = c.forward(&create(
+        json!({"model": "m", "input": "x", "stream": true, "background": false}),
+    ));
+    assert_eq!(chat(&call)["stream"], json!(true));
     // A client's dump of its own request: every transport field `null`, which is absent.
-    let mut conn = connection();
-    let up = forward(
-        &mut conn,
-        &create(
-            json!({"model": "m", "input": "x", "stream": null, "background": null,
-                       "stream_options": null, "stream_id": null, "generate": null,
-                       "previous_response_id": null}),
-        ),
-        1,
-    );
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
-    assert_eq!(chat["stream"], json!(true));
+    let mut c = Client::new();
+    let call = c.forward(&create(
+        json!({"model": "m", "input": "x", "stream": null, "background": null,
+               "stream_options": null, "stream_id": null, "generate": null,
+               "previous_response_id": null}),
+    ));
+    assert_eq!(chat(&call)["stream"], json!(true));
 }
 
 #[test]
 fn generate_false_preloads_a_context_without_the_upstream() {
-    let mut conn = connection();
-    let prewarm = create(json!({"model": "m", "instructions": "be brief",
-        "input": [{"role": "user", "content": "context"}], "generate": false}));
-    let Start::Answered(frames) = conn.on_text(&prewarm, meta(1), at()) else {
-        panic!("generate: false went upstream");
-    };
-    assert!(frames.done && !conn.in_flight());
-    let events = events(&frames);
-    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let mut c = Client::new();
+    c.send(&create(json!({"model": "m", "instructions": "be brief",
+        "input": [{"role": "user", "content": "context"}], "generate": false})));
+    assert!(c.calls().is_empty(), "generate: false went upstream");
+    assert!(c.conn.exchange().is_none());
+    let events = c.texts();
     assert_eq!(
-        types,
+        types(&events),
         [
             "response.created",
             "response.in_progress",
@@ -504,27 +672,47 @@ fn generate_false_preloads_a_context_without_the_upstream() {
     }
     // The next request continues it with only its new items.
     let id = response["id"].as_str().unwrap();
-    let up = forward(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": id, "input": "question"})),
-        2,
-    );
-    let chat: serde_json::Value = serde_json::from_slice(&up.body).unwrap();
+    let call = c.forward(&create(
+        json!({"model": "m", "previous_response_id": id, "input": "question"}),
+    ));
     assert_eq!(
-        chat["messages"],
+        chat(&call)["messages"],
         json!([{"role": "user", "content": "context"}, {"role": "user", "content": "question"}])
     );
-    // generate must be a boolean.
-    let frame = reject(
-        &mut connection(),
-        &create(json!({"model": "m", "input": "x", "generate": "no"})),
+    // Codex's prewarm: instructions and tools, no input at all.
+    let mut c = Client::new();
+    c.send(&create(
+        json!({"model": "m", "instructions": "be brief", "input": [],
+        "tools": [{"type": "function", "name": "f"}], "generate": false}),
+    ));
+    assert!(c.calls().is_empty());
+    let events = c.texts();
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "response.completed",
+        "{events:?}"
     );
+    let id = id_of(&events);
+    let call = c.forward(&create(
+        json!({"model": "m", "previous_response_id": id, "input": "question"}),
+    ));
+    assert_eq!(
+        chat(&call)["messages"],
+        json!([{"role": "user", "content": "question"}])
+    );
+    // Only a preload may have none.
+    let frame = Client::new().reject(&create(json!({"model": "m", "input": []})));
+    assert_eq!(code(&frame), "invalid_value");
+    // generate must be a boolean.
+    let frame = Client::new().reject(&create(
+        json!({"model": "m", "input": "x", "generate": "no"}),
+    ));
     assert_eq!(code(&frame), "invalid_type");
 }
 
 #[test]
-fn bad_messages_get_error_events() {
-    let mut conn = connection();
+fn bad_messages_get_error_events_and_the_socket_goes_on() {
+    let mut c = Client::new();
     for (message, expected) in [
         (&b"{not json"[..], "invalid_json"),
         (br#"[1,2]"#, "invalid_json"),
@@ -546,22 +734,25 @@ fn bad_messages_get_error_events() {
             "unsupported_parameter",
         ),
     ] {
-        let frame = reject(&mut conn, message);
+        let frame = c.reject(message);
         assert_eq!(
             code(&frame),
             expected,
             "{}",
             String::from_utf8_lossy(message)
         );
-        assert!(!conn.in_flight());
+        assert!(c.conn.exchange().is_none());
     }
-    let frame: serde_json::Value = serde_json::from_slice(&conn.on_binary()).unwrap();
-    assert_eq!(code(&frame), "invalid_message");
-    let frame: serde_json::Value = serde_json::from_slice(&conn.on_oversize()).unwrap();
-    assert_eq!(
-        (code(&frame), frame["status"].as_u64()),
-        ("request_too_large", Some(413))
-    );
+    c.bytes(&masked(0x2, b"{}"));
+    assert_eq!(code(&c.texts()[0]), "invalid_message");
+    let refused: Vec<_> = c
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, Event::Refused { status: 400, .. }))
+        .collect();
+    assert_eq!(refused.len(), 8, "each refusal told, none a response");
+    assert!(!c.conn.is_closed());
+    c.forward(&create(json!({"model": "m", "input": "still here"})));
 }
 
 #[test]
@@ -569,38 +760,57 @@ fn the_message_size_limit_from_both_sides() {
     let limit = limits().max_message_bytes;
     let message = |size: usize| {
         let base = create(json!({"model": "m", "input": ""}));
-        let pad = size - base.len();
-        create(json!({"model": "m", "input": "a".repeat(pad)}))
+        create(json!({"model": "m", "input": "a".repeat(size - base.len())}))
     };
-    let mut conn = connection();
+    let mut c = Client::new();
     assert_eq!(message(limit).len(), limit);
-    forward(&mut conn, &message(limit), 1);
-    let mut conn = connection();
-    let frame = reject(&mut conn, &message(limit + 1));
+    c.forward(&message(limit));
+    // One byte over: read, refused with 413, and the socket goes on.
+    let mut c = Client::new();
+    let frame = c.reject(&message(limit + 1));
     assert_eq!(
         (code(&frame), frame["status"].as_u64()),
         ("request_too_large", Some(413))
     );
+    // Twice the limit is still read, refused with 413, and the socket goes on.
+    let mut c = Client::new();
+    c.bytes(&masked(0x1, &vec![b' '; 2 * limit]));
+    assert_eq!(code(&c.texts()[0]), "request_too_large");
+    assert!(c.conn.wants_input());
+    // One byte more is refused from its frame head: what came before is answered, then its
+    // 413, then 1009.
+    c.send(&create(
+        json!({"model": "m", "input": "x", "temperature": "hot"}),
+    ));
+    let mut head = masked(0x1, &vec![b' '; 2 * limit + 1]);
+    head.truncate(20);
+    c.bytes(&head);
+    assert!(!c.conn.wants_input());
+    let frames = c.received();
+    assert_eq!(frames.len(), 3, "{frames:?}");
+    assert!(matches!(&frames[0], Frame::Text(v) if code(v) == "invalid_type"));
+    assert!(matches!(&frames[1], Frame::Text(v) if code(v) == "request_too_large"));
+    assert_eq!(frames[2], Frame::Close(1009, "message too large".into()));
+    // The client's close, or the linger, ends it.
+    assert!(!c.conn.is_closed());
+    c.wait(CLOSE_LINGER.as_millis() as u64);
+    c.timeout();
+    assert!(c.conn.is_closed());
 }
 
 #[test]
 fn a_context_over_its_cap_is_not_kept_and_says_so() {
     let small = Limits {
-        max_message_bytes: 64 * 1024,
         max_context_bytes: 2048,
+        ..limits()
     };
-    let mut conn = Connection::new(settings(), small, ReasoningEvents::Spec);
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "input": "x".repeat(1500)})),
-        1,
-    );
-    let id = answer(&mut conn, "a").last().unwrap()["response"]["id"].clone();
-    assert_eq!(conn.context_bytes(), 0);
-    let frame = reject(
-        &mut conn,
-        &create(json!({"model": "m", "previous_response_id": id, "input": "x"})),
-    );
+    let mut c = Client::with(Arc::new(Settings::default()), small, &[]);
+    let call = c.forward(&create(json!({"model": "m", "input": "x".repeat(1500)})));
+    let id = id_of(&c.answer(&call, "a"));
+    assert_eq!(c.conn.context_bytes(), 0);
+    let frame = c.reject(&create(
+        json!({"model": "m", "previous_response_id": id, "input": "x"}),
+    ));
     assert_eq!(code(&frame), "previous_response_not_found");
     let message = frame["error"]["message"].as_str().unwrap();
     assert!(
@@ -611,116 +821,322 @@ fn a_context_over_its_cap_is_not_kept_and_says_so() {
 
 #[test]
 fn an_upstream_failure_mid_stream_ends_with_response_failed() {
-    let mut conn = connection();
-    forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
-    conn.upstream_head(200, SSE, no_headers, 1, at());
-    let part = conn.upstream_body(
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "x"})));
+    c.head(&call, 200, SSE);
+    c.data(
+        &call,
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"half\"}}]}\n\n",
-        false,
-        1,
-        at(),
     );
-    assert!(!part.done);
-    let end = conn.upstream_failed(ErrorCode::UpstreamUnavailable, "reset", 2, at());
-    assert!(end.done);
-    let types: Vec<String> = events(&end)
-        .iter()
-        .map(|e| e["type"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(types.last().map(String::as_str), Some("response.failed"));
-    assert!(types.iter().any(|t| t == "error"));
+    assert!(c.conn.exchange().is_some());
+    c.texts();
+    c.fail(&call, "reset");
+    let events = c.texts();
+    let types = types(&events);
+    assert_eq!(types.last(), Some(&"response.failed"));
+    assert!(types.contains(&"error"));
+    assert!(c.conn.exchange().is_none());
+    // A failed call is not cancelled: it is over.
+    assert!(c.calls().is_empty());
 }
 
 #[test]
 fn an_upstream_that_never_answers_ends_with_an_error_event() {
-    let mut conn = connection();
-    forward(&mut conn, &create(json!({"model": "m", "input": "x"})), 1);
-    let end = conn.upstream_failed(
-        ErrorCode::UpstreamUnavailable,
-        "connection refused",
-        1,
-        at(),
-    );
-    assert!(end.done);
-    let frame: serde_json::Value = serde_json::from_slice(&end.messages[0]).unwrap();
-    assert_eq!(frame["type"], json!("error"));
-    assert_eq!(code(&frame), "upstream_unavailable");
-    assert!(!conn.in_flight());
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "x"})));
+    c.fail(&call, "connection refused");
+    let frames = c.texts();
+    assert_eq!(frames[0]["type"], json!("error"));
+    assert_eq!(code(&frames[0]), "upstream_unavailable");
+    assert!(c.conn.exchange().is_none());
 }
 
 #[test]
-fn sse_output_splits_into_zero_copy_messages() {
-    let sse = Bytes::from_static(
-        b"event: a\ndata: {\"x\":1}\n\nevent: b\ndata: {\"y\":\"data: no\"}\n\ndata: [DONE]\n\n",
-    );
-    let messages = event_messages(&sse);
+fn messages_wait_their_turn_in_a_bounded_queue() {
+    let mut c = Client::new();
+    let first = c.forward(&create(json!({"model": "m", "input": "one"})));
+    for i in 0..MAX_QUEUED_MESSAGES {
+        assert!(c.conn.wants_input(), "{i}");
+        c.send(&create(json!({"model": "m", "input": format!("q{i}")})));
+    }
+    assert!(!c.conn.wants_input(), "a full queue stops the reading");
+    assert!(c.calls().is_empty(), "one response at a time");
+    c.answer(&first, "a");
+    // The terminal event of one starts the next, in order (the first call, whose end was
+    // still on its way, is stopped).
+    let calls = c.calls();
+    let [CallAction::Cancel(old), CallAction::Start(next)] = &calls[..] else {
+        panic!("{calls:?}")
+    };
+    assert_eq!(*old, first.id);
+    assert_eq!(chat(next)["messages"][0]["content"], "q0");
+    assert!(c.conn.wants_input());
+    // A host that cannot stop reading and keeps feeding is cut off.
+    let mut c = Client::new();
+    c.forward(&create(json!({"model": "m", "input": "one"})));
+    for i in 0..=2 * MAX_QUEUED_MESSAGES {
+        c.send(&create(json!({"model": "m", "input": format!("q{i}")})));
+    }
+    assert!(matches!(&c.calls()[..], [CallAction::Cancel(_)]));
     assert_eq!(
-        messages,
-        vec![
-            Bytes::from_static(b"{\"x\":1}"),
-            Bytes::from_static(b"{\"y\":\"data: no\"}")
-        ]
+        c.received().last(),
+        Some(&Frame::Close(1008, "too many messages in flight".into()))
     );
-    // Slices of the same buffer.
-    assert!(messages
-        .iter()
-        .all(|m| sse.as_ptr_range().contains(&m.as_ptr())));
+    assert_eq!(finished(&c.events()).len(), 1);
 }
 
-/// Every event due at `at`.
-fn told(conn: &mut Connection, at: Instant) -> Vec<Event> {
-    std::iter::from_fn(|| conn.poll_event(at)).collect()
+#[test]
+fn pings_are_answered_and_keep_nothing_alive() {
+    let mut c = Client::new();
+    let idle = limits().idle_timeout.as_millis() as u64;
+    assert_eq!(c.conn.poll_timeout(), Some(c.t0 + limits().idle_timeout));
+    c.wait(idle / 2);
+    c.bytes(&masked(0x9, b"are you there"));
+    assert_eq!(c.received(), [Frame::Pong(b"are you there".to_vec())]);
+    c.bytes(&masked(0xA, b"unsolicited"));
+    assert!(c.received().is_empty());
+    // The idle timer still runs from the connection's start.
+    assert_eq!(c.conn.poll_timeout(), Some(c.t0 + limits().idle_timeout));
+    c.wait(idle / 2);
+    c.timeout();
+    assert_eq!(c.received(), [Frame::Close(1000, "idle timeout".into())]);
+    assert_eq!(closed(&c.events()), [(1000, "idle timeout")]);
+    // A message restarts it; a response in flight holds it off.
+    let mut c = Client::new();
+    c.wait(idle - 1);
+    let call = c.forward(&create(json!({"model": "m", "input": "x"})));
+    c.wait(idle);
+    c.timeout();
+    assert!(c.received().is_empty());
+    c.answer(&call, "a");
+    assert_eq!(c.conn.poll_timeout(), Some(c.now() + limits().idle_timeout));
+}
+
+#[test]
+fn the_maximum_age_ends_the_connection_after_the_response_in_flight() {
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.send(&create(json!({"model": "m", "input": "queued"})));
+    c.wait(limits().max_age.as_millis() as u64);
+    assert!(c.conn.poll_timeout().unwrap() <= c.now());
+    c.timeout();
+    assert!(c.received().is_empty(), "the response in flight goes on");
+    c.head(&call, 200, SSE);
+    c.data(&call, chat_stream("a").as_bytes());
+    c.end(&call);
+    let events = c.texts();
+    let last = &events[events.len() - 1];
+    assert_eq!(code(last), "websocket_connection_limit_reached");
+    assert_eq!(events[events.len() - 2]["type"], "response.completed");
+    assert!(c.calls().is_empty(), "the queued message never starts");
+    c.wait(1);
+    c.bytes(&masked(0x8, &1000u16.to_be_bytes()));
+    assert!(c.conn.is_closed());
+    assert_eq!(closed(&c.events()), [(1000, "maximum connection age")]);
+}
+
+#[test]
+fn a_drain_lets_the_response_finish_then_closes_with_1001() {
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    let deadline = c.now() + Duration::from_secs(30);
+    let now = c.now();
+    c.conn.drain(now, deadline);
+    assert_eq!(c.conn.poll_timeout(), Some(deadline));
+    c.send(&create(json!({"model": "m", "input": "late"})));
+    c.answer(&call, "a");
+    assert!(c.calls().is_empty());
+    let frames = c.received();
+    assert_eq!(frames, [Frame::Close(1001, "server shutting down".into())]);
+    // Past its deadline, the response in flight fails.
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    let now = c.now();
+    c.conn.drain(now, now + Duration::from_secs(1));
+    c.wait(1000);
+    c.timeout();
+    let frames = c.received();
+    let texts: Vec<&Value> = frames
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Text(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts.last().unwrap()["type"], "response.failed");
+    assert_eq!(
+        texts.last().unwrap()["response"]["error"]["code"],
+        "server_shutting_down"
+    );
+    assert_eq!(
+        frames.last(),
+        Some(&Frame::Close(1001, "server shutting down".into()))
+    );
+    assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
+}
+
+#[test]
+fn the_clients_close_is_echoed_and_cuts_the_response_in_flight() {
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    c.bytes(&masked(0x8, &[&4000u16.to_be_bytes()[..], b"bye"].concat()));
+    assert_eq!(c.received(), [Frame::Close(4000, String::new())]);
+    assert!(c.conn.is_closed());
+    assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
+    let events = c.events();
+    let f = finished(&events);
+    assert_eq!((f.len(), f[0].cut), (1, true));
+    assert_eq!(f[0].summary.outcome, Outcome::Open);
+    // Late news of the cancelled call changes nothing.
+    c.data(&call, chat_stream("late").as_bytes());
+    assert!(c.received().is_empty() && c.events().is_empty());
+}
+
+#[test]
+fn protocol_errors_close_with_their_code() {
+    // RFC 6455 §5.1: an unmasked client frame; §8.1: text that is not UTF-8.
+    for (bytes, code) in [
+        (frame(0x81, b"{}", false), 1002),
+        (masked(0x1, &[0xff, 0xfe]), 1007),
+    ] {
+        let mut c = Client::new();
+        c.bytes(&bytes);
+        assert_eq!(c.received(), [Frame::Close(code, "protocol error".into())]);
+        assert!(!c.conn.wants_input());
+    }
+}
+
+#[test]
+fn a_reader_too_slow_ends_its_response_and_the_connection() {
+    let bound = 8192;
+    let small = Limits {
+        max_unread_bytes: bound,
+        ..limits()
+    };
+    let chunk = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": "x".repeat(1000)}}]})
+    );
+    let mut c = Client::with(Arc::new(Settings::default()), small, &[]);
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    let now = c.now();
+    c.conn.set_writable(now, false);
+    // Whatever the client leaves unread up to the bound is handed over; past it, the
+    // response fails and the connection ends.
+    let mut unread = 0;
+    let mut chunks = 0;
+    while !c.conn.is_closed() {
+        assert!(unread <= bound, "{unread} bytes handed over unread");
+        c.data(&call, chunk.as_bytes());
+        chunks += 1;
+        assert!(chunks < 20);
+        let bytes = c.conn.poll_transmit().unwrap_or_default();
+        unread += bytes.len();
+        c.unread.extend(server_frames(&bytes));
+    }
+    assert!(chunks >= 2, "closed at once");
+    let frames = c.received();
+    assert_eq!(
+        frames.last(),
+        Some(&Frame::Close(1008, "client too slow".into()))
+    );
+    assert!(frames
+        .iter()
+        .any(|f| matches!(f, Frame::Text(v) if v["type"] == "response.failed")));
+    assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
+    let f = finished(&c.events());
+    assert_eq!(f[0].summary.outcome, Outcome::Failed);
+    // A client that reads again resets the count.
+    let mut c = Client::with(Arc::new(Settings::default()), small, &[]);
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    for _ in 0..20 {
+        let now = c.now();
+        c.conn.set_writable(now, false);
+        c.data(&call, chunk.as_bytes());
+        let now = c.now();
+        c.conn.set_writable(now, true);
+    }
+    assert!(!c.conn.is_closed());
+}
+
+#[test]
+fn the_rest_of_an_upstream_body_after_the_terminal_event_is_not_read() {
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    // The terminal event: the call is left to end by itself, what follows it is not read.
+    c.data(&call, chat_stream("a").as_bytes());
+    assert_eq!(types(&c.texts()).last(), Some(&"response.completed"));
+    assert!(c.calls().is_empty());
+    c.data(&call, b"data: more\n\n");
+    assert!(c.received().is_empty());
+    // If it never ends, the next call stops it first.
+    c.send(&create(json!({"model": "m", "input": "two"})));
+    let calls = c.calls();
+    assert!(
+        matches!(&calls[..], [CallAction::Cancel(old), CallAction::Start(_)] if *old == call.id),
+        "{calls:?}"
+    );
 }
 
 #[test]
 fn each_response_is_told_once_with_its_time() {
-    use crate::life::Finished;
-    use std::time::Duration;
-    let t0 = Instant::now();
-    let ms = |n: u64| t0 + Duration::from_millis(n);
-    let finished = |events: &[Event]| -> Vec<Finished> {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Finished(f) => Some((**f).clone()),
-                _ => None,
-            })
-            .collect()
-    };
-    let mut conn = connection();
-    // A refused message is not a response: nothing to tell.
-    let bad = conn.on_text(b"{}", meta(1), ms(0));
-    assert!(matches!(bad, Start::Reject(_)));
-    assert!(told(&mut conn, ms(0)).is_empty());
-    // A response: its first output, then its end, with the time since its message.
-    let Start::Forward(_) = conn.on_text(
-        &create(json!({"model": "m", "input": "hi"})),
-        meta(2),
-        ms(10),
-    ) else {
-        panic!("not forwarded")
-    };
-    assert!(told(&mut conn, ms(11)).is_empty());
-    conn.upstream_head(200, SSE, no_headers, 1, ms(20));
-    let events = told(&mut conn, ms(20));
-    assert!(matches!(&events[..], [Event::StreamOpened]), "{events:?}");
-    let stream = chat_stream("Hi");
-    let (first, rest) = stream.split_at(stream.find("\n\n").unwrap() + 2);
-    conn.upstream_body(first.as_bytes(), false, 1, ms(30));
-    let events = told(&mut conn, ms(31));
+    let mut c = Client::new();
+    assert!(matches!(&c.events()[..], [Event::Opened]));
+    // A refused message is not a response.
+    c.send(b"{}");
+    c.received();
+    assert!(matches!(
+        &c.events()[..],
+        [Event::Refused { status: 400, .. }]
+    ));
+    // A response: claimed, its stream, its first output, its end, with the time since its
+    // message.
+    c.wait(10);
+    let call = c.forward(&create(json!({"model": "m", "input": "hi"})));
+    c.wait(1);
+    let events = c.events();
     assert!(
-        matches!(&events[..], [Event::FirstOutput { elapsed }] if *elapsed == Duration::from_millis(21)),
+        matches!(&events[..], [Event::Response(life::Event::Claimed { .. })]),
         "{events:?}"
     );
-    let frames = conn.upstream_body(rest.as_bytes(), true, 1, ms(40));
-    assert!(frames.done);
-    let events = told(&mut conn, ms(42));
+    c.wait(9);
+    c.head(&call, 200, SSE);
+    let events = c.events();
     assert!(
-        matches!(&events[..], [Event::StreamClosed, Event::Finished(_)]),
+        matches!(&events[..], [Event::Response(life::Event::StreamOpened)]),
+        "{events:?}"
+    );
+    let stream = chat_stream("Hi");
+    let (first, rest) = stream.split_at(stream.find("\n\n").unwrap() + 2);
+    c.wait(10);
+    c.data(&call, first.as_bytes());
+    c.wait(1);
+    let events = c.events();
+    assert!(
+        matches!(&events[..], [Event::Response(life::Event::FirstOutput { elapsed })] if *elapsed == Duration::from_millis(21)),
+        "{events:?}"
+    );
+    c.wait(9);
+    c.data(&call, rest.as_bytes());
+    c.end(&call);
+    c.wait(2);
+    let events = c.events();
+    assert!(
+        matches!(
+            &events[..],
+            [
+                Event::Response(life::Event::StreamClosed),
+                Event::Response(life::Event::Finished(_))
+            ]
+        ),
         "{events:?}"
     );
     let f = finished(&events);
-    assert_eq!(f.len(), 1, "{events:?}");
     assert!(!f[0].cut);
     assert_eq!(f[0].summary.outcome, Outcome::Translated);
     assert_eq!(f[0].timing.total, Duration::from_millis(32));
@@ -728,27 +1144,85 @@ fn each_response_is_told_once_with_its_time() {
     // Busy from each input to its last poll: 1 ms after the message, 1 after the first
     // piece, 2 after the last.
     assert_eq!(f[0].timing.translation, Duration::from_millis(4));
-    assert!(told(&mut conn, ms(50)).is_empty(), "once");
-    // `generate: false`: answered at once, told at once.
+    assert!(c.events().is_empty(), "once");
+    // Two `generate: false` in one read: each told, none lost.
     let preload = create(json!({"model": "m", "input": "hi", "generate": false}));
-    assert!(matches!(
-        conn.on_text(&preload, meta(3), ms(60)),
-        Start::Answered(_)
-    ));
-    let f = finished(&told(&mut conn, ms(61)));
-    assert_eq!((f.len(), f[0].cut), (1, false));
-    // Cut by the socket's close mid-stream: told as cut, its outcome still open.
-    forward(
-        &mut conn,
-        &create(json!({"model": "m", "input": "again"})),
-        4,
-    );
-    conn.upstream_head(200, SSE, no_headers, 1, ms(70));
-    conn.closed(ms(90));
-    let f = finished(&told(&mut conn, ms(90)));
-    assert_eq!(f.len(), 1);
-    assert!(f[0].cut);
+    c.bytes(&[masked(0x1, &preload), masked(0x1, &preload)].concat());
+    let f = finished(&c.events());
+    assert_eq!(f.len(), 2);
+    assert!(f.iter().all(|f| !f.cut));
+    // Cut by the transport's end mid-stream: told as cut, its outcome still open, and the
+    // connection's end.
+    let call = c.forward(&create(json!({"model": "m", "input": "again"})));
+    c.head(&call, 200, SSE);
+    let now = c.now();
+    c.conn.closed(now);
+    let events = c.events();
+    let f = finished(&events);
+    assert_eq!((f.len(), f[0].cut), (1, true));
     assert_eq!(f[0].summary.outcome, Outcome::Open);
-    conn.closed(ms(95));
-    assert!(told(&mut conn, ms(95)).is_empty(), "once");
+    assert_eq!(closed(&events), [(1006, "transport closed")]);
+    c.conn.closed(now);
+    assert!(c.events().is_empty(), "once");
+}
+
+#[test]
+fn what_a_connection_holds_is_bounded_alone_and_with_the_others() {
+    // Alone: a response in flight and messages queued behind it, past its own limit.
+    let small = Limits {
+        max_socket_bytes: 4096,
+        ..limits()
+    };
+    let mut c = Client::with(Arc::new(Settings::default()), small, &[]);
+    let call = c.forward(&create(json!({"model": "m", "input": "x".repeat(1000)})));
+    assert!(
+        c.conn.held() > 2000,
+        "the input counted twice: {}",
+        c.conn.held()
+    );
+    c.send(&create(json!({"model": "m", "input": "y".repeat(1500)})));
+    assert!(!c.conn.is_closed(), "{} bytes", c.conn.held());
+    c.send(&create(json!({"model": "m", "input": "z".repeat(1500)})));
+    assert!(c.conn.is_closed());
+    assert_eq!(
+        c.received().last(),
+        Some(&Frame::Close(1008, "connection memory limit".into()))
+    );
+    assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
+    assert_eq!(closed(&c.events()), [(1008, "connection memory limit")]);
+    // Together: the one whose growth takes the host's budget past its limit closes (1013);
+    // the others go on, and what a connection held leaves with it.
+    let budget = Arc::new(admission::Budget::new(6000));
+    let mut a = Client::new();
+    a.conn.share_budget(budget.clone());
+    let mut b = Client::new();
+    b.conn.share_budget(budget.clone());
+    a.forward(&create(json!({"model": "m", "input": "x".repeat(1400)})));
+    b.forward(&create(json!({"model": "m", "input": "x".repeat(500)})));
+    assert!(budget.used() <= 6000, "{}", budget.used());
+    b.send(&create(json!({"model": "m", "input": "x".repeat(2000)})));
+    assert!(b.conn.is_closed() && !a.conn.is_closed());
+    assert_eq!(
+        b.received().last(),
+        Some(&Frame::Close(1013, "server memory limit".into()))
+    );
+    assert!(budget.used() < 4000, "{}", budget.used());
+    drop(a);
+    drop(b);
+    assert_eq!(budget.used(), 0);
+}
+
+#[test]
+fn content_is_told_only_when_asked() {
+    let mut c = Client::new();
+    c.forward(&create(json!({"model": "m", "input": "secret"})));
+    assert!(!c.events().iter().any(|e| matches!(e, Event::Message(_))));
+    let mut c = Client::new();
+    c.conn.record_content(true);
+    let message = create(json!({"model": "m", "input": "secret"}));
+    c.forward(&message);
+    assert!(c
+        .events()
+        .iter()
+        .any(|e| matches!(e, Event::Message(m) if m[..] == message[..])));
 }

@@ -9,7 +9,7 @@ use crate::exchange::{self, Answer, Settings, UpstreamRequest};
 use crate::request_encoding;
 
 /// One edit of a header map. Owned, so that the driver's actions do not borrow it; the names
-/// and values are static but for the configured ones (the model header, the Chat path) and the
+/// and values are static but for the configured ones (the model headers, the Chat path) and the
 /// lengths.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderEdit {
@@ -34,8 +34,10 @@ pub const REQUEST_HEAD_EDITS: &[HeaderEdit] = &[Remove("accept-encoding")];
 
 /// The request head once the body is translated: the Chat path (the route is computed again:
 /// adapters clear Envoy's route cache), the new body's type and length (plain: a compressed
-/// body was decoded by the exchange), the model for routes.
-pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 5] {
+/// body was decoded by the exchange), the model headers for routes
+/// ([`UpstreamRequest::model_headers`]).
+pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 6] {
+    let [(model_header, model), (upstream_header, chat_model)] = up.model_headers(settings);
     [
         Set(
             Cow::Borrowed(":path"),
@@ -47,12 +49,19 @@ pub fn forward_edits(settings: &Settings, up: &UpstreamRequest) -> [HeaderEdit; 
             Cow::Owned(up.body.len().to_string()),
         ),
         Remove(request_encoding::HEADER),
+        Set(Cow::Owned(model_header.into()), Cow::Owned(model.into())),
         Set(
-            Cow::Owned(settings.model_header.clone()),
-            Cow::Owned(up.model.clone()),
+            Cow::Owned(upstream_header.into()),
+            Cow::Owned(chat_model.into()),
         ),
     ]
 }
+
+/// A header naming the model that answered, which OpenAI sends and Codex compares with the
+/// model it asked for (a difference is shown to the user as a reroute to a fallback model).
+/// A translated answer names the model asked for (see [`crate::model_map`]): an upstream's
+/// own is removed.
+const SERVED_MODEL_HEADER: &str = "openai-model";
 
 /// The answer's head when a stream is translated as it comes (`HeadStep::Stream`), or when a
 /// stream without a body is replaced whole (an event stream [`Answer`]): a translated answer
@@ -62,24 +71,26 @@ pub const STREAM_HEAD_EDITS: &[HeaderEdit] = &[
     set("content-type", exchange::EVENT_STREAM),
     set("cache-control", "no-cache"),
     Remove("content-length"),
+    Remove(SERVED_MODEL_HEADER),
 ];
 
 /// The answer's head while its body is gathered (`HeadStep::Gather`): the length changes.
-pub const GATHER_HEAD_EDITS: &[HeaderEdit] = &[Remove("content-length")];
+pub const GATHER_HEAD_EDITS: &[HeaderEdit] =
+    &[Remove("content-length"), Remove(SERVED_MODEL_HEADER)];
 
 /// The answer's head when a translated answer replaces the upstream's whole: a stream's
 /// ([`STREAM_HEAD_EDITS`]), or the answer's status (200, whatever 2xx the upstream chose),
 /// type and length.
 pub fn answer_edits(a: &Answer) -> Edits {
-    if a.content_type == exchange::EVENT_STREAM {
+    if a.body.content_type() == exchange::EVENT_STREAM {
         return Cow::Borrowed(STREAM_HEAD_EDITS);
     }
     Cow::Owned(vec![
         Set(Cow::Borrowed(":status"), Cow::Owned(a.status.to_string())),
-        set("content-type", a.content_type),
+        set("content-type", a.body.content_type()),
         Set(
             Cow::Borrowed("content-length"),
-            Cow::Owned(a.body.len().to_string()),
+            Cow::Owned(a.body.bytes().len().to_string()),
         ),
     ])
 }

@@ -196,12 +196,18 @@ fn a_json_exchange_is_forwarded_gathered_and_answered() {
         Some("/v1/chat/completions")
     );
     assert_eq!(set(&edits, "x-responses-model").as_deref(), Some("m"));
+    // No model map: the name sent is the one asked for.
+    assert_eq!(
+        set(&edits, "x-responses-upstream-model").as_deref(),
+        Some("m")
+    );
     assert_eq!(
         set(&edits, "content-length"),
         Some(request.body.len().to_string())
     );
     let chat: Value = serde_json::from_slice(&request.body).unwrap();
     assert_eq!(chat["messages"][0]["content"], "hi");
+    assert_eq!(chat["model"], "m");
     assert!(t.events(3).is_empty());
     // The answer: gathered in pieces, then replaced whole, as a 200 whatever the 2xx.
     let Action::ReadBody(edits) = t.answer_head(10, "201", "application/json", false) else {
@@ -234,6 +240,130 @@ fn a_json_exchange_is_forwarded_gathered_and_answered() {
     let now = t.at(30);
     t.d.closed(now);
     assert!(t.events(30).is_empty(), "once");
+}
+
+/// The model map changes the Chat request's `model` only: the model header keeps the name
+/// asked for (routes and rate limits keyed on it), the upstream model header carries the
+/// name sent, and the answer (its `model`; no upstream `openai-model` header, which Codex
+/// compares with the name it asked for) and the summary (logs, metrics, traces) keep the name
+/// asked for, in JSON, in a stream and in a compaction alike. A name no entry matches passes
+/// as sent.
+#[test]
+fn the_model_map_renames_the_chat_model_only() {
+    use crate::model_map::{ModelAlias, ModelMap};
+    use crate::translate::seal::Keyring;
+
+    let aliases: Vec<ModelAlias> = ["gpt-*=qwen3", "gpt-5.4=qwen3-coder"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let settings = Arc::new(Settings {
+        options: Options {
+            model_map: Arc::new(ModelMap::new(&aliases)),
+            keyring: Some(Arc::new(Keyring::single("k", [1; 32]).unwrap())),
+            ..Options::default()
+        },
+        ..Settings::default()
+    });
+    for (path, asked, sent, stream) in [
+        ("/v1/responses", "gpt-5.4", "qwen3-coder", false),
+        ("/v1/responses", "gpt-5.4", "qwen3-coder", true),
+        ("/v1/responses", "gpt-4o-mini", "qwen3", false),
+        ("/v1/responses/compact", "gpt-5.4", "qwen3-coder", false),
+        ("/v1/responses", "llama", "llama", false),
+        ("/v1/responses", "llama", "llama", true),
+    ] {
+        let case = format!("{path} {asked} stream={stream}");
+        let mut t = Test {
+            d: Driver::new(settings.clone(), Fixed, Gathering::Pieces),
+            t0: Instant::now(),
+        };
+        let Action::ReadBody(_) = t.head(0, &[(":method", "POST"), (":path", path)], false) else {
+            panic!("{case}: not read")
+        };
+        let body = json!({"model": asked, "input": "hi", "stream": stream}).to_string();
+        let Action::Forward { edits, request } = t.body(1, &[body.as_bytes()], true) else {
+            panic!("{case}: not forwarded")
+        };
+        assert_eq!(
+            set(&edits, "x-responses-model").as_deref(),
+            Some(asked),
+            "{case}"
+        );
+        assert_eq!(
+            set(&edits, "x-responses-upstream-model").as_deref(),
+            Some(sent),
+            "{case}"
+        );
+        assert_eq!(
+            (request.model.as_str(), request.chat_model.as_str()),
+            (asked, sent)
+        );
+        let chat: Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(chat["model"], sent, "{case}");
+        // The upstream names the model that answered, as vLLM does: the name it was sent.
+        let answered = if stream {
+            let chunk = json!({"model": sent, "choices": [{"index": 0,
+                "delta": {"content": "yo"}, "finish_reason": "stop"}]});
+            let head = [
+                (":status", "200"),
+                ("content-type", "text/event-stream"),
+                ("openai-model", sent),
+            ];
+            let Action::OpenStream(edits) = t.answer_head_with(2, &head, false) else {
+                panic!("{case}: no stream")
+            };
+            assert!(removes(&edits, "openai-model"), "{case}");
+            let Action::Send { events: bytes, .. } = t.answer(
+                3,
+                &[format!("data: {chunk}\n\ndata: [DONE]\n\n").as_bytes()],
+                true,
+            ) else {
+                panic!("{case}: not streamed")
+            };
+            let text = String::from_utf8(bytes.to_vec()).unwrap();
+            let models: Vec<Value> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                .filter_map(|e| e.get("response").map(|r| r["model"].clone()))
+                .collect();
+            assert!(models.len() >= 2, "{case}: {text}");
+            models
+        } else {
+            let answer = json!({"model": sent, "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"content": "yo"}}]});
+            let head = [
+                (":status", "200"),
+                ("content-type", "application/json"),
+                ("openai-model", sent),
+            ];
+            let Action::ReadBody(edits) = t.answer_head_with(2, &head, false) else {
+                panic!("{case}: not gathered")
+            };
+            assert!(removes(&edits, "openai-model"), "{case}");
+            let Action::Answer { answer: a, .. } =
+                t.answer(3, &[answer.to_string().as_bytes()], true)
+            else {
+                panic!("{case}: not answered")
+            };
+            let v: Value = serde_json::from_slice(&a.body).unwrap();
+            if path.ends_with("compact") {
+                assert_eq!(v["object"], "response.compaction", "{case}: {v}");
+                vec![]
+            } else {
+                vec![v["model"].clone()]
+            }
+        };
+        assert!(answered.iter().all(|m| *m == asked), "{case}: {answered:?}");
+        let events = t.events(4);
+        let [f] = &finished(&events)[..] else {
+            panic!("{case}: {events:?}")
+        };
+        assert_eq!(f.summary.outcome, Outcome::Translated, "{case}");
+        assert_eq!(f.summary.model.as_deref(), Some(asked), "{case}");
+        assert_eq!(f.summary.upstream_model.as_deref(), Some(sent), "{case}");
+    }
 }
 
 /// A body in pieces is gathered into a buffer of its `content-length`: right, short, long,
@@ -271,7 +401,11 @@ fn a_stream_opens_shows_output_and_closes() {
     assert!(removes(&edits, "content-length"));
     assert!(matches!(&t.events(10)[..], [Event::StreamOpened]));
     // No output yet: the role alone.
-    let Action::Send { bytes, end: false } = t.answer(12, &[ROLE], false) else {
+    let Action::Send {
+        events: bytes,
+        end: false,
+    } = t.answer(12, &[ROLE], false)
+    else {
         panic!("not sent")
     };
     assert!(String::from_utf8_lossy(&bytes).contains("response.created"));
@@ -279,12 +413,16 @@ fn a_stream_opens_shows_output_and_closes() {
     // A piece cut mid-event, in two slices: the text goes out once whole.
     let (a, b) = CHUNK.split_at(20);
     assert!(matches!(t.answer(14, &[a], false), Action::Send { .. }));
-    let Action::Send { bytes, .. } = t.answer(15, &[b], false) else {
+    let Action::Send { events: bytes, .. } = t.answer(15, &[b], false) else {
         panic!("not sent")
     };
     assert!(String::from_utf8_lossy(&bytes).contains("\"delta\":\"Hi\""));
     assert!(matches!(&t.events(16)[..], [Event::FirstOutput { elapsed }] if *elapsed == ms(16)));
-    let Action::Send { bytes, end: true } = t.answer(20, &[END], true) else {
+    let Action::Send {
+        events: bytes,
+        end: true,
+    } = t.answer(20, &[END], true)
+    else {
         panic!("not ended")
     };
     let text = String::from_utf8_lossy(&bytes);
@@ -298,7 +436,7 @@ fn a_stream_opens_shows_output_and_closes() {
     // The upstream goes on after [DONE]: nothing more reaches the client.
     assert!(matches!(
         t.answer(22, &[CHUNK], true),
-        Action::Send { bytes, .. } if bytes.is_empty()
+        Action::Send { events: bytes, .. } if bytes.is_empty()
     ));
     assert!(t.events(23).is_empty());
 }
@@ -315,7 +453,7 @@ fn a_stream_answering_a_json_request_is_folded() {
     let Action::Answer { answer, .. } = t.answer(3, &[&whole], true) else {
         panic!("not folded")
     };
-    assert_eq!(answer.content_type, exchange::JSON);
+    assert_eq!(answer.body.content_type(), exchange::JSON);
     let v: Value = serde_json::from_slice(&answer.body).unwrap();
     assert_eq!(v["output"][0]["content"][0]["text"], "Hi");
     assert_eq!(finished(&t.events(3)).len(), 1);
@@ -506,7 +644,11 @@ fn trailers_end_bodies_that_had_no_end() {
     t.answer_head(2, "200", "text/event-stream", false);
     t.answer(3, &[CHUNK], false);
     let now = t.at(4);
-    let Action::Send { bytes, end: true } = t.d.response_trailers(now) else {
+    let Action::Send {
+        events: bytes,
+        end: true,
+    } = t.d.response_trailers(now)
+    else {
         panic!("no ending")
     };
     assert!(String::from_utf8_lossy(&bytes).ends_with("data: [DONE]\n\n"));
@@ -581,7 +723,11 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.answer_head(2, "200", "text/event-stream", false);
     t.answer(3, &[CHUNK], false);
     let now = t.at(4);
-    let Action::Send { bytes, end: true } = t.d.fail(now, Failure::Panic) else {
+    let Action::Send {
+        events: bytes,
+        end: true,
+    } = t.d.fail(now, Failure::Panic)
+    else {
         panic!("no ending")
     };
     let text = String::from_utf8_lossy(&bytes);
@@ -596,7 +742,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     assert!(!f[0].cut);
     assert!(matches!(
         t.answer(5, &[b"data: raw\n\n"], true),
-        Action::Send { bytes, .. } if bytes.is_empty()
+        Action::Send { events: bytes, .. } if bytes.is_empty()
     ));
     let now = t.at(6);
     t.d.closed(now);
@@ -615,7 +761,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.forwarded(json!({"model": "m", "input": "hi", "stream": true}));
     t.answer_head(2, "200", "text/event-stream", false);
     let now = t.at(3);
-    let Action::Send { bytes, .. } = t.d.fail(now, Failure::Unreadable) else {
+    let Action::Send { events: bytes, .. } = t.d.fail(now, Failure::Unreadable) else {
         panic!("no ending")
     };
     assert!(String::from_utf8_lossy(&bytes).contains("response_too_large"));

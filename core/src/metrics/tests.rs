@@ -185,10 +185,31 @@ fn a_request_refused_before_its_model_counts_only_as_an_exchange() {
     assert_eq!(families, [Metric::Exchanges, Metric::Translation]);
 }
 
+/// The model labels of one finished exchange, as recorded.
+fn recorded_models(labels: &Labels, s: Summary) -> (String, String) {
+    let mut calls = Calls::default();
+    record(&mut calls, labels, &finished(s, Timing::default()));
+    let [(l, _)] = &calls.of(Metric::RequestDuration)[..] else {
+        panic!("one duration: {calls:?}");
+    };
+    (l[0].to_owned(), l[1].to_owned())
+}
+
+/// An exchange the upstream refused (vLLM's 404 `model_not_found` for a name it does not
+/// serve): no model answered.
+fn refused(model: &str) -> Summary {
+    let mut s = summary(Some(model), false, Outcome::Failed);
+    s.usage = None;
+    s.upstream_model = None;
+    s.status = Some(404);
+    s.error_code = Some(Code::upstream("model_not_found"));
+    s
+}
+
 #[test]
 fn label_values_from_outside_are_bounded() {
-    // The first two model names seen, then `other`; the request's and the upstream's share
-    // the bound.
+    // The first two model names the upstream answered, then `other`; the request's and the
+    // upstream's share the bound.
     let labels = Labels::new(LabelPolicy {
         allowed_models: None,
         max_models: 2,
@@ -207,17 +228,16 @@ fn label_values_from_outside_are_bounded() {
         models,
         HashSet::from([("model-0", "upstream-m"), (OTHER, "upstream-m")])
     );
-    // An upstream that names no model: empty, whatever the bound.
-    assert_eq!(labels.model(""), "");
-    // An allow-list keeps those only.
+    // An allow-list keeps those only, answered or not; an upstream that names no model is
+    // empty, whatever the bound.
     let allow = Labels::new(LabelPolicy {
         allowed_models: Some(vec!["a".into()]),
         max_models: 0,
     });
-    assert_eq!(
-        (allow.model("a"), allow.model("b"), allow.model("")),
-        ("a", OTHER, "")
-    );
+    let mut s = refused("a");
+    assert_eq!(recorded_models(&allow, s.clone()), ("a".into(), "".into()));
+    s.model = Some("b".into());
+    assert_eq!(recorded_models(&allow, s), (OTHER.into(), "".into()));
     // Upstreams' own codes are bounded; ours never are.
     let labels = Labels::default();
     for i in 0..MAX_UPSTREAM_CODES {
@@ -229,6 +249,60 @@ fn label_values_from_outside_are_bounded() {
     for ours in ErrorCode::all() {
         assert_eq!(labels.code(&Code::Ours(*ours)), ours.as_str());
     }
+}
+
+/// 1,000 distinct garbage model names, none of which reached a model, take no label: the
+/// models the upstream answered keep theirs, before and after, and so do the listed ones.
+#[test]
+fn garbage_model_names_cannot_squat_the_labels() {
+    let labels = Labels::new(LabelPolicy {
+        allowed_models: None,
+        max_models: 4,
+    });
+    let served = |model: &str| summary(Some(model), false, Outcome::Translated);
+    assert_eq!(
+        recorded_models(&labels, served("gpt-5.4")),
+        ("gpt-5.4".into(), "upstream-m".into())
+    );
+    for i in 0..1000 {
+        let garbage = format!("garbage-{i}\n{}", "x".repeat(i % 7));
+        assert_eq!(
+            recorded_models(&labels, refused(&garbage)),
+            (OTHER.into(), "".into()),
+            "{garbage}"
+        );
+        // Refused before the upstream (a 400 of ours, with the model read): no place either.
+        let mut ours = refused(&garbage);
+        ours.error_code = Some(ErrorCode::InvalidValue.into());
+        assert_eq!(recorded_models(&labels, ours).0, OTHER);
+    }
+    // The real models keep their labels; one first answered now still finds a place (two
+    // were left); an exchange of an admitted name that fails keeps its name.
+    assert_eq!(recorded_models(&labels, served("gpt-5.4")).0, "gpt-5.4");
+    assert_eq!(recorded_models(&labels, served("qwen3")).0, "qwen3");
+    assert_eq!(recorded_models(&labels, refused("qwen3")).0, "qwen3");
+    // A stream the host cut before the end, whose upstream named its model: answered.
+    let mut cut = summary(Some("llama"), true, Outcome::Open);
+    cut.upstream_model = Some("llama".into());
+    assert_eq!(
+        recorded_models(&labels, cut),
+        ("llama".into(), "llama".into())
+    );
+    // The places are taken now: a fifth model is `other`, however it was answered.
+    assert_eq!(recorded_models(&labels, served("mistral")).0, OTHER);
+
+    // With `metrics_models`, only those, whatever comes.
+    let listed = Labels::new(LabelPolicy {
+        allowed_models: Some(vec!["gpt-5.4".into(), "upstream-m".into()]),
+        max_models: 0,
+    });
+    for i in 0..1000 {
+        assert_eq!(recorded_models(&listed, served(&format!("g{i}"))).0, OTHER);
+    }
+    assert_eq!(
+        recorded_models(&listed, served("gpt-5.4")),
+        ("gpt-5.4".into(), "upstream-m".into())
+    );
 }
 
 /// A Prometheus metric or label name.

@@ -45,13 +45,15 @@ pub enum ErrorCode {
     InvalidEncryptedContent,
     /// Compaction asked of a server without sealing keys.
     CompactionUnavailable,
-    /// 413: the body is over `--max-request-bytes` (or Envoy's buffer limit). A cap.
+    /// 413: the body is over `--max-request-bytes` (or Envoy's buffer limit), or decoding it
+    /// over the work budget (`request_encoding`). A cap.
     RequestTooLarge,
     /// A content part is over `--max-part-bytes`. A cap.
     ContentTooLarge,
     /// `input` has more items than `--max-input-items`. A cap.
     TooManyInputItems,
-    /// 415: the request's `content-encoding` names a coding this server does not decode.
+    /// 415: the request's `content-encoding` names a coding this server does not decode, or
+    /// more than `request_encoding::MAX_CODINGS`.
     UnsupportedContentEncoding,
     /// The body is not what its `content-encoding` says (cut short, corrupt, more after its
     /// end).
@@ -64,10 +66,13 @@ pub enum ErrorCode {
     UnknownEventType,
     /// The WebSocket connection has reached its maximum age (`--ws-max-age`).
     WebsocketConnectionLimitReached,
-    /// 503 at the handshake: the processor holds as many connections as it accepts.
+    /// At the handshake: 503, the host holds as many connections as it accepts; 429, the
+    /// caller holds its quota.
     WebsocketConnectionsExhausted,
-    /// 503 at the handshake: the processor is draining.
+    /// 503 at the handshake: the host is draining.
     ServerShuttingDown,
+    /// 403 at the handshake: an `Origin` outside `ws_allowed_origins`.
+    OriginNotAllowed,
 
     // The upstream's answer.
     /// 502: a success the translation cannot read (not a Chat Completion, the wrong content
@@ -81,8 +86,8 @@ pub enum ErrorCode {
     UpstreamResponseTooLarge,
     /// One SSE event over `--max-sse-frame-bytes`. A cap.
     UpstreamEventTooLarge,
-    /// A response's text and arguments over `--max-output-bytes`, or more at once than the
-    /// transport reads. A cap.
+    /// A response's text, arguments and tool calls over `--max-output-bytes` (see
+    /// `translate::stream::CALL_SLOT_BYTES`), or more at once than the transport reads. A cap.
     ResponseTooLarge,
 
     // An upstream's failure, as OpenAI's API words it (`upstream_failure`): the upstream's

@@ -5,6 +5,9 @@
 //! `sequence_number` (always the last field) counted here so it is consecutive by
 //! construction.
 
+use std::ops::Range;
+
+use bytes::Bytes;
 use serde::Serialize;
 
 use super::response::{EchoJson, LogProb, OutputItem, ResponseResource};
@@ -214,10 +217,91 @@ impl Event<'_> {
     }
 }
 
-/// Encodes events as SSE frames, numbering them from 0.
+/// Encodes events as SSE frames, numbering them from 0, and notes where each event's JSON
+/// lies in what it wrote (see [`Events`]).
 #[derive(Debug, Default)]
 pub struct EventWriter {
     next_sequence: u64,
+    /// The JSON objects written since the last [`EventWriter::take_spans`], as ranges of the
+    /// buffer they were written to.
+    spans: Vec<Range<usize>>,
+}
+
+/// Bytes of the Responses event stream as the core wrote them (`event:` / `data:` frames),
+/// with where each event's JSON object lies in them: an SSE transport sends the bytes as they
+/// are, the WebSocket transport sends each event's JSON as one message, and neither scans
+/// what the core wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Events {
+    bytes: Bytes,
+    spans: Vec<Range<usize>>,
+}
+
+/// The SSE bytes.
+impl std::ops::Deref for Events {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Events {
+    /// `spans`: each event's JSON in `bytes`, in order.
+    pub fn new(bytes: Bytes, spans: Vec<Range<usize>>) -> Events {
+        debug_assert!(spans.iter().all(|s| s.end <= bytes.len()));
+        Events { bytes, spans }
+    }
+
+    /// The SSE bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    /// No bytes at all (not even the closing `[DONE]`).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Each event's JSON object, in order: slices of the same buffer, no copy. The closing
+    /// `[DONE]` is an SSE convention and is not among them.
+    pub fn messages(&self) -> impl ExactSizeIterator<Item = Bytes> + '_ {
+        self.spans.iter().map(|s| self.bytes.slice(s.clone()))
+    }
+
+    /// The last event's JSON object (a stream's terminal event, when it ended).
+    pub fn last(&self) -> Option<Bytes> {
+        self.spans.last().map(|s| self.bytes.slice(s.clone()))
+    }
+
+    /// `self` then `other`, copied only if both hold bytes.
+    pub fn concat(self, other: Events) -> Events {
+        if self.bytes.is_empty() {
+            return other;
+        }
+        if other.bytes.is_empty() {
+            return self;
+        }
+        let offset = self.bytes.len();
+        let mut bytes = Vec::with_capacity(offset + other.bytes.len());
+        bytes.extend_from_slice(&self.bytes);
+        bytes.extend_from_slice(&other.bytes);
+        let mut spans = self.spans;
+        spans.extend(
+            other
+                .spans
+                .into_iter()
+                .map(|s| s.start + offset..s.end + offset),
+        );
+        Events {
+            bytes: Bytes::from(bytes),
+            spans,
+        }
+    }
 }
 
 /// A delta event's frame split around its delta. Every delta of one content part (or of one
@@ -257,9 +341,17 @@ impl EventWriter {
         self.next_sequence
     }
 
+    /// The JSON objects written since the last call, as ranges of the buffer they went to
+    /// (the caller writes every event of one [`Events`] into one buffer, and takes both
+    /// together).
+    pub fn take_spans(&mut self) -> Vec<Range<usize>> {
+        std::mem::take(&mut self.spans)
+    }
+
     pub fn write(&mut self, out: &mut Vec<u8>, event: &Event<'_>) {
+        let start = out.len();
         Self::open_frame(out, event);
-        self.close_frame(out);
+        self.close_frame(out, start);
     }
 
     /// A `response.*` event (created, in progress, completed, incomplete, failed), its
@@ -274,23 +366,25 @@ impl EventWriter {
         else {
             return self.write(out, event);
         };
+        let start = out.len();
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(event.name().as_bytes());
         out.extend_from_slice(b"\ndata: {\"type\":\"");
         out.extend_from_slice(event.name().as_bytes());
         out.extend_from_slice(b"\",\"response\":");
         response.write_with(out, echo);
-        self.close_frame(out);
+        self.close_frame(out, start);
     }
 
     /// The event of `frame` with `delta` as its delta: the same bytes as [`EventWriter::write`]
     /// of that event.
     pub fn write_delta(&mut self, out: &mut Vec<u8>, frame: &DeltaFrame, delta: &str) {
+        let start = out.len();
         out.extend_from_slice(&frame.head);
         // A string into memory: cannot fail.
         let _ = serde_json::to_writer(&mut *out, delta);
         out.extend_from_slice(&frame.tail);
-        self.close_frame(out);
+        self.close_frame(out, start);
     }
 
     /// `event: <type>\ndata: <the event's JSON object without its closing brace>`.
@@ -305,12 +399,18 @@ impl EventWriter {
         out.pop();
     }
 
-    /// `,"sequence_number":N}` and the blank line.
-    fn close_frame(&mut self, out: &mut Vec<u8>) {
+    /// `,"sequence_number":N}` and the blank line; notes where the frame begun at `start`
+    /// has its JSON (after its `data: `, up to the blank line).
+    fn close_frame(&mut self, out: &mut Vec<u8>, start: usize) {
         out.extend_from_slice(b",\"sequence_number\":");
         out.extend_from_slice(itoa::Buffer::new().format(self.next_sequence).as_bytes());
         out.extend_from_slice(b"}\n\n");
         self.next_sequence += 1;
+        // The event line is `event: <name>\n`, a few dozen bytes.
+        const DATA: &[u8] = b"\ndata: ";
+        let data =
+            memchr::memmem::find(&out[start..], DATA).map_or(start, |at| start + at + DATA.len());
+        self.spans.push(data..out.len() - 2);
     }
 
     /// The stream's closing sentinel, after the terminal event.
@@ -350,6 +450,41 @@ mod tests {
             assert_eq!(v["delta"], "a\nb\r\"c\"");
             assert_eq!(v["logprobs"], serde_json::json!([]));
         }
+    }
+
+    #[test]
+    fn events_know_where_each_json_object_lies() {
+        let mut w = EventWriter::new();
+        let mut out = Vec::new();
+        let ev = |delta| Event::OutputTextDelta {
+            item_id: "msg_1",
+            output_index: 0,
+            content_index: 0,
+            delta,
+            logprobs: &[],
+        };
+        w.write(&mut out, &ev("data: {\"x\"}\n\n"));
+        let frame = DeltaFrame::new(&ev("")).unwrap();
+        w.write_delta(&mut out, &frame, "b");
+        EventWriter::write_done(&mut out);
+        let events = Events::new(Bytes::from(out), w.take_spans());
+        // What a scan of the SSE finds, `[DONE]` left out.
+        let scanned: Vec<&[u8]> = std::str::from_utf8(&events)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(str::as_bytes)
+            .collect();
+        let messages: Vec<Bytes> = events.messages().collect();
+        assert_eq!(messages.len(), 2);
+        assert_eq!(messages, scanned);
+        assert_eq!(events.last().as_deref(), scanned.last().copied());
+        assert!(w.take_spans().is_empty());
+        // Two batches made one: the second's objects move with it.
+        let both = events.clone().concat(events.clone());
+        assert_eq!(both.messages().count(), 4);
+        assert_eq!(both.last(), events.last());
     }
 
     #[test]

@@ -9,5 +9,5 @@ pub mod response;
 
 pub use code::{Code, ErrorCode};
 pub use error::{ApiError, ContextTokens, ErrorKind};
-pub use events::{DeltaFrame, Event, EventWriter, Part};
+pub use events::{DeltaFrame, Event, EventWriter, Events, Part};
 pub use response::*;

@@ -3,6 +3,10 @@ use std::io::Write;
 use super::*;
 use crate::openresponses::Code;
 
+// The hostile shapes, shared with the end-to-end suite and the benchmark.
+#[path = "../../../tests/common/compressed.rs"]
+mod compressed;
+
 const JSON: &[u8] = br#"{"model":"m","input":"hello, hello, hello, hello"}"#;
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -93,13 +97,46 @@ fn every_coding_is_read_in_any_pieces() {
 }
 
 #[test]
+fn two_codings_stack_in_any_order_and_a_third_is_a_415() {
+    for first in Coding::ALL {
+        for second in Coding::ALL {
+            let listed = [first, second];
+            let body = encode(second, &encode(first, JSON));
+            assert_eq!(
+                decode(&listed, &body, 9, 1 << 20).unwrap(),
+                JSON,
+                "{listed:?}"
+            );
+        }
+    }
+    for value in [
+        "gzip, gzip, gzip",
+        "zstd, br, gzip",
+        "deflate,identity,br,zstd",
+    ] {
+        let e = codings(Some(value)).unwrap_err();
+        assert_eq!(
+            code(&e),
+            (415, Some("unsupported_content_encoding")),
+            "{value}"
+        );
+        assert!(e.message.contains("at most 2"), "{}", e.message);
+    }
+    // `identity` is no layer.
+    assert_eq!(
+        codings(Some("gzip, identity, br")),
+        Ok(vec![Coding::Gzip, Coding::Brotli])
+    );
+}
+
+#[test]
 fn stacked_codings_are_undone_last_first() {
     let listed = codings(Some("gzip, br")).unwrap();
     assert_eq!(listed, [Coding::Gzip, Coding::Brotli]);
     let body = brotli(&gzip(JSON));
     assert_eq!(decode(&listed, &body, 4, 1 << 20).unwrap(), JSON);
-    let listed = codings(Some("zstd,deflate , gzip")).unwrap();
-    let body = gzip(&zlib(&zstd(JSON)));
+    let listed = codings(Some("zstd , gzip")).unwrap();
+    let body = gzip(&zstd(JSON));
     assert_eq!(decode(&listed, &body, 11, 1 << 20).unwrap(), JSON);
 }
 
@@ -205,4 +242,102 @@ fn a_zstd_frame_asking_for_a_window_beyond_the_cap_is_refused() {
     assert_eq!(code(&e), (400, Some("invalid_encoded_body")), "{e}");
     // A cap that large lets it through.
     assert_eq!(decode(&[Coding::Zstd], &wide, 64, 128 << 20).unwrap(), JSON);
+}
+
+/// The 413 of the work budget.
+fn over_budget(e: &ApiError) -> bool {
+    code(e) == (413, Some("request_too_large")) && e.message.contains("more decoding")
+}
+
+#[test]
+fn a_layer_between_two_decoders_counts_against_the_work_budget() {
+    let limit = 1 << 20;
+    // Each inner coding's stream of nothing, larger than the budget, in each outer coding:
+    // the outer decoder makes it from little, the inner one reads it and yields nothing.
+    for inner in Coding::ALL {
+        let stream = compressed::empty_stream(inner.as_str(), WORK_PER_CAP * limit + 1000);
+        for outer in Coding::ALL {
+            let body = encode(outer, &stream);
+            assert!(body.len() < limit, "{inner:?} in {outer:?}: {}", body.len());
+            let e = decode(&[inner, outer], &body, 1 << 14, limit).unwrap_err();
+            assert!(over_budget(&e), "{inner:?} in {outer:?}: {e}");
+            // Whole, as the ext_proc adapter gives it.
+            let e = decode(&[inner, outer], &body, body.len(), limit).unwrap_err();
+            assert!(over_budget(&e), "{inner:?} in {outer:?}, whole: {e}");
+        }
+    }
+    // The issue's bomb: zstd of a skippable frame of 4 GiB (only its first 8 MiB written: no
+    // decoder gets further).
+    let bomb = compressed::zstd_of_skippable(8 << 20);
+    let e = decode(&[Coding::Zstd, Coding::Zstd], &bomb, 4096, limit).unwrap_err();
+    assert!(over_budget(&e), "{e}");
+}
+
+#[test]
+fn two_layers_at_the_cap_fit_the_budget() {
+    // Incompressible: each layer is about the decoded size, which is the cap.
+    let limit = 1 << 20;
+    let noise = compressed::noise(limit - 1000);
+    for (inner, outer) in [
+        (Coding::Gzip, Coding::Zstd),
+        (Coding::Zstd, Coding::Deflate),
+    ] {
+        let body = encode(outer, &encode(inner, &noise));
+        assert!(body.len() > limit - 1000, "{}", body.len());
+        assert_eq!(
+            decode(&[inner, outer], &body, 1 << 16, limit).unwrap(),
+            noise,
+            "{inner:?} {outer:?}"
+        );
+    }
+}
+
+#[test]
+fn a_br_byte_counts_eight_so_a_br_layer_is_at_most_a_quarter_of_the_cap() {
+    let limit = 1 << 20;
+    let at = limit * WORK_PER_CAP / Coding::Brotli.cost();
+    assert_eq!(at, limit / 4);
+    // Metadata blocks of exactly that size decode to nothing.
+    let body = compressed::brotli_metadata_blocks(at);
+    assert_eq!(body.len(), at);
+    assert_eq!(decode(&[Coding::Brotli], &body, 1000, limit).unwrap(), b"");
+    assert_eq!(decode(&[Coding::Brotli], &body, at, limit).unwrap(), b"");
+    let body = compressed::brotli_metadata_blocks(at + 1);
+    let e = decode(&[Coding::Brotli], &body, 1000, limit).unwrap_err();
+    assert!(over_budget(&e), "{e}");
+    let e = decode(&[Coding::Brotli], &body, at + 1, limit).unwrap_err();
+    assert!(over_budget(&e), "{e}");
+}
+
+#[test]
+fn bodies_of_nothing_at_the_cap_decode_to_nothing() {
+    // Read in full (the work is bounded by the encoded cap): an empty body, which the
+    // exchange refuses as such.
+    let limit = 1 << 20;
+    use compressed::EmptyBlock;
+    for (coding, body) in [
+        (Coding::Gzip, compressed::gzip_empty_members(limit)),
+        (
+            Coding::Gzip,
+            compressed::gzip_empty_blocks(EmptyBlock::Dynamic, limit),
+        ),
+        (
+            Coding::Deflate,
+            compressed::deflate_empty_blocks(EmptyBlock::Fixed, limit),
+        ),
+        (
+            Coding::Deflate,
+            compressed::deflate_empty_blocks(EmptyBlock::Stored, limit),
+        ),
+        (Coding::Zstd, compressed::zstd_empty_frames(limit)),
+        (Coding::Zstd, compressed::zstd_empty_blocks(limit)),
+        (Coding::Zstd, compressed::zstd_skippable_frames(0, limit)),
+    ] {
+        assert!(body.len() > limit - 64 && body.len() <= limit, "{coding:?}");
+        assert_eq!(
+            decode(&[coding], &body, 1 << 16, limit).unwrap(),
+            b"",
+            "{coding:?}"
+        );
+    }
 }

@@ -20,8 +20,8 @@ use super::compaction::{no_summary, sealed};
 use super::fields::{bad_value, missing};
 use super::json::document::Node;
 use super::request::{
-    check_part_size, input_messages, leftover_fields, model, parse_request, reject_stateful,
-    summarising_messages, text, Translated,
+    chat_model, check_part_size, input_messages, leftover_fields, model, parse_request,
+    reject_stateful, summarising_messages, text, Translated,
 };
 use super::response::Completed;
 use super::{usage, Kept, Meta, Options, ResponsePlan};
@@ -71,8 +71,9 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     let messages = summarising_messages(instructions.map(text), window, options);
 
     let model_name = model.as_str().into_owned();
+    let (chat_model_name, mapped) = chat_model(model, options);
     let mut chat = chat::Request {
-        model: text(model),
+        model: chat_model_name,
         messages,
         // Always one JSON answer: the summary is sealed whole.
         stream: Some(false),
@@ -86,6 +87,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
     Ok(Translated {
         body: Bytes::from(chat.encode(body.len() + PROMPT.len() + 1024)),
         plan,
+        chat_model: mapped,
     })
 }
 

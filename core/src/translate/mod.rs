@@ -42,6 +42,7 @@ use crate::openresponses::{
 
 pub(crate) use calls::{flat_name, OfferedTool, ToolKind};
 
+pub use fields::is_client_bookkeeping;
 pub use request::translate as translate_request;
 pub use request::translate_object as translate_request_object;
 
@@ -116,6 +117,8 @@ pub struct Options {
     /// Keys that seal reasoning into `encrypted_content` and open it again. `None`: the
     /// feature is off and such requests get a 400.
     pub keyring: Option<std::sync::Arc<seal::Keyring>>,
+    /// The names the Chat request sends in place of requested ones (`model_map`).
+    pub model_map: std::sync::Arc<crate::model_map::ModelMap>,
     /// Largest SSE event the stream translator holds while waiting for its end.
     pub max_sse_frame_bytes: usize,
     /// Largest total of text and arguments accumulated for one response's output.
@@ -133,6 +136,7 @@ impl Default for Options {
             max_input_items: limits::MAX_INPUT_ITEMS,
             max_part_bytes: limits::MAX_PART_BYTES,
             keyring: None,
+            model_map: Default::default(),
             max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
             max_output_bytes: limits::MAX_OUTPUT_BYTES,
         }

@@ -28,6 +28,7 @@
 //!   before the terminal event so that its `output` equals the `output_item.done` items.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use bytes::Bytes;
 
@@ -36,12 +37,18 @@ use bytes::Bytes;
 /// opening and closing events).
 const OUTPUT_PER_INPUT_BYTE: usize = 2;
 
+/// What a tool call the upstream opens (a delta with a new `index`) counts toward
+/// `max_output_bytes`, beside its name, id and arguments: its item and the events that open
+/// and close it (about 600 bytes of events, 150 of the response's JSON), and its slot here.
+/// Without it, deltas that open calls and carry nothing would grow the output uncounted.
+pub const CALL_SLOT_BYTES: usize = 256;
+
 use super::calls::custom_tool_input;
 use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvents, ResponsePlan};
 use crate::chat;
 use crate::openresponses::events::ErrorPayload;
 use crate::openresponses::{
-    ApplyPatchStatus, Code, DeltaFrame, EchoJson, ErrorCode, ErrorKind, Event, EventWriter,
+    ApplyPatchStatus, Code, DeltaFrame, EchoJson, ErrorCode, ErrorKind, Event, EventWriter, Events,
     ItemStatus, LogProb, MessageItem, OutputContent, OutputItem, Part, Phase as MessagePhase,
     ReasoningItem, ReasoningText, ResponseError, Status, Usage,
 };
@@ -73,7 +80,6 @@ enum PartKind {
 /// One upstream tool call (by its `index`), pending until its name is known.
 #[derive(Debug)]
 struct Call {
-    upstream_index: u32,
     /// Position in `output` once announced.
     item: Option<usize>,
     id: Option<String>,
@@ -123,9 +129,13 @@ pub struct StreamTranslator {
     /// The frame of the deltas of the open reasoning or message part, once the first is sent.
     delta_frame: Option<DeltaFrame>,
     calls: Vec<Call>,
+    /// The slot in `calls` of each upstream `index`.
+    call_slots: HashMap<u32, usize>,
+    /// The calls within `max_tool_calls` (not dropped).
+    kept_calls: usize,
     finish_reason: Option<String>,
-    /// Bytes of text and arguments accumulated (counted in `handle_frame`), bounded by
-    /// `max_output_bytes`.
+    /// Bytes of text, arguments and tool calls accumulated (counted in `handle_frame`, see
+    /// [`CALL_SLOT_BYTES`]), bounded by `max_output_bytes`.
     output_bytes: usize,
     /// The `model` of the upstream's chunks.
     upstream_model: Option<String>,
@@ -151,6 +161,8 @@ impl StreamTranslator {
             current: Current::None,
             delta_frame: None,
             calls: Vec::new(),
+            call_slots: HashMap::new(),
+            kept_calls: 0,
             finish_reason: None,
             output_bytes: 0,
             upstream_model: None,
@@ -175,7 +187,7 @@ impl StreamTranslator {
     }
 
     /// Feeds a chunk of the upstream body; returns what to send to the client now.
-    pub fn push(&mut self, chunk: &[u8], now: u64) -> Bytes {
+    pub fn push(&mut self, chunk: &[u8], now: u64) -> Events {
         self.start();
         if self.phase == Phase::Open {
             // The events are a few times the size of the frames they come from: one
@@ -194,7 +206,7 @@ impl StreamTranslator {
     }
 
     /// The upstream body ended; returns the last bytes to send (ending with `[DONE]`).
-    pub fn finish(&mut self, now: u64) -> Bytes {
+    pub fn finish(&mut self, now: u64) -> Events {
         self.start();
         if self.phase == Phase::Open {
             let mut sse = self.take_decoder();
@@ -246,7 +258,7 @@ impl StreamTranslator {
 
     /// Ends the stream as failed for a reason outside the upstream body (a timeout, a
     /// reset): returns the events to send, or nothing if the stream had already ended.
-    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> Bytes {
+    pub fn abort(&mut self, code: ErrorCode, message: &str, now: u64) -> Events {
         self.start();
         if self.phase == Phase::Open {
             self.fail(code, message, now);
@@ -254,11 +266,14 @@ impl StreamTranslator {
         self.take_out()
     }
 
-    /// The bytes written so far, handed over whole: the buffer is not shared with what
+    /// The events written so far, handed over whole: the buffer is not shared with what
     /// comes next, so the adapter can turn it into its message without a copy
     /// (`Vec::from(Bytes)` reuses a buffer it alone holds).
-    fn take_out(&mut self) -> Bytes {
-        Bytes::from(std::mem::take(&mut self.out))
+    fn take_out(&mut self) -> Events {
+        Events::new(
+            Bytes::from(std::mem::take(&mut self.out)),
+            self.events.take_spans(),
+        )
     }
 
     fn start(&mut self) {
@@ -342,7 +357,7 @@ impl StreamTranslator {
                 + delta
                     .tool_calls
                     .iter()
-                    .map(|tc| tc.function.arguments.as_deref().map_or(0, str::len))
+                    .map(|tc| self.tool_call_size(tc))
                     .sum::<usize>()
                 + logprobs_size(choice.logprobs.as_ref(), self.plan.logprobs);
             self.output_bytes = self.output_bytes.saturating_add(size);
@@ -738,24 +753,52 @@ impl StreamTranslator {
         }
     }
 
+    /// What a tool call delta adds to the output ([`StreamTranslator::output_bytes`]): its
+    /// arguments; the name and id it gives a call that keeps them; [`CALL_SLOT_BYTES`] if it
+    /// opens a call.
+    fn tool_call_size(&self, tc: &chat::ToolCall<'_>) -> usize {
+        let len = |text: &Option<Cow<'_, str>>| text.as_deref().map_or(0, str::len);
+        let arguments = len(&tc.function.arguments);
+        match self
+            .call_slots
+            .get(&tc.index)
+            .map(|&slot| &self.calls[slot])
+        {
+            None => CALL_SLOT_BYTES + len(&tc.id) + len(&tc.function.name) + arguments,
+            Some(call) => {
+                let id = if call.id.is_none() { len(&tc.id) } else { 0 };
+                let name = if call.item.is_none() {
+                    len(&tc.function.name)
+                } else {
+                    0
+                };
+                id + name + arguments
+            }
+        }
+    }
+
     /// The slot of the upstream's call `index`, made on its first delta.
     fn call_slot(&mut self, index: u32) -> usize {
-        if let Some(slot) = self.calls.iter().position(|c| c.upstream_index == index) {
+        if let Some(&slot) = self.call_slots.get(&index) {
             return slot;
         }
         // `max_tool_calls`: calls beyond the limit are dropped, deltas and all.
-        let kept = self.calls.iter().filter(|c| !c.dropped).count();
+        let dropped = self.plan.over_tool_call_limit(self.kept_calls);
+        if !dropped {
+            self.kept_calls += 1;
+        }
         self.calls.push(Call {
-            upstream_index: index,
             item: None,
             id: None,
             name: String::new(),
             pending: String::new(),
             closed: false,
-            dropped: self.plan.over_tool_call_limit(kept),
+            dropped,
             delta_frame: None,
         });
-        self.calls.len() - 1
+        let slot = self.calls.len() - 1;
+        self.call_slots.insert(index, slot);
+        slot
     }
 
     /// Emits `output_item.added` for a call whose name is known, then its pending arguments.

@@ -135,6 +135,58 @@ pub type TrailersStatus = u32;
 pub const TRAILERS_CONTINUE: TrailersStatus = 0;
 pub const TRAILERS_STOP_ITERATION: TrailersStatus = 1;
 
+/// `envoy_dynamic_module_type_http_callout_init_result`: what starting a callout stream
+/// returned.
+pub type CalloutInitResult = u32;
+pub const CALLOUT_INIT_SUCCESS: CalloutInitResult = 0;
+pub const CALLOUT_INIT_MISSING_REQUIRED_HEADERS: CalloutInitResult = 1;
+pub const CALLOUT_INIT_CLUSTER_NOT_FOUND: CalloutInitResult = 2;
+// 3, DuplicateCalloutId: no longer returned (Envoy picks the ids).
+pub const CALLOUT_INIT_CANNOT_CREATE_REQUEST: CalloutInitResult = 4;
+
+/// `envoy_dynamic_module_type_http_stream_reset_reason` (Envoy's
+/// `AsyncClient::StreamResetReason`, in this order).
+pub type HttpStreamResetReason = u32;
+
+/// `envoy_dynamic_module_type_http_filter_scheduler_module_ptr`: a scheduler Envoy made for one
+/// filter (a weak reference to it: committing after the filter is gone does nothing), owned by
+/// the module until `..._scheduler_delete`. Committing it is the one callback Envoy allows from
+/// any thread.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerPtr(pub(super) *mut c_void);
+
+/// `envoy_dynamic_module_type_bootstrap_extension_config_scheduler_module_ptr`: like the
+/// filter's, for the bootstrap extension's config: a commit (from any thread) reaches
+/// `on_bootstrap_extension_config_scheduled` on Envoy's main thread.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapSchedulerPtr(pub(super) *mut c_void);
+
+/// `envoy_dynamic_module_type_event_cb`: a completion Envoy passes to a hook, with its context.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct EventCb(pub(super) Option<unsafe extern "C" fn(context: *mut c_void)>);
+/// The context Envoy passes with an [`EventCb`].
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct EventContext(pub(super) *mut c_void);
+
+/// The bootstrap extension's pointers: its config (Envoy's and the module's) and the
+/// extension itself (Envoy's and the module's).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapConfigEnvoyPtr(pub(super) *mut c_void);
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapConfigModulePtr(pub(super) *const c_void);
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapEnvoyPtr(pub(super) *mut c_void);
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapModulePtr(pub(super) *const c_void);
+
 /// Pointers Envoy hands out (`*_envoy_ptr`) and the module's own (`*_module_ptr`), each a
 /// type of its own (the pointer, as the ABI passes it) that only the host layer reads or makes.
 #[repr(transparent)]
@@ -318,5 +370,91 @@ unsafe extern "C" {
         filter: FilterEnvoyPtr,
         reason: StreamResetReason,
         details: ModuleBuffer,
+    );
+
+    // The filter's own streaming reply (it answers the client itself, e.g. a WebSocket's 101
+    // and frames): Envoy encodes each through the encoder filters (ours among them, re-entered
+    // inline: `host::ffi` guards that). Checked against the 1.40.0 binary: each returns at once
+    // once the filter is destroyed.
+    pub fn envoy_dynamic_module_callback_http_send_response_headers(
+        filter: FilterEnvoyPtr,
+        headers: *mut ModuleHttpHeader,
+        headers_length: usize,
+        end_stream: bool,
+    );
+    pub fn envoy_dynamic_module_callback_http_send_response_data(
+        filter: FilterEnvoyPtr,
+        data: ModuleBuffer,
+        end_stream: bool,
+    );
+    pub fn envoy_dynamic_module_callback_http_send_response_trailers(
+        filter: FilterEnvoyPtr,
+        trailers: *mut ModuleHttpHeader,
+        trailers_length: usize,
+    );
+
+    // Streaming callouts: an HTTP stream of the filter's own to a cluster (Envoy's async
+    // client), its answer reported to the `on_http_filter_http_stream_*` hooks under the id
+    // Envoy wrote to `stream_id_out`. The request needs `:method`, `:path` and `host`
+    // (`:authority`). A timeout of 0 is none. Envoy resets every stream still open when the
+    // filter is destroyed, without reporting it.
+    pub fn envoy_dynamic_module_callback_http_filter_start_http_stream(
+        filter: FilterEnvoyPtr,
+        stream_id_out: *mut u64,
+        cluster_name: ModuleBuffer,
+        headers: *mut ModuleHttpHeader,
+        headers_length: usize,
+        body: ModuleBuffer,
+        end_stream: bool,
+        timeout_milliseconds: u64,
+    ) -> CalloutInitResult;
+    /// False: no such stream (ended, reset, or never started).
+    pub fn envoy_dynamic_module_callback_http_stream_send_data(
+        filter: FilterEnvoyPtr,
+        stream_id: u64,
+        data: ModuleBuffer,
+        end_stream: bool,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_stream_send_trailers(
+        filter: FilterEnvoyPtr,
+        stream_id: u64,
+        trailers: *mut ModuleHttpHeader,
+        trailers_length: usize,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_filter_reset_http_stream(
+        filter: FilterEnvoyPtr,
+        stream_id: u64,
+    );
+
+    // The filter's scheduler: `commit` (from any thread) posts `event_id` to the filter's
+    // worker, where Envoy calls `on_http_filter_scheduled` if the filter is still there. In the
+    // 1.40.0 binary the scheduler is the filter's weak pointer alone (16 bytes); `new` needs
+    // the filter's dispatcher, set once its decoder callbacks are (call it from a stream hook).
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+        filter: FilterEnvoyPtr,
+    ) -> SchedulerPtr;
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: SchedulerPtr,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: SchedulerPtr);
+
+    // The bootstrap config's scheduler (its weak pointer, in the 1.40.0 binary, as the
+    // filter's).
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(
+        config: BootstrapConfigEnvoyPtr,
+    ) -> BootstrapSchedulerPtr;
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+        scheduler: BootstrapSchedulerPtr,
+        event_id: u64,
+    );
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(
+        scheduler: BootstrapSchedulerPtr,
+    );
+
+    /// Envoy holds its listeners back (an init target of each bootstrap extension config)
+    /// until the extension's config calls this: the module does it at once in config_new.
+    pub fn envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(
+        config: BootstrapConfigEnvoyPtr,
     );
 }

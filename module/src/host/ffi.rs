@@ -4,6 +4,8 @@
 //! function here is safe to call with the values of the current hook, which are the only
 //! ones there are (no code outside the host layer can make one).
 
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::collections::VecDeque;
 use std::ffi::c_char;
 use std::sync::Arc;
 
@@ -11,14 +13,16 @@ use responses_core::environment::System;
 use responses_core::metrics::Kind;
 
 pub use super::abi::{
-    BodyStatus, EnvoyBuffer, EnvoyHttpHeader, FilterConfigEnvoyPtr, FilterConfigModulePtr,
-    FilterEnvoyPtr, FilterModulePtr, HeadersStatus, TrailersStatus, BODY_CONTINUE,
-    BODY_STOP_ITERATION_NO_BUFFER, HEADERS_CONTINUE, HEADERS_STOP_ITERATION, TRAILERS_CONTINUE,
-    TRAILERS_STOP_ITERATION,
+    BodyStatus, BootstrapConfigEnvoyPtr, BootstrapConfigModulePtr, BootstrapEnvoyPtr,
+    BootstrapModulePtr, EnvoyBuffer, EnvoyHttpHeader, EventCb, EventContext, FilterConfigEnvoyPtr,
+    FilterConfigModulePtr, FilterEnvoyPtr, FilterModulePtr, HeadersStatus, HttpStreamResetReason,
+    TrailersStatus, BODY_CONTINUE, BODY_STOP_ITERATION_NO_BUFFER, HEADERS_CONTINUE,
+    HEADERS_STOP_ITERATION, TRAILERS_CONTINUE, TRAILERS_STOP_ITERATION,
 };
+pub use super::timer::{DRAIN_EVENT, TIMER_EVENT};
 
 use super::abi::{self, ModuleBuffer};
-use super::{Envoy, MetricId};
+use super::{CalloutId, CalloutReset, Envoy, HostState, MetricId};
 use crate::config::FilterConfig;
 use crate::filter::Filter;
 
@@ -74,9 +78,17 @@ pub fn define_metric(
     (result == 0).then_some(MetricId(id))
 }
 
+/// A filter config as Envoy holds it: the exchange's (or, in a test build, the ABI probe's,
+/// chosen by its `filter_name`).
+pub enum Configured {
+    Exchange(Arc<FilterConfig>),
+    #[cfg(feature = "abi-probe")]
+    Probe,
+}
+
 /// A config handed to Envoy, which holds it until config_destroy.
-pub fn config_to_envoy(config: FilterConfig) -> FilterConfigModulePtr {
-    FilterConfigModulePtr(Arc::into_raw(Arc::new(config)).cast())
+pub fn config_to_envoy(config: Configured) -> FilterConfigModulePtr {
+    FilterConfigModulePtr(Box::into_raw(Box::new(config)).cast_const().cast())
 }
 
 /// No config: Envoy refuses the filter.
@@ -90,25 +102,92 @@ pub fn drop_config(config: FilterConfigModulePtr) {
         return;
     }
     // SAFETY: made by `config_to_envoy`; Envoy destroys each config once.
-    drop(unsafe { Arc::from_raw(config.0.cast::<FilterConfig>()) });
+    drop(unsafe { Box::from_raw(config.0.cast::<Configured>().cast_mut()) });
 }
 
-/// The config a new filter runs with (a handle of its own); `None` for a refused config.
-pub fn config_of(config: FilterConfigModulePtr) -> Option<Arc<FilterConfig>> {
-    if config.0.is_null() {
-        return None;
+/// The config a new filter runs with; `None` for a refused config.
+pub fn config_of<'a>(config: FilterConfigModulePtr) -> Option<&'a Configured> {
+    // SAFETY: made by `config_to_envoy`; the config outlives its filters (filter_new, the
+    // only caller, clones what it keeps).
+    unsafe { config.0.cast::<Configured>().as_ref() }
+}
+
+/// What Envoy runs for a stream: the exchange's filter (or, in a test build, the ABI probe).
+pub enum Stream {
+    Exchange(EnvoyFilter),
+    #[cfg(feature = "abi-probe")]
+    Probe(crate::probe::Probe),
+}
+
+/// An event Envoy reported while a hook of the same filter was running (re-entrance: from
+/// inside one of the module's own calls), copied, to be delivered once that hook returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deferred {
+    CalloutHeaders {
+        id: CalloutId,
+        headers: Vec<(String, String)>,
+        end: bool,
+    },
+    CalloutData {
+        id: CalloutId,
+        bytes: Vec<u8>,
+        end: bool,
+    },
+    CalloutTrailers {
+        id: CalloutId,
+        trailers: Vec<(String, String)>,
+    },
+    CalloutComplete(CalloutId),
+    CalloutReset(CalloutId, CalloutReset),
+    Scheduled(u64),
+    WriteBlocked,
+    WriteUnblocked,
+    StreamComplete,
+}
+
+/// One stream's filter as Envoy holds it (its module pointer), with what the host layer keeps
+/// for it and the guard against re-entrance.
+///
+/// Envoy calls some hooks of a filter from inside the filter's own calls, on the same thread:
+/// the encoder hooks for the bytes of `send_response_*`, the callout hooks for a stream it
+/// fails or resets inline, the watermark hooks when a write fills the buffer, and
+/// stream-complete and destroy when a reply ends the stream. The filter is `&mut` to the hook
+/// that runs, so a hook arriving meanwhile must not touch it: `busy` says one runs; such a
+/// hook is answered without the filter (see `crate::hooks`) and its event kept in `deferred`,
+/// delivered when the running hook returns; a destroy is postponed to then.
+pub struct Slot {
+    busy: Cell<bool>,
+    destroyed: Cell<bool>,
+    deferred: RefCell<VecDeque<Deferred>>,
+    watermark: Cell<u32>,
+    inner: UnsafeCell<(Stream, HostState)>,
+}
+
+impl Slot {
+    /// Keeps an event for when the running hook returns.
+    pub fn defer(&self, event: Deferred) {
+        self.deferred.borrow_mut().push_back(event);
     }
-    let ptr = config.0.cast::<FilterConfig>();
-    // SAFETY: made by `config_to_envoy`; the config outlives its filters.
-    unsafe {
-        Arc::increment_strong_count(ptr);
-        Some(Arc::from_raw(ptr))
+
+    /// Envoy reported the client's write buffer over its high watermark (true) or under its low
+    /// one (false).
+    pub fn watermark(&self, above: bool) {
+        let n = self.watermark.get();
+        self.watermark
+            .set(if above { n + 1 } else { n.saturating_sub(1) });
     }
 }
 
-/// A filter handed to Envoy, which holds it until filter_destroy.
-pub fn filter_to_envoy(filter: EnvoyFilter) -> FilterModulePtr {
-    FilterModulePtr(Box::into_raw(Box::new(filter)).cast_const().cast())
+/// A stream handed to Envoy, which holds it until filter_destroy.
+pub fn filter_to_envoy(stream: Stream) -> FilterModulePtr {
+    let slot = Slot {
+        busy: Cell::new(false),
+        destroyed: Cell::new(false),
+        deferred: RefCell::new(VecDeque::new()),
+        watermark: Cell::new(0),
+        inner: UnsafeCell::new((stream, HostState::default())),
+    };
+    FilterModulePtr(Box::into_raw(Box::new(slot)).cast_const().cast())
 }
 
 /// No filter: Envoy closes the stream.
@@ -116,32 +195,363 @@ pub fn no_filter() -> FilterModulePtr {
     FilterModulePtr(std::ptr::null())
 }
 
-/// Envoy is done with a filter (filter_destroy).
+/// Envoy is done with a filter (filter_destroy): freed now, or when the hook that is running
+/// returns (Envoy destroyed it from inside that hook).
 pub fn drop_filter(filter: FilterModulePtr) {
     if filter.0.is_null() {
         return;
     }
-    // SAFETY: made by `filter_to_envoy`; Envoy destroys each filter once.
-    drop(unsafe { Box::from_raw(filter.0.cast_mut().cast::<EnvoyFilter>()) });
+    let slot = filter.0.cast::<Slot>();
+    // SAFETY: made by `filter_to_envoy`, not freed yet (Envoy destroys each filter once; a
+    // postponed free happens only after this call).
+    unsafe {
+        if (*slot).busy.get() {
+            (*slot).destroyed.set(true);
+            if super::log_enabled(super::Level::Debug) {
+                super::log(
+                    super::Level::Debug,
+                    "responses_module: filter destroyed during one of its hooks; freed when it returns",
+                );
+            }
+        } else {
+            drop(Box::from_raw(slot.cast_mut()));
+        }
+    }
 }
 
-/// Runs `run` on the filter of a stream hook with Envoy as its host; `None` when
-/// filter_new had failed (Envoy then closes the stream).
-pub fn with_filter<R>(
+/// A stream hook's access to its filter.
+pub enum Entered<'a> {
+    /// filter_new had failed (Envoy closes the stream).
+    Missing,
+    /// Another hook of this filter is running: this one is re-entrant.
+    Busy(&'a Slot),
+    Free(Guard<'a>),
+}
+
+/// The filter, exclusively, for one hook (and the events deferred during it); frees it at the
+/// end if Envoy destroyed it meanwhile.
+pub struct Guard<'a> {
+    ptr: *const Slot,
     filter_envoy: FilterEnvoyPtr,
-    filter: FilterModulePtr,
-    run: impl FnOnce(Option<(&mut EnvoyFilter, &mut Envoy)>) -> R,
-) -> R {
-    if filter.0.is_null() {
-        return run(None);
+    _hook: std::marker::PhantomData<&'a Slot>,
+}
+
+impl Guard<'_> {
+    pub fn slot(&self) -> &Slot {
+        // SAFETY: alive while the guard is (freed only by its drop).
+        unsafe { &*self.ptr }
     }
-    // SAFETY: the filter Box of `filter_to_envoy`, used by one worker thread at a time; the
-    // Envoy pointer is this hook's, and `host` lives no longer than it.
-    let (filter, mut host) = unsafe {
-        (
-            &mut *filter.0.cast_mut().cast::<EnvoyFilter>(),
-            Envoy::new(filter_envoy),
-        )
+
+    /// Runs `run` on the stream with Envoy as its host.
+    pub fn run<R>(&mut self, run: impl FnOnce(&mut Stream, &mut Envoy<'_>) -> R) -> R {
+        let slot = self.slot();
+        // SAFETY: `busy` is set while this guard lives and every other access to `inner` first
+        // checks it (`enter`), so this is the only reference (`&mut self`: one `run` at a
+        // time); the Envoy pointer is this hook's.
+        let (stream, state) = unsafe { &mut *slot.inner.get() };
+        let mut host = unsafe { Envoy::new(self.filter_envoy, state, &slot.watermark) };
+        run(stream, &mut host)
+    }
+
+    /// The next event Envoy reported during this hook.
+    pub fn next_deferred(&mut self) -> Option<Deferred> {
+        self.slot().deferred.borrow_mut().pop_front()
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        let slot = self.slot();
+        slot.busy.set(false);
+        if slot.destroyed.get() {
+            // SAFETY: Envoy destroyed the filter during this hook; nothing refers to it after
+            // this guard.
+            drop(unsafe { Box::from_raw(self.ptr.cast_mut()) });
+        }
+    }
+}
+
+/// Enters a stream hook: the filter, exclusively, unless a hook of it is already running.
+pub fn enter<'a>(filter_envoy: FilterEnvoyPtr, filter: FilterModulePtr) -> Entered<'a> {
+    if filter.0.is_null() {
+        return Entered::Missing;
+    }
+    let ptr = filter.0.cast::<Slot>();
+    // SAFETY: the Slot of `filter_to_envoy`, alive until filter_destroy (postponed while a
+    // hook runs), used by one worker thread at a time; only its cells are touched here.
+    let slot = unsafe { &*ptr };
+    if slot.busy.replace(true) {
+        return Entered::Busy(slot);
+    }
+    Entered::Free(Guard {
+        ptr,
+        filter_envoy,
+        _hook: std::marker::PhantomData,
+    })
+}
+
+/// Headers Envoy passed to a hook (a pointer to `count` entries, valid during the hook).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct EnvoyHeaders(*const EnvoyHttpHeader);
+
+impl EnvoyHeaders {
+    /// The entries whose name and value are UTF-8, in order; `count` is the number Envoy
+    /// passed with them.
+    pub fn pairs(&self, count: usize) -> Vec<(&str, &str)> {
+        if self.0.is_null() || count == 0 {
+            return Vec::new();
+        }
+        // SAFETY: Envoy's array of `count` headers, valid during the hook (which outlives the
+        // borrow of `self`).
+        let raw = unsafe { std::slice::from_raw_parts(self.0, count) };
+        raw.iter()
+            .filter_map(|h| {
+                // SAFETY: as above, each entry's bytes.
+                let (name, value) = unsafe {
+                    (
+                        EnvoyBuffer {
+                            ptr: h.key_ptr,
+                            length: h.key_length,
+                        }
+                        .as_bytes(),
+                        EnvoyBuffer {
+                            ptr: h.value_ptr,
+                            length: h.value_length,
+                        }
+                        .as_bytes(),
+                    )
+                };
+                Some((
+                    std::str::from_utf8(name).ok()?,
+                    std::str::from_utf8(value).ok()?,
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Body pieces Envoy passed to a hook (a pointer to `count` buffers, valid during the hook).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy)]
+pub struct EnvoyBuffers(*const EnvoyBuffer);
+
+impl EnvoyBuffers {
+    /// The non-empty pieces; `count` is the number Envoy passed with them.
+    pub fn pieces(&self, count: usize) -> Vec<&[u8]> {
+        if self.0.is_null() || count == 0 {
+            return Vec::new();
+        }
+        // SAFETY: Envoy's array of `count` buffers, valid during the hook.
+        let raw = unsafe { std::slice::from_raw_parts(self.0, count) };
+        raw.iter()
+            // SAFETY: each buffer's bytes, valid during the hook.
+            .map(|b| unsafe { b.as_bytes() })
+            .filter(|b| !b.is_empty())
+            .collect()
+    }
+}
+
+/// A callout's reset reason, as Envoy numbers it.
+pub fn reset_reason(reason: HttpStreamResetReason) -> CalloutReset {
+    CalloutReset::from_abi(reason)
+}
+
+/// The bootstrap extension's config: the module keeps nothing for it (a non-null token).
+/// Envoy holds its listeners until the config signals it is ready: at once.
+pub fn bootstrap_config_ready(config: BootstrapConfigEnvoyPtr) -> BootstrapConfigModulePtr {
+    // SAFETY: Envoy's config pointer during config_new.
+    unsafe {
+        abi::envoy_dynamic_module_callback_bootstrap_extension_config_signal_init_complete(config)
     };
-    run(Some((filter, &mut host)))
+    static TOKEN: u8 = 0;
+    BootstrapConfigModulePtr(std::ptr::addr_of!(TOKEN).cast())
+}
+
+/// No bootstrap config: Envoy refuses it.
+pub fn no_bootstrap_config() -> BootstrapConfigModulePtr {
+    BootstrapConfigModulePtr(std::ptr::null())
+}
+
+/// The bootstrap extension itself: nothing kept either.
+pub fn bootstrap_extension() -> BootstrapModulePtr {
+    static TOKEN: u8 = 0;
+    BootstrapModulePtr(std::ptr::addr_of!(TOKEN).cast())
+}
+
+/// The completion Envoy passed to the shutdown hook (it exits once it is called), kept until
+/// the module is done.
+pub struct Completion {
+    callback: EventCb,
+    context: EventContext,
+}
+
+// SAFETY: kept across threads only to be called back on Envoy's main thread (see
+// `bootstrap`), where Envoy made it.
+unsafe impl Send for Completion {}
+
+impl Completion {
+    pub fn new(callback: EventCb, context: EventContext) -> Completion {
+        Completion { callback, context }
+    }
+
+    /// Calls it (once: it is consumed).
+    pub fn complete(self) {
+        if let Some(callback) = self.callback.0 {
+            // SAFETY: Envoy's completion and its context (only Envoy makes either), once.
+            unsafe { callback(self.context.0) }
+        }
+    }
+}
+
+/// The bootstrap config's scheduler: a commit, from any thread, reaches
+/// `on_bootstrap_extension_config_scheduled` on Envoy's main thread. Deleted on drop.
+pub struct MainThread(abi::BootstrapSchedulerPtr);
+
+// SAFETY: Envoy's scheduler is made to be committed from any thread; the module deletes it
+// only when no commit can run (it is behind a lock).
+unsafe impl Send for MainThread {}
+
+impl MainThread {
+    /// In config_new, with Envoy's config pointer.
+    pub fn new(config: BootstrapConfigEnvoyPtr) -> MainThread {
+        // SAFETY: Envoy's config pointer during config_new.
+        MainThread(unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_new(config)
+        })
+    }
+
+    pub fn commit(&self, event_id: u64) {
+        // SAFETY: a live scheduler (deleted only on drop).
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_commit(
+                self.0, event_id,
+            )
+        }
+    }
+}
+
+impl Drop for MainThread {
+    fn drop(&mut self) {
+        // SAFETY: made by scheduler_new, deleted once.
+        unsafe {
+            abi::envoy_dynamic_module_callback_bootstrap_extension_config_scheduler_delete(self.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use responses_core::environment::System;
+
+    fn stream() -> FilterModulePtr {
+        filter_to_envoy(Stream::Exchange(EnvoyFilter::new(
+            crate::fake::config("{}"),
+            System,
+        )))
+    }
+
+    // The Envoy pointer is never dereferenced here (no host call is made).
+    const ENVOY: FilterEnvoyPtr = FilterEnvoyPtr(std::ptr::null_mut());
+
+    // The Envoy callbacks that the code under test links (a log line, a scheduler's delete in
+    // the filter's drop glue), defined for the test binary, which has no Envoy. Envoy logs
+    // nothing here, and no scheduler exists to delete.
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_log_enabled(_level: abi::LogLevel) -> bool {
+        false
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_log(_level: abi::LogLevel, _message: ModuleBuffer) {
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_filter_scheduler_delete(
+        _scheduler: abi::SchedulerPtr,
+    ) {
+        panic!("no scheduler exists in these tests");
+    }
+
+    #[test]
+    fn a_hook_entered_during_another_is_busy_and_its_events_wait_for_it() {
+        let ptr = stream();
+        let Entered::Free(mut guard) = enter(ENVOY, ptr) else {
+            panic!("the first hook has the filter");
+        };
+        let Entered::Busy(slot) = enter(ENVOY, ptr) else {
+            panic!("a hook during it is re-entrant");
+        };
+        slot.defer(Deferred::CalloutComplete(CalloutId(3)));
+        slot.watermark(true);
+        slot.defer(Deferred::WriteBlocked);
+        assert_eq!(guard.slot().watermark.get(), 1, "the state changes at once");
+        assert_eq!(
+            guard.next_deferred(),
+            Some(Deferred::CalloutComplete(CalloutId(3)))
+        );
+        assert_eq!(guard.next_deferred(), Some(Deferred::WriteBlocked));
+        assert_eq!(guard.next_deferred(), None);
+        drop(guard);
+        // The hook returned: the next one has the filter again.
+        let Entered::Free(guard) = enter(ENVOY, ptr) else {
+            panic!("free again");
+        };
+        guard.slot().watermark(false);
+        guard.slot().watermark(false);
+        assert_eq!(guard.slot().watermark.get(), 0, "never below zero");
+        drop(guard);
+        drop_filter(ptr);
+    }
+
+    #[test]
+    fn a_filter_destroyed_during_its_hook_is_freed_when_the_hook_returns() {
+        let ptr = stream();
+        let Entered::Free(mut guard) = enter(ENVOY, ptr) else {
+            panic!("free");
+        };
+        drop_filter(ptr);
+        // Still usable until the hook returns.
+        assert!(guard.slot().destroyed.get());
+        guard.slot().defer(Deferred::StreamComplete);
+        assert_eq!(guard.next_deferred(), Some(Deferred::StreamComplete));
+        drop(guard); // frees it (a double free or a leak would show under Miri/ASan)
+        assert!(matches!(enter(ENVOY, no_filter()), Entered::Missing));
+    }
+
+    #[test]
+    fn envoys_header_and_buffer_arrays_are_read_as_given() {
+        let header = |k: &'static [u8], v: &'static [u8]| EnvoyHttpHeader {
+            key_ptr: k.as_ptr().cast(),
+            key_length: k.len(),
+            value_ptr: v.as_ptr().cast(),
+            value_length: v.len(),
+        };
+        let raw = [
+            header(b":status", b"200"),
+            header(b"x-bin", b"\xff"),
+            header(b"content-type", b"text/event-stream"),
+        ];
+        let headers = EnvoyHeaders(raw.as_ptr());
+        assert_eq!(
+            headers.pairs(raw.len()),
+            [(":status", "200"), ("content-type", "text/event-stream")],
+            "a value that is not UTF-8 is left out"
+        );
+        assert_eq!(headers.pairs(1), [(":status", "200")]);
+        assert!(EnvoyHeaders(std::ptr::null()).pairs(3).is_empty());
+        let pieces = [
+            EnvoyBuffer {
+                ptr: b"data: ".as_ptr().cast(),
+                length: 6,
+            },
+            EnvoyBuffer::EMPTY,
+            EnvoyBuffer {
+                ptr: b"{}".as_ptr().cast(),
+                length: 2,
+            },
+        ];
+        let buffers = EnvoyBuffers(pieces.as_ptr());
+        assert_eq!(buffers.pieces(3), [&b"data: "[..], &b"{}"[..]]);
+        assert!(EnvoyBuffers(std::ptr::null()).pieces(2).is_empty());
+    }
 }

@@ -207,7 +207,7 @@ fn json_answer_is_buffered_and_translated() {
             .header_mutation
             .as_ref()
             .map(|m| m.remove_headers.clone()),
-        Some(vec!["content-length".to_owned()])
+        Some(vec!["content-length".to_owned(), "openai-model".to_owned()])
     );
     let chat =
         json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "yo"}}]});

@@ -43,6 +43,9 @@ use crate::openresponses::{ApiError, Echo, EchoFormat, EchoReasoning, EchoText, 
 pub struct Translated {
     pub body: Bytes,
     pub plan: ResponsePlan,
+    /// The model the Chat body names when the model map changed it (`None`: the requested
+    /// one, `plan.model()`).
+    pub chat_model: Option<String>,
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -126,6 +129,17 @@ pub(crate) fn model<'a>(req: &mut Obj<'a, '_>) -> Result<Str<'a>, ApiError> {
     Ok(model)
 }
 
+/// The Chat request's `model`: the model map's name for the requested one, else the requested
+/// one as it came; and the mapped name, if any. The response keeps the requested name
+/// (`ResponsePlan::model`): clients compare it with what they asked (Codex warns that its
+/// request was rerouted to another model when the names differ).
+pub(crate) fn chat_model<'a>(model: Str<'a>, options: &Options) -> (Text<'a>, Option<String>) {
+    match options.model_map.resolve(&model.as_str()) {
+        Some(mapped) => (Text::plain(mapped.to_owned()), Some(mapped.to_owned())),
+        None => (text(model), None),
+    }
+}
+
 /// The Chat body's buffer: the request's size (its texts carry over) and room for the
 /// messages' own keys.
 fn body_capacity(request_bytes: usize) -> usize {
@@ -163,8 +177,9 @@ fn translate_fields(
 
     let mut echo = Echo::default();
     let model_name = model.as_str().into_owned();
+    let (chat_model_name, mapped) = chat_model(model, options);
     let mut chat = chat::Request {
-        model: text(model),
+        model: chat_model_name,
         ..chat::Request::default()
     };
 
@@ -397,6 +412,7 @@ fn translate_fields(
     Ok(Translated {
         body: Bytes::from(chat.encode(body_capacity(request_bytes))),
         plan,
+        chat_model: mapped,
     })
 }
 
