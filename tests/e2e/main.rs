@@ -14,7 +14,7 @@
 //! | [`limits`] | every size and time limit, from both sides |
 //! | [`metadata`] | the dynamic metadata and access-log fields |
 //! | [`metrics`] | both modes' metrics, and the dashboard's queries in a real Prometheus |
-| [`module_abi`] | what Envoy 1.40's dynamic-module ABI gives a filter serving a WebSocket (module mode) |
+//! | [`module_abi`] | what Envoy 1.40's dynamic-module ABI gives a filter serving a WebSocket (module mode) |
 //! | [`rate_limit`] | Envoy's rate limit service in front of the translation |
 //! | [`security`] | the processor's secured listeners (TLS, mTLS) and what it writes in its logs |
 //! | [`surface`] | the request surface: every field of every case, through Envoy |
