@@ -252,11 +252,22 @@ async fn a_compaction_trigger_is_answered_with_one_sealed_item() {
             "response.created",
             "response.in_progress",
             "response.output_item.added",
+            "response.compaction.compacting",
             "response.output_item.done",
             "response.completed"
         ]
     );
-    let completed = &events[4].1["response"];
+    // Added empty, done with the sealed summary; the progress event names the item.
+    let id = &events[2].1["item"]["id"];
+    assert_eq!(events[2].1["item"]["encrypted_content"], "");
+    assert_eq!(
+        events[3].1,
+        json!({"type": "response.compaction.compacting", "item_id": id, "output_index": 0,
+               "sequence_number": 3})
+    );
+    assert_eq!(&events[4].1["item"]["id"], id);
+    let completed = &events[5].1["response"];
+    assert_eq!(completed["output"][0], events[4].1["item"]);
     assert_eq!(completed["output"][0]["type"], "compaction");
     assert_eq!(completed["usage"]["output_tokens"], 6);
 

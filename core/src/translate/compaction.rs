@@ -55,6 +55,15 @@ pub(crate) fn sealed(plan: &ResponsePlan, n: usize, summary: &str) -> Option<Com
     })
 }
 
+/// The `compaction` item that is output item `n` of `plan` as a stream opens it, before its
+/// summary: no content yet.
+pub(crate) fn opened(plan: &ResponsePlan, n: usize) -> CompactionItem {
+    CompactionItem {
+        id: plan.item_id("cmp", n),
+        encrypted_content: String::new(),
+    }
+}
+
 /// The upstream answered a summarising request without a summary.
 pub(crate) fn no_summary() -> ApiError {
     ApiError::server(
