@@ -18,6 +18,7 @@ use crate::openresponses::{ApiError, ErrorCode};
 use crate::translate::calls::{builtin_arguments, CUSTOM_TOOL_INPUT};
 use crate::translate::fields::{bad_value, into_items, missing, wrong_type, Obj, Path, ROOT};
 use crate::translate::json::document::{Fields, Node, Str};
+use crate::translate::seal::Purpose;
 use crate::translate::{flat_name, DeveloperRole, Options};
 
 /// The input items, translated.
@@ -618,21 +619,13 @@ fn reasoning_text<'a>(
     item.string("status")?;
     // Reasoning we sealed in an earlier response: the full text, better than any summary.
     if let Some(blob) = sealed {
-        let keyring = options.keyring.as_ref().ok_or_else(|| {
-            bad_value(
-                sealed_path,
-                format!("Invalid '{sealed_path}': this server has no reasoning keys to open it."),
-            )
-            .with_code(ErrorCode::InvalidEncryptedContent)
-        })?;
-        return match keyring.open(&blob.as_str()) {
-            Ok(text) => Ok((!text.is_empty()).then(|| Text::plain(text))),
-            Err(e) => Err(bad_value(
-                sealed_path,
-                format!("Invalid '{sealed_path}': it cannot be opened ({e}). Send reasoning items back unchanged, to the server that produced them."),
-            )
-            .with_code(ErrorCode::InvalidEncryptedContent)),
-        };
+        let text = crate::translate::sealing::open(
+            Purpose::Reasoning,
+            &blob.as_str(),
+            &sealed_path.to_string(),
+            options,
+        )?;
+        return Ok((!text.is_empty()).then(|| Text::plain(text)));
     }
     let mut gathered: Option<Text<'a>> = None;
     let (parts, key, want) = if content.is_empty() {

@@ -309,6 +309,9 @@ fn translate_fields(
         )
         .with_code(ErrorCode::UnsupportedParameter));
     }
+    if seal_reasoning {
+        super::sealing::require_tenant(options)?;
+    }
     if let Some(text) = req.object("text")? {
         text_format(text, &mut chat, &mut echo)?;
     }
@@ -409,6 +412,7 @@ fn translate_fields(
             )
             .with_code(ErrorCode::CompactionUnavailable));
         }
+        super::sealing::require_tenant(options)?;
     }
 
     echo.store = false;
