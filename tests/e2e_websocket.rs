@@ -617,6 +617,137 @@ async fn connections_over_the_cap_are_refused_with_an_envelope() {
     }
 }
 
+/// Opens a socket with these handshake headers; the refusal's status and error code if refused.
+async fn open_with(
+    stack: &Stack,
+    headers: &[(&str, &str)],
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    (u16, String),
+> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = stack.ws_url().into_client_request().unwrap();
+    for (name, value) in headers {
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+        request.headers_mut().insert(name, value.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body: Value =
+                serde_json::from_slice(response.body().as_deref().unwrap_or_default())
+                    .expect("an error envelope");
+            Err((
+                response.status().as_u16(),
+                body["error"]["code"].as_str().unwrap_or("").to_owned(),
+            ))
+        }
+        Err(e) => panic!("not an HTTP refusal: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn one_caller_cannot_take_every_connection_and_origins_can_be_limited() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = Stack::with_websocket(
+        upstream.port(),
+        &[
+            "--ws-max-connections",
+            "4",
+            "--ws-max-connections-per-key",
+            "2",
+            "--ws-allowed-origins",
+            "https://app.example",
+        ],
+    );
+    let alice = [("authorization", "Bearer alice")];
+    let _a1 = open_with(&stack, &alice).await.unwrap();
+    let _a2 = open_with(&stack, &alice).await.unwrap();
+    assert_eq!(
+        open_with(&stack, &alice).await.err(),
+        Some((429, "websocket_connections_exhausted".into()))
+    );
+    // Another caller still gets in; the global count still holds.
+    let bob = [("authorization", "Bearer bob")];
+    let mut b1 = open_with(&stack, &bob).await.unwrap();
+    ask(&mut b1, json!({"model": "m", "input": "x"})).await;
+    completed(&mut b1).await;
+    let _b2 = open_with(&stack, &bob).await.unwrap();
+    assert_eq!(
+        open_with(&stack, &[("authorization", "Bearer carol")])
+            .await
+            .err(),
+        Some((503, "websocket_connections_exhausted".into()))
+    );
+    // A browser page from elsewhere is refused before any slot is taken.
+    assert_eq!(
+        open_with(
+            &stack,
+            &[
+                ("authorization", "Bearer dave"),
+                ("origin", "https://evil.example")
+            ]
+        )
+        .await
+        .err(),
+        Some((403, "origin_not_allowed".into()))
+    );
+    drop(_a1);
+    // Alice's place is free again once her socket is gone.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while open_with(
+        &stack,
+        &[
+            ("authorization", "Bearer alice"),
+            ("origin", "https://app.example"),
+        ],
+    )
+    .await
+    .is_err()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_holds_too_much_is_closed_and_the_others_go_on() {
+    let upstream = ScriptedUpstream::start();
+    // Slow answers: the responses stay in flight while messages queue behind them.
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = Stack::with_websocket(
+        upstream.port(),
+        &[
+            "--ws-max-socket-bytes",
+            "300000",
+            "--ws-max-total-bytes",
+            "1000000",
+        ],
+    );
+    let mut greedy = connect(&stack).await;
+    let mut modest = connect(&stack).await;
+    // A context of ~100 KB (200 KB counted, parsed), then messages over the limit.
+    ask(
+        &mut greedy,
+        json!({"model": "m", "input": "x".repeat(100_000)}),
+    )
+    .await;
+    let id = completed(&mut greedy).await["response"]["id"].clone();
+    ask(
+        &mut greedy,
+        json!({"model": "m", "previous_response_id": id, "input": "y".repeat(120_000)}),
+    )
+    .await;
+    assert_eq!(
+        closed(&mut greedy).await,
+        Some(CloseCode::Policy),
+        "the connection's own limit: 1008"
+    );
+    ask(&mut modest, json!({"model": "m", "input": "still served"})).await;
+    completed(&mut modest).await;
+}
+
 #[tokio::test]
 async fn the_maximum_age_ends_with_websocket_connection_limit_reached() {
     let upstream = ScriptedUpstream::start();
@@ -636,6 +767,22 @@ async fn an_idle_connection_is_closed_cleanly() {
     let stack = Stack::with_websocket(upstream.port(), &["--ws-idle-timeout", "1"]);
     let mut ws = connect(&stack).await;
     assert_eq!(closed(&mut ws).await, Some(CloseCode::Normal));
+    // Pings keep nothing alive: a client that only pings is closed as on time.
+    let mut pinging = connect(&stack).await;
+    let started = std::time::Instant::now();
+    let ended = loop {
+        pinging
+            .send(Message::Ping(b"here".to_vec().into()))
+            .await
+            .ok();
+        match tokio::time::timeout(Duration::from_millis(200), pinging.next()).await {
+            Ok(Some(Ok(Message::Close(frame)))) => break frame.map(|f| f.code),
+            Ok(Some(Ok(Message::Pong(_)))) | Err(_) => {}
+            Ok(other) => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < TIMEOUT, "pings kept the socket open");
+    };
+    assert_eq!(ended, Some(CloseCode::Normal));
 }
 
 #[tokio::test]
