@@ -635,3 +635,102 @@ async fn a_sockets_sealed_items_are_bound_to_its_upgrades_tenant() {
     assert_eq!(done["type"], "response.completed", "{done}");
     assert_eq!(upstream.requests().len(), 3);
 }
+
+/// Turning the binding on (docs/compaction.md): a `compaction` item sealed before, bound to no
+/// tenant, is refused by a server that binds them, and opens for any tenant during the
+/// migration window (`--seal-accept-unbound`), where what is sealed anew is bound.
+#[tokio::test]
+async fn blobs_sealed_before_the_binding_open_only_while_migrating() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_json("The user is Ada."));
+    let keys = TempDir::new("tenant-migration-keys");
+    let settings = tenant_settings(&keys);
+    let args: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let (a, b) = (tenant::of("team-a"), tenant::of("team-b"));
+    let compact_as = |envoy: &Envoy, auth: &str| {
+        let headers = [("authorization", auth.to_owned())];
+        let envoy = envoy.url("/v1/responses/compact");
+        async move {
+            let mut request = client().post(envoy);
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let answer: Value = request
+                .json(&json!({"model": "m", "input": "I am Ada."}))
+                .timeout(TIMEOUT)
+                .send()
+                .await
+                .expect("compact")
+                .json()
+                .await
+                .expect("JSON");
+            compaction_item(&answer)
+        }
+    };
+    let next = |item: Value| {
+        json!({"model": "m", "input": [item, {"role": "user", "content": "Who am I?"}]}).to_string()
+    };
+
+    // Sealed by a server with the same keys that bound nothing (the first two flags).
+    let before = Stack::start_with(upstream.port(), &args[..2], tenant::from_jwt);
+    let old = compact_as(&before.envoy, &a).await;
+    drop(before);
+
+    let bound = Stack::start_with(upstream.port(), &args, tenant::from_jwt);
+    let answer = send_with(
+        &bound.envoy,
+        "POST",
+        "/v1/responses",
+        &[("authorization", a.as_str())],
+        next(old.clone()),
+    )
+    .await;
+    let error = envelope(&answer, 400, "invalid_encrypted_content");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("before this server bound"),
+        "{error}"
+    );
+    drop(bound);
+    let sent = upstream.requests().len();
+
+    let mut migrating = args.clone();
+    migrating.push("--seal-accept-unbound");
+    let stack = Stack::start_with(upstream.port(), &migrating, tenant::from_jwt);
+    let envoy = &stack.envoy;
+    for auth in [&a, &b] {
+        let (status, _, response) = send_with(
+            envoy,
+            "POST",
+            "/v1/responses",
+            &[("authorization", auth.as_str())],
+            next(old.clone()),
+        )
+        .await;
+        assert_eq!(status, 200, "{response}");
+    }
+    assert_eq!(upstream.requests().len(), sent + 2);
+    let chat = upstream.requests()[sent].json();
+    assert!(
+        chat["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("The user is Ada."),
+        "{chat}"
+    );
+    // Still 403 without a tenant; what is sealed now is team-a's only.
+    let answer = send(envoy, "POST", "/v1/responses", next(old)).await;
+    envelope(&answer, 403, "missing_tenant");
+    let new = compact_as(envoy, &a).await;
+    let answer = send_with(
+        envoy,
+        "POST",
+        "/v1/responses",
+        &[("authorization", b.as_str())],
+        next(new),
+    )
+    .await;
+    envelope(&answer, 400, "invalid_encrypted_content");
+}
