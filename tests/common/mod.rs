@@ -44,6 +44,7 @@ pub mod snapshot;
 pub mod sse;
 pub mod stack;
 pub mod stream_rules;
+pub mod tenant;
 pub mod upstream;
 pub mod websocket;
 
