@@ -117,6 +117,8 @@ pub struct Connection<E = System> {
     limits: Limits,
     env: E,
     reasoning_events: ReasoningEvents,
+    /// The tenant of its sealed items: the handshake's (see [`crate::exchange::tenant`]).
+    tenant: crate::translate::seal::Tenant,
     /// The opening request's headers that go on to each call.
     forwarded: Vec<(Cow<'static, str>, String)>,
     decoder: Decoder,
@@ -262,7 +264,7 @@ const NOTHING_GENERATED: &[u8] =
 impl<E: Environment> Connection<E> {
     /// A connection whose upgrade was accepted at `now`: `handshake` looks up the opening
     /// request's headers (its credentials go on to each call, its identity decides the
-    /// reasoning event names the client gets).
+    /// reasoning event names the client gets, its tenant header binds its sealed items).
     pub fn new<'h>(
         settings: Arc<Settings>,
         limits: Limits,
@@ -273,6 +275,7 @@ impl<E: Environment> Connection<E> {
         let reasoning_events =
             crate::client::reasoning_events(settings.reasoning_events, &handshake);
         Connection {
+            tenant: crate::exchange::tenant(&settings, &handshake),
             decoder: Decoder::new(limits.max_message_bytes),
             forwarded: call::forwarded(&handshake),
             settings,
@@ -875,6 +878,7 @@ impl<E: Environment> Connection<E> {
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
         exchange.set_reasoning_events(self.reasoning_events);
+        exchange.set_tenant(self.tenant.clone());
         match exchange.request_object(body, continues, meta) {
             RequestStep::Forward(up) => {
                 self.turn = Some(Turn {

@@ -1108,3 +1108,126 @@ fn a_streamed_compaction_seals_the_upstreams_text() {
         "The user is Ada."
     );
 }
+
+/// While a `compaction_trigger`'s summary is sampled, `response.compaction.compacting` reports
+/// it (OpenAI's progress event): right after the item opens with the first sampled delta
+/// (reasoning counts), then at most once every 30 s of the clock, only when more was sampled;
+/// the item is added empty and done with its sealed summary. An upstream failing after the item
+/// opened ends the stream with no item in the failed response.
+#[test]
+fn a_streamed_compaction_reports_its_progress_at_most_every_30_seconds() {
+    use responses_core::translate::stream::COMPACTING_EVERY;
+    let options = Options {
+        keyring: Some(std::sync::Arc::new(
+            responses_core::translate::seal::Keyring::single("k1", [5; 32]).unwrap(),
+        )),
+        ..Options::default()
+    };
+    let request = json!({"model": MODEL, "stream": true, "input": [
+        {"role": "user", "content": "I am Ada"}, {"type": "compaction_trigger"}]});
+    let plan = || {
+        responses_core::translate::translate_request(
+            request.to_string().as_bytes(),
+            &options,
+            Meta {
+                now: NOW,
+                id_seed: SEED,
+            },
+        )
+        .unwrap()
+        .plan
+    };
+    let frame = |delta: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": delta}]})
+        )
+    };
+    // The events of part of a stream (no `[DONE]` yet).
+    let events_of = |bytes: &[u8]| -> Vec<Value> {
+        common::sse::parse_sse_json(std::str::from_utf8(bytes).unwrap())
+            .into_iter()
+            .map(|(_, e)| e)
+            .collect()
+    };
+    let types = |bytes: &[u8]| -> Vec<String> {
+        events_of(bytes)
+            .iter()
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut t = StreamTranslator::new(plan());
+    // Nothing sampled yet: no item.
+    let out = t.push(frame(json!({"role": "assistant"})).as_bytes(), NOW);
+    assert_eq!(types(&out), ["response.created", "response.in_progress"]);
+    // The first reasoning opens the item, empty, and reports progress.
+    let out = t.push(frame(json!({"reasoning_content": "hmm"})).as_bytes(), NOW);
+    let events = events_of(&out);
+    assert_eq!(
+        types(&out),
+        [
+            "response.output_item.added",
+            "response.compaction.compacting"
+        ]
+    );
+    let item_id = events[0]["item"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        events[0]["item"],
+        json!({"type": "compaction", "id": item_id, "encrypted_content": ""})
+    );
+    assert_eq!(
+        events[1],
+        json!({"type": "response.compaction.compacting", "item_id": item_id, "output_index": 0,
+               "sequence_number": 3})
+    );
+    // More within 30 s: nothing; at 30 s: one event; a frame with nothing sampled: nothing.
+    let text = |s: &str| frame(json!({"content": s}));
+    assert!(t
+        .push(text("The user ").as_bytes(), NOW + COMPACTING_EVERY - 1)
+        .is_empty());
+    assert_eq!(
+        types(&t.push(text("is ").as_bytes(), NOW + COMPACTING_EVERY)),
+        ["response.compaction.compacting"]
+    );
+    assert!(t
+        .push(frame(json!({})).as_bytes(), NOW + 3 * COMPACTING_EVERY)
+        .is_empty());
+    assert!(t
+        .push(text("Ada").as_bytes(), NOW + 2 * COMPACTING_EVERY - 1)
+        .is_empty());
+    assert_eq!(
+        types(&t.push(text(".").as_bytes(), NOW + 2 * COMPACTING_EVERY)),
+        ["response.compaction.compacting"]
+    );
+    let out = t.push(b"data: [DONE]\n\n", END);
+    let events = events_of(&out);
+    assert_eq!(
+        types(&out),
+        ["response.output_item.done", "response.completed"]
+    );
+    let done = &events[0]["item"];
+    assert_eq!(
+        (&done["id"], done["type"].as_str()),
+        (&json!(item_id), Some("compaction"))
+    );
+    assert!(!done["encrypted_content"].as_str().unwrap().is_empty());
+    assert_eq!(events[1]["response"]["output"], json!([done]));
+
+    // Failing after the item opened: no item in the failed response.
+    let mut t = StreamTranslator::new(plan());
+    let mut out = t.push(text("The user").as_bytes(), NOW).to_vec();
+    out.extend_from_slice(&t.push(b"data: {\"error\":{\"message\":\"boom\"}}\n\n", NOW));
+    let events = stream_rules::events(&out);
+    assert_eq!(
+        types(&out),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.compaction.compacting",
+            "error",
+            "response.failed"
+        ]
+    );
+    assert_eq!(events[5]["response"]["output"], json!([]));
+}

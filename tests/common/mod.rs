@@ -46,6 +46,7 @@ pub mod schema;
 #[path = "../../core/tests/common/sse.rs"]
 pub mod sse;
 pub mod stack;
+pub mod tenant;
 pub mod upstream;
 pub mod websocket;
 

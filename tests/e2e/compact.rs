@@ -8,16 +8,33 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{client, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack, TempDir};
+use common::websocket::{recv, Socket};
+use common::{client, tenant, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack, TempDir};
+use futures_util::SinkExt;
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Status, content type and JSON body of a request to Envoy.
 async fn send(envoy: &Envoy, method: &str, path: &str, body: String) -> (u16, String, Value) {
+    send_with(envoy, method, path, &[], body).await
+}
+
+/// [`send`] with these request headers too.
+async fn send_with(
+    envoy: &Envoy,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: String,
+) -> (u16, String, Value) {
     let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-    let response = client()
-        .request(method, envoy.url(path))
+    let mut request = client().request(method, envoy.url(path));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request
         .header("content-type", "application/json")
         .body(body)
         .timeout(TIMEOUT)
@@ -252,11 +269,22 @@ async fn a_compaction_trigger_is_answered_with_one_sealed_item() {
             "response.created",
             "response.in_progress",
             "response.output_item.added",
+            "response.compaction.compacting",
             "response.output_item.done",
             "response.completed"
         ]
     );
-    let completed = &events[4].1["response"];
+    // Added empty, done with the sealed summary; the progress event names the item.
+    let id = &events[2].1["item"]["id"];
+    assert_eq!(events[2].1["item"]["encrypted_content"], "");
+    assert_eq!(
+        events[3].1,
+        json!({"type": "response.compaction.compacting", "item_id": id, "output_index": 0,
+               "sequence_number": 3})
+    );
+    assert_eq!(&events[4].1["item"]["id"], id);
+    let completed = &events[5].1["response"];
+    assert_eq!(completed["output"][0], events[4].1["item"]);
     assert_eq!(completed["output"][0]["type"], "compaction");
     assert_eq!(completed["usage"]["output_tokens"], 6);
 
@@ -332,4 +360,377 @@ async fn compact_needs_a_model_and_answers_the_compaction_schema() {
     for item in output {
         assert!(item["id"].is_string(), "{item}");
     }
+}
+
+/// The key file of the tenant tests, and the settings binding sealed items to the tenant header
+/// Envoy sets from a token (`tests/common/tenant.rs`).
+fn tenant_settings(keys: &TempDir) -> Vec<String> {
+    let key_file = keys.path().join("keys");
+    std::fs::write(
+        &key_file,
+        "k:BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n",
+    )
+    .expect("write the key file");
+    [
+        "--reasoning-keys-file",
+        key_file.to_str().expect("UTF-8"),
+        "--seal-tenant-header",
+        tenant::HEADER,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn chat_json(text: &str) -> Reply {
+    Reply::json(
+        200,
+        &json!({"id": "c", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 6, "total_tokens": 46}}),
+    )
+}
+
+fn chat_sse(text: &str) -> Reply {
+    Reply::sse([
+        format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]})
+        ),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+/// The `compaction` item of an output.
+#[track_caller]
+fn compaction_item(response: &Value) -> Value {
+    let items = response["output"].as_array().expect("output");
+    let found: Vec<&Value> = items.iter().filter(|i| i["type"] == "compaction").collect();
+    assert_eq!(found.len(), 1, "{response}");
+    found[0].clone()
+}
+
+/// Sealed items bound to the tenant Envoy sets from the caller's token (`--seal-tenant-header`;
+/// docs/compaction.md): what one tenant's `/compact` sealed opens for that tenant only, on
+/// `/v1/responses` and `/compact`; another tenant's request is 400 `invalid_encrypted_content`
+/// and the upstream never hears of it; a request that would seal or open something without a
+/// tenant is 403 `missing_tenant`, one that does neither is served; a client's own tenant
+/// header counts for nothing (Envoy removes it).
+#[tokio::test]
+async fn sealed_items_are_bound_to_the_tenant_envoy_sets() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_json("The user is Ada."));
+    let keys = TempDir::new("tenant-keys");
+    let settings = tenant_settings(&keys);
+    let args: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let stack = Stack::start_with(upstream.port(), &args, tenant::from_jwt);
+    let envoy = &stack.envoy;
+    let (a, b) = (tenant::of("team-a"), tenant::of("team-b"));
+
+    let compacted = send_with(
+        envoy,
+        "POST",
+        "/v1/responses/compact",
+        &[("authorization", a.as_str())],
+        json!({"model": "m", "input": "I am Ada."}).to_string(),
+    )
+    .await;
+    assert_eq!(compacted.0, 200, "{}", compacted.2);
+    let item = compaction_item(&compacted.2);
+    assert_eq!(upstream.requests().len(), 1);
+    // The upstream sees the tenant Envoy set (and never the token's signature for it).
+    assert_eq!(
+        upstream.requests()[0].header(tenant::HEADER),
+        Some("team-a")
+    );
+
+    let next = json!({"model": "m", "input": [item, {"role": "user", "content": "Who am I?"}]})
+        .to_string();
+    let (status, _, response) = send_with(
+        envoy,
+        "POST",
+        "/v1/responses",
+        &[("authorization", a.as_str())],
+        next.clone(),
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+    let chat = upstream.requests()[1].json();
+    assert!(
+        chat["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("The user is Ada."),
+        "{chat}"
+    );
+
+    // Another tenant, with or without a header of its own naming team-a: refused, unsent.
+    for headers in [
+        vec![("authorization", b.as_str())],
+        vec![("authorization", b.as_str()), (tenant::HEADER, "team-a")],
+    ] {
+        for path in ["/v1/responses", "/v1/responses/compact"] {
+            let answer = send_with(envoy, "POST", path, &headers, next.clone()).await;
+            let error = envelope(&answer, 400, "invalid_encrypted_content");
+            assert_eq!(error["param"], "input[0].encrypted_content", "{path}");
+            assert!(
+                error["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("another tenant"),
+                "{error}"
+            );
+        }
+    }
+    assert_eq!(
+        upstream.requests().len(),
+        2,
+        "nothing refused reached the upstream"
+    );
+
+    // No tenant (no token, a token without the claim, only the client's own header): 403
+    // wherever something would be sealed or opened.
+    let no_claim = tenant::bearer(json!({"sub": "someone"}));
+    for headers in [
+        vec![],
+        vec![("authorization", no_claim.as_str())],
+        vec![(tenant::HEADER, "team-a")],
+    ] {
+        for (path, body) in [
+            ("/v1/responses", next.clone()),
+            (
+                "/v1/responses/compact",
+                json!({"model": "m", "input": "hi"}).to_string(),
+            ),
+            (
+                "/v1/responses",
+                json!({"model": "m", "input": "hi", "include": ["reasoning.encrypted_content"]})
+                    .to_string(),
+            ),
+        ] {
+            let answer = send_with(envoy, "POST", path, &headers, body).await;
+            let error = envelope(&answer, 403, "missing_tenant");
+            assert_eq!(error["type"], "permission_error", "{error}");
+        }
+    }
+    assert_eq!(
+        upstream.requests().len(),
+        2,
+        "nothing refused reached the upstream"
+    );
+    // ... and what seals nothing needs no tenant.
+    let (status, _, response) = send(
+        envoy,
+        "POST",
+        "/v1/responses",
+        json!({"model": "m", "input": "hi"}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(upstream.requests().len(), 3);
+    assert_eq!(upstream.requests()[2].header(tenant::HEADER), None);
+}
+
+async fn connect_as(stack: &Stack, headers: &[(&'static str, &str)]) -> Socket {
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .insert(*name, value.parse().expect("a header value"));
+    }
+    let (socket, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .unwrap_or_else(|e| panic!("WebSocket upgrade through Envoy failed: {e}"));
+    assert_eq!(response.status(), 101);
+    socket
+}
+
+/// One `response.create` on the socket: its terminal event, or the `error` refusing it.
+async fn ask(socket: &mut Socket, body: Value) -> Value {
+    let mut body = body;
+    body["type"] = json!("response.create");
+    socket
+        .send(Message::text(body.to_string()))
+        .await
+        .expect("send");
+    loop {
+        let event = recv(socket).await;
+        let kind = event["type"].as_str().unwrap_or_default();
+        if kind == "error" || kind == "response.completed" || kind == "response.failed" {
+            return event;
+        }
+    }
+}
+
+/// The WebSocket transport binds a socket's sealed items to its upgrade request's tenant (the
+/// header Envoy sets on the upgrade): a compaction sealed on team-a's socket opens on team-a's
+/// HTTP requests (in module mode: sealed by the processor's socket, opened by the module),
+/// not on team-b's socket; a socket without a tenant cannot seal but answers what seals
+/// nothing.
+#[tokio::test]
+async fn a_sockets_sealed_items_are_bound_to_its_upgrades_tenant() {
+    let upstream = ScriptedUpstream::start();
+    let keys = TempDir::new("tenant-ws-keys");
+    let settings = tenant_settings(&keys);
+    let args: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let stack = Stack::with_websocket_edited(upstream.port(), &args, tenant::from_jwt);
+    let (a, b) = (tenant::of("team-a"), tenant::of("team-b"));
+
+    let mut socket = connect_as(&stack, &[("authorization", &a)]).await;
+    upstream.push(chat_sse("The user is Ada."));
+    let done = ask(
+        &mut socket,
+        json!({"model": "m", "input": [{"role": "user", "content": "I am Ada."},
+                                       {"type": "compaction_trigger"}]}),
+    )
+    .await;
+    assert_eq!(done["type"], "response.completed", "{done}");
+    let item = compaction_item(&done["response"]);
+    assert_eq!(upstream.requests().len(), 1);
+    let next = json!({"model": "m", "input": [item, {"role": "user", "content": "Who am I?"}]});
+
+    upstream.push(chat_json("Ada."));
+    let (status, _, response) = send_with(
+        &stack.envoy,
+        "POST",
+        "/v1/responses",
+        &[("authorization", &a)],
+        next.to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+    let chat = upstream.requests()[1].json();
+    assert!(
+        chat["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("The user is Ada."),
+        "{chat}"
+    );
+
+    let mut other = connect_as(&stack, &[("authorization", &b), (tenant::HEADER, "team-a")]).await;
+    let refused = ask(&mut other, next.clone()).await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["status"], 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "invalid_encrypted_content");
+    assert_eq!(refused["error"]["param"], "input[0].encrypted_content");
+
+    let mut none = connect_as(&stack, &[(tenant::HEADER, "team-a")]).await;
+    for body in [
+        next,
+        json!({"model": "m", "input": [{"role": "user", "content": "hi"},
+                                       {"type": "compaction_trigger"}]}),
+    ] {
+        let refused = ask(&mut none, body).await;
+        assert_eq!(refused["status"], 403, "{refused}");
+        assert_eq!(refused["error"]["code"], "missing_tenant", "{refused}");
+    }
+    assert_eq!(
+        upstream.requests().len(),
+        2,
+        "nothing refused reached the upstream"
+    );
+    upstream.push(chat_sse("Hello."));
+    let done = ask(&mut none, json!({"model": "m", "input": "hi"})).await;
+    assert_eq!(done["type"], "response.completed", "{done}");
+    assert_eq!(upstream.requests().len(), 3);
+}
+
+/// Turning the binding on (docs/compaction.md): a `compaction` item sealed before, bound to no
+/// tenant, is refused by a server that binds them, and opens for any tenant during the
+/// migration window (`--seal-accept-unbound`), where what is sealed anew is bound.
+#[tokio::test]
+async fn blobs_sealed_before_the_binding_open_only_while_migrating() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_json("The user is Ada."));
+    let keys = TempDir::new("tenant-migration-keys");
+    let settings = tenant_settings(&keys);
+    let args: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let (a, b) = (tenant::of("team-a"), tenant::of("team-b"));
+    let compact_as = |envoy: &Envoy, auth: &str| {
+        let headers = [("authorization", auth.to_owned())];
+        let envoy = envoy.url("/v1/responses/compact");
+        async move {
+            let mut request = client().post(envoy);
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let answer: Value = request
+                .json(&json!({"model": "m", "input": "I am Ada."}))
+                .timeout(TIMEOUT)
+                .send()
+                .await
+                .expect("compact")
+                .json()
+                .await
+                .expect("JSON");
+            compaction_item(&answer)
+        }
+    };
+    let next = |item: Value| {
+        json!({"model": "m", "input": [item, {"role": "user", "content": "Who am I?"}]}).to_string()
+    };
+
+    // Sealed by a server with the same keys that bound nothing (the first two flags).
+    let before = Stack::start_with(upstream.port(), &args[..2], tenant::from_jwt);
+    let old = compact_as(&before.envoy, &a).await;
+    drop(before);
+
+    let bound = Stack::start_with(upstream.port(), &args, tenant::from_jwt);
+    let answer = send_with(
+        &bound.envoy,
+        "POST",
+        "/v1/responses",
+        &[("authorization", a.as_str())],
+        next(old.clone()),
+    )
+    .await;
+    let error = envelope(&answer, 400, "invalid_encrypted_content");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("before this server bound"),
+        "{error}"
+    );
+    drop(bound);
+    let sent = upstream.requests().len();
+
+    let mut migrating = args.clone();
+    migrating.push("--seal-accept-unbound");
+    let stack = Stack::start_with(upstream.port(), &migrating, tenant::from_jwt);
+    let envoy = &stack.envoy;
+    for auth in [&a, &b] {
+        let (status, _, response) = send_with(
+            envoy,
+            "POST",
+            "/v1/responses",
+            &[("authorization", auth.as_str())],
+            next(old.clone()),
+        )
+        .await;
+        assert_eq!(status, 200, "{response}");
+    }
+    assert_eq!(upstream.requests().len(), sent + 2);
+    let chat = upstream.requests()[sent].json();
+    assert!(
+        chat["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("The user is Ada."),
+        "{chat}"
+    );
+    // Still 403 without a tenant; what is sealed now is team-a's only.
+    let answer = send(envoy, "POST", "/v1/responses", next(old)).await;
+    envelope(&answer, 403, "missing_tenant");
+    let new = compact_as(envoy, &a).await;
+    let answer = send_with(
+        envoy,
+        "POST",
+        "/v1/responses",
+        &[("authorization", b.as_str())],
+        next(new),
+    )
+    .await;
+    envelope(&answer, 400, "invalid_encrypted_content");
 }

@@ -1025,3 +1025,112 @@ async fn the_context_cap_from_both_sides() {
         "the refused continuation never went upstream"
     );
 }
+
+/// `configuration_update` items on every transport: over HTTP (JSON and SSE) and on the
+/// socket the latest update of each setting wins over the request's own `reasoning.effort` and
+/// `text.format`, and no item goes upstream; on the socket a continuation's kept context holds
+/// the earlier updates, so they stay in effect until a newer one replaces them.
+#[tokio::test]
+async fn configuration_updates_set_the_turn_on_every_transport_and_across_continuations() {
+    let json_reply = Reply::json(
+        200,
+        &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "{}"},
+                             "finish_reason": "stop"}]}),
+    );
+    let upstream = ScriptedUpstream::with_replies([
+        json_reply,
+        chat_sse("{}"),
+        chat_sse("{}"),
+        chat_sse("{}"),
+        chat_sse("{}"),
+    ]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let schema = json!({"type": "json_schema", "name": "plan", "schema": {"type": "object"}});
+    let input = json!([
+        {"role": "user", "content": "Plan it."},
+        {"type": "configuration_update", "id": null, "reasoning": {"effort": "high"},
+         "text": {"format": schema}},
+        {"role": "assistant", "content": "{}"},
+        {"role": "user", "content": "Shorter."},
+        {"type": "configuration_update", "reasoning": {"effort": "minimal"}, "text": null}
+    ]);
+    let body = json!({"model": "m", "reasoning": {"effort": "low"}, "input": input});
+    let expected_format = json!({"type": "json_schema",
+        "json_schema": {"name": "plan", "schema": {"type": "object"}}});
+    let check = |chat: &Value, effort: &str, what: &str| {
+        assert_eq!(chat["reasoning_effort"], effort, "{what}: {chat}");
+        assert_eq!(chat["response_format"], expected_format, "{what}: {chat}");
+        let messages = chat["messages"].as_array().expect("messages");
+        assert!(
+            messages
+                .iter()
+                .all(|m| m.get("configuration_update").is_none() && m["role"] != "system"),
+            "{what}: {chat}"
+        );
+    };
+
+    // HTTP: JSON, then SSE.
+    for stream in [false, true] {
+        let mut body = body.clone();
+        body["stream"] = json!(stream);
+        let answer = common::client()
+            .post(stack.envoy.url("/v1/responses"))
+            .json(&body)
+            .timeout(TIMEOUT)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(answer.status(), 200);
+        let text = answer.text().await.expect("body");
+        let response = if stream {
+            let events = common::sse::parse_sse_json(&text);
+            events.last().expect("events").1["response"].clone()
+        } else {
+            serde_json::from_str(&text).expect("JSON")
+        };
+        assert_eq!(response["status"], "completed", "{text}");
+        // The request's own settings are echoed.
+        assert_eq!(response["reasoning"]["effort"], "low", "{response}");
+        assert_eq!(response["text"]["format"]["type"], "text", "{response}");
+    }
+
+    // The socket: the same request, then continuations.
+    let mut ws = connect(&stack).await;
+    ask(&mut ws, body.clone()).await;
+    let id = completed(&mut ws).await["id"].as_str().unwrap().to_owned();
+    // A newer update of the effort only: the format of the kept context's update holds.
+    ask(
+        &mut ws,
+        json!({"model": "m", "reasoning": {"effort": "low"}, "previous_response_id": id,
+               "input": [{"role": "user", "content": "Again."},
+                         {"type": "configuration_update", "reasoning": {"effort": "medium"}}]}),
+    )
+    .await;
+    let id = completed(&mut ws).await["id"].as_str().unwrap().to_owned();
+    // No update of its own: both settings from the kept context's latest updates.
+    ask(
+        &mut ws,
+        json!({"model": "m", "reasoning": {"effort": "low"}, "previous_response_id": id,
+               "input": [{"role": "user", "content": "Once more."}]}),
+    )
+    .await;
+    completed(&mut ws).await;
+
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 5);
+    let chats: Vec<Value> = requests.iter().map(|r| r.json()).collect();
+    check(&chats[0], "minimal", "HTTP JSON");
+    assert_eq!(chats[0].get("stream"), None);
+    check(&chats[1], "minimal", "HTTP SSE");
+    assert_eq!(chats[1]["stream"], true);
+    check(&chats[2], "minimal", "WebSocket");
+    check(&chats[3], "medium", "WebSocket continuation with an update");
+    check(&chats[4], "medium", "WebSocket continuation without one");
+    assert_eq!(
+        chats[4]["messages"].as_array().map(Vec::len),
+        Some(7),
+        "the whole kept conversation: {}",
+        chats[4]
+    );
+}
