@@ -82,7 +82,7 @@ fn off_by_default() {
         // No tracer, no exporter task (this test has no runtime to spawn one on).
         assert!(matches!(Traces::start(&config, None), Ok(None)));
     }
-    // http:// and https:// only (https: tests/e2e_tracing.rs).
+    // http:// and https:// only (https: tests/e2e/tracing.rs).
     let other = Config {
         otlp_endpoint: Some("collector:4317".into()),
         ..Config::default()

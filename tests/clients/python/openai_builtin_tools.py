@@ -1,7 +1,7 @@
 """The official `openai` Python SDK with the client-executed built-in tools (`shell`,
 `local_shell`, `apply_patch`), Codex's remote compaction (`compaction_trigger`) and the
 `phase` of output messages, through Envoy and the processor in front of the demo upstream
-(run by tests/e2e_clients.rs). The demo calls the built-in's function with runnable
+(run by tests/e2e/clients.rs). The demo calls the built-in's function with runnable
 arguments (`echo hello`, create `hello.txt`) and echoes a tool result as
 "The tool returned: <result>".
 
