@@ -91,11 +91,7 @@ pub(crate) fn text(s: Str<'_>) -> Text<'_> {
     }
 }
 
-/// The longest `model` accepted, in bytes. The name goes on as a request header (the model
-/// header, for Envoy's routes) and is echoed and logged: 1 KiB is far above any real name (a
-/// Hugging Face id, a served model's file path, an Ollama tag) and far below the header limits
-/// on its way (Envoy's 60 KiB for all of a request's headers, llama-server's 8 KiB per line).
-pub const MAX_MODEL_BYTES: usize = 1024;
+pub use crate::model_map::MAX_MODEL_BYTES;
 
 /// The request's `model`, checked to be sendable as a header value before anything is sent: not
 /// empty, at most [`MAX_MODEL_BYTES`], without control characters (Envoy refuses a header
