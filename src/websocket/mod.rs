@@ -28,12 +28,12 @@ use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use responses_core::call::{CallAction, CallId};
-use responses_core::connection::{Connection, Event, Limits};
+use responses_core::connection::{self, Connection, Event, Limits};
 use responses_core::environment::System;
 use responses_core::exchange::Settings;
 use responses_core::life;
 use responses_core::log;
-use responses_core::openresponses::{ApiError, Code, ErrorCode};
+use responses_core::openresponses::{ApiError, Code};
 use responses_core::websocket::handshake::{self, Version};
 use upstream::{Upstream, UpstreamEvent};
 
@@ -129,20 +129,11 @@ async fn upgrade(State(shared): State<Arc<Shared>>, mut req: Request) -> Respons
         }
     };
     if *shared.draining.borrow() {
-        return refuse(&ApiError::server(
-            503,
-            ErrorCode::ServerShuttingDown,
-            "This server is shutting down: connect again.",
-        ));
+        return refuse(&connection::shutting_down());
     }
     let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
-        return refuse(&ApiError::server(
-            503,
-            ErrorCode::WebsocketConnectionsExhausted,
-            format!(
-                "This server holds its maximum of {} WebSocket connections (--ws-max-connections): retry later or use HTTP.",
-                shared.settings.max_connections
-            ),
+        return refuse(&connection::connections_exhausted(
+            shared.settings.max_connections,
         ));
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
