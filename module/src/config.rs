@@ -49,6 +49,19 @@ pub struct FilterConfig {
     pub labels: Labels,
     /// Where the sealing keys came from (logged once).
     pub key_source: KeySource,
+    /// The WebSocket transport's settings.
+    pub socket: SocketConfig,
+}
+
+/// What the filter needs to serve the WebSocket transport besides the exchange's settings.
+#[derive(Debug, Clone)]
+pub struct SocketConfig {
+    /// Each connection's limits (`ws_*`).
+    pub limits: responses_core::connection::Limits,
+    /// `ws_max_connections`: across the process (every worker, every config).
+    pub max_connections: usize,
+    /// `upstream_cluster`: where each response's Chat call goes.
+    pub upstream_cluster: String,
 }
 
 /// A random sealing key for this process, the same for every filter config (an Envoy
@@ -97,6 +110,11 @@ impl FilterConfig {
             metrics,
             labels: Labels::new(config.label_policy()),
             key_source,
+            socket: SocketConfig {
+                limits: config.socket_limits(),
+                max_connections: config.ws_max_connections,
+                upstream_cluster: config.upstream_cluster.clone(),
+            },
         })
     }
 }
