@@ -1,10 +1,20 @@
-//! The WebSocket transport of `/v1/responses` through the real Envoy (`envoy/envoy.yaml`):
-//! Envoy upgrades the socket to the processor's WebSocket listener, whose Chat requests go
-//! back through Envoy to a scripted upstream that records what it gets. Plain frames
+//! The WebSocket transport of `/v1/responses` through the real Envoy, in both modes: in
+//! ext_proc mode (`envoy/envoy.yaml`) Envoy upgrades the socket to the processor's WebSocket
+//! listener, whose Chat requests go back through Envoy; in module mode
+//! (`envoy/envoy-module.yaml`) the module answers the upgrade itself and sends each Chat
+//! request into Envoy's internal listener, with no process beside Envoy. Either way the
+//! requests reach a scripted upstream that records what it gets. Plain frames
 //! (tokio-tungstenite): creates, continuations, sequential responses, bad messages, the size
 //! limit from both sides, a client gone mid-response, an upstream failing mid-stream, the
-//! connection limits and a drain on SIGTERM. openai-python's `responses.connect()` is driven
-//! in `e2e_clients.rs`.
+//! connection limits and a drain on SIGTERM.
+//!
+//! The same table of cases runs against the core's connection (`core/src/connection/tests.rs`,
+//! plain bytes), the module's carrying of it (`module/src/socket/tests.rs`, the fake Envoy)
+//! and here through Envoy. What differs by mode is said where it does: the model headers
+//! (the processor's Chat request comes back through the listener, which removes a client's;
+//! the module's enters the internal listener and keeps them), the process a SIGTERM drains,
+//! and what only one mode has (HTTP/2's extended CONNECT, a panic's 1011: the module).
+//! openai-python's `responses.connect()` is driven in `e2e_clients.rs`.
 
 mod common;
 
@@ -100,6 +110,13 @@ async fn completed(socket: &mut Socket) -> Value {
     last
 }
 
+/// The model header the upstream sees on the transport's Chat request: none in ext_proc mode
+/// (the processor's request comes back through the listener, which removes a client's), the
+/// translator's in module mode (the internal listener keeps it).
+fn model_header(value: &str) -> Option<&str> {
+    (common::mode() == common::Mode::Module).then_some(value)
+}
+
 fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
@@ -145,22 +162,23 @@ async fn create_then_continue_with_previous_response_id() {
     assert_eq!(last_response(&second)["previous_response_id"], json!(id));
     assert_eq!(second[0]["sequence_number"], 0);
 
-    // No prompt or completion text in the processor's log without --log-content.
-    let logs = stack.processor().logs();
+    // No prompt or completion text in the translator's log (without --log-content).
+    let logs = stack.translator_logs();
     assert!(logs.contains("translated request"), "{logs}");
     assert!(
         !logs.contains("I am Ada") && !logs.contains("Hello Ada"),
         "{logs}"
     );
     // What the upstream got: Chat requests through Envoy's Chat route, the second with the
-    // whole context and the client's credentials. The processor names the model in the model
-    // header, but it comes back through Envoy's listener as a client's request does, and
-    // Envoy removes a client's model header before routing (only the HTTP filter sets it).
+    // whole context and the client's credentials. Both translators name the model in the
+    // model header; the processor's request comes back through Envoy's listener as a
+    // client's does, and loses it there (Envoy removes a client's before routing), the
+    // module's enters Envoy's internal listener and keeps it (routed by model).
     let requests = upstream.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].header("authorization"), Some("Bearer sk-test"));
-    assert_eq!(requests[1].header("x-responses-model"), None);
+    assert_eq!(requests[1].header("x-responses-model"), model_header("m"));
     let chat = requests[1].json();
     assert_eq!(chat["stream"], true);
     assert_eq!(
@@ -196,10 +214,11 @@ async fn a_model_that_cannot_be_a_header_is_refused_and_the_socket_goes_on() {
 
 /// The model map on the WebSocket: each response's Chat request names the mapped model (a
 /// name the map does not match passes unchanged), every event names the model asked for, and
-/// a continuation too. Through Envoy the transport's Chat request loses its model headers
-/// (it comes back through the listener as a client's does: docs/websocket.md); sent straight
-/// to the upstream, as from a listener of the processor's own, it carries both, the name
-/// asked for and the name sent, as the HTTP path does.
+/// a continuation too. In module mode the Chat request reaches the upstream with both model
+/// headers, the name asked for and the name sent, as the HTTP path does. In ext_proc mode it
+/// loses them through Envoy (it comes back through the listener as a client's does:
+/// docs/websocket.md); sent straight to the upstream, as from a listener of the processor's
+/// own, it carries both.
 #[tokio::test]
 async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one() {
     let demo = common::RecordingDemo::start();
@@ -231,12 +250,14 @@ async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one(
         previous = last_response(&events)["id"].as_str().map(str::to_owned);
         let request = demo.requests().pop().expect("a Chat request");
         assert_eq!(request.json()["model"], sent, "{asked}");
+        assert_eq!(request.header("x-responses-model"), model_header(asked));
         assert_eq!(
-            request.header("x-responses-model"),
-            None,
-            "removed by Envoy"
+            request.header("x-responses-upstream-model"),
+            model_header(sent)
         );
-        assert_eq!(request.header("x-responses-upstream-model"), None);
+    }
+    if common::mode() == common::Mode::Module {
+        return;
     }
 
     // The processor's own Chat request, sent straight to the upstream.
@@ -539,10 +560,9 @@ async fn a_client_gone_mid_response_cancels_the_upstream_request() {
     }
     drop(ws);
     gate.wait_reached(TIMEOUT).await;
-    // The processor drops its Chat request: Envoy sees its downstream (the processor) go
-    // and resets the upstream request.
-    // The processor drops its Chat request: Envoy sees its downstream (the processor) go
-    // and closes the upstream connection with the request still active.
+    // The translator drops its Chat request (the processor its HTTP request, the module its
+    // callout): Envoy sees that downstream go and closes the upstream connection with the
+    // request still active.
     let stat = "cluster.upstream.upstream_cx_destroy_local_with_active_rq";
     common::wait_until("the upstream request to be cancelled", TIMEOUT, || {
         let (_, stats) =
@@ -550,7 +570,7 @@ async fn a_client_gone_mid_response_cancels_the_upstream_request() {
         stats.contains(&format!("{stat}: 1")).then_some(())
     });
     gate.release();
-    // The processor is fine: a new connection is answered.
+    // The translator is fine: a new connection is answered.
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "y"})).await;
     completed(&mut ws).await;
@@ -646,7 +666,9 @@ async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     gate.wait_reached(TIMEOUT).await;
-    let pid = stack.processor().pid().to_string();
+    // The processor (ext_proc), Envoy itself (module: the module's bootstrap extension tells
+    // the socket, and Envoy waits for it).
+    let pid = stack.socket_server_pid().to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
