@@ -826,3 +826,264 @@ async fn the_context_cap_from_both_sides() {
         "the refused continuation never went upstream"
     );
 }
+
+/// Routing by model: with the shipped config's route by `x-responses-model` enabled
+/// (`big-model` to a second upstream), a WebSocket response for `big-model` reaches that
+/// upstream in module mode, as an HTTP exchange does (its Chat request enters Envoy's internal
+/// listener, which keeps the model headers). In ext_proc mode the processor's Chat request
+/// comes back through the listener like a client's and loses them: it takes the Chat route
+/// (docs/deploying.md, routing by model).
+#[tokio::test]
+async fn websocket_responses_are_routed_by_model() {
+    let small = ScriptedUpstream::start();
+    small.set_default(|| chat_sse("small"));
+    let big = ScriptedUpstream::start();
+    big.set_default(|| chat_sse("big"));
+    let big_port = big.port();
+    let stack = Stack::with_websocket_in(common::mode(), small.port(), &[], move |config| {
+        common::envoy::with_model_route(config, big_port)
+    });
+    let mut ws = connect(&stack).await;
+    ask(&mut ws, json!({"model": "big-model", "input": "hi"})).await;
+    let big_answer = completed(&mut ws).await;
+    ask(&mut ws, json!({"model": "small-model", "input": "hi"})).await;
+    let small_answer = completed(&mut ws).await;
+    let text = |r: &Value| r["output"][0]["content"][0]["text"].clone();
+    assert_eq!(text(&small_answer), "small");
+    match common::mode() {
+        common::Mode::Module => {
+            assert_eq!(text(&big_answer), "big");
+            let at_big = big.requests();
+            assert_eq!(at_big.len(), 1);
+            assert_eq!(at_big[0].header("x-responses-model"), Some("big-model"));
+            assert_eq!(small.requests().len(), 1);
+        }
+        common::Mode::ExtProc => {
+            assert_eq!(text(&big_answer), "small");
+            assert!(big.requests().is_empty());
+            assert_eq!(small.requests().len(), 2);
+        }
+    }
+    // A client's own model header on the upgrade steers nothing.
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("x-responses-model", "big-model".parse().unwrap());
+    let (mut forged, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    ask(&mut forged, json!({"model": "small-model", "input": "hi"})).await;
+    assert_eq!(text(&completed(&mut forged).await), "small");
+}
+
+/// SIGTERM with a response that outlasts the drain time: it ends with `response.failed`
+/// (`server_shutting_down`), then the socket closes with 1001, within the drain time and two
+/// seconds. The drain time is the processor's `--drain-seconds` (ext_proc), the module's
+/// bootstrap extension's `drain_seconds` (module).
+#[tokio::test]
+async fn sigterm_ends_a_response_that_outlasts_the_drain_time_then_closes() {
+    const DRAIN_SECONDS: u64 = 2;
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([chat_sse("never").pause_after(1, &gate)]);
+    let seconds = DRAIN_SECONDS.to_string();
+    let stack = match common::mode() {
+        common::Mode::ExtProc => {
+            Stack::with_websocket(upstream.port(), &["--drain-seconds", &seconds])
+        }
+        common::Mode::Module => {
+            Stack::with_websocket_in(common::Mode::Module, upstream.port(), &[], |config| {
+                let drain = "    extension_name: drain\n";
+                assert_eq!(config.matches(drain).count(), 1, "the drain extension");
+                config.replace(
+                    drain,
+                    &format!(
+                        "{drain}    extension_config:\n      \"@type\": type.googleapis.com/google.protobuf.StringValue\n      value: '{{\"drain_seconds\": {DRAIN_SECONDS}}}'\n"
+                    ),
+                )
+            })
+        }
+    };
+    let mut ws = connect(&stack).await;
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    gate.wait_reached(TIMEOUT).await;
+    let pid = stack.socket_server_pid().to_string();
+    let started = std::time::Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let events = response(&mut ws).await;
+    let failed = last_response(&events);
+    assert_eq!(failed["status"], "failed", "{events:?}");
+    assert_eq!(failed["error"]["code"], "server_shutting_down");
+    assert_eq!(closed(&mut ws).await, Some(CloseCode::Away));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(DRAIN_SECONDS * 1000 - 100)
+            && took <= Duration::from_secs(DRAIN_SECONDS + 2),
+        "{took:?}"
+    );
+    gate.release();
+}
+
+/// Module mode: Envoy's graceful drain (`POST /drain_listeners?graceful`, as in a hot restart)
+/// reaches the socket through the module's bootstrap extension: the response in flight
+/// finishes, then 1001. (The processor drains on its own SIGTERM; it hears nothing of
+/// Envoy's.)
+#[tokio::test]
+async fn envoys_drain_lets_the_response_finish_then_closes() {
+    if !common::only_module("Envoy's drain reaches the module's sockets only") {
+        return;
+    }
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([chat_sse("drained").pause_after(1, &gate)]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    let mut idle = connect(&stack).await;
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    gate.wait_reached(TIMEOUT).await;
+    let (status, _) = common::envoy::http_post(
+        stack.envoy.admin_port(),
+        "/drain_listeners?graceful&skip_exit",
+    )
+    .expect("admin answers");
+    assert_eq!(status, 200);
+    // A socket with nothing in flight closes at once.
+    assert_eq!(closed(&mut idle).await, Some(CloseCode::Away));
+    gate.release();
+    let events = response(&mut ws).await;
+    assert_eq!(last_response(&events)["status"], "completed");
+    assert_eq!(closed(&mut ws).await, Some(CloseCode::Away));
+}
+
+/// Module mode: a panic while serving a socket (the core panics on a marker in the upstream's
+/// answer: test builds have `fault-injection`) closes that socket with 1011; another socket,
+/// open meanwhile, and HTTP exchanges go on: Envoy did not crash.
+#[tokio::test]
+async fn a_panic_fails_that_socket_only() {
+    if !common::only_module("the module's containment (the processor's task ends its socket)") {
+        return;
+    }
+    let marker = responses_core::fault::PANIC_MARKER;
+    let upstream = ScriptedUpstream::with_replies([chat_sse(marker)]);
+    upstream.set_default(|| chat_sse("fine"));
+    let mut stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut other = connect(&stack).await;
+    let mut ws = connect(&stack).await;
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    let end = loop {
+        match tokio::time::timeout(TIMEOUT, ws.next())
+            .await
+            .expect("the socket ends in time")
+        {
+            Some(Ok(Message::Close(frame))) => break frame.map(|f| f.code),
+            Some(Ok(Message::Text(text))) => assert!(!text.contains(marker), "{text}"),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => panic!("no close frame: {e}"),
+            None => panic!("no close frame"),
+        }
+    };
+    assert_eq!(end, Some(CloseCode::Error));
+    ask(&mut other, json!({"model": "m", "input": "y"})).await;
+    completed(&mut other).await;
+    let http = common::client()
+        .post(stack.envoy.url("/v1/responses"))
+        .json(&json!({"model": "m", "input": "z", "stream": true}))
+        .send()
+        .await
+        .expect("Envoy answers");
+    assert_eq!(http.status(), 200);
+    assert!(stack.translator_running(), "Envoy is alive");
+    assert!(stack.translator_logs().contains("panic"));
+}
+
+/// Module mode: HTTP/2's extended CONNECT (RFC 8441), a WebSocket over an HTTP/2 stream: Envoy
+/// hands the module the HTTP/1.1 form of the upgrade (without a key), answers its 101 with
+/// HTTP/2's 200, and a response runs over it as over HTTP/1.1. (The processor's listener
+/// takes HTTP/1.1 upgrades; envoy/envoy.yaml does not allow the extended CONNECT.)
+#[tokio::test]
+async fn a_response_over_http2_extended_connect() {
+    if !common::only_module("envoy/envoy-module.yaml allows HTTP/2's extended CONNECT") {
+        return;
+    }
+    let upstream = ScriptedUpstream::with_replies([chat_sse("over h2")]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", stack.envoy.port()))
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !client.is_extended_connect_protocol_enabled() {
+        assert!(tokio::time::Instant::now() < deadline, "Envoy's settings");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let request = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!(
+            "http://127.0.0.1:{}/v1/responses",
+            stack.envoy.port()
+        ))
+        .header("sec-websocket-version", "13")
+        .extension(h2::ext::Protocol::from_static("websocket"))
+        .body(())
+        .expect("request");
+    let (response, mut send) = client.send_request(request, false).expect("send");
+    let response = tokio::time::timeout(TIMEOUT, response)
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    let message = json!({"type": "response.create", "model": "m", "input": "hi"}).to_string();
+    let mask = [7u8, 1, 9, 3];
+    let mut frame = vec![0x81, 0x80 | 126];
+    frame.extend((message.len() as u16).to_be_bytes());
+    frame.extend(mask);
+    frame.extend(message.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    send.send_data(bytes::Bytes::from(frame), false)
+        .expect("data");
+    // The server's frames (unmasked text), until the terminal event.
+    let mut body = response.into_body();
+    let mut buffer = Vec::new();
+    let mut events: Vec<Value> = Vec::new();
+    while !events
+        .last()
+        .is_some_and(|e| e["type"] == "response.completed")
+    {
+        let data = tokio::time::timeout(TIMEOUT, body.data())
+            .await
+            .expect("data in time")
+            .expect("a data frame")
+            .expect("readable");
+        let _ = body.flow_control().release_capacity(data.len());
+        buffer.extend_from_slice(&data);
+        while buffer.len() >= 2 {
+            let (len, at) = match buffer[1] & 0x7f {
+                126 if buffer.len() >= 4 => {
+                    (usize::from(u16::from_be_bytes([buffer[2], buffer[3]])), 4)
+                }
+                127 if buffer.len() >= 10 => (
+                    u64::from_be_bytes(buffer[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
+                126 | 127 => break,
+                n => (usize::from(n), 2),
+            };
+            if buffer.len() < at + len {
+                break;
+            }
+            assert_eq!(buffer[0], 0x81, "a text frame");
+            events.push(common::json::strict(
+                std::str::from_utf8(&buffer[at..at + len]).unwrap(),
+            ));
+            buffer.drain(..at + len);
+        }
+    }
+    assert_eq!(events[0]["type"], "response.created");
+    assert_eq!(
+        events.last().unwrap()["response"]["output"][0]["content"][0]["text"],
+        "over h2"
+    );
+}

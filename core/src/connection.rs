@@ -67,6 +67,12 @@ pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
 /// what lets an error event overtake the reset that closing a socket with unread bytes causes.
 pub const CLOSE_LINGER: Duration = Duration::from_millis(250);
 
+/// How much longer than its drain time a host waits for its sockets before it exits: they end
+/// the responses still in flight at the drain time and close (1001), then wait up to
+/// [`CLOSE_LINGER`] for the client's close frame, and their last bytes must leave first.
+pub const DRAIN_CLOSE_MARGIN: Duration = Duration::from_secs(1);
+const _: () = assert!(DRAIN_CLOSE_MARGIN.as_millis() > 2 * CLOSE_LINGER.as_millis());
+
 /// The limits of one connection (the host enforces the count of connections).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

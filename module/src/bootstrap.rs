@@ -49,10 +49,6 @@ const DRAIN_SECONDS: u64 = responses_core::settings::DEFAULT_DRAIN_SECONDS;
 
 /// The config's `drain_seconds`.
 static DRAIN: AtomicU64 = AtomicU64::new(DRAIN_SECONDS);
-/// How much longer than `drain_seconds` a shutdown waits: the sockets end their responses at
-/// `drain_seconds` and close (1001), then wait up to `CLOSE_LINGER` for the client's close
-/// frame; their last bytes must leave before Envoy exits.
-const CLOSE_MARGIN: Duration = Duration::from_secs(1);
 
 /// How long the responses in flight may run once Envoy drains (the extension's
 /// `drain_seconds`; its default without the extension, which then tells no filter).
@@ -215,7 +211,7 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
         *lock(&COMPLETION) = Some(completion);
         let grace = drain_time();
         let told = host::timers().shutdown(
-            Instant::now() + grace + CLOSE_MARGIN,
+            Instant::now() + grace + responses_core::connection::DRAIN_CLOSE_MARGIN,
             Box::new(|| {
                 if let Some(main) = lock(&MAIN).as_ref() {
                     main.commit(SHUTDOWN_DONE);
@@ -341,11 +337,6 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_listener_removal(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_shutdown_outwaits_the_sockets_close() {
-        assert!(CLOSE_MARGIN > responses_core::connection::CLOSE_LINGER * 2);
-    }
 
     #[test]
     fn the_extension_config_is_empty_or_drain_seconds() {

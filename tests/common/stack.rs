@@ -214,8 +214,18 @@ impl Stack {
     /// into Envoy's internal listener), no processor. `args` are the processor's flags, or
     /// the same settings in the module's config.
     pub fn with_websocket(upstream_port: u16, args: &[&str]) -> Stack {
-        if mode() == Mode::Module {
-            return Stack::start_in(Mode::Module, upstream_port, args, |config| config);
+        Stack::with_websocket_in(mode(), upstream_port, args, |config| config)
+    }
+
+    /// [`Stack::with_websocket`] in `mode`, the bootstrap edited by `edit` first.
+    pub fn with_websocket_in(
+        mode: Mode,
+        upstream_port: u16,
+        args: &[&str],
+        edit: impl FnOnce(String) -> String,
+    ) -> Stack {
+        if mode == Mode::Module {
+            return Stack::start_in(Mode::Module, upstream_port, args, edit);
         }
         let listener = free_port();
         let ws = free_port();
@@ -233,11 +243,11 @@ impl Stack {
         let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
             .expect("read envoy/envoy.yaml");
         Stack {
-            envoy: Envoy::start_with_config(&envoy::substitute_ports(
+            envoy: Envoy::start_with_config(&edit(envoy::substitute_ports(
                 &config,
                 "envoy/envoy.yaml",
                 ports,
-            )),
+            ))),
             processor: Some(processor),
         }
     }
