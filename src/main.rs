@@ -103,7 +103,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
                 exchange: settings.exchange.clone(),
                 limits: config.exchange.socket_limits(),
                 upstream: config.ws_upstream.clone(),
-                max_connections: config.exchange.ws_max_connections,
+                admission: config.exchange.admission_rules(),
                 drain: config.drain_seconds,
                 metrics: settings.metrics.clone(),
                 traces: settings.traces.clone(),

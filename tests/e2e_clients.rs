@@ -5,8 +5,9 @@
 //!   (`tests/clients/python/*.py`, run with `.venv/bin/python`),
 //! * the official `openai` npm SDK (`tests/clients/node/*.mjs`, run with `node`),
 //! * a Codex-shaped request sent raw (namespace and hosted tools, reasoning, encrypted
-//!   reasoning, Codex's headers) against a scripted upstream that records what it gets, and
-//!   the request shape the real Codex CLI 0.169.0 sends, against the demo.
+//!   reasoning, Codex's headers) against a scripted upstream that records what it gets, the
+//!   request shape the real Codex CLI 0.169.0 sends, against the demo, and the requests the
+//!   real Codex CLI 0.171.0 sent with `openai_base_url`, replayed byte for byte.
 //!
 //! The client scripts assert the answers of the deterministic demo upstream (`src/demo.rs`),
 //! or of a scripted upstream (`openai_reasoning.py`), and exit non-zero on any mismatch: a
@@ -1291,6 +1292,79 @@ async fn codex_0_169_request_shape_completes_a_tool_loop_with_the_demo() {
         .collect::<Vec<_>>()
         .join(" ");
     assert_eq!(text, format!("The tool returned: {normalised}"));
+}
+
+// ---- the real Codex CLI 0.171.0 with `openai_base_url` ----
+
+/// POSTs a recorded Codex 0.171 request (`tests/fixtures/codex/0.171-openai/<name>.json`) with
+/// its recorded headers; the events of its stream.
+async fn codex_0_171_post(envoy: &Envoy, name: &str) -> Vec<(String, Value)> {
+    let mut request = client().post(envoy.url("/v1/responses"));
+    for (k, v) in common::codex::headers(&format!("{name}.head")) {
+        request = request.header(k, v);
+    }
+    let response = request
+        .body(common::codex::body(&format!("{name}.json")))
+        .send()
+        .await
+        .expect("send the recorded request");
+    let status = response.status();
+    let text = response.text().await.expect("read the stream");
+    assert_eq!(status, 200, "{name}: {text}");
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "{name}: no [DONE]:\n{text}"
+    );
+    // Not schema-checked: custom tool calls are OpenAI's, not in the OpenResponses schema.
+    common::sse::parse_sse_json(&text)
+}
+
+/// What Codex 0.171 sent when it believed it talked to OpenAI (`openai_base_url`: items with
+/// `internal_chat_message_metadata_passthrough`, its tools in an `additional_tools` item),
+/// over HTTP, replayed through Envoy + the demo: the turn gets the demo's call of Codex's
+/// `exec`, the next request (the call and its output) a text; the upstream gets the Chat
+/// request the snapshots state for each, none of Codex's bookkeeping in it.
+#[tokio::test]
+async fn codex_0_171_openai_mode_requests_complete_a_tool_loop_with_the_demo() {
+    let demo = common::RecordingDemo::start();
+    let stack = Stack::start(demo.port(), &[]);
+    let envoy = &stack.envoy;
+
+    let events = codex_0_171_post(envoy, "http-turn").await;
+    let completed = &events.last().expect("events").1["response"];
+    assert_eq!(completed["status"], "completed", "{completed}");
+    let call = &completed["output"][0];
+    assert_eq!(call["type"], "custom_tool_call", "{completed}");
+    assert_eq!(call["name"], "exec");
+    assert_eq!(call["namespace"], "functions");
+    assert_eq!(call["call_id"], common::upstream::demo::TOOL_CALL_ID);
+    assert_eq!(call["input"], common::upstream::demo::FIXED_STRING_ARG);
+
+    let events = codex_0_171_post(envoy, "http-tool-output").await;
+    let completed = &events.last().expect("events").1["response"];
+    assert_eq!(completed["status"], "completed", "{completed}");
+    let text = completed["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("The tool returned: Script failed"),
+        "{completed}"
+    );
+
+    let chats: Vec<Value> = demo
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .map(|r| r.json())
+        .collect();
+    assert_eq!(chats.len(), 2, "{chats:?}");
+    for (chat, case) in chats.iter().zip(["http-turn", "http-tool-output"]) {
+        assert!(!common::codex::has_bookkeeping(chat), "{case}: {chat}");
+        assert!(
+            *chat == common::codex::snapshot(case)["chat"],
+            "{case}: the upstream got another Chat request than the snapshot's"
+        );
+    }
 }
 
 // ---- Codex's built-in tools and 2026 items, sent raw ----

@@ -450,7 +450,10 @@ fn both_modes_export_the_same_families() {
     }
     let (extproc, module) = both();
     let (pe, pm) = (prefix(Mode::ExtProc), prefix(Mode::Module));
-    for metric in Metric::ALL {
+    // Only a socket's close records this one; the round opens none (the module does not serve
+    // the WebSocket transport yet).
+    let socket_only = [Metric::WebsocketCloses];
+    for metric in Metric::ALL.into_iter().filter(|m| !socket_only.contains(m)) {
         let f = metric.family();
         let e = family(extproc, pe, f.name).unwrap_or_else(|| panic!("ext_proc: no {}", f.name));
         let m = family(module, pm, f.name).unwrap_or_else(|| panic!("module: no {}", f.name));
@@ -472,7 +475,12 @@ fn both_modes_export_the_same_families() {
         .iter()
         .map(|m| m.family().name.to_owned())
         .collect();
-    assert_eq!(module.families(pm), schema);
+    let recorded: BTreeSet<String> = Metric::ALL
+        .iter()
+        .filter(|m| !socket_only.contains(m))
+        .map(|m| m.family().name.to_owned())
+        .collect();
+    assert_eq!(module.families(pm), recorded);
     let own: BTreeSet<String> = extproc.families(pe).difference(&schema).cloned().collect();
     let processor_only = [
         "websocket_connections",

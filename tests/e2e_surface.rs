@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use common::json::parse_strict;
 use common::{client, repo_root, RecordingDemo, TempDir};
 use futures_util::StreamExt;
+use responses_core::translate::is_client_bookkeeping;
 use responses_core::translate::seal::{nonce, Keyring, Purpose};
 use serde::Deserialize;
 use serde_json::Value;
@@ -566,6 +567,43 @@ fn the_documented_path_table_covers_exactly_the_generated_paths() {
         file.paths.len(),
         problems.join("\n")
     );
+}
+
+/// No field the SDKs or the schema type anywhere in an input item is named like a client's
+/// own bookkeeping (`responses_core::translate::is_client_bookkeeping`, docs/request-mapping.md):
+/// the names accepted and left out never hide one of the API's own fields. Codex's bookkeeping
+/// (source `codex`) is named so.
+#[test]
+fn no_typed_field_of_an_item_is_named_like_a_clients_bookkeeping() {
+    let file = case_file();
+    let last_key = |path: &str| {
+        path.rsplit('.')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches("[]")
+            .to_owned()
+    };
+    let (codex, typed): (Vec<_>, Vec<_>) = file
+        .paths
+        .iter()
+        .filter(|(path, _)| path.starts_with("input[]"))
+        .partition(|(_, sources)| sources.iter().all(|s| s == "codex"));
+    let clashes: Vec<&String> = typed
+        .iter()
+        .filter(|(path, _)| is_client_bookkeeping(&last_key(path)))
+        .map(|(path, _)| *path)
+        .collect();
+    assert!(
+        clashes.is_empty(),
+        "typed fields named like a client's bookkeeping: {clashes:?}"
+    );
+    assert!(
+        !codex.is_empty(),
+        "no Codex bookkeeping paths in cases.json"
+    );
+    for (path, _) in codex {
+        assert!(is_client_bookkeeping(&last_key(path)), "{path}");
+    }
 }
 
 /// Every case through the translating Envoy (either mode) + the demo: the answer the docs'

@@ -1241,15 +1241,19 @@ async fn the_modules_websocket_responses_are_child_spans_of_envoys_upgrade_span(
     for (key, value) in &response_span.attributes {
         assert!(!format!("{value:?}").contains("secret prompt"), "{key}");
     }
-    let refused_span = stack.receiver.wait_for("the refused message's span", WAIT, |s| {
-        s.parent_span_id == upgrade.span_id && s.name == "chat"
-    });
+    let refused_span = stack
+        .receiver
+        .wait_for("the refused message's span", WAIT, |s| {
+            s.parent_span_id == upgrade.span_id && s.name == "chat"
+        });
     assert_eq!(refused_span.str("error.type"), "unknown_event_type");
     assert_eq!(refused_span.str("http.response.status_code"), "400");
     // Envoy's span for the Chat request, on the internal listener, continues the response's.
-    let chat = stack.receiver.wait_for("Envoy's span for the Chat request", WAIT, |s| {
-        s.parent_span_id == response_span.span_id
-    });
+    let chat = stack
+        .receiver
+        .wait_for("Envoy's span for the Chat request", WAIT, |s| {
+            s.parent_span_id == response_span.span_id
+        });
     assert_eq!(chat.trace_id, client_span.trace_id);
     assert_eq!(
         stack.upstream.requests()[0].header("traceparent"),

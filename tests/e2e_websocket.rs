@@ -637,6 +637,137 @@ async fn connections_over_the_cap_are_refused_with_an_envelope() {
     }
 }
 
+/// Opens a socket with these handshake headers; the refusal's status and error code if refused.
+async fn open_with(
+    stack: &Stack,
+    headers: &[(&str, &str)],
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    (u16, String),
+> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = stack.ws_url().into_client_request().unwrap();
+    for (name, value) in headers {
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+        request.headers_mut().insert(name, value.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body: Value =
+                serde_json::from_slice(response.body().as_deref().unwrap_or_default())
+                    .expect("an error envelope");
+            Err((
+                response.status().as_u16(),
+                body["error"]["code"].as_str().unwrap_or("").to_owned(),
+            ))
+        }
+        Err(e) => panic!("not an HTTP refusal: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn one_caller_cannot_take_every_connection_and_origins_can_be_limited() {
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = Stack::with_websocket(
+        upstream.port(),
+        &[
+            "--ws-max-connections",
+            "4",
+            "--ws-max-connections-per-key",
+            "2",
+            "--ws-allowed-origins",
+            "https://app.example",
+        ],
+    );
+    let alice = [("authorization", "Bearer alice")];
+    let _a1 = open_with(&stack, &alice).await.unwrap();
+    let _a2 = open_with(&stack, &alice).await.unwrap();
+    assert_eq!(
+        open_with(&stack, &alice).await.err(),
+        Some((429, "websocket_connections_exhausted".into()))
+    );
+    // Another caller still gets in; the global count still holds.
+    let bob = [("authorization", "Bearer bob")];
+    let mut b1 = open_with(&stack, &bob).await.unwrap();
+    ask(&mut b1, json!({"model": "m", "input": "x"})).await;
+    completed(&mut b1).await;
+    let _b2 = open_with(&stack, &bob).await.unwrap();
+    assert_eq!(
+        open_with(&stack, &[("authorization", "Bearer carol")])
+            .await
+            .err(),
+        Some((503, "websocket_connections_exhausted".into()))
+    );
+    // A browser page from elsewhere is refused before any slot is taken.
+    assert_eq!(
+        open_with(
+            &stack,
+            &[
+                ("authorization", "Bearer dave"),
+                ("origin", "https://evil.example")
+            ]
+        )
+        .await
+        .err(),
+        Some((403, "origin_not_allowed".into()))
+    );
+    drop(_a1);
+    // Alice's place is free again once her socket is gone.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while open_with(
+        &stack,
+        &[
+            ("authorization", "Bearer alice"),
+            ("origin", "https://app.example"),
+        ],
+    )
+    .await
+    .is_err()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_holds_too_much_is_closed_and_the_others_go_on() {
+    let upstream = ScriptedUpstream::start();
+    // Slow answers: the responses stay in flight while messages queue behind them.
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = Stack::with_websocket(
+        upstream.port(),
+        &[
+            "--ws-max-socket-bytes",
+            "300000",
+            "--ws-max-total-bytes",
+            "1000000",
+        ],
+    );
+    let mut greedy = connect(&stack).await;
+    let mut modest = connect(&stack).await;
+    // A context of ~100 KB (200 KB counted, parsed), then messages over the limit.
+    ask(
+        &mut greedy,
+        json!({"model": "m", "input": "x".repeat(100_000)}),
+    )
+    .await;
+    let id = completed(&mut greedy).await["response"]["id"].clone();
+    ask(
+        &mut greedy,
+        json!({"model": "m", "previous_response_id": id, "input": "y".repeat(120_000)}),
+    )
+    .await;
+    assert_eq!(
+        closed(&mut greedy).await,
+        Some(CloseCode::Policy),
+        "the connection's own limit: 1008"
+    );
+    ask(&mut modest, json!({"model": "m", "input": "still served"})).await;
+    completed(&mut modest).await;
+}
+
 #[tokio::test]
 async fn the_maximum_age_ends_with_websocket_connection_limit_reached() {
     let upstream = ScriptedUpstream::start();
@@ -656,6 +787,22 @@ async fn an_idle_connection_is_closed_cleanly() {
     let stack = Stack::with_websocket(upstream.port(), &["--ws-idle-timeout", "1"]);
     let mut ws = connect(&stack).await;
     assert_eq!(closed(&mut ws).await, Some(CloseCode::Normal));
+    // Pings keep nothing alive: a client that only pings is closed as on time.
+    let mut pinging = connect(&stack).await;
+    let started = std::time::Instant::now();
+    let ended = loop {
+        pinging
+            .send(Message::Ping(b"here".to_vec().into()))
+            .await
+            .ok();
+        match tokio::time::timeout(Duration::from_millis(200), pinging.next()).await {
+            Ok(Some(Ok(Message::Close(frame)))) => break frame.map(|f| f.code),
+            Ok(Some(Ok(Message::Pong(_)))) | Err(_) => {}
+            Ok(other) => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < TIMEOUT, "pings kept the socket open");
+    };
+    assert_eq!(ended, Some(CloseCode::Normal));
 }
 
 #[tokio::test]
@@ -745,6 +892,80 @@ async fn codex_shaped_prewarm_then_turn() {
 /// More messages than the queue reads ahead (8, or one maximum message's worth of bytes),
 /// sent while the first response is held: reading pauses, nothing is lost, all are answered
 /// in order.
+/// Codex 0.171 with `openai_base_url` (it believes it talks to OpenAI), its second connection
+/// replayed byte for byte with its handshake's headers (`OpenAI-Beta:
+/// responses_websockets=2026-02-06`, ...): the turn (`internal_chat_message_metadata_passthrough`
+/// on every item) gets the demo's call of Codex's `exec`, the continuation naming it (the id
+/// this run gave, as Codex names the id it received) with the tool's output gets a text; the
+/// upstream gets the Chat requests the snapshot states, none of Codex's bookkeeping in them.
+#[tokio::test]
+async fn codex_0_171_openai_mode_turn_and_continuation() {
+    let demo = common::RecordingDemo::start();
+    let stack = Stack::with_websocket(demo.port(), &[]);
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    for (k, v) in common::codex::headers("websocket.head") {
+        let name: tokio_tungstenite::tungstenite::http::HeaderName = k.parse().expect("a name");
+        request
+            .headers_mut()
+            .insert(name, v.parse().expect("a value"));
+    }
+    let (mut ws, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the upgrade with Codex's headers");
+    assert_eq!(response.status(), 101);
+
+    let turn = String::from_utf8(common::codex::body("websocket-turn.json")).unwrap();
+    ws.send(Message::text(turn)).await.expect("send");
+    let first = completed(&mut ws).await;
+    let call = &first["output"][0];
+    assert_eq!(call["type"], "custom_tool_call", "{first}");
+    assert_eq!(call["name"], "exec");
+    assert_eq!(call["namespace"], "functions");
+
+    let recorded = String::from_utf8(common::codex::body("websocket-tool-output.json")).unwrap();
+    let named: Value = serde_json::from_str(&recorded).unwrap();
+    let named = named["previous_response_id"]
+        .as_str()
+        .expect("a continuation");
+    let continuation = recorded.replacen(named, first["id"].as_str().unwrap(), 1);
+    ws.send(Message::text(continuation)).await.expect("send");
+    let second = completed(&mut ws).await;
+    let text = second["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("The tool returned: Script failed"),
+        "{second}"
+    );
+
+    // Beside the bookkeeping, any other unknown field of an item is still refused, naming it.
+    ask(
+        &mut ws,
+        json!({"model": "gpt-6.2-sol", "input": [{"type": "message", "role": "user", "content": "hi",
+               "internal_chat_message_metadata_passthrough": {"turn_id": "t1"}, "turn_id": "t1"}]}),
+    )
+    .await;
+    let refused = recv(&mut ws).await;
+    assert_eq!(error_code(&refused), "unknown_parameter");
+    assert_eq!(refused["error"]["param"], "input[0].turn_id", "{refused}");
+
+    let chats: Vec<Value> = demo
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .map(|r| r.json())
+        .collect();
+    let snapshot = common::codex::snapshot("websocket-turn");
+    assert_eq!(chats.len(), 2, "{chats:?}");
+    for (i, chat) in chats.iter().enumerate() {
+        assert!(!common::codex::has_bookkeeping(chat), "message {i}: {chat}");
+        assert!(
+            *chat == snapshot["messages"][i]["chat"],
+            "message {i}: the upstream got another Chat request than the snapshot's"
+        );
+    }
+}
+
 #[tokio::test]
 async fn messages_beyond_the_read_ahead_queue_wait_and_are_all_answered_in_order() {
     const LIMIT: usize = 64 * 1024;

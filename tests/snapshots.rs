@@ -16,14 +16,20 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
 use common::stream_rules;
+use responses_core::connection::{Connection, Limits};
 use responses_core::openresponses::ApiError;
 use responses_core::settings::ExchangeConfig;
 use responses_core::translate::request::Translated;
 use responses_core::translate::response::completion;
+use responses_core::translate::seal::Keyring;
 use responses_core::translate::stream::StreamTranslator;
-use responses_core::translate::{compact, translate_request, Meta, Options, ResponsePlan};
+use responses_core::translate::{
+    compact, translate_request, Meta, Options, ReasoningEvents, ResponsePlan,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -51,6 +57,12 @@ struct Inputs {
     settings: ExchangeConfig,
     #[serde(default)]
     endpoint: Endpoint,
+    /// The request's head as a client sent it (a file: its request line, then one
+    /// `name: value` line per header), read as the adapters read the client's headers: for
+    /// the reasoning event names it parses.
+    headers_file: Option<String>,
+    /// `websocket`: the connection's text messages, in order (files, a path each).
+    messages_files: Option<Vec<String>>,
     /// The request body, exactly one of: JSON (sent compact), text, bytes, or a file's bytes
     /// (a path from the repository root).
     request: Option<Value>,
@@ -72,6 +84,11 @@ enum Endpoint {
     Responses,
     /// `POST /v1/responses/compact`.
     Compact,
+    /// One WebSocket connection (`messages_files`): each `response.create` in order, a
+    /// continuation naming the response before it (its id in this run, as a client names the
+    /// id it received), every message that goes upstream answered with `answer_sse` /
+    /// `answer_sse_file`.
+    Websocket,
 }
 
 /// The outputs of a case (the expected ones in the file, or what the code gives).
@@ -94,12 +111,19 @@ struct Outputs {
     /// follows them).
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<Vec<Value>>,
+    /// `websocket`: for each message, the Chat request it became (`chat`), or the types of
+    /// the events it got at once (`answered`: nothing went upstream), or its `error` event;
+    /// with the types of the events the answer became (`events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages: Option<Vec<Value>>,
 }
 
-const INPUT_KEYS: [&str; 10] = [
+const INPUT_KEYS: [&str; 12] = [
     "about",
     "settings",
     "endpoint",
+    "headers_file",
+    "messages_files",
     "request",
     "request_text",
     "request_bytes",
@@ -147,22 +171,48 @@ impl Inputs {
         let settings = &self.settings;
         settings.validate().expect("valid settings");
         // No keys configured: none at all (the library's case), not the binary's random one.
-        let keyring = (settings.reasoning_keys.is_some() || settings.reasoning_keys_file.is_some())
-            .then(|| {
-                let (ring, _) = settings
-                    .keyring(
-                        |path| std::fs::read_to_string(root().join(path)),
-                        || unreachable!("keys are configured"),
-                    )
-                    .expect("valid keys");
-                ring
-            });
+        let keyring = self.keyring();
         let mut options = settings.translate_options(keyring);
-        // Resolved per exchange from the client's headers; a snapshot has none, so `auto` is
-        // what a client without an SDK identity gets.
-        options.reasoning_events =
-            responses_core::client::reasoning_events(settings.reasoning_events, |_| None);
+        // Resolved per exchange from the client's headers (none: what a client without an
+        // SDK identity gets).
+        options.reasoning_events = self.reasoning_events();
         options
+    }
+
+    fn keyring(&self) -> Option<Arc<Keyring>> {
+        let settings = &self.settings;
+        (settings.reasoning_keys.is_some() || settings.reasoning_keys_file.is_some()).then(|| {
+            let (ring, _) = settings
+                .keyring(
+                    |path| std::fs::read_to_string(root().join(path)),
+                    || unreachable!("keys are configured"),
+                )
+                .expect("valid keys");
+            ring
+        })
+    }
+
+    /// The headers of `headers_file`, names lowercased.
+    fn headers(&self) -> Vec<(String, String)> {
+        let Some(path) = &self.headers_file else {
+            return Vec::new();
+        };
+        let text = String::from_utf8(read_file(path)).expect("a UTF-8 head");
+        text.lines()
+            .skip(1)
+            .filter_map(|line| line.split_once(": "))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
+            .collect()
+    }
+
+    fn reasoning_events(&self) -> ReasoningEvents {
+        let headers = self.headers();
+        responses_core::client::reasoning_events(self.settings.reasoning_events, |name| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        })
     }
 }
 
@@ -179,6 +229,7 @@ fn translate(inputs: &Inputs, body: &[u8], options: &Options) -> Result<Translat
     match inputs.endpoint {
         Endpoint::Responses => translate_request(body, options, META),
         Endpoint::Compact => compact::translate(body, options, META),
+        Endpoint::Websocket => unreachable!("run by websocket()"),
     }
 }
 
@@ -218,6 +269,9 @@ fn items_checked<'a>(mut types: impl Iterator<Item = &'a Value>) -> bool {
 
 /// Runs one case: what the code gives for its inputs.
 fn run(inputs: &Inputs) -> Outputs {
+    if let Endpoint::Websocket = inputs.endpoint {
+        return websocket(inputs);
+    }
     let options = inputs.options();
     let body = inputs.body();
     let mut outputs = Outputs::default();
@@ -277,6 +331,175 @@ fn run(inputs: &Inputs) -> Outputs {
         outputs.events = Some(events);
     }
     outputs
+}
+
+/// The types of the events in `frames`.
+fn event_types(frames: &[bytes::Bytes]) -> Value {
+    frames
+        .iter()
+        .map(|f| strict(f)["type"].clone())
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// The clock and ids of a WebSocket run: the requests' time, then the answers', and one
+/// seed per response.
+#[derive(Clone)]
+struct Clock {
+    now: std::rc::Rc<std::cell::Cell<u64>>,
+    seed: std::rc::Rc<std::cell::Cell<u128>>,
+}
+
+impl Clock {
+    /// The time and the next response's seed from now on.
+    fn set(&self, now: u64, seed: u128) {
+        self.now.set(now);
+        self.seed.set(seed);
+    }
+}
+
+impl responses_core::environment::Environment for Clock {
+    fn now(&self) -> u64 {
+        self.now.get()
+    }
+
+    fn id_seed(&self) -> u128 {
+        let seed = self.seed.get();
+        self.seed.set(seed + 1);
+        seed
+    }
+}
+
+/// A masked client text frame (RFC 6455 §5.3).
+fn client_frame(payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x81];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            f.push(0x80 | 126);
+            f.extend((n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend((n as u64).to_be_bytes());
+        }
+    }
+    let key = [7, 1, 3, 9];
+    f.extend(key);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f
+}
+
+/// The payloads of the server's text frames.
+fn server_texts(mut bytes: &[u8]) -> Vec<bytes::Bytes> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (len, at) = match bytes[1] & 0x7f {
+            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 => (
+                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            n => (n as usize, 2),
+        };
+        assert_eq!(bytes[0], 0x81, "a text frame");
+        out.push(bytes::Bytes::copy_from_slice(&bytes[at..at + len]));
+        bytes = &bytes[at + len..];
+    }
+    out
+}
+
+/// A WebSocket connection's messages through the core's connection, in order.
+fn websocket(inputs: &Inputs) -> Outputs {
+    inputs.settings.validate().expect("valid settings");
+    let settings = Arc::new(inputs.settings.exchange_settings(inputs.keyring()));
+    let limits = Limits {
+        max_message_bytes: settings.options.max_request_bytes,
+        ..inputs.settings.socket_limits()
+    };
+    let head = inputs.headers();
+    let header = |name: &str| {
+        head.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let clock = Clock {
+        now: Default::default(),
+        seed: Default::default(),
+    };
+    let at = Instant::now();
+    let mut connection = Connection::new(settings, limits, clock.clone(), header, at);
+    let answer = inputs.sse();
+    let mut previous: Option<String> = None;
+    let mut out = Vec::new();
+    let sent = |connection: &mut Connection<Clock>| -> Vec<bytes::Bytes> {
+        std::iter::from_fn(|| connection.poll_transmit())
+            .flat_map(|b| server_texts(&b))
+            .collect()
+    };
+    for (i, path) in inputs.messages_files.iter().flatten().enumerate() {
+        let mut text = read_file(path);
+        // The client names the response it received: in this run, the one before.
+        let named = strict(&text)["previous_response_id"]
+            .as_str()
+            .map(str::to_owned);
+        if let (Some(named), Some(id)) = (named, &previous) {
+            let named = format!("\"{named}\"");
+            let at = text
+                .windows(named.len())
+                .position(|w| w == named.as_bytes())
+                .expect("the id as written");
+            text.splice(at..at + named.len(), format!("\"{id}\"").into_bytes());
+        }
+        let mut entry = Map::new();
+        clock.set(NOW, SEED + i as u128);
+        connection.handle_bytes(at, &client_frame(&text));
+        let call = match connection.poll_call() {
+            Some(responses_core::call::CallAction::Start(call)) => Some(call),
+            _ => None,
+        };
+        let frames = match call {
+            None => {
+                let frames = sent(&mut connection);
+                let first = strict(&frames[0]);
+                if first["type"] == "error" {
+                    entry.insert("error".into(), first);
+                    out.push(Value::Object(entry));
+                    continue;
+                }
+                entry.insert("answered".into(), event_types(&frames));
+                frames
+            }
+            Some(call) => {
+                entry.insert("chat".into(), strict(&call.body));
+                let sse = answer
+                    .as_ref()
+                    .expect("an answer_sse for the messages that go upstream");
+                clock.now.set(ANSWERED_AT);
+                let sse_type = |n: &str| (n == "content-type").then_some("text/event-stream");
+                connection.call_head(at, call.id, 200, sse_type, Vec::<(&str, &str)>::new);
+                connection.call_data(at, call.id, sse);
+                connection.call_end(at, call.id);
+                let frames = sent(&mut connection);
+                assert!(
+                    connection.exchange().is_none(),
+                    "message {i}: the answer did not end the response"
+                );
+                entry.insert("events".into(), event_types(&frames));
+                frames
+            }
+        };
+        previous = frames
+            .iter()
+            .map(|f| strict(f))
+            .find(|e| e["type"] == "response.completed")
+            .and_then(|e| e["response"]["id"].as_str().map(str::to_owned));
+        out.push(Value::Object(entry));
+    }
+    Outputs {
+        messages: Some(out),
+        ..Outputs::default()
+    }
 }
 
 /// One snapshot file, split into its inputs and outputs.

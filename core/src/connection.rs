@@ -55,6 +55,7 @@ use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
 use crate::websocket::decode::{Decoder, Message};
 use crate::websocket::{encode, CloseCode};
+use admission::Budget;
 
 /// Messages read ahead while a response is in flight.
 pub const MAX_QUEUED_MESSAGES: usize = 8;
@@ -88,6 +89,8 @@ pub struct Limits {
     pub max_age: Duration,
     /// Bytes sent to a client that does not read them before the connection ends (1008).
     pub max_unread_bytes: usize,
+    /// Bytes the connection may hold ([`Connection::held`]) before it ends (1008).
+    pub max_socket_bytes: usize,
 }
 
 /// What happened on the connection, for the host's telemetry.
@@ -163,6 +166,10 @@ pub struct Connection<E = System> {
     now: Instant,
     /// [`Event::Closed`] was told.
     told_closed: bool,
+    /// The memory all of the host's connections share, when the host has one.
+    budget: Option<Arc<Budget>>,
+    /// What this connection counts in it.
+    counted: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,12 +302,33 @@ impl<E: Environment> Connection<E> {
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
             told_closed: false,
+            budget: None,
+            counted: 0,
             writable: true,
             unread: 0,
             record_content: false,
             read_failed: false,
             now,
         }
+    }
+
+    /// Counts what the connection holds in the host's shared budget (see
+    /// [`admission::Budget`]): past its limit, the connection whose growth took it there
+    /// closes (1013).
+    pub fn share_budget(&mut self, budget: Arc<Budget>) {
+        self.budget = Some(budget);
+    }
+
+    /// Bytes the connection holds: its kept context and the input of the response in flight
+    /// (as JSON text, their parsed trees counted as much again), the queued messages, the
+    /// message being read, and the frames not yet handed to the host.
+    pub fn held(&self) -> usize {
+        let parsed = |json: usize| json.saturating_mul(2);
+        parsed(self.context_bytes())
+            + self.turn.as_ref().map_or(0, |t| parsed(t.input_bytes))
+            + self.queued_bytes
+            + self.decoder.held()
+            + self.out.len()
     }
 
     /// Tell each client message as an [`Event::Message`] (for `--log-content` and
@@ -666,6 +694,48 @@ impl<E: Environment> Connection<E> {
 
     /// Starts what can start, ends what must end.
     fn pump(&mut self, now: Instant) {
+        self.start_and_end(now);
+        self.account(now);
+    }
+
+    /// What the connection holds, against its own limit and the host's budget: past either,
+    /// the response in flight is cut and the connection ends (1008 its own, 1013 the host's).
+    fn account(&mut self, now: Instant) {
+        let held = self.held();
+        let within_budget = match &self.budget {
+            Some(budget) => budget.update(self.counted, held),
+            None => true,
+        };
+        self.counted = held;
+        let over = if held > self.limits.max_socket_bytes {
+            Some((CloseCode::POLICY_VIOLATION, "connection memory limit"))
+        } else if !within_budget {
+            Some((CloseCode::TRY_AGAIN_LATER, "server memory limit"))
+        } else {
+            None
+        };
+        let Some((code, reason)) = over else {
+            return;
+        };
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.cut(now);
+        // What it held goes now: no context to continue, no message to read.
+        self.context = None;
+        self.read_failed = true;
+        self.decoder = Decoder::new(0);
+        self.frame(&encode::close(code, reason));
+        self.phase = Phase::Closed;
+        self.tell_closed(code, reason);
+        let held = self.held();
+        if let Some(budget) = &self.budget {
+            budget.update(self.counted, held);
+        }
+        self.counted = held;
+    }
+
+    fn start_and_end(&mut self, now: Instant) {
         while self.phase == Phase::Open && self.turn.is_none() {
             if matches!(self.ending, Some(Ending::MaxAge | Ending::Drain { .. })) {
                 break;
@@ -733,7 +803,7 @@ impl<E: Environment> Connection<E> {
                 life.claim();
                 self.life = Some(life);
                 if let Some(old) = self.finishing.take() {
-                    self.calls.push_back(CallAction::Cancel(old));
+                    self.stop_call(old);
                 }
                 let id = CallId(self.next_call);
                 self.next_call += 1;
@@ -846,7 +916,15 @@ impl<E: Environment> Connection<E> {
         };
         let continues = continued.as_ref().map(|c| c.id.clone());
         let (input, input_bytes) = full_input(&mut body, continued, text.len())?;
-        body.insert("input".into(), Value::Array(input.clone()));
+        // A preload with no input at all (Codex's prewarm: instructions and tools only) is
+        // checked as a request with one empty message: nothing is sent, and the context kept
+        // is its real, empty input.
+        let checked = if !generate && input.is_empty() {
+            vec![serde_json::json!({"type": "message", "role": "user", "content": ""})]
+        } else {
+            input.clone()
+        };
+        body.insert("input".into(), Value::Array(checked));
         body.insert("stream".into(), Value::Bool(true));
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
@@ -995,7 +1073,7 @@ impl<E: Environment> Connection<E> {
                 // The terminal event is out; the upstream's `[DONE]` and end are on their way.
                 self.finishing = Some(id);
             } else {
-                self.calls.push_back(CallAction::Cancel(id));
+                self.stop_call(id);
             }
         }
         // A stream that ended well: its terminal event is its last message. Copied, so that
@@ -1028,13 +1106,13 @@ impl<E: Environment> Connection<E> {
     /// The connection ends under the response in flight: it is cut, its call stopped.
     fn cut(&mut self, now: Instant) {
         if let Some(old) = self.finishing.take() {
-            self.calls.push_back(CallAction::Cancel(old));
+            self.stop_call(old);
         }
         let Some(turn) = self.turn.take() else {
             return;
         };
         if let Some(id) = turn.call {
-            self.calls.push_back(CallAction::Cancel(id));
+            self.stop_call(id);
         }
         self.last = Some(turn.exchange.summary().clone());
         if let Some(life) = &mut self.life {
@@ -1042,6 +1120,20 @@ impl<E: Environment> Connection<E> {
             life.finish(true);
         }
         self.drop_queue();
+    }
+
+    /// The host stops a call: if it has not taken the call's start yet, it never starts.
+    fn stop_call(&mut self, id: CallId) {
+        let queued = self
+            .calls
+            .iter()
+            .position(|a| matches!(a, CallAction::Start(c) if c.id == id));
+        match queued {
+            Some(at) => {
+                self.calls.remove(at);
+            }
+            None => self.calls.push_back(CallAction::Cancel(id)),
+        }
     }
 
     fn keep(&mut self, id: String, mut turn: Turn, terminal: Bytes) {
@@ -1151,7 +1243,7 @@ impl<E: Environment> Connection<E> {
             let now = self.now;
             if let Some(turn) = &mut self.turn {
                 if let Some(id) = turn.call.take() {
-                    self.calls.push_back(CallAction::Cancel(id));
+                    self.stop_call(id);
                 }
             }
             self.abort_turn(
@@ -1230,26 +1322,6 @@ pub fn opens<'h>(settings: &Settings, header: impl Fn(&str) -> Option<&'h str>) 
         })
     };
     path == settings.responses_path && (websocket("upgrade") || websocket(":protocol"))
-}
-
-/// The answer to an upgrade beyond the host's count of open connections (503).
-pub fn connections_exhausted(max: usize) -> ApiError {
-    ApiError::server(
-        503,
-        ErrorCode::WebsocketConnectionsExhausted,
-        format!(
-            "This server holds its maximum of {max} WebSocket connections (--ws-max-connections): retry later or use HTTP."
-        ),
-    )
-}
-
-/// The answer to an upgrade while the host drains (503).
-pub fn shutting_down() -> ApiError {
-    ApiError::server(
-        503,
-        ErrorCode::ServerShuttingDown,
-        "This server is shutting down: connect again.",
-    )
 }
 
 fn message_too_large(limit: usize) -> ApiError {
@@ -1333,5 +1405,15 @@ impl Serialize for Headers<'_> {
     }
 }
 
+/// Whatever ends a connection, its bytes leave the shared budget.
+impl<E> Drop for Connection<E> {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.update(self.counted, 0);
+        }
+    }
+}
+
+pub mod admission;
 #[cfg(test)]
 mod tests;

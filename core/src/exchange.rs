@@ -543,6 +543,18 @@ impl Exchange {
         &self.summary
     }
 
+    /// The request's body is decoded as it comes (a `content-encoding`): reading it may cost
+    /// up to the decoding budget's time ([`request_encoding`]).
+    pub fn decodes_request(&self) -> bool {
+        matches!(
+            self.state,
+            State::Request {
+                decoder: Some(_),
+                ..
+            }
+        )
+    }
+
     /// The exchange has given its last bytes.
     pub fn is_finished(&self) -> bool {
         matches!(self.state, State::Done | State::StreamEnded)

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::client::ReasoningEventsPolicy;
-use crate::connection;
+use crate::connection::{self, admission};
 use crate::exchange;
 use crate::metrics::{self, LabelPolicy};
 use crate::model_map::{self, ModelAlias, ModelMap};
@@ -183,6 +183,39 @@ pub struct ExchangeConfig {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = connection::DEFAULT_MAX_UNREAD_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_UNREAD_BYTES"))]
     pub ws_max_unread_bytes: usize,
 
+    /// Most WebSocket connections one caller may hold (callers are told apart by
+    /// --ws-key-header): one API key cannot take every connection.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_CONNECTIONS_PER_KEY, env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS_PER_KEY"))]
+    pub ws_max_connections_per_key: usize,
+
+    /// The request header whose value tells WebSocket callers apart for their quota (an API
+    /// key, or a tenant header Envoy sets); callers without it share one quota.
+    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_WS_KEY_HEADER, env = "RESPONSES_EXTPROC_WS_KEY_HEADER"))]
+    pub ws_key_header: String,
+
+    /// `Origin`s allowed to open WebSocket connections (comma-separated); unset: any, and a
+    /// client without `Origin` (an API client) is always allowed.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_delimiter = ',',
+            env = "RESPONSES_EXTPROC_WS_ALLOWED_ORIGINS"
+        )
+    )]
+    pub ws_allowed_origins: Vec<String>,
+
+    /// Bytes one WebSocket connection may hold (its kept context and queued messages, parsed
+    /// copies counted twice, the message being read, events not yet written); beyond, it
+    /// closes (1008).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_SOCKET_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_SOCKET_BYTES"))]
+    pub ws_max_socket_bytes: usize,
+
+    /// Bytes all WebSocket connections may hold together; a connection whose growth takes
+    /// them beyond closes (1013, try again later). Keep it under the memory the process has.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_TOTAL_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_TOTAL_BYTES"))]
+    pub ws_max_total_bytes: usize,
+
     /// The module only: the cluster of the filter's own Chat calls (the WebSocket
     /// transport's), which loops back to Envoy's own listener so that each meets the route
     /// table like any Chat request. The processor sends them to `--ws-upstream`.
@@ -199,6 +232,15 @@ pub const DEFAULT_WS_IDLE_TIMEOUT: u64 = 300;
 /// How long the responses in flight may run once the host drains, by default, in seconds:
 /// the processor's `--drain-seconds`, the module's bootstrap extension's `drain_seconds`.
 pub const DEFAULT_DRAIN_SECONDS: u64 = 30;
+/// Default of `ws_max_connections_per_key`.
+pub const DEFAULT_WS_MAX_CONNECTIONS_PER_KEY: usize = 64;
+/// Default of `ws_key_header`.
+pub const DEFAULT_WS_KEY_HEADER: &str = "authorization";
+/// Default of `ws_max_socket_bytes`: 64 MiB, a maximum-size context and message with room.
+pub const DEFAULT_WS_MAX_SOCKET_BYTES: usize = 64 << 20;
+/// Default of `ws_max_total_bytes`: 128 MiB, half of what the shipped Kubernetes manifests
+/// give the processor.
+pub const DEFAULT_WS_MAX_TOTAL_BYTES: usize = 128 << 20;
 /// Default of `upstream_cluster`.
 pub const DEFAULT_UPSTREAM_CLUSTER: &str = "responses_loopback";
 
@@ -229,6 +271,11 @@ impl Default for ExchangeConfig {
             ws_max_age: DEFAULT_WS_MAX_AGE,
             ws_idle_timeout: DEFAULT_WS_IDLE_TIMEOUT,
             ws_max_unread_bytes: connection::DEFAULT_MAX_UNREAD_BYTES,
+            ws_max_connections_per_key: DEFAULT_WS_MAX_CONNECTIONS_PER_KEY,
+            ws_key_header: DEFAULT_WS_KEY_HEADER.to_owned(),
+            ws_allowed_origins: Vec::new(),
+            ws_max_socket_bytes: DEFAULT_WS_MAX_SOCKET_BYTES,
+            ws_max_total_bytes: DEFAULT_WS_MAX_TOTAL_BYTES,
             upstream_cluster: DEFAULT_UPSTREAM_CLUSTER.to_owned(),
         }
     }
@@ -261,6 +308,7 @@ impl ExchangeConfig {
         for (name, header) in [
             ("model_header", &self.model_header),
             ("upstream_model_header", &self.upstream_model_header),
+            ("ws_key_header", &self.ws_key_header),
         ] {
             if header.is_empty() || !header.chars().all(token) {
                 return Err(format!("{name}: `{header}` is not a header name"));
@@ -285,6 +333,12 @@ impl ExchangeConfig {
             ("max_body_bytes", self.max_body_bytes),
             ("ws_max_connections", self.ws_max_connections),
             ("ws_max_unread_bytes", self.ws_max_unread_bytes),
+            (
+                "ws_max_connections_per_key",
+                self.ws_max_connections_per_key,
+            ),
+            ("ws_max_socket_bytes", self.ws_max_socket_bytes),
+            ("ws_max_total_bytes", self.ws_max_total_bytes),
         ] {
             if value == 0 {
                 return Err(format!("{name}: must be at least 1"));
@@ -333,6 +387,18 @@ impl ExchangeConfig {
             idle_timeout: Duration::from_secs(self.ws_idle_timeout),
             max_age: Duration::from_secs(self.ws_max_age),
             max_unread_bytes: self.ws_max_unread_bytes,
+            max_socket_bytes: self.ws_max_socket_bytes,
+        }
+    }
+
+    /// Which WebSocket upgrades a host takes (all its connections together).
+    pub fn admission_rules(&self) -> admission::Rules {
+        admission::Rules {
+            max_connections: self.ws_max_connections,
+            max_per_key: self.ws_max_connections_per_key,
+            key_header: self.ws_key_header.to_ascii_lowercase(),
+            origins: self.ws_allowed_origins.clone(),
+            max_total_bytes: self.ws_max_total_bytes,
         }
     }
 

@@ -78,6 +78,8 @@ impl CloseCode {
     /// A message too big to read.
     pub const TOO_BIG: CloseCode = CloseCode(1009);
     pub const INTERNAL_ERROR: CloseCode = CloseCode(1011);
+    /// The server is overloaded for now (IANA's registry): its memory budget is spent.
+    pub const TRY_AGAIN_LATER: CloseCode = CloseCode(1013);
 
     /// May a peer send this code in a close frame (RFC 6455 §7.4.1, §7.4.2, and IANA's
     /// registry, which added 1012–1014)? 1004–1006 and 1015 are reserved, and 1005/1006/1015

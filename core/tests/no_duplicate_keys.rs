@@ -307,6 +307,7 @@ fn websocket_frames_have_no_duplicate_keys() {
         idle_timeout: Duration::from_secs(60),
         max_age: Duration::from_secs(600),
         max_unread_bytes: 1 << 20,
+        max_socket_bytes: 64 << 20,
     };
     let openai = |name: &str| (name == "x-stainless-lang").then_some("python");
     let now = Instant::now();

@@ -2,9 +2,10 @@
 //! same settings, names and defaults as the processor's flags, `responses_core::settings`),
 //! the sealing keys, and the Envoy stats the filter records (the core's metrics schema).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
+use responses_core::connection::admission::Admission;
 use responses_core::exchange;
 use responses_core::metrics::{Kind, Labels, Metric};
 use responses_core::settings::{ExchangeConfig, KeySource};
@@ -54,14 +55,27 @@ pub struct FilterConfig {
 }
 
 /// What the filter needs to serve the WebSocket transport besides the exchange's settings.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SocketConfig {
     /// Each connection's limits (`ws_*`).
     pub limits: responses_core::connection::Limits,
-    /// `ws_max_connections`: across the process (every worker, every config).
-    pub max_connections: usize,
+    /// Which upgrades are taken (the core's rules: the count, the quota per caller, origins,
+    /// the drain) and the memory budget, across every worker this config serves. Per config,
+    /// as each of the processor's listeners has its own: a listener Envoy replaces counts
+    /// anew while the old one's sockets drain.
+    admission: Mutex<Admission>,
     /// `upstream_cluster`: where each response's Chat call goes.
     pub upstream_cluster: String,
+}
+
+impl SocketConfig {
+    /// The admission's lock: its state stays consistent even if a holder panicked (the
+    /// lock is never held across a call into Envoy).
+    pub fn admission(&self) -> MutexGuard<'_, Admission> {
+        self.admission
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A random sealing key for this process, the same for every filter config (an Envoy
@@ -112,7 +126,7 @@ impl FilterConfig {
             key_source,
             socket: SocketConfig {
                 limits: config.socket_limits(),
-                max_connections: config.ws_max_connections,
+                admission: Mutex::new(Admission::new(config.admission_rules())),
                 upstream_cluster: config.upstream_cluster.clone(),
             },
         })

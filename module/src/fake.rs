@@ -1083,7 +1083,7 @@ pub const SMALL_CAPS: &str = r#"{"max_body_bytes": 300, "max_request_bytes": 300
 pub fn run_script(path: &str, skip_request_end: bool, steps: &[Step]) -> FakeEnvoy {
     let config = config(SMALL_CAPS);
     let chat_path = config.settings.chat_path.clone();
-    let mut envoy = FakeEnvoy::new(config);
+    let mut envoy = FakeEnvoy::new(config.clone());
     // Traced: whatever the sequence, Envoy's span is tagged at most once, and in time.
     envoy.host.span = Some(FakeSpan::default());
     envoy.request_headers(&[(":method", "POST"), (":path", path)], skip_request_end);
@@ -1254,7 +1254,7 @@ pub fn server_frames(mut bytes: &[u8]) -> Vec<ServerFrame> {
     out
 }
 
-/// Sockets count against one process-wide limit: tests that open them take turns.
+/// Sockets share the fake clock: tests that open them take turns.
 pub fn sockets_alone() -> std::sync::MutexGuard<'static, ()> {
     static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ALONE.lock().unwrap_or_else(|e| e.into_inner())
@@ -1443,13 +1443,12 @@ pub fn socket_script(data: &[u8]) -> Vec<SocketStep> {
 
 /// Runs a socket session script against one upgraded stream (small caps, traced), checking
 /// [`FakeEnvoy::assert_socket_sound`] after each step and once Envoy is done with it, and
-/// that the process's count of sockets is back where it was.
+/// that its place among the config's connections was given back.
 pub fn run_socket_script(steps: &[SocketStep]) -> FakeEnvoy {
     let _alone = sockets_alone();
-    let before = crate::socket::open_connections();
     let config = config(SMALL_CAPS);
     let chat_path = config.settings.chat_path.clone();
-    let mut envoy = FakeEnvoy::new(config);
+    let mut envoy = FakeEnvoy::new(config.clone());
     envoy.host.span = Some(FakeSpan::default());
     envoy.upgrade(&[]);
     assert!(envoy.filter.is_socket(), "the upgrade was accepted");
@@ -1494,9 +1493,9 @@ pub fn run_socket_script(steps: &[SocketStep]) -> FakeEnvoy {
     envoy.complete();
     envoy.assert_socket_sound(&chat_path);
     assert_eq!(
-        crate::socket::open_connections(),
-        before,
-        "the slot was given back"
+        config.socket.admission().open(),
+        0,
+        "the place was given back"
     );
     envoy
 }

@@ -5,7 +5,8 @@
 //! ([`Terminal`]):
 //!
 //! - the handshake: the core's answer ([`handshake::negotiate`]), a refusal as Envoy's local
-//!   reply, a slot among the process's connections, then the `101` from the request-headers
+//!   reply, the core's admission (the config's count, the quota per caller, origins, the
+//!   drain: [`Admission`](responses_core::connection::admission::Admission)), then the `101` from the request-headers
 //!   hook (which holds the request: the router never sees it);
 //! - the client's bytes (the request body after the upgrade) into the connection, read only
 //!   while it wants them: the rest stays in Envoy's buffer, whose watermark stops the reading
@@ -21,12 +22,12 @@
 //!
 //! A panic in any of it fails this connection only (1011, [`Socket::on_panic`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use responses_core::call::{CallAction, CallId};
-use responses_core::connection::{self, Connection, Event};
+use responses_core::connection::admission::Ticket;
+use responses_core::connection::{Connection, Event};
 use responses_core::driver::DETAILS_REQUEST;
 use responses_core::environment::Environment;
 use responses_core::life;
@@ -43,34 +44,6 @@ use crate::host::{
     Callout, CalloutId, CalloutRefused, CalloutReset, Level, Side, SpanRef, Terminal,
 };
 
-/// WebSocket connections open in this process (every worker, every filter config).
-static OPEN: AtomicUsize = AtomicUsize::new(0);
-
-/// One of the process's connections (`ws_max_connections`), given back when dropped.
-#[derive(Debug)]
-struct Slot;
-
-impl Slot {
-    fn take(max: usize) -> Option<Slot> {
-        OPEN.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-            (open < max).then_some(open + 1)
-        })
-        .ok()
-        .map(|_| Slot)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        OPEN.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// WebSocket connections open in this process now.
-pub fn open_connections() -> usize {
-    OPEN.load(Ordering::Acquire)
-}
-
 /// A call in flight: the connection's id, Envoy's, and whether its head came.
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
@@ -86,8 +59,8 @@ pub struct Socket<E> {
     conn: Connection<E>,
     /// The clock of the connection's inputs.
     clock: E,
-    /// Given back when the stream ends.
-    slot: Option<Slot>,
+    /// Its place among the config's connections, given back when the stream ends.
+    ticket: Option<Ticket>,
     /// At most two: the response in flight's, and one whose terminal event is out but whose
     /// end is on its way.
     calls: Vec<InFlight>,
@@ -131,30 +104,36 @@ pub fn open<E: Environment + Clone>(
             return None;
         }
     };
-    if host.watch_drain() {
-        refuse(host, &connection::shutting_down(), &[]);
-        return None;
-    }
-    let Some(slot) = Slot::take(config.socket.max_connections) else {
-        refuse(
-            host,
-            &connection::connections_exhausted(config.socket.max_connections),
-            &[],
-        );
-        return None;
+    let draining = host.watch_drain();
+    let admitted = {
+        let mut admission = config.socket.admission();
+        if draining {
+            admission.drain();
+        }
+        admission
+            .admit(|name| host.header(Side::Request, name))
+            .map(|ticket| (ticket, admission.budget()))
+    };
+    let (ticket, budget) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            refuse(host, &refusal, &[]);
+            return None;
+        }
     };
     let status = accept.status.to_string();
     let mut head = vec![(":status", status.as_str())];
     head.extend(accept.headers.iter().map(|(k, v)| (*k, v.as_str())));
     host.send_headers(&head, false);
     let now = env.instant();
-    let conn = Connection::new(
+    let mut conn = Connection::new(
         config.settings.clone(),
         config.socket.limits,
         env.clone(),
         |name| host.header(Side::Request, name),
         now,
     );
+    conn.share_budget(budget);
     let owned = |name: &str| {
         host.header(Side::Request, name)
             .unwrap_or_default()
@@ -164,7 +143,7 @@ pub fn open<E: Environment + Clone>(
         config: config.clone(),
         conn,
         clock: env,
-        slot: Some(slot),
+        ticket: Some(ticket),
         calls: Vec::with_capacity(2),
         armed: None,
         ended: false,
@@ -566,7 +545,7 @@ impl<E: Environment + Clone> Socket<E> {
     }
 
     /// Envoy is done with the stream (the client went, or the answer ended): a response in
-    /// flight was cut; its call is reset, its span finished, the slot given back.
+    /// flight was cut; its call is reset, its span finished, its place given back.
     pub fn stream_complete(&mut self, host: &mut impl Terminal) {
         if !self.poisoned && !self.complete {
             let now = self.clock.instant();
@@ -615,7 +594,9 @@ impl<E: Environment + Clone> Socket<E> {
         if self.armed.take().is_some() {
             host.disarm_timer();
         }
-        self.slot = None;
+        if let Some(ticket) = self.ticket.take() {
+            self.config.socket.admission().release(ticket);
+        }
     }
 
     /// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
@@ -630,6 +611,16 @@ impl<E: Environment + Clone> Socket<E> {
                 level,
                 &format!("{message} transport=websocket request_id={request_id}"),
             );
+        }
+    }
+}
+
+/// However the socket goes (a filter Envoy destroys without its stream's end too), its place
+/// is given back.
+impl<E> Drop for Socket<E> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.config.socket.admission().release(ticket);
         }
     }
 }

@@ -57,6 +57,8 @@ fn the_modules_json_keys_and_defaults_are_the_flags() {
         .collect();
     // Environment only for the CLI (kept out of process listings).
     flags.push("reasoning_keys".into());
+    // The module's alone: the processor sends its calls to --ws-upstream.
+    flags.push("upstream_cluster".into());
     flags.sort();
     let json = serde_json::to_value(ExchangeConfig::default()).unwrap();
     let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();

@@ -93,6 +93,7 @@ impl ExternalProcessor for Processor {
         let driver = Driver {
             inbound: request.into_inner(),
             session,
+            settings: self.settings.clone(),
             pending: VecDeque::new(),
             ended: false,
         };
@@ -115,9 +116,14 @@ impl ExternalProcessor for Processor {
 }
 
 /// One exchange's gRPC stream: Envoy's messages in, the session's answers out.
+/// A request body at least this large is translated off the runtime's thread (see
+/// [`Driver::costly`]).
+const OFF_THREAD_BYTES: usize = 1 << 20;
+
 struct Driver {
     inbound: Streaming<ProcessingRequest>,
     session: Session,
+    settings: Arc<Settings>,
     /// Answers not yet handed to tonic.
     pending: VecDeque<Result<ProcessingResponse, Status>>,
     /// No more messages will be read.
@@ -149,8 +155,28 @@ impl Driver {
             }
         };
         // A bug in one exchange must not take the process down: fail only it.
-        let session = &mut self.session;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req))) {
+        let answered = if self.costly(&req) {
+            // Off the runtime's thread, so that the other exchanges it serves go on meanwhile.
+            let placeholder = Session::new(self.settings.clone(), System);
+            let mut session = std::mem::replace(&mut self.session, placeholder);
+            let work = tokio::task::spawn_blocking(move || {
+                let answered =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req)));
+                (session, answered)
+            });
+            match work.await {
+                Ok((session, answered)) => {
+                    self.session = session;
+                    answered
+                }
+                // The blocking pool refused the task (shutting down): the exchange is lost.
+                Err(_) => Err(Box::new("the blocking task did not run") as Box<_>),
+            }
+        } else {
+            let session = &mut self.session;
+            std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req)))
+        };
+        match answered {
             Ok(answers) => self.pending.extend(answers.into_iter().map(Ok)),
             Err(_) => {
                 tracing::error!(
@@ -160,6 +186,17 @@ impl Driver {
                 self.fail(false, Status::internal("responses-extproc internal error"));
             }
         }
+    }
+
+    /// A request body whose translation may hold a thread for long: a compressed one (its
+    /// decoding may take up to the decoding budget's time, docs/limits-and-failures.md), or
+    /// one of [`OFF_THREAD_BYTES`] or more (tens of milliseconds at the cap).
+    fn costly(&self, req: &ProcessingRequest) -> bool {
+        use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
+        let Some(Request::RequestBody(body)) = &req.request else {
+            return false;
+        };
+        body.body.len() >= OFF_THREAD_BYTES || self.session.decodes_request()
     }
 
     /// Never a clean end after a failure: it would let Envoy carry on without us and pass

@@ -136,6 +136,11 @@ impl<E: Environment> Session<E> {
         self.driver.is_ours()
     }
 
+    /// Its request body is decoded as it comes (a compressed body).
+    pub fn decodes_request(&self) -> bool {
+        self.driver.exchange().is_some_and(|e| e.decodes_request())
+    }
+
     /// `x-request-id` of the exchange (empty before the request headers), for logs.
     pub fn request_id(&self) -> &str {
         &self.request_id

@@ -20,15 +20,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use hyper_util::rt::TokioIo;
+use std::sync::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::watch;
 
 use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use responses_core::call::{CallAction, CallId};
-use responses_core::connection::{self, Connection, Event, Limits};
+use responses_core::connection::admission::{self, Admission, Ticket};
+use responses_core::connection::{Connection, Event, Limits};
 use responses_core::environment::System;
 use responses_core::exchange::Settings;
 use responses_core::life;
@@ -50,7 +52,8 @@ pub struct WsSettings {
     pub limits: Limits,
     /// Base URL of the Chat upstream (`--ws-upstream`); the path is `exchange.chat_path`.
     pub upstream: String,
-    pub max_connections: usize,
+    /// Which upgrades are taken: the count, the quota per caller, origins, the memory budget.
+    pub admission: admission::Rules,
     /// How long a response in flight may run once the processor drains.
     pub drain: Duration,
     pub metrics: Option<Arc<Metrics>>,
@@ -62,15 +65,15 @@ pub struct WsSettings {
 
 struct Shared {
     settings: WsSettings,
-    slots: Arc<Semaphore>,
+    /// Which upgrades are taken (the count, the quotas, the drain), the core's rules.
+    admission: Arc<Mutex<Admission>>,
     upstream: Upstream,
     draining: watch::Receiver<bool>,
 }
 
 /// A running WebSocket listener.
 pub struct Server {
-    slots: Arc<Semaphore>,
-    max_connections: usize,
+    admission: Arc<Mutex<Admission>>,
     drain: watch::Sender<bool>,
 }
 
@@ -78,11 +81,11 @@ impl Server {
     /// Serves upgrades on `settings.exchange.responses_path`.
     pub fn start(listener: TcpListener, settings: WsSettings) -> Result<Server, String> {
         let (drain, draining) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(settings.max_connections));
+        let admission = Arc::new(Mutex::new(Admission::new(settings.admission.clone())));
         let path = settings.exchange.responses_path.clone();
         let shared = Arc::new(Shared {
             upstream: Upstream::new(&settings)?,
-            slots: slots.clone(),
+            admission: admission.clone(),
             draining: draining.clone(),
             settings: settings.clone(),
         });
@@ -96,18 +99,15 @@ impl Server {
                 tracing::error!(error = %e, "WebSocket listener failed");
             }
         });
-        Ok(Server {
-            slots,
-            max_connections: settings.max_connections,
-            drain,
-        })
+        Ok(Server { admission, drain })
     }
 
     /// Graceful drain: no new connections; each open one finishes its response in flight (up
     /// to the drain time), then closes with 1001 (going away). Returns once all are closed.
     pub async fn drain(&self) {
+        lock(&self.admission).drain();
         let _ = self.drain.send(true);
-        while self.slots.available_permits() < self.max_connections {
+        while lock(&self.admission).open() > 0 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -128,18 +128,18 @@ async fn upgrade(State(shared): State<Arc<Shared>>, mut req: Request) -> Respons
             return response;
         }
     };
-    if *shared.draining.borrow() {
-        return refuse(&connection::shutting_down());
-    }
-    let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
-        return refuse(&connection::connections_exhausted(
-            shared.settings.max_connections,
-        ));
+    let ticket = match lock(&shared.admission).admit(lookup) {
+        Ok(ticket) => ticket,
+        Err(refused) => return refuse(&refused),
+    };
+    let place = Place {
+        admission: shared.admission.clone(),
+        ticket: Some(ticket),
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => drive(TokioIo::new(upgraded), headers, shared, permit).await,
+            Ok(upgraded) => drive(TokioIo::new(upgraded), headers, shared, place).await,
             Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
         }
     });
@@ -171,6 +171,27 @@ fn refuse(err: &ApiError) -> Response {
         .into_response()
 }
 
+/// A connection's place among the admitted, given back when it ends (however it ends).
+struct Place {
+    admission: Arc<Mutex<Admission>>,
+    ticket: Option<Ticket>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            lock(&self.admission).release(ticket);
+        }
+    }
+}
+
+/// The admission's lock: its state stays consistent even if a holder panicked.
+fn lock(admission: &Mutex<Admission>) -> std::sync::MutexGuard<'_, Admission> {
+    admission
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The call in flight: its id and where it stands.
 struct InFlight {
     id: CallId,
@@ -178,7 +199,7 @@ struct InFlight {
 }
 
 /// One connection, from upgrade to close: the core's connection, carried.
-async fn drive<S>(io: S, handshake: HeaderMap, shared: Arc<Shared>, _permit: OwnedSemaphorePermit)
+async fn drive<S>(io: S, handshake: HeaderMap, shared: Arc<Shared>, _place: Place)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -194,6 +215,7 @@ where
     let request_id = lookup(&handshake, "GET", "x-request-id")
         .unwrap_or_default()
         .to_owned();
+    conn.share_budget(lock(&shared.admission).budget());
     let traced = settings.traces.as_ref().is_some_and(|t| t.wants_content());
     conn.record_content(settings.log_content || traced);
     // With tracing on, each response's span continues the handshake's trace (Envoy's span

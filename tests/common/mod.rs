@@ -7,6 +7,7 @@
 //!   an in-process ext_proc server that changes nothing (to test Envoy wiring on its own);
 //! * [`upstream::ScriptedUpstream`]: a Chat Completions stand-in answering from a per-test script
 //!   and recording every request; [`upstream::DemoUpstream`]: the built-in demo, in-process;
+//! * [`codex`]: Codex CLI 0.171's recorded OpenAI-mode requests and what each becomes;
 //! * [`recorded`]: the recorded upstream failures (tests/fixtures/upstream_errors/), each as a
 //!   scripted reply;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
@@ -27,6 +28,7 @@
 // Each test file uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod codex;
 pub mod compressed;
 pub mod envoy;
 pub mod examples;

@@ -8,7 +8,9 @@ Sources (one type tree each, format in tests/clients/python/surface_types.py):
   * openai-python, as pinned (tests/clients/python/requirements.txt): its TypedDicts;
   * openai-node, as pinned (tests/clients/node/package.json): its .d.ts, read with the
     TypeScript compiler API (tests/clients/node/surface_types.mjs);
-  * the OpenResponses schema (tests/fixtures/openresponses/openapi.json, CreateResponseBody).
+  * the OpenResponses schema (tests/fixtures/openresponses/openapi.json, CreateResponseBody);
+and, typed by no SDK, the bookkeeping field Codex puts on items (source `codex`, see
+CODEX_BOOKKEEPING below).
 
 Run with the repository's .venv python (deploy/install-clients.sh installs the SDKs):
   .venv/bin/python tests/surface/generate.py            rewrites cases.json
@@ -424,6 +426,43 @@ def walk(out: Cases, source: str, tree: dict) -> None:
         field_cases(f["t"], f["req"], key, key, wrap, None)
 
 
+# What Codex 0.171 (openai/codex, codex-rs/protocol/src/models.rs) puts on every item it sends
+# when it believes it talks to OpenAI (`openai_base_url`), as recorded in
+# tests/fixtures/codex/0.171-openai/: its turn id, the item's creation time and the kinds of
+# its content parts. It carries it on these item kinds among those this server reads (also on
+# web_search_call, tool_search_call, tool_search_output and image_generation_call, items of
+# hosted tools refused here whatever they carry).
+CODEX_BOOKKEEPING = "internal_chat_message_metadata_passthrough"
+CODEX_ITEMS = [
+    "message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
+    "custom_tool_call_output", "local_shell_call", "compaction",
+]
+CODEX_VALUE = {
+    "turn_id": "01a21b8c-437f-7051-8a23-ace6c2af39c2",
+    "create_time": 1795758507.0166,
+    "content_item_kinds": ["user.text"],
+}
+
+
+def codex_cases(out: Cases, tree: dict) -> None:
+    """The bookkeeping field Codex sends, on one minimal item of each kind it sends it on."""
+    items = next(m["of"] for m in members(tree["f"]["input"]["t"]) if m["k"] == "arr")
+    seen = set()
+    for variant in members(items):
+        d = discriminator(variant) if variant["k"] == "obj" else None
+        if d not in CODEX_ITEMS or d in seen:
+            continue
+        seen.add(d)
+        base = minimal_obj(variant, "input[]")
+        ctx, after = item_context(base), item_after(base)
+        for value in (CODEX_VALUE, None):
+            item = {**base, CODEX_BOOKKEEPING: copy.deepcopy(value)}
+            out.add("codex", f"input[].{d}.{CODEX_BOOKKEEPING}", value,
+                    dict(BASE, input=ctx + [item] + after), dict(BASE, input=ctx + [base] + after),
+                    f"input[{len(ctx)}].{CODEX_BOOKKEEPING}")
+    assert seen == set(CODEX_ITEMS), f"item kinds missing from openai-python: {set(CODEX_ITEMS) - seen}"
+
+
 class _Drop:
     def __repr__(self) -> str:
         return "<drop>"
@@ -436,14 +475,17 @@ def versions() -> dict:
     import openai
 
     node = json.loads((NODE_DIR / "node_modules/openai/package.json").read_text())["version"]
-    return {"openai-python": openai.__version__, "openai-node": node, "openresponses": "tests/fixtures/openresponses/openapi.json"}
+    return {"openai-python": openai.__version__, "openai-node": node, "openresponses": "tests/fixtures/openresponses/openapi.json",
+            "codex": "0.171.0 (its item bookkeeping)"}
 
 
 def generate() -> dict:
     cases = Cases()
-    walk(cases, "openai-python", python_tree())
+    python = python_tree()
+    walk(cases, "openai-python", python)
     walk(cases, "openai-node", node_tree())
     walk(cases, "openresponses", schema_tree())
+    codex_cases(cases, python)
     listed = sorted(cases.cases.values(), key=lambda c: (c["path"], json.dumps(c["request"], sort_keys=True)))
     return {
         "generated_by": "tests/surface/generate.py",

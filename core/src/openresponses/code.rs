@@ -66,10 +66,13 @@ pub enum ErrorCode {
     UnknownEventType,
     /// The WebSocket connection has reached its maximum age (`--ws-max-age`).
     WebsocketConnectionLimitReached,
-    /// 503 at the handshake: the processor holds as many connections as it accepts.
+    /// At the handshake: 503, the host holds as many connections as it accepts; 429, the
+    /// caller holds its quota.
     WebsocketConnectionsExhausted,
-    /// 503 at the handshake: the processor is draining.
+    /// 503 at the handshake: the host is draining.
     ServerShuttingDown,
+    /// 403 at the handshake: an `Origin` outside `ws_allowed_origins`.
+    OriginNotAllowed,
 
     // The upstream's answer.
     /// 502: a success the translation cannot read (not a Chat Completion, the wrong content

@@ -283,20 +283,77 @@ impl<'a, 'p> Obj<'a, 'p> {
     /// with a `required_*` reader, for which `null` is missing: 400
     /// `missing_required_parameter`.
     pub fn deny_unknown(&self) -> Result<(), ApiError> {
-        match self
+        self.refuse_first_unknown(Bookkeeping::NotHere)
+    }
+
+    /// [`Obj::deny_unknown`] for an input item or a content part, where a client's own
+    /// bookkeeping ([`is_client_bookkeeping`]) is accepted and left unread: nothing of an
+    /// item but what is read goes upstream. `strict` refuses it like any other field.
+    pub fn deny_unknown_in_item(&self, strict: bool) -> Result<(), ApiError> {
+        self.refuse_first_unknown(if strict {
+            Bookkeeping::Refused
+        } else {
+            Bookkeeping::Accepted
+        })
+    }
+
+    fn refuse_first_unknown(&self, bookkeeping: Bookkeeping) -> Result<(), ApiError> {
+        let accepted = |k: &str| bookkeeping == Bookkeeping::Accepted && is_client_bookkeeping(k);
+        let Some((key, _)) = self
             .fields
             .iter()
-            .find(|(_, v)| !v.is_null())
-            .map(|(k, _)| k)
-        {
-            None => Ok(()),
-            Some(k) => {
-                let path = self.field_path(k);
-                Err(
-                    ApiError::invalid(&path, format!("Unknown parameter: '{path}'."))
-                        .with_code(ErrorCode::UnknownParameter),
-                )
-            }
-        }
+            .find(|(k, v)| !v.is_null() && !accepted(k))
+        else {
+            return Ok(());
+        };
+        let path = self.field_path(key);
+        let why = if bookkeeping == Bookkeeping::Refused && is_client_bookkeeping(key) {
+            " This server runs in strict mode: a client's own bookkeeping is refused like any field outside the OpenResponses API."
+        } else {
+            ""
+        };
+        Err(
+            ApiError::invalid(&path, format!("Unknown parameter: '{path}'.{why}"))
+                .with_code(ErrorCode::UnknownParameter),
+        )
     }
+}
+
+/// What an object does with fields named like a client's bookkeeping.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bookkeeping {
+    /// Not an item or a part: such a name is unknown like any other.
+    NotHere,
+    /// An item or a part: accepted, left unread.
+    Accepted,
+    /// An item or a part in strict mode: refused, saying why.
+    Refused,
+}
+
+/// The names of the fields that carry a client's own bookkeeping on the items and content
+/// parts it sends (and sends back), by how they start (and [`BOOKKEEPING_SUFFIXES`]: how
+/// they end): accepted there and never sent upstream
+/// ([`Obj::deny_unknown_in_item`]), so that the next internal field of a client does not
+/// break it. The list is explicit and documented (docs/request-mapping.md); it comes from
+/// what clients send: Codex's `internal_chat_message_metadata_passthrough` on every item
+/// (its turn id, creation time and content kinds, when it believes it talks to OpenAI) and
+/// its top-level `client_metadata`. No field that openai-python 3.57, openai-node 7.57 or the
+/// OpenResponses schema types on an item or a part has such a name (tests/e2e_surface.rs
+/// checks it against the generated paths), so none of the API's own fields is ever taken
+/// for bookkeeping.
+pub(crate) const BOOKKEEPING_PREFIXES: &[&str] = &["internal_"];
+/// See [`BOOKKEEPING_PREFIXES`].
+pub(crate) const BOOKKEEPING_SUFFIXES: &[&str] = &["_metadata", "_passthrough"];
+
+/// Whether a field of an item or a part is a client's own bookkeeping: its name starts with
+/// one of [`BOOKKEEPING_PREFIXES`] or ends with one of [`BOOKKEEPING_SUFFIXES`], with more
+/// than the affix itself.
+pub fn is_client_bookkeeping(name: &str) -> bool {
+    let longer = |affix: &str| name.len() > affix.len();
+    BOOKKEEPING_PREFIXES
+        .iter()
+        .any(|p| longer(p) && name.starts_with(p))
+        || BOOKKEEPING_SUFFIXES
+            .iter()
+            .any(|s| longer(s) && name.ends_with(s))
 }

@@ -42,6 +42,7 @@ use crate::openresponses::{
 
 pub(crate) use calls::{flat_name, OfferedTool, ToolKind};
 
+pub use fields::is_client_bookkeeping;
 pub use request::translate as translate_request;
 pub use request::translate_object as translate_request_object;
 

@@ -234,20 +234,51 @@ fn refused_upgrades_get_an_envelope_and_never_a_socket() {
     e.upgrade(&[]);
     assert_eq!(reply(&e).0, 503);
     assert_eq!(reply(&e).1, "server_shutting_down");
-    // Beyond ws_max_connections, across every stream of the process: 503; the slot comes
+    // Beyond ws_max_connections, across every stream of the config: 503; the place comes
     // back when a socket ends.
-    let limit = crate::socket::open_connections() + 1;
-    let config = format!(r#"{{"ws_max_connections": {limit}}}"#);
-    let mut first = socket(&config);
-    let mut e = envoy(&config);
+    let config = fake::config(r#"{"ws_max_connections": 1}"#);
+    let mut first = FakeEnvoy::new(config.clone());
+    first.upgrade(&[]);
+    assert!(first.filter.is_socket());
+    let mut e = FakeEnvoy::new(config.clone());
     e.upgrade(&[]);
     assert_eq!(
         (reply(&e).0, reply(&e).1.as_str()),
         (503, "websocket_connections_exhausted")
     );
     first.complete();
-    let mut again = socket(&config);
-    again.complete();
+    assert_eq!(config.socket.admission().open(), 0);
+    let mut again = FakeEnvoy::new(config.clone());
+    again.upgrade(&[]);
+    assert!(again.filter.is_socket());
+    // A filter Envoy destroys without the stream's end gives its place back too.
+    drop(again);
+    assert_eq!(config.socket.admission().open(), 0);
+    // One caller's quota (ws_max_connections_per_key, by ws_key_header): 429; another caller
+    // still gets in. An origin not allowed: 403.
+    let config = fake::config(
+        r#"{"ws_max_connections_per_key": 1, "ws_allowed_origins": ["https://app.example"]}"#,
+    );
+    let mut alice = FakeEnvoy::new(config.clone());
+    alice.upgrade(&[("authorization", "Bearer alice")]);
+    assert!(alice.filter.is_socket());
+    let mut e = FakeEnvoy::new(config.clone());
+    e.upgrade(&[("authorization", "Bearer alice")]);
+    assert_eq!(
+        (reply(&e).0, reply(&e).1.as_str()),
+        (429, "websocket_connections_exhausted")
+    );
+    let mut bob = FakeEnvoy::new(config.clone());
+    bob.upgrade(&[("authorization", "Bearer bob")]);
+    assert!(bob.filter.is_socket());
+    let mut e = FakeEnvoy::new(config.clone());
+    e.upgrade(&[("origin", "https://evil.example")]);
+    assert_eq!(
+        (reply(&e).0, reply(&e).1.as_str()),
+        (403, "origin_not_allowed")
+    );
+    alice.complete();
+    bob.complete();
     // A plain GET on the path is not the socket's: it passes to the route (its 405).
     let mut e = envoy("{}");
     e.request_headers(&[(":method", "GET"), (":path", "/v1/responses")], true);

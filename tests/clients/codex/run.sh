@@ -22,6 +22,19 @@
 #     # turn with its context-window error (it reads the code context_length_exceeded).
 #     # Ports 10000, 9901, 50051 and 18091 must be free.
 #
+#   bash tests/clients/codex/run.sh openai_base_url
+#     # Codex as a new user puts it behind a gateway: `openai_base_url` pointing at the running
+#     # stack (deploy/demo.sh, either MODE, any UPSTREAM_URL) and an API key (`codex login
+#     # --with-api-key`), no model provider of its own. Codex then believes it talks to OpenAI:
+#     # its default model (unless CODEX_MODEL is set), its tools in an additional_tools item,
+#     # internal_chat_message_metadata_passthrough on every item. The turn must call a tool and
+#     # continue after its output (Codex's own record of the session says so: a call, its
+#     # output with the same call_id, then an assistant message). Transport
+#     # (CODEX_TRANSPORT): `websocket`, Codex's default (checked in the processor's log); or
+#     # `http`: a relay in front of the stack (no_websocket_relay.py) answers the WebSocket
+#     # upgrade 426, on which Codex falls back to POST /v1/responses for the session (its
+#     # built-in provider cannot be told `supports_websockets = false`).
+#
 # Installs the pinned Codex into a prefix outside the repository if it is not there yet
 # (reused by later runs), writes a config.toml into a temporary CODEX_HOME with a model
 # provider pointing at the stack (wire_api = "responses"), runs
@@ -31,7 +44,8 @@
 #
 # Environment:
 #   BASE_URL        the Responses endpoint's base (default http://127.0.0.1:10000/v1)
-#   CODEX_MODEL     the model name sent (default demo)
+#   CODEX_MODEL     the model name sent (default demo; openai_base_url: Codex's own default)
+#   CODEX_TRANSPORT openai_base_url: websocket (default) or http
 #   CODEX_PROMPT    the prompt (default "say hi")
 #   CODEX_VERSION   the @openai/codex version to install (default the pinned one below)
 #   CODEX_PREFIX    where to install it (default ${TMPDIR:-/tmp}/responses-extproc-codex-<version>)
@@ -44,11 +58,17 @@
 set -euo pipefail
 
 SCENARIO="${1:-hi}"
-case "$SCENARIO" in hi | apply_patch | context_window) ;; *) echo "usage: $0 [hi|apply_patch|context_window]" >&2; exit 2 ;; esac
+case "$SCENARIO" in hi | apply_patch | context_window | openai_base_url) ;; *) echo "usage: $0 [hi|apply_patch|context_window|openai_base_url]" >&2; exit 2 ;; esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
+CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 BASE_URL="${BASE_URL:-http://127.0.0.1:10000/v1}"
-CODEX_MODEL="${CODEX_MODEL:-demo}"
+if [ "$SCENARIO" = openai_base_url ]; then
+  CODEX_MODEL="${CODEX_MODEL:-}"
+  CODEX_TRANSPORT="${CODEX_TRANSPORT:-websocket}"
+  case "$CODEX_TRANSPORT" in websocket | http) ;; *) echo "CODEX_TRANSPORT must be websocket or http" >&2; exit 2 ;; esac
+else
+  CODEX_MODEL="${CODEX_MODEL:-demo}"
+fi
 CODEX_PROMPT="${CODEX_PROMPT:-say hi}"
 CODEX_TIMEOUT="${CODEX_TIMEOUT:-120}"
 PREFIX="${CODEX_PREFIX:-${TMPDIR:-/tmp}/responses-extproc-codex-$CODEX_VERSION}"
@@ -118,8 +138,10 @@ PY
   done
   say "upstream: $UPSTREAM_KIND"
 else
-  probe="$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$BASE_URL/responses" \
-    -H 'content-type: application/json' -d "{\"model\":\"$CODEX_MODEL\",\"input\":\"ping\"}" || true)"
+  # One token: a real model on a CPU may take long over more.
+  probe="$(curl -s --max-time 120 -o /dev/null -w '%{http_code}' "$BASE_URL/responses" \
+    -H 'content-type: application/json' \
+    -d "{\"model\":\"${CODEX_MODEL:-probe}\",\"input\":\"ping\",\"max_output_tokens\":1}" || true)"
   [ "$probe" = 200 ] ||
     die "POST $BASE_URL/responses answered '${probe:-nothing}', not 200: start the stack first (bash deploy/demo.sh)"
 fi
@@ -157,6 +179,32 @@ if [ "$SCENARIO" = apply_patch ]; then
   SANDBOX=workspace-write
   git -C "$WORK/project" init -q
 fi
+LOG="$ROOT/target/demo/processor.log"
+ws_lines() { grep -c 'translated request transport="websocket"' "$LOG" 2>/dev/null || true; }
+WS_BEFORE="$(ws_lines)"
+if [ "$SCENARIO" = openai_base_url ]; then
+  URL="$BASE_URL"
+  if [ "$CODEX_TRANSPORT" = http ]; then
+    hostport="${BASE_URL#http://}"
+    hostport="${hostport%%/*}"
+    RELAY_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    REFUSED="$WORK/refused-upgrades"
+    : >"$REFUSED"
+    python3 "$ROOT/tests/clients/codex/no_websocket_relay.py" "$RELAY_PORT" "${hostport%:*}" "${hostport##*:}" "$REFUSED" &
+    STACK_PIDS+=($!)
+    URL="http://127.0.0.1:$RELAY_PORT/${BASE_URL#http://*/}"
+    for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$RELAY_PORT") 2>/dev/null && break; sleep 0.1; done
+  fi
+  {
+    [ -z "$CODEX_MODEL" ] || echo "model = \"$CODEX_MODEL\""
+    echo "openai_base_url = \"$URL\""
+    echo 'approval_policy = "never"'
+    echo "sandbox_mode = \"$SANDBOX\""
+  } >"$CODEX_HOME/config.toml"
+  printf '%s' "${OPENAI_API_KEY:-sk-test-not-a-secret}" | "$CODEX" login --with-api-key >"$WORK/login.log" 2>&1 ||
+    { cat "$WORK/login.log" >&2; die "codex login --with-api-key failed"; }
+  say "openai_base_url = $URL (transport: $CODEX_TRANSPORT), model: ${CODEX_MODEL:-its default}"
+else
 cat >"$CODEX_HOME/config.toml" <<TOML
 model = "$CODEX_MODEL"
 model_provider = "extproc"
@@ -177,6 +225,7 @@ if [ -n "${CODEX_WEBSOCKETS:-}" ]; then
   echo 'supports_websockets = true' >>"$CODEX_HOME/config.toml"
 fi
 export RESPONSES_EXTPROC_API_KEY=x
+fi
 
 # ---- the run ----
 say "codex exec --skip-git-repo-check --json \"$CODEX_PROMPT\" (provider $BASE_URL)"
@@ -232,6 +281,37 @@ check_websocket() {
   say "WebSocket transport: $n responses, $(grep -c 'generate: false' "$log" || true) preloads"
 }
 say "last message: $(cat "$WORK/last-message.txt" 2>/dev/null)"
+if [ "$SCENARIO" = openai_base_url ]; then
+  # Codex's own record of the session: a tool call, its output, then the answer after it.
+  python3 - "$CODEX_HOME" <<'PY' || { show; die "the turn did not call a tool and continue after its output"; }
+import glob, json, sys
+items = []
+for path in glob.glob(f"{sys.argv[1]}/sessions/**/*.jsonl", recursive=True):
+    items += [r["payload"] for r in map(json.loads, open(path)) if r.get("type") == "response_item"]
+calls = [(i, x) for i, x in enumerate(items) if x.get("type", "").endswith("call") and x.get("call_id")]
+assert calls, f"no tool call among {[x.get('type') for x in items]}"
+for i, call in calls:
+    outputs = [j for j, x in enumerate(items) if x.get("type", "").endswith("call_output") and x.get("call_id") == call["call_id"]]
+    answers = [j for j, x in enumerate(items) if x.get("type") == "message" and x.get("role") == "assistant" and outputs and j > outputs[0]]
+    if outputs and answers:
+        name = ".".join(filter(None, [call.get("namespace"), call.get("name")]))
+        print(f"codex-e2e: Codex called {call['type']} {name or '?'} ({call['call_id']}), sent its output back and went on", file=sys.stderr)
+        break
+else:
+    raise SystemExit(f"no call followed by its output and an answer: {[x.get('type') for x in items]}")
+PY
+  if [ "$CODEX_TRANSPORT" = http ]; then
+    [ -s "$REFUSED" ] || { show; die "Codex never tried the WebSocket: nothing proves the fallback"; }
+    [ "$(ws_lines)" = "$WS_BEFORE" ] || { show; die "a response went over the WebSocket transport"; }
+    say "HTTP transport: $(wc -l <"$REFUSED") WebSocket upgrade(s) refused with 426, every response over POST"
+  else
+    n=$(( $(ws_lines) - ${WS_BEFORE:-0} ))
+    [ "$n" -ge 2 ] || { show; die "$n responses went over the WebSocket transport ($LOG), not the turn and its continuation"; }
+    say "WebSocket transport: $n responses on the socket"
+  fi
+  say "OK: Codex with openai_base_url completed a tool loop through Envoy + responses-extproc"
+  exit 0
+fi
 if [ "$SCENARIO" = apply_patch ]; then
   expected="Hello from the apply_patch profile."
   [ "$(cat "$WORK/project/hello.txt" 2>/dev/null)" = "$expected" ] ||

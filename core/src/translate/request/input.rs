@@ -158,7 +158,7 @@ pub(crate) fn input_messages<'a>(
                 call_hints(&mut item)?;
                 // Added by the SDKs' `parse()` and stream helpers: the arguments, parsed.
                 item.take("parsed_arguments");
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 calls.add(&call_id, None);
                 push_tool_call(messages, &mut pending_reasoning, text(call_id), name, text(arguments));
             }
@@ -175,7 +175,7 @@ pub(crate) fn input_messages<'a>(
                 };
                 item.string("status")?;
                 call_hints(&mut item)?;
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 calls.add(&call_id, None);
                 let arguments = json!({ CUSTOM_TOOL_INPUT: input.as_str() }).to_string();
                 push_tool_call(messages, &mut pending_reasoning, text(call_id), name, Text::plain(arguments));
@@ -192,7 +192,7 @@ pub(crate) fn input_messages<'a>(
                 let fields = builtin_action(fields, &kind, action_path)?;
                 let arguments = builtin_arguments(fields);
                 check_part_size(action_path, &arguments.len(), options)?;
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 calls.add(&call_id, item_id.as_ref());
                 push_tool_call(messages, &mut pending_reasoning, text(call_id), Text::plain(name), Text::plain(arguments));
             }
@@ -212,16 +212,17 @@ pub(crate) fn input_messages<'a>(
                 item.string("name")?;
                 item.string("namespace")?;
                 caller(&mut item)?;
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 messages.push(Message::Tool {
                     tool_call_id: text(call_id),
                     content: output,
                 });
             }
             "shell_call_output" | "local_shell_call_output" | "apply_patch_call_output" => {
-                let (call_id, content) = builtin_output(&mut item, &kind, item_id, &calls, path)?;
+                let (call_id, content) =
+                    builtin_output(&mut item, &kind, item_id, &calls, path, options)?;
                 check_part_size(Path::Key(&path, "output"), &content, options)?;
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 messages.push(Message::Tool {
                     tool_call_id: text(call_id),
                     content,
@@ -229,7 +230,7 @@ pub(crate) fn input_messages<'a>(
             }
             "reasoning" => {
                 let reasoning = reasoning_text(&mut item, options)?;
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 if let Some(t) = reasoning {
                     match &mut pending_reasoning {
                         Some(p) => {
@@ -243,7 +244,7 @@ pub(crate) fn input_messages<'a>(
             "compaction" => {
                 let blob = item.required_string("encrypted_content")?;
                 item.string("created_by")?;
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 let blob_path = item.field_path("encrypted_content");
                 let summary = crate::translate::compaction::open(&blob.as_str(), &blob_path, options)?;
                 out.context.push(system_message(
@@ -258,7 +259,7 @@ pub(crate) fn input_messages<'a>(
                     .ok_or_else(|| missing(Path::Key(&path, "role")))?;
                 let tools_path = Path::Key(&path, "tools");
                 let tools = item.array("tools")?.ok_or_else(|| missing(tools_path))?;
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 out.tools.extend(tools.into_iter().enumerate().map(|(j, tool)| Declared {
                     path: Path::Index(&tools_path, j).to_string(),
                     tool,
@@ -274,7 +275,7 @@ pub(crate) fn input_messages<'a>(
                 }
                 // Codex's bookkeeping about the compaction; nothing for the model.
                 item.take("metadata");
-                item.deny_unknown()?;
+                item.deny_unknown_in_item(options.strict)?;
                 out.compaction_trigger = true;
             }
             "item_reference" => {
@@ -450,6 +451,7 @@ fn builtin_output<'a>(
     item_id: Option<Str<'a>>,
     calls: &Calls<'a>,
     path: Path<'_>,
+    options: &Options,
 ) -> Result<(Str<'a>, Text<'a>), ApiError> {
     let output_path = Path::Key(&path, "output");
     match kind {
@@ -486,7 +488,7 @@ fn builtin_output<'a>(
                 };
                 o.deny_unknown()?;
                 c.string("created_by")?;
-                c.deny_unknown()?;
+                c.deny_unknown_in_item(options.strict)?;
                 out.push(json!({"stdout": stdout.as_str(), "stderr": stderr.as_str(), "outcome": outcome}));
             }
             item.integer("max_output_length", 0, u64::MAX)?;
@@ -603,7 +605,7 @@ fn reasoning_text<'a>(
             ));
         }
         let t = p.required_string("text")?;
-        p.deny_unknown()?;
+        p.deny_unknown_in_item(options.strict)?;
         if gathered.as_ref().is_some_and(|g| !g.is_empty()) {
             append(&mut gathered, Text::plain("\n"));
         }
@@ -629,7 +631,7 @@ fn text_of_parts<'a>(
                 let t = p.required_string("text")?;
                 check_part_size(Path::Key(&ppath, "text"), &t, options)?;
                 text_part_hints(&mut p)?;
-                p.deny_unknown()?;
+                p.deny_unknown_in_item(options.strict)?;
                 append(&mut gathered, text(t));
             }
             kind if is_extension(kind) => {}
@@ -659,7 +661,7 @@ fn message<'a>(mut item: Obj<'a, '_>, options: &Options) -> Result<Message<'a>, 
     item.enumeration("phase", PHASES)?;
     let content_path = Path::Key(&at, "content");
     let content = item.take("content").ok_or_else(|| missing(content_path))?;
-    item.deny_unknown()?;
+    item.deny_unknown_in_item(options.strict)?;
     let parts = match into_items(content)? {
         Err(Node::Str(s)) => {
             check_part_size(content_path, &s, options)?;
@@ -690,7 +692,7 @@ fn message<'a>(mut item: Obj<'a, '_>, options: &Options) -> Result<Message<'a>, 
             content: text_of_parts(parts, content_path, options)?,
         },
         "developer" => system_message(text_of_parts(parts, content_path, options)?, options),
-        "assistant" => Message::Assistant(assistant_content(parts, content_path)?),
+        "assistant" => Message::Assistant(assistant_content(parts, content_path, options)?),
         _ => Message::User {
             content: Content::Parts(user_content(parts, content_path, options)?),
         },
@@ -698,7 +700,11 @@ fn message<'a>(mut item: Obj<'a, '_>, options: &Options) -> Result<Message<'a>, 
 }
 
 /// Assistant history: `output_text` parts join into `content`, `refusal` parts into `refusal`.
-fn assistant_content<'a>(parts: Vec<Node<'a>>, path: Path<'_>) -> Result<Assistant<'a>, ApiError> {
+fn assistant_content<'a>(
+    parts: Vec<Node<'a>>,
+    path: Path<'_>,
+    options: &Options,
+) -> Result<Assistant<'a>, ApiError> {
     let mut turn = Assistant::default();
     for (i, part) in parts.into_iter().enumerate() {
         let ppath = Path::Index(&path, i);
@@ -716,7 +722,7 @@ fn assistant_content<'a>(parts: Vec<Node<'a>>, path: Path<'_>) -> Result<Assista
         };
         let t = p.required_string(key)?;
         text_part_hints(&mut p)?;
-        p.deny_unknown()?;
+        p.deny_unknown_in_item(options.strict)?;
         append(slot, text(t));
     }
     Ok(turn)
@@ -797,7 +803,7 @@ fn user_content<'a>(
                 ))
             }
         };
-        p.deny_unknown()?;
+        p.deny_unknown_in_item(options.strict)?;
         out.push(chat_part);
     }
     Ok(out)
