@@ -196,6 +196,10 @@ config = open(path).read()
 anchor = "          stat_prefix: responses\n"
 assert config.count(anchor) == 1, "envoy.yaml: stat_prefix line not found once"
 config = config.replace(anchor, anchor + piece("hcm_tracing", 10))
+# Module mode: the internal listener the WebSocket transport's Chat requests enter traces too.
+loopback = "          stat_prefix: responses_loopback\n"
+if config.count(loopback) == 1:
+    config = config.replace(loopback, loopback + piece("hcm_tracing", 10))
 cluster = piece("cluster", 2)
 assert cluster.count("address: 127.0.0.1") == 1 and cluster.count("port_value: 4317") == 1
 cluster = cluster.replace("address: 127.0.0.1", f"address: {host}").replace(
