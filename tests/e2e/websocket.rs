@@ -1154,6 +1154,8 @@ async fn configuration_updates_set_the_turn_on_every_transport_and_across_contin
         Some(7),
         "the whole kept conversation: {}",
         chats[4]
+    );
+}
 
 /// Routing by model: with the shipped config's route by `x-responses-model` enabled
 /// (`big-model` to a second upstream), a WebSocket response for `big-model` reaches that
