@@ -276,6 +276,7 @@ where
         }
         if conn.is_closed() {
             let _ = writer.shutdown().await;
+            linger(&mut reader, &mut buf).await;
             break;
         }
         let wake = conn.poll_timeout();
@@ -334,6 +335,22 @@ where
         seconds = opened.elapsed().as_secs(),
         "WebSocket connection closed"
     );
+}
+
+/// After our FIN, reads and drops what the client still sends, until its own FIN or for
+/// [`CLOSE_LINGER`](responses_core::connection::CLOSE_LINGER): a socket dropped with the
+/// client's bytes unread makes the kernel send a reset, which can destroy our close frame
+/// before the client reads it (a client still writing a large message when its limit closed
+/// the connection then saw no close code).
+async fn linger<R: tokio::io::AsyncRead + Unpin>(reader: &mut R, buf: &mut [u8]) {
+    let discard = async {
+        while let Ok(n) = reader.read(buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(responses_core::connection::CLOSE_LINGER, discard).await;
 }
 
 async fn sleep_until(at: Option<Instant>) {
