@@ -13,7 +13,8 @@
 //!   with Envoy ([`host::ffi`]); the ABI's types and the Envoy callbacks used, declared by
 //!   hand, are private to it;
 //! - [`config`]: the filter's JSON config (the processor's settings) and its Envoy stats;
-//! - [`fake`]: a fake Envoy, so the filter is tested (and fuzzed) with plain bytes;
+//! - `fake` (tests, and feature `testkit`): a fake Envoy, so the filter is tested (and fuzzed)
+//!   with plain bytes;
 //! - `probe` (feature `abi-probe`, tests only): a filter that exercises the host layer's
 //!   streaming replies, callouts, timers, watermarks and drain through the real Envoy.
 //!
@@ -25,6 +26,7 @@
 pub mod bootstrap;
 #[forbid(unsafe_code)]
 pub mod config;
+#[cfg(any(test, feature = "testkit"))]
 #[forbid(unsafe_code)]
 pub mod fake;
 #[forbid(unsafe_code)]

@@ -33,22 +33,18 @@ pub mod codex;
 pub mod compressed;
 pub mod envoy;
 pub mod examples;
-#[path = "../../core/tests/common/json.rs"]
-pub mod json;
 pub mod otlp;
 pub mod pki;
 pub mod processor;
 pub mod prom;
 pub mod prometheus;
 pub mod recorded;
-#[path = "../../core/tests/common/schema.rs"]
-pub mod schema;
-#[path = "../../core/tests/common/sse.rs"]
-pub mod sse;
 pub mod stack;
 pub mod tenant;
 pub mod upstream;
 pub mod websocket;
+
+pub use responses_testkit::{json, schema, sse};
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -15,7 +15,7 @@
 //!
 //! The table is checked both ways against the generated paths, and cases.json against what
 //! the generator makes from the installed SDKs. Every response and event is read with the
-//! duplicate-key-refusing reader (core/tests/common/json.rs).
+//! duplicate-key-refusing reader (tests/testkit/src/json.rs).
 
 use crate::common;
 

@@ -1,4 +1,5 @@
-//! What the core's suites share (and the end-to-end harness, `tests/common/`, borrows):
+//! What the core's suites share (the first four from `tests/testkit`, shared with the
+//! end-to-end harness and the module's fake Envoy):
 //!
 //! * [`json`]: the JSON reader every body and event goes through, which refuses duplicate keys;
 //! * [`sse`]: SSE body parsing;
@@ -12,12 +13,10 @@
 // Each suite uses a different part.
 #![allow(dead_code, unused_imports)]
 
-pub mod json;
 pub mod recorded;
-pub mod schema;
 pub mod snapshot;
-pub mod sse;
-pub mod stream_rules;
+
+pub use responses_testkit::{json, schema, sse, stream_rules};
 
 use std::path::{Path, PathBuf};
 

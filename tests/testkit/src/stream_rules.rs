@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use serde_json::{json, Value};
 
-use super::{json, schema};
+use crate::{json, schema};
 
 /// What the response objects of a stream must say.
 pub struct Expected<'a> {

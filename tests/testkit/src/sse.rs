@@ -56,7 +56,7 @@ pub fn parse_sse_json(body: &str) -> Vec<(String, Value)> {
         .into_iter()
         .filter(|e| e.data != "[DONE]")
         .map(|e| {
-            let value: Value = super::json::parse_strict(&e.data)
+            let value: Value = crate::json::parse_strict(&e.data)
                 .unwrap_or_else(|err| panic!("SSE data is not strict JSON ({err}): {}", e.data));
             let name = e
                 .event

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{json, Value};
 
-use super::repo_root;
-use super::sse::{parse_sse, SseEvent};
+use crate::repo_root;
+use crate::sse::{parse_sse, SseEvent};
 
 /// The OpenAPI document (loaded once).
 pub fn openapi() -> &'static Value {
@@ -160,7 +160,7 @@ pub fn assert_valid_sse(body: &str) -> Vec<(String, Value)> {
             assert_eq!(i + 1, events.len(), "[DONE] is not the last event:\n{body}");
             continue;
         }
-        let value: Value = super::json::parse_strict(data)
+        let value: Value = crate::json::parse_strict(data)
             .unwrap_or_else(|e| panic!("event {i} data is not strict JSON ({e}): {data}"));
         let ty = value["type"].as_str().unwrap_or_default().to_string();
         if let Some(event) = event {
