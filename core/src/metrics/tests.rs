@@ -55,6 +55,7 @@ fn summary(model: Option<&str>, stream: bool, outcome: Outcome) -> Summary {
         finish_reason: Some("stop".into()),
         params: Default::default(),
         streamed_output: stream,
+        compaction: None,
     }
 }
 
