@@ -510,9 +510,10 @@ impl<E: Environment> Connection<E> {
                 self.phase = Phase::Closed;
             }
             Phase::Open => {
-                let late = self.turn.as_mut().filter(|t| {
-                    t.compacting.is_some_and(|deadline| now >= deadline)
-                });
+                let late = self
+                    .turn
+                    .as_mut()
+                    .filter(|t| t.compacting.is_some_and(|deadline| now >= deadline));
                 if let Some(turn) = late {
                     let call = turn.call.take();
                     let step = turn.exchange.call_failed(true, "");
@@ -828,7 +829,7 @@ impl<E: Environment> Connection<E> {
         }
         let outcome = self.turn.as_mut().and_then(|turn| {
             turn.compacting = None;
-            turn.exchange.summary().compaction.map(|c| c.outcome)
+            turn.exchange.summary().compaction
         });
         if let Some(life) = &mut self.life {
             life.call_ended(now, outcome);

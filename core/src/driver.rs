@@ -404,8 +404,8 @@ impl<E: Environment> Driver<E> {
     fn call_step(&mut self, now: Instant, step: RequestStep) -> Action {
         if !matches!(step, RequestStep::Hold) {
             // The call is over: its outcome is the exchange's compaction's.
-            let outcome = self.summary().and_then(|s| s.compaction).map(|c| c.outcome);
-            self.life.call_ended(now, outcome);
+            let compaction = self.summary().and_then(|s| s.compaction);
+            self.life.call_ended(now, compaction);
             self.set_stage(Stage::Request);
         }
         self.request_step(step, false)
@@ -593,6 +593,11 @@ impl<E: Environment> Driver<E> {
     /// channel to us ended): if it had not ended, it was cut.
     pub fn closed(&mut self, now: Instant) {
         self.life.enter(now);
+        if let Phase::Ours(ex, stage @ Stage::Calling(_)) = &mut self.phase {
+            // The call is dropped with the exchange: its late answer is no one's.
+            *stage = Stage::Request;
+            self.life.call_ended(now, ex.summary().compaction);
+        }
         if let Phase::Ours(ex, _) = &self.phase {
             self.life.finish(!ex.is_finished());
         }

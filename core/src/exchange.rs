@@ -20,8 +20,8 @@ use bytes::{Bytes, BytesMut};
 use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Code, ErrorCode, Events, Usage};
 use crate::request_encoding::{self, Decoder};
-use crate::translate::stream::StreamTranslator;
 use crate::translate::request::Window;
+use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
 
@@ -56,7 +56,7 @@ pub const DEFAULT_UPSTREAM_MODEL_HEADER: &str = "x-responses-upstream-model";
 /// Default of `max_body_bytes`: 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 /// Default of `compaction_timeout`, in seconds.
-pub const DEFAULT_COMPACTION_TIMEOUT: u64 = 60;
+pub const DEFAULT_COMPACTION_TIMEOUT: u64 = 25;
 
 /// The settings of the exchange rules. The operator sets them through
 /// `crate::settings::ExchangeConfig` (flags or the module's JSON), whose defaults are these.
@@ -864,7 +864,7 @@ impl Exchange {
             let err = ApiError::server(
                 502,
                 ErrorCode::UpstreamResponseTooLarge,
-                format!("The upstream's answer to the compaction's summarising request is larger than this server reads (--max-body-bytes, {max} bytes)."),
+                format!("the upstream's answer to the summarising request is larger than this server reads (--max-body-bytes, {max} bytes)."),
             );
             return RequestStep::Reply(self.compaction_failed(err));
         }
@@ -889,7 +889,7 @@ impl Exchange {
                 504,
                 ErrorCode::UpstreamTimeout,
                 format!(
-                    "The compaction's summarising request took longer than this server waits (compaction_timeout, {} s).",
+                    "the summarising request took longer than this server waits (compaction_timeout, {} s).",
                     self.settings.compaction_timeout.as_secs()
                 ),
             )
@@ -897,7 +897,7 @@ impl Exchange {
             ApiError::server(
                 503,
                 ErrorCode::UpstreamUnavailable,
-                format!("The compaction's summarising request failed: {message}"),
+                format!("the summarising request failed: {message}"),
             )
         };
         RequestStep::Reply(self.compaction_failed(err))
@@ -910,11 +910,7 @@ impl Exchange {
             return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
         };
         if !(200..300).contains(&answer.status) {
-            let mut err = upstream_failure::classify(answer.status, &answer.body);
-            err.message = format!(
-                "Compacting the input before this turn (context_management) failed: {}",
-                err.message
-            );
+            let err = upstream_failure::classify(answer.status, &answer.body);
             let mut reply = self.compaction_failed(err);
             reply.headers = std::mem::take(&mut self.upstream_headers);
             return RequestStep::Reply(reply);
@@ -923,7 +919,7 @@ impl Exchange {
             let err = ApiError::server(
                 502,
                 ErrorCode::UpstreamInvalidResponse,
-                "The upstream's answer to the compaction's summarising request is not JSON.",
+                "the upstream's answer to the summarising request is not JSON.",
             );
             return RequestStep::Reply(self.compaction_failed(err));
         }
@@ -959,11 +955,15 @@ impl Exchange {
         }))
     }
 
-    /// The compaction failed: the exchange ends with `err`.
-    fn compaction_failed(&mut self, err: ApiError) -> ErrorReply {
+    /// The compaction failed: the exchange ends with `err`, its message naming the step.
+    fn compaction_failed(&mut self, mut err: ApiError) -> ErrorReply {
         if let Some(report) = &mut self.summary.compaction {
             report.outcome = CompactionOutcome::Failed;
         }
+        err.message = format!(
+            "Compacting the input before this turn (context_management) failed: {}",
+            err.message
+        );
         self.fail(err)
     }
 

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::exchange::{CompactionOutcome, Summary};
+use crate::exchange::{Compaction, Summary};
 
 /// An adapter's timing of one exchange (what the metrics and the span record beside the
 /// [`Summary`]).
@@ -45,13 +45,13 @@ pub enum Event {
 }
 
 /// The exchange's own call, once it ended: when it started (after the exchange did), how
-/// long it took, and how the compaction it made went (`None`: the exchange ended some other
-/// way while it was in flight).
+/// long it took, and the compaction it made (its outcome `running` when the exchange ended
+/// some other way while it was in flight).
 #[derive(Debug, Clone, Copy)]
 pub struct CallTiming {
     pub started: Duration,
     pub took: Duration,
-    pub outcome: Option<CompactionOutcome>,
+    pub compaction: Option<Compaction>,
 }
 
 /// An exchange at its end.
@@ -137,14 +137,14 @@ impl Life {
     }
 
     /// The call ended (once).
-    pub fn call_ended(&mut self, now: Instant, outcome: Option<CompactionOutcome>) {
+    pub fn call_ended(&mut self, now: Instant, compaction: Option<Compaction>) {
         let (Some(started), Some(begun)) = (self.started, self.call_start.take()) else {
             return;
         };
         self.call_timing = Some(CallTiming {
             started: begun.saturating_duration_since(started),
             took: now.saturating_duration_since(begun),
-            outcome,
+            compaction,
         });
         self.call.due();
     }

@@ -378,6 +378,7 @@ impl ExchangeConfig {
             max_sse_frame_bytes: self.max_sse_frame_bytes,
             max_output_bytes: self.max_output_bytes,
             compaction_bytes_per_token: self.compaction_bytes_per_token,
+            automatic_compaction: true,
         }
     }
 

@@ -219,12 +219,12 @@ fn compaction_attributes(c: &Compaction) -> Vec<Attribute<'static>> {
 }
 
 /// The attributes of [`COMPACTION_EVENT`]: the call's duration, and the compaction's.
-pub fn call_attributes(timing: &CallTiming, c: Option<&Compaction>) -> Vec<Attribute<'static>> {
+pub fn call_attributes(timing: &CallTiming) -> Vec<Attribute<'static>> {
     let mut a = vec![attr(
         key::COMPACTION_DURATION,
         Value::F64(timing.took.as_secs_f64()),
     )];
-    if let Some(c) = c {
+    if let Some(c) = &timing.compaction {
         a.extend(compaction_attributes(c));
     }
     a

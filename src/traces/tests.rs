@@ -35,6 +35,7 @@ fn attributes_keep_their_types() {
             ..Params::default()
         },
         streamed_output: true,
+        compaction: None,
     };
     let timing = Timing {
         total: Duration::from_millis(900),
@@ -138,6 +139,7 @@ fn the_docs_list_every_attribute() {
             max_output_tokens: Some(1),
         },
         streamed_output: true,
+        compaction: None,
     };
     let timing = Timing {
         first_output: Some(Duration::from_millis(1)),

@@ -128,6 +128,9 @@ pub struct Options {
     /// Bytes of a Chat request per token, for the estimate automatic compaction compares with
     /// `context_management`'s threshold.
     pub compaction_bytes_per_token: u32,
+    /// The host can make the summarising call of an automatic compaction (`context_management`);
+    /// a host that cannot refuses the field rather than ignoring it.
+    pub automatic_compaction: bool,
 }
 
 impl Default for Options {
@@ -145,6 +148,7 @@ impl Default for Options {
             max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
             max_output_bytes: limits::MAX_OUTPUT_BYTES,
             compaction_bytes_per_token: limits::COMPACTION_BYTES_PER_TOKEN,
+            automatic_compaction: true,
         }
     }
 }

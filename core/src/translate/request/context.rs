@@ -41,7 +41,9 @@ pub(crate) fn compact_threshold(entries: Vec<Node<'_>>) -> Result<Option<u64>, A
             let path = entry.field_path("type");
             return Err(bad_value(
                 &path,
-                format!("Invalid value for '{path}': '{kind}'. Supported values are: 'compaction'."),
+                format!(
+                    "Invalid value for '{path}': '{kind}'. Supported values are: 'compaction'."
+                ),
             ));
         }
         if seen {

@@ -214,6 +214,22 @@ fn translate_fields(
     // Codex sends its installation/session ids here: client bookkeeping, not for the model.
     req.skip_object("client_metadata")?;
     let threshold = openai_platform_options(&mut req)?;
+    if threshold.is_some() && !options.automatic_compaction {
+        return Err(bad_value(
+            "context_management",
+            "Automatic compaction (context_management) is not available in this deployment (the Envoy dynamic module makes no summarising calls yet): compact with POST /v1/responses/compact, or serve this route with the ext_proc processor.",
+        )
+        .with_code(ErrorCode::UnsupportedParameter));
+    }
+    if threshold.is_some() && options.keyring.is_none() {
+        // Its summary could only travel sealed: refused whatever the estimate, so that a
+        // client learns it at once rather than at the turn that crosses the threshold.
+        return Err(bad_value(
+            "context_management",
+            "Automatic compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
+        )
+        .with_code(ErrorCode::CompactionUnavailable));
+    }
 
     let model = model(&mut req)?;
     let summarise = matches!(window, Window::Summarise);
@@ -482,13 +498,15 @@ fn translate_fields(
         max_output_tokens: chat.max_completion_tokens,
     };
     let body = Bytes::from(chat.encode(body_capacity(request_bytes)));
-    let compaction_due = threshold.filter(|_| compactable && !compaction).and_then(|threshold| {
-        let estimate = estimate_tokens(body.len(), options.compaction_bytes_per_token);
-        (estimate > threshold).then_some(Due {
-            estimate,
-            threshold,
-        })
-    });
+    let compaction_due = threshold
+        .filter(|_| compactable && !compaction)
+        .and_then(|threshold| {
+            let estimate = estimate_tokens(body.len(), options.compaction_bytes_per_token);
+            (estimate > threshold).then_some(Due {
+                estimate,
+                threshold,
+            })
+        });
     Ok(Translated {
         body,
         plan,
