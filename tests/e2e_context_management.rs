@@ -343,3 +343,84 @@ async fn module_mode_refuses_context_management_with_a_400() {
     let (status, _, text) = post(&stack, &body).await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// The WebSocket transport (the processor's): the same compaction before the response's own
+/// call, the item leading its events; the next response continues with
+/// `previous_response_id` on the compacted context.
+#[tokio::test]
+async fn on_the_websocket_the_compaction_leads_the_response() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    if !only_ext_proc("the module refuses context_management") {
+        return;
+    }
+    let upstream =
+        ScriptedUpstream::with_replies([summary(), streamed_answer(), streamed_answer()]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("authorization", "Bearer sk-ws".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    let mut ask = long(false, 50);
+    ask["type"] = json!("response.create");
+    ask.as_object_mut().unwrap().remove("stream");
+    ask.as_object_mut().unwrap().remove("store");
+    ws.send(Message::text(ask.to_string())).await.expect("send");
+    let mut events = Vec::new();
+    loop {
+        let event = common::websocket::recv(&mut ws).await;
+        let kind = event["type"].as_str().unwrap_or_default().to_owned();
+        events.push(event);
+        if kind == "response.completed" || kind == "response.failed" || kind == "error" {
+            break;
+        }
+    }
+    let order: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let item = e["item"]["type"].as_str().unwrap_or_default();
+            format!("{} {item}", e["type"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        order[..4],
+        [
+            "response.created ",
+            "response.in_progress ",
+            "response.output_item.added compaction",
+            "response.output_item.done compaction",
+        ],
+        "{order:?}"
+    );
+    assert_eq!(order.last().unwrap(), "response.completed ");
+    let id = events.last().unwrap()["response"]["id"].clone();
+    let got = upstream.requests();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].header("authorization"), Some("Bearer sk-ws"));
+    assert_eq!(got[0].json()["stream"], false);
+    // The next response continues the compacted context.
+    let next = json!({"type": "response.create", "model": "m", "previous_response_id": id,
+        "input": [{"role": "user", "content": "And birds?"}]});
+    ws.send(Message::text(next.to_string()))
+        .await
+        .expect("send");
+    loop {
+        let event = common::websocket::recv(&mut ws).await;
+        if event["type"] == "response.completed" {
+            break;
+        }
+        assert_ne!(event["type"], "error", "{event}");
+    }
+    let got = upstream.requests();
+    assert_eq!(got.len(), 3);
+    let sent = texts(&got[2].json());
+    assert!(
+        sent.contains("cats and whiskers") && sent.contains("And birds?"),
+        "{sent}"
+    );
+    assert!(!sent.contains("whiskers?"), "{sent}");
+}
