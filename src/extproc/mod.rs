@@ -257,7 +257,7 @@ impl Driver {
         tracing::debug!(request_id = %self.session.request_id(), model = %call.model, "compaction call");
         self.calling = Some(Calling {
             id,
-            call: client.call(call, &[]),
+            call: client.call(call, &self.session.trace_headers()),
             deadline: tokio::time::Instant::now() + timeout,
         });
     }

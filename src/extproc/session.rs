@@ -238,6 +238,16 @@ impl<E: Environment> Session<E> {
         self.call.take()
     }
 
+    /// `traceparent` (and `tracestate`) continuing the exchange's span (traces on): they
+    /// replace the client's on the exchange's own call, so that its Envoy spans are the span's
+    /// children.
+    pub fn trace_headers(&self) -> Vec<(axum::http::HeaderName, axum::http::HeaderValue)> {
+        match &self.trace {
+            Trace::Open(span) => span.propagation_headers(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The call the exchange waits for, if any (a call it gave up on is no longer it).
     pub fn call_in_flight(&self) -> Option<CallId> {
         self.driver.call_in_flight()
