@@ -6,7 +6,7 @@
 Answers every TraceService/Export with an empty ExportTraceServiceResponse (zero bytes in
 protobuf) without decoding the request, so that its own CPU stays small next to what is
 measured; on SIGTERM it prints "<exports> <bytes>" received and exits. Needs grpcio (the
-bench installs it into .venv). tests/e2e_tracing.rs has the receiver that decodes and checks
+bench installs it into .venv). tests/e2e/tracing.rs has the receiver that decodes and checks
 spans; this one only takes them.
 """
 

@@ -317,7 +317,7 @@ fn codex_request() -> Vec<u8> {
         .collect();
     let mut input = vec![
         json!({"type": "message", "role": "developer",
-               "content": [{"type": "input_text", "text": "<environment_context>cwd: /work/main, shell: bash</environment_context>"}]}),
+               "content": [{"type": "input_text", "text": "<environment_context>cwd: /home/dev/project, shell: bash</environment_context>"}]}),
         json!({"type": "message", "role": "user",
                "content": [{"type": "input_text", "text": "The stream benchmark is a placeholder: write it and run it."}]}),
     ];
@@ -327,7 +327,7 @@ fn codex_request() -> Vec<u8> {
         input.push(json!({"type": "message", "role": "assistant",
             "content": [{"type": "output_text", "text": format!("Reading file {i}."), "annotations": []}]}));
         input.push(json!({"type": "function_call", "call_id": format!("call_{i}"), "name": "tool_0",
-            "arguments": format!("{{\"command\":[\"sed\",\"-n\",\"1,200p\",\"src/file{i}.rs\"],\"workdir\":\"/work/main\"}}")}));
+            "arguments": format!("{{\"command\":[\"sed\",\"-n\",\"1,200p\",\"src/file{i}.rs\"],\"workdir\":\"/home/dev/project\"}}")}));
         input.push(
             json!({"type": "function_call_output", "call_id": format!("call_{i}"),
             "output": "fn main() {\n    println!(\"hello\");\n}\n".repeat(20)}),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the real client SDKs that tests/e2e_clients.rs drives through Envoy + the processor:
+# Installs the real client SDKs that tests/e2e/clients.rs drives through Envoy + the processor:
 #
 #   * Python (tests/clients/python/requirements.txt: openai, openai-agents; every transitive
 #     dependency pinned by requirements.lock) into .venv at the repository root (the venv

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches Prometheus (Debian's package, unpacked: nothing is installed system-wide) into
 # .venv/prometheus, for the test that runs the Grafana dashboard's queries against both
-# modes' exports (tests/e2e_metrics.rs), and prints the path of the `prometheus` binary:
+# modes' exports (tests/e2e/metrics.rs), and prints the path of the `prometheus` binary:
 #
 #   PROMETHEUS_BIN="$(bash deploy/install-prometheus.sh)"
 #

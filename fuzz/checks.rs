@@ -355,3 +355,215 @@ fn websocket_script(mut script: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// Arbitrary bytes as a script of everything a host feeds one WebSocket connection
+/// (`core/src/connection.rs`): the client's frames (text messages from a pool of real and
+/// broken `response.create`s, pings, closes, raw bytes), its calls' heads, bodies (SSE from a
+/// pool), ends and failures, time passing, the host's writability, the drain and the
+/// transport's end. Never a panic, and after each input: the bytes sent are whole server
+/// frames (unmasked; text frames one JSON object each); nothing is sent after the close; the
+/// connection holds no more than its limit unless it closed; a call is started once and never
+/// after the close; one `Opened` first, one `Closed` at most, each response finished once.
+pub fn connection(data: &[u8]) {
+    use responses_core::call::CallAction;
+    use responses_core::connection::{Connection, Event, Limits};
+    use responses_core::exchange::Settings;
+    use responses_core::life;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    struct Fixed;
+    impl responses_core::environment::Environment for Fixed {
+        fn now(&self) -> u64 {
+            1_700_000_000
+        }
+        fn id_seed(&self) -> u128 {
+            7
+        }
+    }
+    const MESSAGES: &[&[u8]] = &[
+        br#"{"type":"response.create","model":"m","input":"hi"}"#,
+        br#"{"type":"response.create","model":"m","input":"hi","generate":false}"#,
+        br#"{"type":"response.create","model":"m","previous_response_id":"resp_x","input":"x"}"#,
+        br#"{"type":"response.create","model":"m","input":[{"type":"function_call_output","call_id":"c","output":"o"}]}"#,
+        br#"{"type":"response.cancel"}"#,
+        b"{not json",
+    ];
+    const SSE: &[&[u8]] = &[
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"}}]}\n\n",
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n",
+        b"data: {\"error\":{\"message\":\"boom\"}}\n\n",
+        b"data: not json\n\n",
+        b"{\"error\":{\"message\":\"nope\"}}",
+    ];
+    fn masked(opcode: u8, payload: &[u8], fin: bool) -> Vec<u8> {
+        let mut f = vec![if fin { 0x80 } else { 0 } | opcode];
+        match payload.len() {
+            n if n < 126 => f.push(0x80 | n as u8),
+            n => {
+                f.push(0x80 | 126);
+                f.extend((n as u16).to_be_bytes());
+            }
+        }
+        let key = [3, 1, 4, 1];
+        f.extend(key);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        f
+    }
+    /// Whole unmasked server frames; the text ones' payloads.
+    fn frames(mut bytes: &[u8]) -> (Vec<Vec<u8>>, bool) {
+        let mut texts = Vec::new();
+        let mut close = false;
+        while !bytes.is_empty() {
+            assert!(bytes.len() >= 2, "a cut frame head");
+            assert_eq!(bytes[1] & 0x80, 0, "server frames are not masked");
+            let (len, at) = match bytes[1] & 0x7f {
+                126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+                127 => (
+                    u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
+                n => (n as usize, 2),
+            };
+            assert!(bytes.len() >= at + len, "a cut frame");
+            assert!(!close, "a frame after the close frame");
+            match bytes[0] {
+                0x81 => texts.push(bytes[at..at + len].to_vec()),
+                0x88 => close = true,
+                0x8A => {}
+                other => panic!("frame byte {other:#x}"),
+            }
+            bytes = &bytes[at + len..];
+        }
+        (texts, close)
+    }
+
+    let limits = Limits {
+        max_message_bytes: 4096,
+        max_context_bytes: 8192,
+        idle_timeout: Duration::from_millis(500),
+        max_age: Duration::from_secs(5),
+        max_unread_bytes: 2048,
+        max_socket_bytes: 64 * 1024,
+    };
+    let mut now = Instant::now();
+    let mut conn = Connection::new(Arc::new(Settings::default()), limits, Fixed, |_| None, now);
+    let mut started = HashSet::new();
+    let mut open_calls = Vec::new();
+    let mut closed_sent = false;
+    let mut closes_told = 0;
+    let mut opened_told = false;
+    let mut finished = 0;
+    let mut claimed = 0;
+    let mut ops = data.chunks(2);
+    while let Some(&[op, arg]) = ops.next() {
+        let latest = open_calls.last().copied();
+        match op % 12 {
+            0 | 1 => {
+                let m = MESSAGES[usize::from(arg) % MESSAGES.len()];
+                conn.handle_bytes(now, &masked(0x1, m, true));
+            }
+            2 => {
+                // A message in two fragments, a ping between them.
+                let m = MESSAGES[usize::from(arg) % MESSAGES.len()];
+                let (a, b) = m.split_at(m.len() / 2);
+                let mut bytes = masked(0x1, a, false);
+                bytes.extend(masked(0x9, b"p", true));
+                bytes.extend(masked(0x0, b, true));
+                conn.handle_bytes(now, &bytes);
+            }
+            3 => conn.handle_bytes(now, &masked(0x9, &[arg], true)),
+            4 => match latest {
+                Some(id) => {
+                    let (status, kind) = match arg % 4 {
+                        0 | 1 => (200, "text/event-stream"),
+                        2 => (200, "application/json"),
+                        _ => (400 + u16::from(arg % 200), "application/json"),
+                    };
+                    conn.call_head(
+                        now,
+                        id,
+                        status,
+                        |n| (n == "content-type").then_some(kind),
+                        || [("retry-after", "1")],
+                    );
+                }
+                None => continue,
+            },
+            5 | 6 => match latest {
+                Some(id) => conn.call_data(now, id, SSE[usize::from(arg) % SSE.len()]),
+                None => continue,
+            },
+            7 => match latest {
+                Some(id) => {
+                    if arg % 2 == 0 {
+                        conn.call_end(now, id);
+                    } else {
+                        conn.call_failed(now, id, "reset");
+                    }
+                    open_calls.retain(|c| *c != id);
+                }
+                None => continue,
+            },
+            8 => {
+                now += Duration::from_millis(u64::from(arg) * 10);
+                if conn.poll_timeout().is_some_and(|at| at <= now) {
+                    conn.handle_timeout(now);
+                }
+            }
+            9 => conn.set_writable(now, arg % 2 == 0),
+            10 => conn.drain(now, now + Duration::from_millis(u64::from(arg) * 5)),
+            _ => match arg % 3 {
+                0 => conn.closed(now),
+                1 => conn.handle_bytes(now, &masked(0x8, &1000u16.to_be_bytes(), true)),
+                _ => conn.handle_bytes(now, &[arg, arg, arg]),
+            },
+        }
+        // What went out.
+        while let Some(bytes) = conn.poll_transmit() {
+            assert!(!closed_sent, "bytes after the close frame");
+            let (texts, close) = frames(&bytes);
+            for t in texts {
+                let v: serde_json::Value = serde_json::from_slice(&t).expect("one JSON object");
+                assert!(v.is_object());
+            }
+            closed_sent |= close;
+        }
+        while let Some(action) = conn.poll_call() {
+            match action {
+                CallAction::Start(call) => {
+                    assert!(
+                        !conn.is_closed() || closed_sent,
+                        "a call started after the close"
+                    );
+                    assert!(started.insert(call.id), "a call started twice");
+                    open_calls.push(call.id);
+                }
+                CallAction::Cancel(id) => open_calls.retain(|c| *c != id),
+            }
+        }
+        while let Some(event) = conn.poll_event(now) {
+            match event {
+                Event::Opened => {
+                    assert!(!opened_told && closes_told == 0);
+                    opened_told = true;
+                }
+                Event::Closed { .. } => closes_told += 1,
+                Event::Response(life::Event::Claimed { .. }) => claimed += 1,
+                Event::Response(life::Event::Finished(_)) => finished += 1,
+                _ => {}
+            }
+        }
+        assert!(opened_told);
+        assert!(closes_told <= 1, "closed twice");
+        assert!(finished <= claimed, "a response finished twice");
+        if !conn.is_closed() && closes_told == 0 {
+            assert!(
+                conn.held() <= limits.max_socket_bytes,
+                "held past the limit"
+            );
+        }
+    }
+}

@@ -88,3 +88,13 @@ fn websocket_frames_corpus_holds() {
         assert!(outcome.is_ok(), "{}", path.display());
     }
 }
+
+#[test]
+fn connection_corpus_holds() {
+    let files = corpus("connection");
+    assert!(!files.is_empty());
+    for (path, data) in files {
+        let outcome = std::panic::catch_unwind(|| checks::connection(&data));
+        assert!(outcome.is_ok(), "{}", path.display());
+    }
+}

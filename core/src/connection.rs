@@ -117,6 +117,8 @@ pub struct Connection<E = System> {
     limits: Limits,
     env: E,
     reasoning_events: ReasoningEvents,
+    /// The tenant of its sealed items: the handshake's (see [`crate::exchange::tenant`]).
+    tenant: crate::translate::seal::Tenant,
     /// The opening request's headers that go on to each call.
     forwarded: Vec<(Cow<'static, str>, String)>,
     decoder: Decoder,
@@ -264,7 +266,7 @@ const NOTHING_GENERATED: &[u8] =
 impl<E: Environment> Connection<E> {
     /// A connection whose upgrade was accepted at `now`: `handshake` looks up the opening
     /// request's headers (its credentials go on to each call, its identity decides the
-    /// reasoning event names the client gets).
+    /// reasoning event names the client gets, its tenant header binds its sealed items).
     pub fn new<'h>(
         settings: Arc<Settings>,
         limits: Limits,
@@ -275,6 +277,7 @@ impl<E: Environment> Connection<E> {
         let reasoning_events =
             crate::client::reasoning_events(settings.reasoning_events, &handshake);
         Connection {
+            tenant: crate::exchange::tenant(&settings, &handshake),
             decoder: Decoder::new(limits.max_message_bytes),
             forwarded: call::forwarded(&handshake),
             settings,
@@ -947,6 +950,7 @@ impl<E: Environment> Connection<E> {
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
         exchange.set_reasoning_events(self.reasoning_events);
+        exchange.set_tenant(self.tenant.clone());
         let step = exchange.request_object(body, continues, meta);
         let (up, compacting) = match step {
             RequestStep::Forward(up) => (up, false),

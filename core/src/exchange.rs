@@ -21,6 +21,7 @@ use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Code, ErrorCode, Events, Usage};
 use crate::request_encoding::{self, Decoder};
 use crate::translate::request::Window;
+use crate::translate::seal::Tenant;
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
@@ -72,6 +73,9 @@ pub struct Settings {
     /// Request header set to the model name the Chat request carries: the model map's for
     /// the requested one, else the requested one (lowercase).
     pub upstream_model_header: String,
+    /// Request header whose value is the tenant sealed items are bound to (lowercase; `None`:
+    /// blobs are bound to no tenant). See [`tenant`].
+    pub seal_tenant_header: Option<String>,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
     /// How long an automatic compaction's summarising call may take (the host enforces it).
@@ -90,6 +94,7 @@ impl Default for Settings {
             chat_path: DEFAULT_CHAT_PATH.to_owned(),
             model_header: DEFAULT_MODEL_HEADER.to_owned(),
             upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.to_owned(),
+            seal_tenant_header: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             compaction_timeout: Duration::from_secs(DEFAULT_COMPACTION_TIMEOUT),
             reasoning_events: ReasoningEventsPolicy::default(),
@@ -108,6 +113,19 @@ pub fn route(settings: &Settings, method: &str, path: &str) -> Option<Operation>
         "" => Some(Operation::Create),
         "/compact" => Some(Operation::Compact),
         _ => None,
+    }
+}
+
+/// The tenant a request's sealed items are bound to: the value of the tenant header
+/// (`header` looks it up by lowercase name) when the operator names one, [`Tenant::Missing`]
+/// when the request has none (or an empty one), [`Tenant::Unbound`] when no header is named.
+pub fn tenant<'h>(settings: &Settings, header: impl Fn(&str) -> Option<&'h str>) -> Tenant {
+    let Some(name) = &settings.seal_tenant_header else {
+        return Tenant::Unbound;
+    };
+    match header(name) {
+        Some(id) if !id.is_empty() => Tenant::Id(id.into()),
+        _ => Tenant::Missing,
     }
 }
 
@@ -561,6 +579,8 @@ pub struct Exchange {
     unreadable: Option<ApiError>,
     /// What the answer's head said that an error keeps (see [`Exchange::upstream_headers`]).
     upstream_headers: Vec<KeptHeader>,
+    /// The tenant its sealed items are bound to (from its request's headers: [`tenant`]).
+    tenant: Tenant,
 }
 
 impl Exchange {
@@ -568,6 +588,8 @@ impl Exchange {
         let reasoning_events = client::reasoning_events(settings.reasoning_events, |_| None);
         Exchange {
             reasoning_events,
+            // Until its headers say: none (so `Missing` when the operator requires one).
+            tenant: tenant(&settings, |_| None),
             unreadable: None,
             upstream_headers: Vec::new(),
             settings,
@@ -603,6 +625,7 @@ impl Exchange {
     /// read (`content-encoding`: decoded here, see [`request_encoding`]).
     pub fn request_head<'h>(&mut self, header: impl Fn(&str) -> Option<&'h str>) {
         self.reasoning_events = client::reasoning_events(self.settings.reasoning_events, &header);
+        self.tenant = tenant(&self.settings, &header);
         match request_encoding::codings(header(request_encoding::HEADER)) {
             Ok(codings) if codings.is_empty() => {}
             Ok(codings) => {
@@ -625,6 +648,23 @@ impl Exchange {
     /// connection identifies its client once, at the handshake).
     pub fn set_reasoning_events(&mut self, names: ReasoningEvents) {
         self.reasoning_events = names;
+    }
+
+    /// The tenant of its sealed items, when the transport knows it already (a WebSocket
+    /// connection's is its handshake's: [`tenant`]).
+    pub fn set_tenant(&mut self, tenant: Tenant) {
+        self.tenant = tenant;
+    }
+
+    /// The translation's options for this exchange: the settings' with its tenant (a copy
+    /// only when sealed items are bound to tenants).
+    fn options(&self) -> std::borrow::Cow<'_, Options> {
+        if self.tenant == self.settings.options.tenant {
+            return std::borrow::Cow::Borrowed(&self.settings.options);
+        }
+        let mut options = self.settings.options.clone();
+        options.tenant = self.tenant.clone();
+        std::borrow::Cow::Owned(options)
     }
 
     pub fn summary(&self) -> &Summary {
@@ -736,9 +776,10 @@ impl Exchange {
             .with_code(ErrorCode::MissingBody);
             return RequestStep::Reply(self.fail(err));
         }
+        let options = self.options();
         let translated = match self.summary.operation {
-            Operation::Create => translate::translate_request(full, &self.settings.options, meta),
-            Operation::Compact => compact::translate(full, &self.settings.options, meta),
+            Operation::Create => translate::translate_request(full, &options, meta),
+            Operation::Compact => compact::translate(full, &options, meta),
         };
         match translated {
             Ok(turn) if turn.compaction_due.is_some() => {
@@ -764,9 +805,8 @@ impl Exchange {
             return RequestStep::Reply(self.fail(Fault::ObjectOutOfPlace.error()));
         }
         let body = translate::request::object_body(&body);
-        let options = &self.settings.options;
         let translated =
-            translate::request::translate_window(&body, false, options, meta, Window::Turn);
+            translate::request::translate_window(&body, false, &self.options(), meta, Window::Turn);
         match translated {
             Ok(turn) if turn.compaction_due.is_some() => {
                 self.compact(Bytes::from(body), false, continues, meta, turn)
@@ -788,7 +828,8 @@ impl Exchange {
         meta: Meta,
         turn: translate::request::Translated,
     ) -> RequestStep {
-        let options = &self.settings.options;
+        let options = self.options();
+        let options = options.as_ref();
         let summarising = translate::request::translate_window(
             &request,
             capped,
@@ -927,7 +968,8 @@ impl Exchange {
             Ok(s) => s,
             Err(err) => return RequestStep::Reply(self.compaction_failed(err)),
         };
-        let options = &self.settings.options;
+        let options = self.options();
+        let options = options.as_ref();
         let Some(item) = compact::seal_lead(options, c.meta, &summarised.summary) else {
             let err = ApiError::server(
                 500,
@@ -2069,5 +2111,164 @@ mod tests {
             assert_eq!(envelope(error(&r))["code"], code, "{status} {content_type}");
             assert_eq!(ex.summary().outcome, Outcome::Failed);
         }
+    }
+
+    /// Keys, and sealed items bound to the tenant in `x-tenant` (unbound ones accepted or not).
+    fn tenanted(accept_unbound: bool) -> Arc<Settings> {
+        let mut s = (*keyed(1 << 20)).clone();
+        s.seal_tenant_header = Some("x-tenant".into());
+        s.options.accept_unbound_seals = accept_unbound;
+        Arc::new(s)
+    }
+
+    /// A request through the core with its `x-tenant` header (none: `None`): forwarded (the
+    /// Chat body), or refused (the envelope's status and error).
+    fn as_tenant(
+        settings: &Arc<Settings>,
+        op: Operation,
+        tenant: Option<&str>,
+        body: &Value,
+    ) -> Result<Value, (u16, Value)> {
+        let mut ex = Exchange::new(settings.clone(), op);
+        ex.request_head(|name| (name == "x-tenant").then_some(tenant).flatten());
+        match ex.request_body(body.to_string().as_bytes(), true, META) {
+            RequestStep::Forward(up) => Ok(serde_json::from_slice(&up.body).unwrap()),
+            RequestStep::Reply(e) => Err((e.status(), envelope(&e))),
+            RequestStep::Hold => panic!("held"),
+            RequestStep::Call(_) => panic!("no context_management here"),
+        }
+    }
+
+    /// A compaction item sealed through the core for `tenant` (the `/compact` answer's).
+    fn compaction_for(settings: &Arc<Settings>, tenant: Option<&str>) -> Value {
+        let mut ex = Exchange::new(settings.clone(), Operation::Compact);
+        ex.request_head(|name| (name == "x-tenant").then_some(tenant).flatten());
+        let body = json!({"model": "m", "input": "I am Ada."});
+        assert!(matches!(
+            ex.request_body(body.to_string().as_bytes(), true, META),
+            RequestStep::Forward(_)
+        ));
+        ex.response_head(head(200, "application/json"), 1);
+        let BodyStep::Reply(r) = ex.response_body(completion("Ada.").as_bytes(), true, 1) else {
+            panic!("no reply");
+        };
+        let answer: Value = serde_json::from_slice(r.body()).unwrap();
+        answer["output"][1].clone()
+    }
+
+    /// With a tenant header: a blob sealed for one tenant opens for that tenant only (400
+    /// `invalid_encrypted_content` for another, on `/v1/responses` and `/compact`); a request
+    /// that would seal or open one without the header is 403 `missing_tenant`, one that does
+    /// neither is served; blobs sealed bound to no tenant open only in the migration window;
+    /// blobs bound to a tenant do not open where no tenant header is set.
+    #[test]
+    fn sealed_items_are_bound_to_the_requests_tenant() {
+        let s = tenanted(false);
+        let item = compaction_for(&s, Some("team-a"));
+        assert_eq!(item["type"], "compaction");
+        let next = json!({"model": "m", "input": [item, {"role": "user", "content": "Who am I?"}]});
+        for op in [Operation::Create, Operation::Compact] {
+            let chat = as_tenant(&s, op, Some("team-a"), &next).expect("the same tenant");
+            assert!(chat.to_string().contains("Ada."), "{chat}");
+            for other in ["team-b", "team-a2", "Team-a"] {
+                let (status, err) = as_tenant(&s, op, Some(other), &next).unwrap_err();
+                assert_eq!(status, 400, "{other}");
+                assert_eq!(err["code"], "invalid_encrypted_content", "{err}");
+                assert_eq!(err["param"], "input[0].encrypted_content");
+                assert!(
+                    err["message"].as_str().unwrap().contains("another tenant"),
+                    "{err}"
+                );
+            }
+        }
+
+        // No tenant: refused wherever something would be sealed or opened.
+        let missing = |op, body: &Value| {
+            for tenant in [None, Some("")] {
+                let (status, err) = as_tenant(&s, op, tenant, body).unwrap_err();
+                assert_eq!(
+                    (status, err["code"].as_str()),
+                    (403, Some("missing_tenant"))
+                );
+                assert_eq!(err["type"], "permission_error");
+            }
+        };
+        missing(Operation::Create, &next);
+        missing(Operation::Compact, &json!({"model": "m", "input": "hi"}));
+        missing(
+            Operation::Create,
+            &json!({"model": "m", "input": "hi", "include": ["reasoning.encrypted_content"]}),
+        );
+        missing(
+            Operation::Create,
+            &json!({"model": "m", "input": [{"role": "user", "content": "hi"},
+                                           {"type": "compaction_trigger"}]}),
+        );
+        let plain = json!({"model": "m", "input": "hi"});
+        assert!(as_tenant(&s, Operation::Create, None, &plain).is_ok());
+
+        // Blobs sealed before the tenant header was set: refused, or open during migration.
+        let unbound = compaction_for(&keyed(1 << 20), None);
+        let old = json!({"model": "m", "input": [unbound, {"role": "user", "content": "Who?"}]});
+        let (status, err) = as_tenant(&s, Operation::Create, Some("team-a"), &old).unwrap_err();
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_encrypted_content"))
+        );
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap()
+                .contains("before this server bound"),
+            "{err}"
+        );
+        let migrating = tenanted(true);
+        for tenant in ["team-a", "team-b"] {
+            assert!(as_tenant(&migrating, Operation::Create, Some(tenant), &old).is_ok());
+        }
+        // New blobs are bound even during the migration.
+        let bound = compaction_for(&migrating, Some("team-a"));
+        let next = json!({"model": "m", "input": [bound, {"role": "user", "content": "Who?"}]});
+        assert!(as_tenant(&migrating, Operation::Create, Some("team-b"), &next).is_err());
+
+        // A bound blob where no tenant header is set.
+        let (status, err) = as_tenant(&keyed(1 << 20), Operation::Create, None, &next).unwrap_err();
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_encrypted_content"))
+        );
+    }
+
+    /// Sealed reasoning is bound like compaction items: sealed for the request's tenant in the
+    /// answer, opened for it only.
+    #[test]
+    fn sealed_reasoning_is_bound_to_the_tenant() {
+        let s = tenanted(false);
+        let mut ex = Exchange::new(s.clone(), Operation::Create);
+        ex.request_head(|name| (name == "x-tenant").then_some("team-a"));
+        let body = json!({"model": "m", "input": "hi", "include": ["reasoning.encrypted_content"]});
+        assert!(matches!(
+            ex.request_body(body.to_string().as_bytes(), true, META),
+            RequestStep::Forward(_)
+        ));
+        ex.response_head(head(200, "application/json"), 1);
+        let answer = json!({"model": "up", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "Hello.", "reasoning_content": "Greet."}}]});
+        let BodyStep::Reply(r) = ex.response_body(answer.to_string().as_bytes(), true, 1) else {
+            panic!("no reply");
+        };
+        let response: Value = serde_json::from_slice(r.body()).unwrap();
+        let reasoning = response["output"][0].clone();
+        assert_eq!(reasoning["type"], "reasoning");
+        let next = json!({"model": "m", "input": [{"role": "user", "content": "hi"}, reasoning,
+            response["output"][1], {"role": "user", "content": "Again."}]});
+        let chat = as_tenant(&s, Operation::Create, Some("team-a"), &next).unwrap();
+        assert_eq!(chat["messages"][1]["reasoning_content"], "Greet.");
+        let (status, err) = as_tenant(&s, Operation::Create, Some("team-b"), &next).unwrap_err();
+        assert_eq!(
+            (status, err["code"].as_str()),
+            (400, Some("invalid_encrypted_content"))
+        );
+        assert_eq!(err["param"], "input[1].encrypted_content");
     }
 }

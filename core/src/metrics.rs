@@ -13,7 +13,7 @@
 //! a request's times in milliseconds, the translation and the time per token in microseconds.
 //! Envoy takes histogram buckets from its bootstrap (`stats_config.histogram_bucket_settings`),
 //! not from the module: the shipped Envoy configs set [`Family::buckets`] (checked by
-//! `tests/telemetry_schema.rs`). Each bound has two significant digits, the resolution of
+//! `tests/docs/telemetry_schema.rs`). Each bound has two significant digits, the resolution of
 //! Envoy's log-linear histograms, so that below 100 both modes count every value in the same
 //! bucket (above, Envoy files values by their first two digits).
 //!

@@ -21,7 +21,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::translate::request::MAX_MODEL_BYTES;
+/// The longest `model` accepted, in bytes. The name goes on as a request header (the model
+/// header, for Envoy's routes) and is echoed and logged: 1 KiB is far above any real name (a
+/// Hugging Face id, a served model's file path, an Ollama tag) and far below the header limits
+/// on its way (Envoy's 60 KiB for all of a request's headers, llama-server's 8 KiB per line).
+pub const MAX_MODEL_BYTES: usize = 1024;
 
 /// One entry of the map, as the operator writes it: `requested=upstream`.
 #[derive(Debug, Clone, PartialEq, Eq)]

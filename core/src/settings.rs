@@ -19,7 +19,7 @@ use crate::connection::{self, admission};
 use crate::exchange;
 use crate::metrics::{self, LabelPolicy};
 use crate::model_map::{self, ModelAlias, ModelMap};
-use crate::translate::seal::Keyring;
+use crate::translate::seal::{Keyring, Tenant};
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
 pub use crate::exchange::{
@@ -140,6 +140,27 @@ pub struct ExchangeConfig {
     /// process listings; for the module a key of its config.
     #[cfg_attr(feature = "clap", arg(skip = std::env::var("RESPONSES_EXTPROC_REASONING_KEYS").ok()))]
     pub reasoning_keys: Option<String>,
+
+    /// Request header naming the tenant that sealed items (`encrypted_content` of reasoning
+    /// and compaction items) are bound to: its value enters each blob's authenticated data, so
+    /// a blob sealed for one tenant never opens for another. Envoy must set it from the
+    /// caller's identity (a JWT claim, the route) and remove a client's own; a request that
+    /// seals or opens an item without it gets 403 `missing_tenant`. Unset: blobs are bound to
+    /// no tenant.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "RESPONSES_EXTPROC_SEAL_TENANT_HEADER")
+    )]
+    pub seal_tenant_header: Option<String>,
+
+    /// With --seal-tenant-header: blobs sealed before it was set (bound to no tenant) still
+    /// open, for any tenant, while the conversations begun before move over (new blobs are
+    /// always bound). Off: they get 400 `invalid_encrypted_content`.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, env = "RESPONSES_EXTPROC_SEAL_ACCEPT_UNBOUND")
+    )]
+    pub seal_accept_unbound: bool,
 
     /// Largest upstream JSON body buffered for translation (bytes).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES"))]
@@ -271,6 +292,8 @@ impl Default for ExchangeConfig {
             max_part_bytes: limits::MAX_PART_BYTES,
             reasoning_keys_file: None,
             reasoning_keys: None,
+            seal_tenant_header: None,
+            seal_accept_unbound: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             compaction_bytes_per_token: limits::COMPACTION_BYTES_PER_TOKEN,
             compaction_timeout: exchange::DEFAULT_COMPACTION_TIMEOUT,
@@ -333,6 +356,27 @@ impl ExchangeConfig {
                 self.upstream_model_header
             ));
         }
+        if let Some(header) = &self.seal_tenant_header {
+            if header.is_empty() || !header.chars().all(token) {
+                return Err(format!(
+                    "seal_tenant_header: `{header}` is not a header name"
+                ));
+            }
+            // The filter sets these itself: a tenant taken from them would be the model's.
+            if [&self.model_header, &self.upstream_model_header]
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(header))
+            {
+                return Err(format!(
+                    "seal_tenant_header: `{header}` is a header the filter sets"
+                ));
+            }
+        } else if self.seal_accept_unbound {
+            return Err(
+                "seal_accept_unbound: a migration to seal_tenant_header, which is not set"
+                    .to_owned(),
+            );
+        }
         ModelMap::check(&self.model_map)?;
         for (name, value) in [
             ("max_sse_frame_bytes", self.max_sse_frame_bytes),
@@ -374,6 +418,9 @@ impl ExchangeConfig {
             max_input_items: self.max_input_items,
             max_part_bytes: self.max_part_bytes,
             keyring,
+            // Resolved per exchange from the tenant header (`seal_tenant_header`).
+            tenant: Tenant::Unbound,
+            accept_unbound_seals: self.seal_accept_unbound,
             model_map: Arc::new(ModelMap::new(&self.model_map)),
             max_sse_frame_bytes: self.max_sse_frame_bytes,
             max_output_bytes: self.max_output_bytes,
@@ -390,6 +437,10 @@ impl ExchangeConfig {
             chat_path: self.chat_path.clone(),
             model_header: self.model_header.to_ascii_lowercase(),
             upstream_model_header: self.upstream_model_header.to_ascii_lowercase(),
+            seal_tenant_header: self
+                .seal_tenant_header
+                .as_ref()
+                .map(|h| h.to_ascii_lowercase()),
             max_body_bytes: self.max_body_bytes,
             compaction_timeout: Duration::from_secs(self.compaction_timeout),
             reasoning_events: self.reasoning_events,
@@ -518,6 +569,10 @@ mod tests {
             r#"{"model_map":{"gpt-*":"qwen","gpt-*":"llama"}}"#,
             r#"{"max_body_bytes":0}"#,
             r#"{"max_request_bytes":0}"#,
+            r#"{"seal_tenant_header":"x tenant"}"#,
+            r#"{"seal_tenant_header":""}"#,
+            r#"{"seal_tenant_header":"X-Responses-Model"}"#,
+            r#"{"seal_accept_unbound":true}"#,
         ] {
             let c: ExchangeConfig = serde_json::from_str(bad).unwrap();
             assert!(c.validate().is_err(), "{bad}");
@@ -525,6 +580,15 @@ mod tests {
         let c: ExchangeConfig = serde_json::from_str(r#"{"model_header":"X-Model"}"#).unwrap();
         assert!(c.validate().is_ok());
         assert_eq!(c.exchange_settings(None).model_header, "x-model");
+        let c: ExchangeConfig = serde_json::from_str(
+            r#"{"seal_tenant_header":"X-Tenant-Id","seal_accept_unbound":true}"#,
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        let s = c.exchange_settings(None);
+        assert_eq!(s.seal_tenant_header.as_deref(), Some("x-tenant-id"));
+        assert!(s.options.accept_unbound_seals);
+        assert_eq!(s.options.tenant, Tenant::Unbound, "resolved per exchange");
     }
 
     #[test]

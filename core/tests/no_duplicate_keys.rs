@@ -247,7 +247,9 @@ fn compaction_and_errors_have_no_duplicate_keys() {
         ])
         .as_bytes(),
     );
-    assert_eq!(events.len(), 5, "{events:?}");
+    // created, in_progress, the item added, compaction.compacting, the item done, completed.
+    assert_eq!(events.len(), 6, "{events:?}");
+    assert_eq!(events[3]["type"], "response.compaction.compacting");
     // An upstream error, a stream that fails, a refused request.
     for (content_type, answer) in [
         (JSON, &b"{\"error\":{\"message\":\"x\",\"code\":\"y\"}}"[..]),

@@ -1,6 +1,6 @@
 //! The ABI probe (feature `abi-probe`, tests only): a filter that terminates a WebSocket
 //! upgrade itself and answers commands sent as text messages, each exercising one part of the
-//! host layer's [`Terminal`] surface through the real Envoy (`tests/e2e_module_abi.rs`).
+//! host layer's [`Terminal`] surface through the real Envoy (`tests/e2e/module_abi.rs`).
 //! Envoy makes it for the filter config named [`FILTER_NAME`]; a production build has none of
 //! this. Its framing is the least that carries short commands (one unfragmented frame each);
 //! the real codec is the core's.

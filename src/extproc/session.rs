@@ -171,9 +171,13 @@ impl<E: Environment> Session<E> {
         let mut answers = match req {
             Request::RequestHeaders(h) => {
                 self.request_id = read(&h, "x-request-id").unwrap_or_default().to_owned();
-                let action =
-                    self.driver
-                        .request_headers(now, |name| read(&h, name), h.end_of_stream);
+                // The operator's tenant header, if any, is read too (Envoy must forward it).
+                let tenant = self.settings.exchange.seal_tenant_header.as_deref();
+                let action = self.driver.request_headers(
+                    now,
+                    |name| read_or(&h, name, tenant),
+                    h.end_of_stream,
+                );
                 self.carry(Message::RequestHeaders, action)
             }
             Request::RequestBody(b) => {
@@ -525,8 +529,16 @@ fn every(h: &HttpHeaders) -> impl Iterator<Item = (&str, &str)> {
 
 /// A header of Envoy's message; only those of [`HEADERS_READ`] are ever sent to us.
 fn read<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a str> {
+    read_or(h, name, None)
+}
+
+/// [`read`], or the header `also` (the operator's tenant header: `--seal-tenant-header`,
+/// which the operator adds to Envoy's `forward_rules`).
+fn read_or<'a>(h: &'a HttpHeaders, name: &str, also: Option<&str>) -> Option<&'a str> {
     debug_assert!(
-        HEADERS_READ.contains(&name) || HEADER_PREFIXES_READ.iter().any(|p| name.starts_with(p)),
+        HEADERS_READ.contains(&name)
+            || HEADER_PREFIXES_READ.iter().any(|p| name.starts_with(p))
+            || also == Some(name),
         "{name} is not in HEADERS_READ"
     );
     header(h, name)

@@ -83,7 +83,7 @@ fn off_by_default() {
         // No tracer, no exporter task (this test has no runtime to spawn one on).
         assert!(matches!(Traces::start(&config, None), Ok(None)));
     }
-    // http:// and https:// only (https: tests/e2e_tracing.rs).
+    // http:// and https:// only (https: tests/e2e/tracing.rs).
     let other = Config {
         otlp_endpoint: Some("collector:4317".into()),
         ..Config::default()
@@ -139,7 +139,12 @@ fn the_docs_list_every_attribute() {
             max_output_tokens: Some(1),
         },
         streamed_output: true,
-        compaction: None,
+        compaction: Some(responses_core::exchange::Compaction {
+            outcome: responses_core::exchange::CompactionOutcome::Compacted,
+            estimate: 2,
+            threshold: 1,
+            usage: Some(Usage::default()),
+        }),
     };
     let timing = Timing {
         first_output: Some(Duration::from_millis(1)),

@@ -1,6 +1,6 @@
 //! Codex CLI 0.171.0's requests as it sent them with `openai_base_url` (it believes it talks
 //! to OpenAI), recorded in `tests/fixtures/codex/0.171-openai/` (README.md there), and the Chat
-//! request each becomes (`tests/snapshots/recorded/codex-0.171-openai-*.json`), for the
+//! request each becomes (`core/tests/snapshots/recorded/codex-0.171-openai-*.json`), for the
 //! end-to-end replays over HTTP and the WebSocket.
 
 use serde_json::Value;
@@ -40,7 +40,7 @@ pub fn headers(name: &str) -> Vec<(String, String)> {
 /// The snapshot `codex-0.171-openai-<case>.json`: what the core gives for the recording.
 pub fn snapshot(case: &str) -> Value {
     let path = repo_root()
-        .join("tests/snapshots/recorded")
+        .join("core/tests/snapshots/recorded")
         .join(format!("codex-0.171-openai-{case}.json"));
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));

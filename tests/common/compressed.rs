@@ -2,7 +2,7 @@
 //! those that cost a decoder the most work for the fewest bytes (empty gzip members, empty
 //! deflate blocks of each type, empty zstd frames and blocks, zstd skippable frames, brotli
 //! metadata blocks), each at most the size asked (within a few bytes of it). Used by
-//! tests/e2e_compression.rs and benches/decode.rs, and included by
+//! tests/e2e/compression.rs and benches/decode.rs, and included by
 //! core/src/request_encoding/tests.rs (the decoder they attack).
 #![allow(dead_code)]
 

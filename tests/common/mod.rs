@@ -1,4 +1,7 @@
-//! End-to-end test harness, shared by the integration tests (`mod common;`).
+//! End-to-end test harness, shared by the suites of `tests/` (`tests/e2e/`, `tests/docs/`,
+//! `tests/load.rs`) and `benches/stream_modes.rs`. The parts that need no network (`json`,
+//! `schema`, `sse`, the recorded failures) are the core's test helpers (`core/tests/common/`),
+//! shared from there.
 //!
 //! * [`stack::Stack`]: a translating Envoy in the run's mode (`RESPONSES_E2E_MODE`): the
 //!   processor beside `envoy/envoy.yaml` (ext_proc), or the module in `envoy/envoy-module.yaml`;
@@ -11,8 +14,6 @@
 //! * [`recorded`]: the recorded upstream failures (tests/fixtures/upstream_errors/), each as a
 //!   scripted reply;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
-//! * [`stream_rules`]: the rules every translated event stream obeys;
-//! * [`snapshot`]: the snapshot suites' update switch and byte-pinned texts;
 //! * [`compressed`]: compressed request bodies, hostile shapes included;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
@@ -32,6 +33,7 @@ pub mod codex;
 pub mod compressed;
 pub mod envoy;
 pub mod examples;
+#[path = "../../core/tests/common/json.rs"]
 pub mod json;
 pub mod llama;
 pub mod otlp;
@@ -40,11 +42,12 @@ pub mod processor;
 pub mod prom;
 pub mod prometheus;
 pub mod recorded;
+#[path = "../../core/tests/common/schema.rs"]
 pub mod schema;
-pub mod snapshot;
+#[path = "../../core/tests/common/sse.rs"]
 pub mod sse;
 pub mod stack;
-pub mod stream_rules;
+pub mod tenant;
 pub mod upstream;
 pub mod websocket;
 

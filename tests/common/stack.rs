@@ -223,6 +223,16 @@ impl Stack {
     /// or reasoning sealed by one must open in the other, so both get the same key file
     /// (`reasoning_keys_file`, `--reasoning-keys-file`: the same setting), as in production.
     pub fn with_websocket(upstream_port: u16, args: &[&str]) -> Stack {
+        Stack::with_websocket_edited(upstream_port, args, |config| config)
+    }
+
+    /// [`Stack::with_websocket`] with the bootstrap edited by `edit` first (as
+    /// [`Stack::start_with`]).
+    pub fn with_websocket_edited(
+        upstream_port: u16,
+        args: &[&str],
+        edit: impl FnOnce(String) -> String,
+    ) -> Stack {
         let listener = free_port();
         let ws = free_port();
         let ws_listen = format!("127.0.0.1:{ws}");
@@ -263,7 +273,7 @@ impl Stack {
             Mode::Module => module_bootstrap(&module_config(args).0, ports),
         };
         Stack {
-            envoy: Envoy::start_with_config(&config),
+            envoy: Envoy::start_with_config(&edit(config)),
             processor: Some(processor),
             _keys: keys,
         }

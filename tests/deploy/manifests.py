@@ -1,4 +1,4 @@
-"""Checks the deploy manifests (run by tests/deploy_manifests.rs; `update` rewrites them).
+"""Checks the deploy manifests (run by tests/docs/deploy_manifests.rs; `update` rewrites them).
 
     python manifests.py check OUTDIR [ROOT]  # parse, check fields, extract Envoy bootstraps to OUTDIR
     python manifests.py update               # regenerate the Envoy ConfigMaps from envoy/envoy.yaml

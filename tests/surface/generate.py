@@ -1,7 +1,7 @@
 """Generates tests/surface/cases.json: every field path of the create-response request, from
 the installed SDKs' own request types and the OpenResponses schema, and for each path the
 requests that carry it (a plausible value, each enum value, and `null` where the type allows
-leaving it out). tests/e2e_surface.rs sends every case through Envoy + the processor + the
+leaving it out). tests/e2e/surface.rs sends every case through Envoy + the processor + the
 demo upstream and checks the answer against the path table of docs/request-mapping.md.
 
 Sources (one type tree each, format in tests/clients/python/surface_types.py):

@@ -545,6 +545,50 @@ fn the_context_of_a_compaction_is_its_summary() {
     );
 }
 
+/// A socket's tenant is its handshake's tenant header: what it seals opens on a socket of the
+/// same tenant only (400 `invalid_encrypted_content` on another's), and a socket without one
+/// cannot seal (403 `missing_tenant`) but can still answer what seals nothing.
+#[test]
+fn a_sockets_sealed_items_are_bound_to_its_handshakes_tenant() {
+    let settings = Arc::new(Settings {
+        seal_tenant_header: Some("x-tenant".into()),
+        options: crate::translate::Options {
+            keyring: Some(Arc::new(
+                crate::translate::seal::Keyring::single("k1", [9; 32]).unwrap(),
+            )),
+            ..crate::translate::Options::default()
+        },
+        ..Settings::default()
+    });
+    let trigger = create(json!({"model": "m", "input": [
+        {"role": "user", "content": "I am Ada"}, {"type": "compaction_trigger"}]}));
+    let mut a = Client::with(settings.clone(), limits(), &[("x-tenant", "team-a")]);
+    let call = a.forward(&trigger);
+    let done = a.answer(&call, "The user is Ada.");
+    let item = done.last().unwrap()["response"]["output"][0].clone();
+    assert_eq!(item["type"], "compaction");
+    let next = create(json!({"model": "m", "input": [item, {"role": "user", "content": "Who?"}]}));
+
+    let mut again = Client::with(settings.clone(), limits(), &[("x-tenant", "team-a")]);
+    let call = again.forward(&next);
+    assert!(chat(&call)["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .ends_with("The user is Ada."));
+
+    let mut b = Client::with(settings.clone(), limits(), &[("x-tenant", "team-b")]);
+    let err = b.reject(&next);
+    assert_eq!(err["status"], 400);
+    assert_eq!(err["error"]["code"], "invalid_encrypted_content");
+    assert_eq!(err["error"]["param"], "input[0].encrypted_content");
+
+    let mut none = Client::with(settings, limits(), &[]);
+    let err = none.reject(&trigger);
+    assert_eq!(err["status"], 403);
+    assert_eq!(err["error"]["code"], "missing_tenant");
+    none.forward(&create(json!({"model": "m", "input": "hi"})));
+}
+
 #[test]
 fn a_failed_fresh_response_keeps_the_context() {
     let mut c = Client::new();
@@ -1275,11 +1319,12 @@ fn a_response_over_its_threshold_is_compacted_first() {
         })
         .collect();
     assert_eq!(
-        kinds[..5],
+        kinds[..6],
         [
             "response.created ",
             "response.in_progress ",
             "response.output_item.added compaction",
+            "response.compaction.compacting ",
             "response.output_item.done compaction",
             "response.output_item.added message",
         ],

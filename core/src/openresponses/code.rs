@@ -45,6 +45,9 @@ pub enum ErrorCode {
     InvalidEncryptedContent,
     /// Compaction asked of a server without sealing keys.
     CompactionUnavailable,
+    /// 403: the request seals or opens `encrypted_content`, which the operator binds to a
+    /// tenant (`seal_tenant_header`), and it carries no tenant.
+    MissingTenant,
     /// 413: the body is over `--max-request-bytes` (or Envoy's buffer limit), or decoding it
     /// over the work budget (`request_encoding`). A cap.
     RequestTooLarge,

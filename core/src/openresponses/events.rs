@@ -180,6 +180,14 @@ pub enum Event<'a> {
         command_index: usize,
         command: &'a str,
     },
+    /// OpenAI's progress event of a compaction (openai-python 3.57's
+    /// `ResponseCompactionCompactingEvent`, not in the OpenResponses schema): new summary was
+    /// sampled for the `compaction` item `item_id`; it carries none of it.
+    #[serde(rename = "response.compaction.compacting")]
+    CompactionCompacting {
+        item_id: &'a str,
+        output_index: usize,
+    },
     #[serde(rename = "error")]
     Error { error: ErrorPayload<'a> },
 }
@@ -212,6 +220,7 @@ impl Event<'_> {
             Event::ShellCallCommandAdded { .. } => "response.shell_call_command.added",
             Event::ShellCallCommandDelta { .. } => "response.shell_call_command.delta",
             Event::ShellCallCommandDone { .. } => "response.shell_call_command.done",
+            Event::CompactionCompacting { .. } => "response.compaction.compacting",
             Event::Error { .. } => "error",
         }
     }

@@ -38,6 +38,8 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         )
         .with_code(ErrorCode::CompactionUnavailable));
     }
+    // Every compaction is sealed, for the request's tenant.
+    super::sealing::require_tenant(options)?;
     reject_stateful(&mut req)?;
     req.skip_object("client_metadata")?;
     let model = model(&mut req)?;

@@ -2,11 +2,11 @@
 //! [`Purpose::Compaction`] so that neither a reasoning blob nor a compaction opens as the
 //! other), opened again from a later request's `input`, and given to the upstream as context.
 //!
-//! A leaf of `translate`: the request side (opening) and the answer side (sealing) both use
-//! it, and it uses neither.
+//! The request side (opening) and the answer side (sealing) both use it, and it uses
+//! neither; `sealing` seals and opens for it.
 
-use super::fields::bad_value;
 use super::seal::{self, Purpose};
+use super::sealing;
 use super::{Options, ResponsePlan};
 use crate::openresponses::{ApiError, CompactionItem, ErrorCode};
 
@@ -25,34 +25,26 @@ pub(crate) fn context_text(summary: &str) -> String {
 
 /// Opens a `compaction` item's `encrypted_content`.
 pub(crate) fn open(blob: &str, path: &str, options: &Options) -> Result<String, ApiError> {
-    let keyring = options.keyring.as_ref().ok_or_else(|| {
-        bad_value(
-            path,
-            format!("Invalid '{path}': this server has no keys configured to open compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS)."),
-        )
-        .with_code(ErrorCode::InvalidEncryptedContent)
-    })?;
-    keyring.open_for(Purpose::Compaction, blob).map_err(|e| {
-        bad_value(
-            path,
-            format!("Invalid '{path}': it cannot be opened ({e}). Send compaction items back unchanged, to the server that produced them."),
-        )
-        .with_code(ErrorCode::InvalidEncryptedContent)
-    })
+    sealing::open(Purpose::Compaction, blob, path, options)
 }
 
 /// The summary `summary`, sealed into the `compaction` item that is output item `n` of
-/// `plan` (`None` without keys: the request was refused then).
+/// `plan` (`None` without keys or tenant: the request was refused then).
 pub(crate) fn sealed(plan: &ResponsePlan, n: usize, summary: &str) -> Option<CompactionItem> {
-    let keyring = plan.options.keyring.as_ref()?;
+    let nonce = seal::nonce(plan.id_seed, n as u64);
     Some(CompactionItem {
         id: plan.item_id("cmp", n),
-        encrypted_content: keyring.seal_for(
-            Purpose::Compaction,
-            summary,
-            seal::nonce(plan.id_seed, n as u64),
-        ),
+        encrypted_content: sealing::seal(&plan.options, Purpose::Compaction, summary, nonce)?,
     })
+}
+
+/// The `compaction` item that is output item `n` of `plan` as a stream opens it, before its
+/// summary: no content yet.
+pub(crate) fn opened(plan: &ResponsePlan, n: usize) -> CompactionItem {
+    CompactionItem {
+        id: plan.item_id("cmp", n),
+        encrypted_content: String::new(),
+    }
 }
 
 /// The upstream answered a summarising request without a summary.

@@ -338,7 +338,7 @@ enum Bookkeeping {
 /// what clients send: Codex's `internal_chat_message_metadata_passthrough` on every item
 /// (its turn id, creation time and content kinds, when it believes it talks to OpenAI) and
 /// its top-level `client_metadata`. No field that openai-python 3.57, openai-node 7.57 or the
-/// OpenResponses schema types on an item or a part has such a name (tests/e2e_surface.rs
+/// OpenResponses schema types on an item or a part has such a name (tests/e2e/surface.rs
 /// checks it against the generated paths), so none of the API's own fields is ever taken
 /// for bookkeeping.
 pub(crate) const BOOKKEEPING_PREFIXES: &[&str] = &["internal_"];

@@ -15,7 +15,8 @@
 //! stream     → response, compaction, calls
 //! response   → compaction, calls
 //! request    → compaction, calls, fields, json
-//! compaction → seal, fields
+//! compaction → sealing, fields
+//! sealing    → seal, fields
 //! ```
 //!
 //! `compact` (the `/v1/responses/compact` endpoint) is on top: it uses the request side and
@@ -31,6 +32,7 @@ pub mod json;
 pub mod request;
 pub mod response;
 pub mod seal;
+mod sealing;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};
@@ -119,6 +121,12 @@ pub struct Options {
     /// Keys that seal reasoning into `encrypted_content` and open it again. `None`: the
     /// feature is off and such requests get a 400.
     pub keyring: Option<std::sync::Arc<seal::Keyring>>,
+    /// The tenant this exchange's sealed items are bound to (per exchange, from the operator's
+    /// tenant header; [`seal::Tenant::Unbound`] when there is none).
+    pub tenant: seal::Tenant,
+    /// With a tenant: blobs sealed bound to no tenant (before the tenant header was set)
+    /// still open (`seal_accept_unbound`, a migration window).
+    pub accept_unbound_seals: bool,
     /// The names the Chat request sends in place of requested ones (`model_map`).
     pub model_map: std::sync::Arc<crate::model_map::ModelMap>,
     /// Largest SSE event the stream translator holds while waiting for its end.
@@ -144,6 +152,8 @@ impl Default for Options {
             max_input_items: limits::MAX_INPUT_ITEMS,
             max_part_bytes: limits::MAX_PART_BYTES,
             keyring: None,
+            tenant: seal::Tenant::Unbound,
+            accept_unbound_seals: false,
             model_map: Default::default(),
             max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
             max_output_bytes: limits::MAX_OUTPUT_BYTES,
@@ -278,12 +288,10 @@ impl ResponsePlan {
 
     /// Seals reasoning text for `encrypted_content`, when the client asked for it.
     pub(crate) fn seal(&self, n: usize, text: &str) -> Option<String> {
-        let keyring = self
-            .options
-            .keyring
-            .as_ref()
-            .filter(|_| self.seal_reasoning)?;
-        Some(keyring.seal(text, seal::nonce(self.id_seed, n as u64)))
+        let nonce = seal::nonce(self.id_seed, n as u64);
+        self.seal_reasoning
+            .then(|| sealing::seal(&self.options, seal::Purpose::Reasoning, text, nonce))
+            .flatten()
     }
 
     /// Whether the `n`th function call (0-based) is over `max_tool_calls` and must be dropped.

@@ -8,24 +8,27 @@
 //! Sans-IO like the rest of the core: the caller supplies the keys ([`Keyring`]) and the
 //! randomness behind each nonce ([`nonce`]).
 //!
-//! # Blob format (version 1)
+//! # Blob format (versions 1 and 2)
 //!
 //! `encrypted_content` is URL-safe base64 without padding of:
 //!
-//! | bytes        | content                                       |
-//! |--------------|-----------------------------------------------|
-//! | 1            | version, `1`                                  |
-//! | 1            | key id length `n`, 1..=32                     |
-//! | `n`          | key id, ASCII `[A-Za-z0-9_-]`                  |
-//! | 24           | XChaCha20 nonce                               |
-//! | rest (≥ 16)  | XChaCha20-Poly1305 ciphertext, then its tag   |
+//! | bytes        | content                                                  |
+//! |--------------|----------------------------------------------------------|
+//! | 1            | version: `1` bound to no tenant, `2` bound to a tenant   |
+//! | 1            | key id length `n`, 1..=32                                |
+//! | `n`          | key id, ASCII `[A-Za-z0-9_-]`                             |
+//! | 24           | XChaCha20 nonce                                          |
+//! | rest (≥ 16)  | XChaCha20-Poly1305 ciphertext, then its tag              |
 //!
 //! The associated data is `"responses-extproc reasoning v1"` (reasoning) or
 //! `"responses-extproc compaction v1"` (compaction summaries, [`Purpose`]) followed by the
-//! header (version, key id length, key id), so neither the header nor the purpose can be
-//! changed without failing authentication.
+//! header (version, key id length, key id) and, in a version 2 blob, the tenant id (the
+//! operator's tenant header's value, [`Tenant`]; not in the blob itself), so neither the
+//! header, the purpose nor the tenant can be changed without failing authentication: a blob
+//! sealed for one tenant never opens for another, with the same keys.
 
 use std::fmt;
+use std::sync::Arc;
 
 use base64::alphabet;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_SAFE_NO_PAD};
@@ -34,8 +37,10 @@ use base64::Engine as _;
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{Key, KeyInit, Tag, XChaCha20Poly1305, XNonce};
 
-/// The only blob version this module writes and reads.
-const VERSION: u8 = 1;
+/// The version of a blob bound to no tenant.
+const UNBOUND: u8 = 1;
+/// The version of a blob bound to a tenant (the tenant id ends the associated data).
+const BOUND: u8 = 2;
 /// Binds every blob to this use, so a blob sealed for another purpose never opens here.
 const PURPOSE: &[u8] = b"responses-extproc reasoning v1";
 
@@ -91,8 +96,13 @@ pub enum SealError {
     Malformed,
     /// A well-formed blob sealed with a key id this keyring does not hold.
     UnknownKey(String),
-    /// A well-formed blob that fails authentication (altered, or sealed under another key).
+    /// A well-formed blob that fails authentication (altered, sealed under another key, or
+    /// for another tenant).
     Tampered,
+    /// A blob bound to a tenant, opened where no tenant binds blobs.
+    Bound,
+    /// A blob bound to no tenant, opened for a tenant that does not accept those.
+    Unbound,
     /// The keyring text or key is invalid; the message says where, without key material.
     BadKeyring(String),
 }
@@ -108,12 +118,44 @@ impl fmt::Display for SealError {
                 )
             }
             SealError::Tampered => f.write_str("encrypted_content failed authentication"),
+            SealError::Bound => f.write_str(
+                "encrypted_content was sealed for a tenant, and this server binds sealed items to none",
+            ),
+            SealError::Unbound => f.write_str(
+                "encrypted_content was sealed before this server bound sealed items to tenants",
+            ),
             SealError::BadKeyring(why) => write!(f, "invalid keyring: {why}"),
         }
     }
 }
 
 impl std::error::Error for SealError {}
+
+/// Whom an exchange's blobs are bound to: the value of the operator's tenant header
+/// (`seal_tenant_header`), which Envoy sets from the caller's identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Tenant {
+    /// No tenant header is configured: blobs are sealed bound to no tenant (version 1), and
+    /// only such blobs open.
+    #[default]
+    Unbound,
+    /// Blobs are sealed for this tenant (version 2), and only blobs sealed for it open (and,
+    /// with `seal_accept_unbound`, blobs bound to no tenant).
+    Id(Arc<str>),
+    /// A tenant header is configured but the request has none (or an empty one): nothing may
+    /// be sealed or opened.
+    Missing,
+}
+
+impl Tenant {
+    /// The tenant id blobs are bound to (`None`: unbound).
+    fn id(&self) -> Option<&str> {
+        match self {
+            Tenant::Id(id) => Some(id),
+            Tenant::Unbound | Tenant::Missing => None,
+        }
+    }
+}
 
 /// A set of keys: the active one seals, all of them open — so keys can be rotated by
 /// putting a new key first and keeping the old ones until their blobs have aged out.
@@ -234,17 +276,31 @@ impl Keyring {
 
     /// [`seal`](Self::seal) for a given purpose.
     pub fn seal_for(&self, purpose: Purpose, plaintext: &str, nonce: [u8; 24]) -> String {
+        self.seal_bound(purpose, &Tenant::Unbound, plaintext, nonce)
+    }
+
+    /// [`seal_for`](Self::seal_for), bound to `tenant`: a [`Tenant::Id`] seals a version 2
+    /// blob that opens only for that tenant; [`Tenant::Unbound`] (and [`Tenant::Missing`],
+    /// which callers refuse before sealing) a version 1 blob.
+    pub fn seal_bound(
+        &self,
+        purpose: Purpose,
+        tenant: &Tenant,
+        plaintext: &str,
+        nonce: [u8; 24],
+    ) -> String {
         let (id, cipher) = &self.keys[0];
         let header_len = 2 + id.len();
         let body_start = header_len + NONCE_LEN;
         let mut buf = Vec::with_capacity(body_start + plaintext.len() + TAG_LEN);
-        buf.push(VERSION);
+        let tenant = tenant.id();
+        buf.push(if tenant.is_some() { BOUND } else { UNBOUND });
         buf.push(id.len() as u8); // ids are at most 32 bytes, checked on construction
         buf.extend_from_slice(id.as_bytes());
         buf.extend_from_slice(&nonce);
         buf.extend_from_slice(plaintext.as_bytes());
         let (head, body) = buf.split_at_mut(body_start);
-        let aad = associated_data(purpose, &head[..header_len]);
+        let aad = associated_data(purpose, &head[..header_len], tenant);
         let tag = cipher
             .encrypt_in_place_detached(XNonce::from_slice(&nonce), &aad, body)
             .expect("XChaCha20-Poly1305 seals any in-memory string");
@@ -263,8 +319,23 @@ impl Keyring {
     }
 
     /// [`open`](Self::open) for a given purpose: a blob sealed for another purpose is
-    /// [`SealError::Tampered`].
+    /// [`SealError::Tampered`]; a blob bound to a tenant is [`SealError::Bound`].
     pub fn open_for(&self, purpose: Purpose, blob: &str) -> Result<String, SealError> {
+        self.open_bound(purpose, &Tenant::Unbound, false, blob)
+    }
+
+    /// [`open_for`](Self::open_for) for `tenant`. [`Tenant::Unbound`] opens version 1 blobs
+    /// only (a version 2 blob is [`SealError::Bound`]); a [`Tenant::Id`] opens the version 2
+    /// blobs sealed for it (sealed for another: [`SealError::Tampered`]), and version 1 blobs
+    /// only with `accept_unbound` (else [`SealError::Unbound`]); [`Tenant::Missing`] opens
+    /// nothing (callers refuse it first): as `Unbound` without `accept_unbound`.
+    pub fn open_bound(
+        &self,
+        purpose: Purpose,
+        tenant: &Tenant,
+        accept_unbound: bool,
+        blob: &str,
+    ) -> Result<String, SealError> {
         if blob.len() > MAX_BLOB_LEN {
             return Err(SealError::Malformed);
         }
@@ -272,7 +343,7 @@ impl Keyring {
             .decode(blob)
             .map_err(|_| SealError::Malformed)?;
         let (&version, rest) = buf.split_first().ok_or(SealError::Malformed)?;
-        if version != VERSION {
+        if version != UNBOUND && version != BOUND {
             return Err(SealError::Malformed);
         }
         let (&id_len, rest) = rest.split_first().ok_or(SealError::Malformed)?;
@@ -293,12 +364,19 @@ impl Keyring {
             .map(|(_, cipher)| cipher)
             .ok_or(SealError::UnknownKey(id))?;
 
+        let bound_to = match (version, tenant) {
+            (BOUND, Tenant::Id(id)) => Some(&**id),
+            (BOUND, Tenant::Unbound | Tenant::Missing) => return Err(SealError::Bound),
+            (_, Tenant::Id(_)) if !accept_unbound => return Err(SealError::Unbound),
+            (_, Tenant::Missing) => return Err(SealError::Unbound),
+            _ => None,
+        };
         let header_len = 2 + id_len;
         let body_start = header_len + NONCE_LEN;
         let tag_start = buf.len() - TAG_LEN;
         let tag = *Tag::from_slice(&buf[tag_start..]);
         let nonce = *XNonce::from_slice(&buf[header_len..body_start]);
-        let aad = associated_data(purpose, &buf[..header_len]);
+        let aad = associated_data(purpose, &buf[..header_len], bound_to);
         cipher
             .decrypt_in_place_detached(&nonce, &aad, &mut buf[body_start..tag_start], &tag)
             .map_err(|_| SealError::Tampered)?;
@@ -308,12 +386,16 @@ impl Keyring {
     }
 }
 
-/// The AEAD associated data: the purpose label, then the blob header.
-fn associated_data(purpose: Purpose, header: &[u8]) -> Vec<u8> {
+/// The AEAD associated data: the purpose label, the blob header, then the tenant id of a
+/// bound blob. The header ends where its key id does and names the version, so the tenant id
+/// runs to the end unambiguously.
+fn associated_data(purpose: Purpose, header: &[u8], tenant: Option<&str>) -> Vec<u8> {
     let label = purpose.label();
-    let mut aad = Vec::with_capacity(label.len() + header.len());
+    let tenant = tenant.unwrap_or_default().as_bytes();
+    let mut aad = Vec::with_capacity(label.len() + header.len() + tenant.len());
     aad.extend_from_slice(label);
     aad.extend_from_slice(header);
+    aad.extend_from_slice(tenant);
     aad
 }
 
@@ -342,6 +424,76 @@ mod tests {
 
     fn ring_a() -> Keyring {
         Keyring::single("a", KEY_A).unwrap()
+    }
+
+    fn tenant(id: &str) -> Tenant {
+        Tenant::Id(id.into())
+    }
+
+    /// A blob sealed for one tenant opens for that tenant only: never for another (even one
+    /// whose id extends it), nor unbound; an unbound blob opens for a tenant only in the
+    /// migration window (`accept_unbound`); a missing tenant opens nothing.
+    #[test]
+    fn tenants_do_not_open_each_others_blobs() {
+        let ring = ring_a();
+        for purpose in [Purpose::Reasoning, Purpose::Compaction] {
+            let a = ring.seal_bound(purpose, &tenant("team-a"), "a's plan", nonce(1, 0));
+            assert_eq!(decode(&a)[0], 2, "a bound blob is version 2");
+            for accept_unbound in [false, true] {
+                let open = |t: &Tenant| ring.open_bound(purpose, t, accept_unbound, &a);
+                assert_eq!(open(&tenant("team-a")).as_deref(), Ok("a's plan"));
+                for other in ["team-b", "team-a ", "team-ab", "team-", "TEAM-A", ""] {
+                    assert_eq!(open(&tenant(other)), Err(SealError::Tampered), "{other:?}");
+                }
+                assert_eq!(open(&Tenant::Unbound), Err(SealError::Bound));
+                assert_eq!(open(&Tenant::Missing), Err(SealError::Bound));
+            }
+            assert_eq!(ring.open_for(purpose, &a), Err(SealError::Bound));
+
+            let unbound = ring.seal_for(purpose, "old plan", nonce(1, 1));
+            assert_eq!(decode(&unbound)[0], 1, "an unbound blob is version 1");
+            assert_eq!(
+                ring.open_bound(purpose, &tenant("team-a"), false, &unbound),
+                Err(SealError::Unbound)
+            );
+            for t in ["team-a", "team-b"] {
+                assert_eq!(
+                    ring.open_bound(purpose, &tenant(t), true, &unbound)
+                        .as_deref(),
+                    Ok("old plan")
+                );
+            }
+            assert_eq!(
+                ring.open_bound(purpose, &Tenant::Missing, true, &unbound),
+                Err(SealError::Unbound)
+            );
+            assert_eq!(
+                ring.open_bound(purpose, &Tenant::Unbound, false, &unbound)
+                    .as_deref(),
+                Ok("old plan")
+            );
+        }
+        // A bound blob relabelled as unbound (its version byte) fails authentication: the
+        // version is in the associated data.
+        let a = ring.seal_bound(Purpose::Reasoning, &tenant("team-a"), "x", nonce(2, 0));
+        let mut relabelled = decode(&a);
+        relabelled[0] = 1;
+        assert_eq!(
+            ring.open_bound(
+                Purpose::Reasoning,
+                &tenant("team-a"),
+                true,
+                &encode(&relabelled)
+            ),
+            Err(SealError::Tampered)
+        );
+        assert_eq!(ring.open(&encode(&relabelled)), Err(SealError::Tampered));
+        // The purposes stay apart for one tenant too.
+        let c = ring.seal_bound(Purpose::Compaction, &tenant("team-a"), "s", nonce(2, 1));
+        assert_eq!(
+            ring.open_bound(Purpose::Reasoning, &tenant("team-a"), false, &c),
+            Err(SealError::Tampered)
+        );
     }
 
     #[test]
@@ -546,9 +698,15 @@ mod tests {
     fn bad_headers_are_malformed() {
         let ring = ring_a();
         let bytes = decode(&ring.seal("text", nonce(5, 1)));
+        for version in [0, 3, 0x81, 0xff] {
+            let mut other = bytes.clone();
+            other[0] = version;
+            assert_eq!(ring.open(&encode(&other)), Err(SealError::Malformed));
+        }
+        // Version 2 is a blob bound to a tenant: not one this unbound opening reads.
         let mut v2 = bytes.clone();
         v2[0] = 2;
-        assert_eq!(ring.open(&encode(&v2)), Err(SealError::Malformed));
+        assert_eq!(ring.open(&encode(&v2)), Err(SealError::Bound));
         let mut no_id = bytes.clone();
         no_id[1] = 0;
         assert_eq!(ring.open(&encode(&no_id)), Err(SealError::Malformed));
@@ -576,7 +734,7 @@ mod tests {
         let mut buf = vec![1, 1, b'a'];
         buf.extend_from_slice(&n);
         let mut body = vec![0xff, 0xfe, 0x80];
-        let aad = associated_data(Purpose::Reasoning, &buf[..3]);
+        let aad = associated_data(Purpose::Reasoning, &buf[..3], None);
         let cipher = XChaCha20Poly1305::new(Key::from_slice(&KEY_A));
         let tag = cipher
             .encrypt_in_place_detached(XNonce::from_slice(&n), &aad, &mut body)
@@ -786,6 +944,24 @@ mod tests {
             let ring = ring_a();
             let blob = ring.seal(&text, nonce(seed, index));
             prop_assert_eq!(ring.open(&blob), Ok(text));
+        }
+
+        #[test]
+        fn prop_bound_blobs_open_for_their_tenant_only(
+            text in ".{0,64}", a in ".{0,40}", b in ".{0,40}", seed: u128,
+        ) {
+            let ring = ring_a();
+            let blob = ring.seal_bound(Purpose::Reasoning, &tenant(&a), &text, nonce(seed, 0));
+            prop_assert_eq!(
+                ring.open_bound(Purpose::Reasoning, &tenant(&a), false, &blob),
+                Ok(text)
+            );
+            if a != b {
+                prop_assert_eq!(
+                    ring.open_bound(Purpose::Reasoning, &tenant(&b), true, &blob),
+                    Err(SealError::Tampered)
+                );
+            }
         }
 
         #[test]

@@ -9,7 +9,10 @@
 //! `*.done` → `content_part.done`)… → `output_item.done`. Reasoning is closed before text
 //! or tool calls start; text is closed before tool calls start; each tool call (by its
 //! upstream `index`) is its own `function_call` item, and calls may be open together since
-//! upstreams may interleave their argument deltas. The stream ends with exactly one of
+//! upstreams may interleave their argument deltas. A `compaction_trigger`'s one `compaction`
+//! item is added empty with the first output sampled for its summary, reported by
+//! `response.compaction.compacting` (at most every [`COMPACTING_EVERY`] seconds) and done with
+//! the summary sealed at the end. The stream ends with exactly one of
 //! `response.completed` / `response.incomplete` / `response.failed`, then `data: [DONE]`.
 //!
 //! How streams end:
@@ -42,6 +45,12 @@ const OUTPUT_PER_INPUT_BYTE: usize = 2;
 /// and close it (about 600 bytes of events, 150 of the response's JSON), and its slot here.
 /// Without it, deltas that open calls and carry nothing would grow the output uncounted.
 pub const CALL_SLOT_BYTES: usize = 256;
+
+/// Seconds between two `response.compaction.compacting` events while a summary is sampled:
+/// OpenAI's rate ("reports newly sampled summary output at most once every 30 seconds", the
+/// API reference's streaming events). The events keep a client's idle timer from firing while
+/// nothing of the sealed summary can stream.
+pub const COMPACTING_EVERY: u64 = 30;
 
 use super::calls::custom_tool_input;
 use super::{compaction, finish_status, logprobs, usage, Progress, ReasoningEvents, ResponsePlan};
@@ -141,6 +150,9 @@ pub struct StreamTranslator {
     upstream_model: Option<String>,
     /// A `compaction_trigger` request: the summary so far, sealed and sent at the end.
     summary: String,
+    /// A `compaction_trigger` request: when the last `response.compaction.compacting` went out
+    /// (`None`: the `compaction` item is not open yet).
+    compacting_at: Option<u64>,
     /// The request's echo, serialised once for the response objects of the stream's
     /// opening and terminal events.
     echo: EchoJson,
@@ -167,6 +179,7 @@ impl StreamTranslator {
             output_bytes: 0,
             upstream_model: None,
             summary: String::new(),
+            compacting_at: None,
             echo,
         }
     }
@@ -295,8 +308,9 @@ impl StreamTranslator {
     }
 
     /// After an automatic compaction, its item leads the output: added (with nothing sealed
-    /// yet, as OpenAI adds one), then done with its `encrypted_content`, before the turn's
-    /// events.
+    /// yet, as OpenAI adds one), `response.compaction.compacting` (the summary was sampled,
+    /// before the turn's stream began), then done with its `encrypted_content`, before the
+    /// turn's events.
     fn lead(&mut self) {
         let Some(lead) = &self.plan.lead else {
             return;
@@ -310,6 +324,13 @@ impl StreamTranslator {
             &Event::OutputItemAdded {
                 output_index: 0,
                 item: &opened,
+            },
+        );
+        self.events.write(
+            &mut self.out,
+            &Event::CompactionCompacting {
+                item_id: &lead.item.id,
+                output_index: 0,
             },
         );
         self.output.push(OutputItem::Compaction(lead.item.clone()));
@@ -394,9 +415,14 @@ impl StreamTranslator {
                 return;
             }
             if self.plan.compaction {
-                // The summary is sealed whole: nothing of it streams, nothing else is output.
+                // The summary is sealed whole: nothing of it streams, nothing else is output;
+                // what the upstream samples for it (its reasoning too) is progress to report.
                 if let Some(text) = delta.content.as_deref() {
                     self.summary.push_str(text);
+                }
+                let sampled = [delta.content.as_deref(), delta.reasoning_text()];
+                if sampled.iter().flatten().any(|t| !t.is_empty()) {
+                    self.compacting(now);
                 }
                 if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                     self.finish_reason = Some(reason.into_owned());
@@ -1026,6 +1052,39 @@ impl StreamTranslator {
         self.item_done(item);
     }
 
+    /// The upstream sampled more for a `compaction_trigger`'s summary: the `compaction` item
+    /// opens with the first of it, and `response.compaction.compacting` follows, then at most
+    /// every [`COMPACTING_EVERY`] seconds, as OpenAI sends them: "The existing
+    /// response.output_item.added and response.output_item.done events mark that item's
+    /// lifecycle; response.output_item.done carries its final encrypted content" (the API
+    /// reference's streaming events). The item has no content until it is done: its
+    /// `encrypted_content` is empty when added.
+    fn compacting(&mut self, now: u64) {
+        match self.compacting_at {
+            Some(at) if now < at.saturating_add(COMPACTING_EVERY) => return,
+            Some(_) => {}
+            None => {
+                self.output
+                    .push(OutputItem::Compaction(compaction::opened(&self.plan, 0)));
+                self.events.write(
+                    &mut self.out,
+                    &Event::OutputItemAdded {
+                        output_index: 0,
+                        item: &self.output[0],
+                    },
+                );
+            }
+        }
+        self.compacting_at = Some(now);
+        self.events.write(
+            &mut self.out,
+            &Event::CompactionCompacting {
+                item_id: self.output[0].id(),
+                output_index: 0,
+            },
+        );
+    }
+
     /// A `compaction_trigger` request's one output item: the summary, sealed. False (and the
     /// stream failed) when there is no summary to seal.
     fn seal_summary(&mut self, now: u64) -> bool {
@@ -1041,14 +1100,11 @@ impl StreamTranslator {
             );
             return false;
         };
-        self.output.push(OutputItem::Compaction(item));
-        self.events.write(
-            &mut self.out,
-            &Event::OutputItemAdded {
-                output_index: 0,
-                item: &self.output[0],
-            },
-        );
+        // Opened by the first of the summary, which there is.
+        if self.output.is_empty() {
+            self.compacting(now);
+        }
+        self.output[0] = OutputItem::Compaction(item);
         self.item_done(0);
         true
     }
@@ -1086,6 +1142,11 @@ impl StreamTranslator {
         };
         self.close_current(ItemStatus::Incomplete);
         self.close_calls(ItemStatus::Incomplete);
+        if self.plan.compaction {
+            // A compaction item is done only with its sealed summary: one left open has
+            // nothing in it, and no response carries it.
+            self.output.clear();
+        }
         self.events.write(
             &mut self.out,
             &Event::Error {

@@ -1,5 +1,5 @@
 // The AI SDK's OpenResponses provider with a reasoning upstream (scripted by
-// tests/e2e_clients.rs: a stream with reasoning "Let me think." then text "Hi there.", then the
+// tests/e2e/clients.rs: a stream with reasoning "Let me think." then text "Hi there.", then the
 // same as one JSON completion): reasoning parts and text, streamed and not.
 import assert from 'node:assert/strict';
 import { createOpenResponses } from '@ai-sdk/open-responses';

@@ -1,4 +1,4 @@
-// The official `openai` npm SDK with a reasoning upstream (scripted by tests/e2e_clients.rs: a
+// The official `openai` npm SDK with a reasoning upstream (scripted by tests/e2e/clients.rs: a
 // stream with reasoning "Let me think." then text "Hi there.", twice). The SDK has no runtime
 // types, so each event's `type` is checked against the ResponseStreamEvent union of the SDK's
 // own type declarations (node_modules/openai/resources/responses/responses.d.ts): every event

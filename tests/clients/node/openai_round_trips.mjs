@@ -1,6 +1,6 @@
 // Round trips with openai-node: every output kind, from every source, fed back as received and
 // as a JSON.stringify round trip, over HTTP (JSON), SSE and the WebSocket (`ResponsesWS`, with
-// the `ws` package): the continuation must complete. Run by tests/e2e_clients.rs against Envoy
+// the `ws` package): the continuation must complete. Run by tests/e2e/clients.rs against Envoy
 // + the processor (WebSocket transport, a reasoning key) + the demo with its test triggers
 // (tests/common/upstream.rs: `refuse` → a refusal, `think` → reasoning). The Python twin,
 // tests/clients/python/openai_round_trips.py, says more. Every body and event is read for

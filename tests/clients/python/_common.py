@@ -1,4 +1,4 @@
-"""Shared helpers of the Python client scripts (run by tests/e2e_clients.rs).
+"""Shared helpers of the Python client scripts (run by tests/e2e/clients.rs).
 
 Every script talks to Envoy at $OPENAI_BASE_URL (the processor in front of the built-in demo
 upstream, src/demo.rs) and exits non-zero on the first mismatch, printing what it saw.

@@ -1,4 +1,4 @@
-"""The `openai-agents` SDK with a reasoning upstream (scripted by tests/e2e_clients.rs): an
+"""The `openai-agents` SDK with a reasoning upstream (scripted by tests/e2e/clients.rs): an
 Agent with one @function_tool, run to the end of its loop, stateless, first with Runner.run
 (JSON answers), then with Runner.run_streamed. Each model turn 1 reasons ("Checking the
 weather.") then calls get_weather; turn 2 answers "It is sunny.".

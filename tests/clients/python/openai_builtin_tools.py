@@ -1,7 +1,7 @@
 """The official `openai` Python SDK with the client-executed built-in tools (`shell`,
 `local_shell`, `apply_patch`), Codex's remote compaction (`compaction_trigger`) and the
 `phase` of output messages, through Envoy and the processor in front of the demo upstream
-(run by tests/e2e_clients.rs). The demo calls the built-in's function with runnable
+(run by tests/e2e/clients.rs). The demo calls the built-in's function with runnable
 arguments (`echo hello`, create `hello.txt`) and echoes a tool result as
 "The tool returned: <result>".
 
@@ -32,6 +32,7 @@ COMPACTION_EVENTS = [
     "response.created",
     "response.in_progress",
     "response.output_item.added",
+    "response.compaction.compacting",
     "response.output_item.done",
     "response.completed",
 ]
@@ -121,6 +122,13 @@ def run() -> None:
     events = list(client.responses.create(model=MODEL, input=[*window, trigger], stream=True))
     check_eq([check_event(e, i) for i, e in enumerate(events)], COMPACTION_EVENTS, "compaction stream: event types")
     check_eq(len(events[-1].response.output), 1, "compaction stream: one item")
+    check_eq(events[2].item.encrypted_content, "", "compaction stream: the item is added empty")
+    check_eq(events[3].item_id, events[2].item.id, "compaction stream: the progress names the item")
+    # The SDK's stream helper folds the same events into the final response: the done item.
+    with client.responses.stream(model=MODEL, input=[*window, trigger]) as stream:
+        final = stream.get_final_response()
+    check_eq([type(o).__name__ for o in final.output], ["ResponseCompactionItem"], "compaction stream helper: one item")
+    check(final.output[0].encrypted_content != "", "compaction stream helper: sealed", final.output[0])
     resp = client.responses.create(model=MODEL, input=[*window, trigger])
     check_response(resp, "compaction json")
     check_eq(len(resp.output), 1, "compaction json: one item")

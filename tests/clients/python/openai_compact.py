@@ -1,5 +1,5 @@
 """The official `openai` Python SDK's `client.responses.compact()`, then a new chain from its
-output. Run by tests/e2e_clients.rs against a scripted upstream that answers, in order:
+output. Run by tests/e2e/clients.rs against a scripted upstream that answers, in order:
   1. JSON text SUMMARY (the summarising request; checked by the Rust test);
   2. JSON text "Done." (the next turn; the Rust test checks that the summary reached it).
 

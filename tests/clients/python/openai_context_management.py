@@ -1,5 +1,5 @@
 """The official `openai` Python SDK's typed `responses.create(context_management=...)`:
-automatic compaction. Run by tests/e2e_clients.rs against a scripted upstream that answers,
+automatic compaction. Run by tests/e2e/clients.rs against a scripted upstream that answers,
 in order:
   1. JSON text SUMMARY (the summarising request of the first turn);
   2. JSON text "Dogs are loyal." (the first turn, on the compacted window);
@@ -60,11 +60,12 @@ def run() -> None:
             order.append(f"{event.type} {item.type if item is not None else ''}".strip())
         final = stream.get_final_response()
     check_eq(
-        order[:5],
+        order[:6],
         [
             "response.created",
             "response.in_progress",
             "response.output_item.added compaction",
+            "response.compaction.compacting",
             "response.output_item.done compaction",
             "response.output_item.added message",
         ],

@@ -1,6 +1,6 @@
 """The official `openai` Python SDK with a `custom` tool (free-text input, as Codex declares
 `apply_patch`), the processor with its defaults, against a scripted Chat upstream (run by
-tests/e2e_clients.rs) that answers, in order:
+tests/e2e/clients.rs) that answers, in order:
   1. a stream calling the function that stands for the tool, its arguments in pieces;
   2. the same call as one JSON chat completion;
   3. JSON text "Patched." (the upstream request, with the replayed history, is checked by the

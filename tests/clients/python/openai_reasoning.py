@@ -1,5 +1,5 @@
 """The official `openai` Python SDK with a reasoning upstream, the processor with its defaults
-(`--reasoning-events auto`: the SDK's headers get it the event names OpenAI's SDKs know). Run by tests/e2e_clients.rs
+(`--reasoning-events auto`: the SDK's headers get it the event names OpenAI's SDKs know). Run by tests/e2e/clients.rs
 against a scripted upstream that answers, in order:
   1. and 2. a stream: reasoning "Let me think." in two chunks, then text "Hi there.";
   3. the same as one JSON chat completion;

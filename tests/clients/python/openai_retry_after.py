@@ -1,6 +1,6 @@
 """The official `openai` Python SDK backs off as the upstream asked, through the gateway.
 
-The scripted upstream (tests/e2e_clients.rs) answers the first Chat request 429 with
+The scripted upstream (tests/e2e/clients.rs) answers the first Chat request 429 with
 `retry-after: 1` and the second with a completion. With `max_retries=1` the SDK reads the
 `retry-after` header of the translated 429 envelope, waits that second, and retries; the
 create succeeds. The test then checks, in the upstream's own log, that the retry came at

@@ -1,6 +1,6 @@
 """Round trips with openai-python: every output kind, from every source, fed back in every way
 a client dumps it, over HTTP (JSON), SSE and the WebSocket (`client.responses.connect()`):
-the continuation must complete. Run by tests/e2e_clients.rs against Envoy + the processor
+the continuation must complete. Run by tests/e2e/clients.rs against Envoy + the processor
 (with the WebSocket transport and a reasoning key) + the demo upstream with its test triggers
 (tests/common/upstream.rs: `refuse` in the last user message → a refusal, `think` → reasoning).
 

@@ -1,5 +1,5 @@
 """The official `openai` Python SDK's WebSocket transport, `client.responses.connect()`,
-through Envoy. Run by tests/e2e_clients.rs against a scripted upstream that answers, in order:
+through Envoy. Run by tests/e2e/clients.rs against a scripted upstream that answers, in order:
   1. SSE "Hello Ada."      (a create)
   2. SSE "You are Ada."    (its continuation; the Rust test checks the context it was sent)
   3. JSON 500              (a continuation that fails upstream)

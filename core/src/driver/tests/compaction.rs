@@ -251,6 +251,7 @@ fn a_compacting_stream_starts_with_the_compaction_item() {
             "response.created",
             "response.in_progress",
             "response.output_item.added 0 compaction",
+            "response.compaction.compacting",
             "response.output_item.done 0 compaction",
             "response.output_item.added 1 message",
             "response.content_part.added",
@@ -270,9 +271,10 @@ fn a_compacting_stream_starts_with_the_compaction_item() {
     // Added with nothing sealed yet, done with the sealed summary; the completed response
     // lists it first.
     assert_eq!(data[2]["item"]["encrypted_content"], "");
-    assert!(data[3]["item"]["encrypted_content"].as_str().unwrap().len() > 20);
+    assert_eq!(data[3]["item_id"], data[2]["item"]["id"]);
+    assert!(data[4]["item"]["encrypted_content"].as_str().unwrap().len() > 20);
     let completed = &data.last().unwrap()["response"];
-    assert_eq!(completed["output"][0], data[3]["item"]);
+    assert_eq!(completed["output"][0], data[4]["item"]);
     assert_eq!(completed["output"][1]["type"], "message");
     assert_eq!(
         compaction_of(&t.events(13)).map(|c| c.outcome),

@@ -12,13 +12,14 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use super::context::Visible;
-use super::text;
 use super::tools::Declared;
+use super::{text, Format};
 use crate::chat::request::{Assistant, Content, Message, Part, Text, ToolCall};
 use crate::openresponses::{ApiError, ErrorCode};
 use crate::translate::calls::{builtin_arguments, CUSTOM_TOOL_INPUT};
 use crate::translate::fields::{bad_value, into_items, missing, wrong_type, Obj, Path, ROOT};
 use crate::translate::json::document::{Fields, Node, Str};
+use crate::translate::seal::Purpose;
 use crate::translate::{flat_name, DeveloperRole, Options};
 
 /// The input items, translated.
@@ -33,6 +34,20 @@ pub(crate) struct Input<'a> {
     pub tools: Vec<Declared<'a>>,
     /// The input ends with a `compaction_trigger`: the answer is a sealed summary.
     pub compaction_trigger: bool,
+    /// What the `configuration_update` items set, for this turn.
+    pub configuration: Configuration<'a>,
+}
+
+/// The settings of the conversation's `configuration_update` items: each one from the
+/// latest item that sets it (OpenAI: "Each setting stays in effect until a later update
+/// replaces that setting", openai-python 3.57's `ResponseConfigurationUpdateItem`), so what
+/// is in effect at the end of `input` is what this turn runs with.
+#[derive(Default)]
+pub(crate) struct Configuration<'a> {
+    /// `reasoning.effort`.
+    pub effort: Option<Str<'a>>,
+    /// `text.format`.
+    pub format: Option<Format<'a>>,
 }
 
 /// The `message` phases clients send back (`phase` is OpenAI's label of assistant messages).
@@ -271,6 +286,39 @@ pub(crate) fn input_messages<'a>(
                     tool,
                 }));
             }
+            // A change of the conversation's settings from here on (OpenAI's way to change
+            // the reasoning effort mid-conversation without touching the request's own
+            // settings, which stay the baseline). Nothing of it is a message: not sent.
+            "configuration_update" => {
+                if let Some(reasoning) = item.object("reasoning")? {
+                    let mut r = Obj {
+                        fields: reasoning,
+                        path: Path::Key(&path, "reasoning"),
+                    };
+                    // Any effort, as the request's own: the upstream knows its model's.
+                    if let Some(effort) = r.string("effort")? {
+                        out.configuration.effort = Some(effort);
+                    }
+                    r.deny_unknown()?;
+                }
+                if let Some(fields) = item.object("text")? {
+                    let text_path = Path::Key(&path, "text");
+                    let mut t = Obj {
+                        fields,
+                        path: text_path,
+                    };
+                    let format = t
+                        .object("format")?
+                        .ok_or_else(|| missing(Path::Key(&text_path, "format")))?;
+                    out.configuration.format = Some(Format::read(
+                        format,
+                        Path::Key(&text_path, "format"),
+                        Format::UPDATE,
+                    )?);
+                    t.deny_unknown()?;
+                }
+                item.deny_unknown_in_item(options.strict)?;
+            }
             // Codex's remote compaction (v2): summarise everything before it.
             "compaction_trigger" => {
                 if i != last {
@@ -304,7 +352,7 @@ pub(crate) fn input_messages<'a>(
                 return Err(bad_value(
                     item.field_path("type"),
                     format!(
-                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'shell_call', 'shell_call_output', 'local_shell_call', 'local_shell_call_output', 'apply_patch_call', 'apply_patch_call_output', 'reasoning', 'compaction', 'additional_tools', 'compaction_trigger'. The other items come from tools that run on OpenAI's platform."
+                        "Invalid '{path}.type': unsupported input item type '{other}'. Supported: 'message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'shell_call', 'shell_call_output', 'local_shell_call', 'local_shell_call_output', 'apply_patch_call', 'apply_patch_call_output', 'reasoning', 'compaction', 'additional_tools', 'compaction_trigger', 'configuration_update'. The other items come from tools that run on OpenAI's platform."
                     ),
                 ))
             }
@@ -577,21 +625,13 @@ fn reasoning_text<'a>(
     item.string("status")?;
     // Reasoning we sealed in an earlier response: the full text, better than any summary.
     if let Some(blob) = sealed {
-        let keyring = options.keyring.as_ref().ok_or_else(|| {
-            bad_value(
-                sealed_path,
-                format!("Invalid '{sealed_path}': this server has no reasoning keys to open it."),
-            )
-            .with_code(ErrorCode::InvalidEncryptedContent)
-        })?;
-        return match keyring.open(&blob.as_str()) {
-            Ok(text) => Ok((!text.is_empty()).then(|| Text::plain(text))),
-            Err(e) => Err(bad_value(
-                sealed_path,
-                format!("Invalid '{sealed_path}': it cannot be opened ({e}). Send reasoning items back unchanged, to the server that produced them."),
-            )
-            .with_code(ErrorCode::InvalidEncryptedContent)),
-        };
+        let text = crate::translate::sealing::open(
+            Purpose::Reasoning,
+            &blob.as_str(),
+            &sealed_path.to_string(),
+            options,
+        )?;
+        return Ok((!text.is_empty()).then(|| Text::plain(text)));
     }
     let mut gathered: Option<Text<'a>> = None;
     let (parts, key, want) = if content.is_empty() {

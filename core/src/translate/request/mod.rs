@@ -148,11 +148,7 @@ pub(crate) fn text(s: Str<'_>) -> Text<'_> {
     }
 }
 
-/// The longest `model` accepted, in bytes. The name goes on as a request header (the model
-/// header, for Envoy's routes) and is echoed and logged: 1 KiB is far above any real name (a
-/// Hugging Face id, a served model's file path, an Ollama tag) and far below the header limits
-/// on its way (Envoy's 60 KiB for all of a request's headers, llama-server's 8 KiB per line).
-pub const MAX_MODEL_BYTES: usize = 1024;
+pub use crate::model_map::MAX_MODEL_BYTES;
 
 /// The request's `model`, checked to be sendable as a header value before anything is sent: not
 /// empty, at most [`MAX_MODEL_BYTES`], without control characters (Envoy refuses a header
@@ -275,6 +271,7 @@ fn translate_fields(
     let mut input = input_messages(input, options)?;
     let compaction = input.compaction_trigger || summarise;
     let additional_tools = std::mem::take(&mut input.tools);
+    let configured = std::mem::take(&mut input.configuration);
     echo.instructions = instructions.as_ref().map(Str::to_json);
     let instructions = instructions.map(text);
     chat.messages = if compaction {
@@ -391,6 +388,9 @@ fn translate_fields(
         )
         .with_code(ErrorCode::UnsupportedParameter));
     }
+    if seal_reasoning {
+        super::sealing::require_tenant(options)?;
+    }
     if let Some(text) = req.object("text")? {
         text_format(text, &mut chat, &mut echo)?;
     }
@@ -415,6 +415,21 @@ fn translate_fields(
             summary,
         });
         chat.reasoning_effort = effort.map(text);
+    }
+    // What the `configuration_update` items of `input` set wins over the request's own
+    // `reasoning.effort` and `text.format` for this turn: OpenAI's mid-conversation changes
+    // keep the request-level values as the conversation's baseline (unchanged, for its
+    // prompt cache) and put each change in `input`, where it "applies from that point onward
+    // and stays in effect until the next update" (the reasoning guide's "change reasoning
+    // mid-conversation", as OpenRouter's GPT-6 Astra migration guide relays it;
+    // openai-python 3.57's `ResponseConfigurationUpdateItemParam`: "Each setting stays in
+    // effect until a later update replaces it"). The response echoes the request's own
+    // values (the baseline), as it echoes every request parameter.
+    if let Some(effort) = configured.effort {
+        chat.reasoning_effort = Some(text(effort));
+    }
+    if let Some(format) = configured.format {
+        chat.response_format = format.into_chat();
     }
 
     // Echoed, not sent upstream.
@@ -481,6 +496,7 @@ fn translate_fields(
             )
             .with_code(ErrorCode::CompactionUnavailable));
         }
+        super::sealing::require_tenant(options)?;
     }
 
     echo.store = false;
@@ -626,52 +642,17 @@ fn text_format<'a>(
     chat: &mut chat::Request<'a>,
     echo: &mut Echo,
 ) -> Result<(), ApiError> {
+    const TEXT: Path<'static> = Path::Text("text");
     let mut t = Obj {
         fields: text_param,
-        path: Path::Text("text"),
+        path: TEXT,
     };
     let verbosity = t.enumeration("verbosity", &["low", "medium", "high"])?;
     let mut echoed = EchoText::default();
-    if let Some(format) = t.object("format")? {
-        let mut f = Obj {
-            fields: format,
-            path: Path::Text("text.format"),
-        };
-        let kind = f
-            .enumeration("type", &["text", "json_object", "json_schema"])?
-            .ok_or_else(|| missing("text.format.type"))?;
-        match kind {
-            "text" => echoed.format = EchoFormat::Text,
-            "json_object" => {
-                chat.response_format = Some(ResponseFormat::JsonObject);
-                echoed.format = EchoFormat::JsonObject;
-            }
-            _ => {
-                let name = f.required_string("name")?;
-                let schema = match f.take("schema").map(object_json) {
-                    Some(Ok(schema)) => schema,
-                    Some(Err(other)) => {
-                        return Err(wrong_type("text.format.schema", "an object", &other))
-                    }
-                    None => return Err(missing("text.format.schema")),
-                };
-                let description = f.string("description")?;
-                let strict = f.bool("strict")?;
-                echoed.format = EchoFormat::JsonSchema {
-                    name: name.as_str().into_owned(),
-                    description: description.as_ref().map(|d| d.as_str().into_owned()),
-                    schema: document::echoed(&schema),
-                    strict: strict.unwrap_or(false),
-                };
-                chat.response_format = Some(ResponseFormat::JsonSchema {
-                    name: text(name),
-                    description: description.map(text),
-                    schema,
-                    strict,
-                });
-            }
-        }
-        f.deny_unknown()?;
+    if let Some(fields) = t.object("format")? {
+        let format = Format::read(fields, Path::Key(&TEXT, "format"), Format::REQUEST)?;
+        echoed.format = format.echoed();
+        chat.response_format = format.into_chat();
     }
     if let Some(v) = verbosity {
         echoed.verbosity = Some(v);
@@ -680,4 +661,98 @@ fn text_format<'a>(
     t.deny_unknown()?;
     echo.text = echoed;
     Ok(())
+}
+
+/// A `text.format`, read: the request's own, or a `configuration_update` item's.
+#[derive(Debug)]
+pub(crate) enum Format<'a> {
+    /// Plain text, Chat's default.
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: Str<'a>,
+        description: Option<Str<'a>>,
+        schema: Cow<'a, RawValue>,
+        strict: Option<bool>,
+    },
+}
+
+impl<'a> Format<'a> {
+    /// The types a request's `text.format` takes.
+    pub(crate) const REQUEST: &'static [&'static str] = &["text", "json_object", "json_schema"];
+    /// The types a `configuration_update` item's `text.format` takes (openai-python 3.57's
+    /// `ResponseConfigurationUpdateItemParam.Text.format`: text or a JSON schema).
+    pub(crate) const UPDATE: &'static [&'static str] = &["text", "json_schema"];
+
+    /// Reads the format object at `path`, whose `type` must be one of `types`.
+    pub(crate) fn read(
+        fields: Fields<'a>,
+        path: Path<'_>,
+        types: &[&'static str],
+    ) -> Result<Self, ApiError> {
+        let mut f = Obj { fields, path };
+        let kind = f
+            .enumeration("type", types)?
+            .ok_or_else(|| missing(Path::Key(&path, "type")))?;
+        let format = match kind {
+            "text" => Format::Text,
+            "json_object" => Format::JsonObject,
+            _ => {
+                let name = f.required_string("name")?;
+                let schema = match f.take("schema").map(object_json) {
+                    Some(Ok(schema)) => schema,
+                    Some(Err(other)) => {
+                        return Err(wrong_type(Path::Key(&path, "schema"), "an object", &other))
+                    }
+                    None => return Err(missing(Path::Key(&path, "schema"))),
+                };
+                Format::JsonSchema {
+                    name,
+                    description: f.string("description")?,
+                    schema,
+                    strict: f.bool("strict")?,
+                }
+            }
+        };
+        f.deny_unknown()?;
+        Ok(format)
+    }
+
+    /// As the response echoes it.
+    fn echoed(&self) -> EchoFormat {
+        match self {
+            Format::Text => EchoFormat::Text,
+            Format::JsonObject => EchoFormat::JsonObject,
+            Format::JsonSchema {
+                name,
+                description,
+                schema,
+                strict,
+            } => EchoFormat::JsonSchema {
+                name: name.as_str().into_owned(),
+                description: description.as_ref().map(|d| d.as_str().into_owned()),
+                schema: document::echoed(schema),
+                strict: strict.unwrap_or(false),
+            },
+        }
+    }
+
+    /// Chat's `response_format` (none for plain text).
+    pub(crate) fn into_chat(self) -> Option<ResponseFormat<'a>> {
+        match self {
+            Format::Text => None,
+            Format::JsonObject => Some(ResponseFormat::JsonObject),
+            Format::JsonSchema {
+                name,
+                description,
+                schema,
+                strict,
+            } => Some(ResponseFormat::JsonSchema {
+                name: text(name),
+                description: description.map(text),
+                schema,
+                strict,
+            }),
+        }
+    }
 }
