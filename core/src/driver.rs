@@ -131,7 +131,9 @@ pub enum Action {
     /// the request meanwhile (the piece, if any, is dropped): its turn follows as
     /// [`Action::Forward`], or the exchange ends with [`Action::Reply`]. A host that stops
     /// waiting for other reasons (the exchange ended: [`Driver::call_in_flight`] is `None`)
-    /// drops the call.
+    /// drops the call. The host adds the request head's [`call::FORWARDED_HEADERS`]
+    /// (`call::forwarded`: the client's credentials and trace context), which the driver does
+    /// not copy for every exchange when so few make a call.
     Call { call: Call, timeout: Duration },
 }
 
@@ -196,9 +198,6 @@ pub struct Driver<E = System> {
     gathering: Gathering,
     phase: Phase,
     life: Life,
-    /// The request head's headers that go on to a call of the exchange's own
-    /// ([`call::FORWARDED_HEADERS`]: the client's credentials, tracing, its name).
-    forwarded: Vec<(Cow<'static, str>, String)>,
     /// The id of the next call.
     next_call: u64,
 }
@@ -220,7 +219,6 @@ impl<E: Environment> Driver<E> {
             gathering,
             phase: Phase::Start,
             life: Life::default(),
-            forwarded: Vec::new(),
             next_call: 0,
         }
     }
@@ -284,8 +282,6 @@ impl<E: Environment> Driver<E> {
         };
         let mut ex = Exchange::new(self.settings.clone(), op);
         ex.request_head(&header);
-        // For a call of its own (automatic compaction): the client's credentials.
-        self.forwarded = call::forwarded(&header);
         // A body handed over in pieces is gathered into one buffer of its announced size.
         if self.gathering == Gathering::Pieces {
             if let Some(length) = header("content-length").and_then(|n| n.parse().ok()) {
@@ -669,7 +665,7 @@ impl<E: Environment> Driver<E> {
                 self.next_call += 1;
                 self.set_stage(Stage::Calling(id));
                 self.life.call_started();
-                let call = call::chat(id, &self.settings, request, &self.forwarded);
+                let call = call::chat(id, &self.settings, request, &[]);
                 Action::Call {
                     call,
                     timeout: self.settings.compaction_timeout,

@@ -113,6 +113,9 @@ pub struct Session<E = System> {
     /// A call the exchange asked for (an automatic compaction's summarising request), not yet
     /// taken by the stream's driver ([`Session::take_call`]).
     call: Option<(Call, std::time::Duration)>,
+    /// The request's head, kept (moved, not copied) for the headers a call of the exchange's
+    /// own carries on ([`responses_core::call::forwarded`]).
+    head: Option<HttpHeaders>,
 }
 
 /// The exchange's span: the caller's context until the exchange is ours, then the span,
@@ -137,6 +140,7 @@ impl<E: Environment> Session<E> {
             trace: Trace::Off,
             last_answer: None,
             call: None,
+            head: None,
         }
     }
 
@@ -178,6 +182,9 @@ impl<E: Environment> Session<E> {
                     |name| read_or(&h, name, tenant),
                     h.end_of_stream,
                 );
+                if self.driver.is_ours() {
+                    self.head = Some(h);
+                }
                 self.carry(Message::RequestHeaders, action)
             }
             Request::RequestBody(b) => {
@@ -339,7 +346,11 @@ impl<E: Environment> Session<E> {
         }
         let (common, mode) = match action {
             // The message's answer waits for the call (the stream's driver makes it).
-            Action::Call { call, timeout } => {
+            Action::Call { mut call, timeout } => {
+                if let Some(head) = self.head.take() {
+                    call.headers
+                        .extend(responses_core::call::forwarded(|name| read(&head, name)));
+                }
                 self.call = Some((call, timeout));
                 return Vec::new();
             }
