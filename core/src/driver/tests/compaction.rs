@@ -497,3 +497,64 @@ fn call_answer_late(t: &mut Test, id: CallId) -> Action {
     let now = t.at(9);
     t.d.call_end(now, id)
 }
+
+/// With sealed items bound to a tenant, an automatic compaction's item is sealed for the
+/// exchange's tenant: it opens for that tenant's next request and is refused for another's.
+#[test]
+fn the_compaction_item_is_bound_to_the_exchanges_tenant() {
+    let mut settings = keyed();
+    settings.seal_tenant_header = Some("x-tenant".into());
+    let settings = Arc::new(settings);
+    let head = |tenant: &'static str| {
+        [
+            (":method", "POST"),
+            (":path", "/v1/responses"),
+            ("x-tenant", tenant),
+        ]
+    };
+    let mut t = Test {
+        d: Driver::new(settings.clone(), Fixed, Gathering::Pieces),
+        t0: Instant::now(),
+    };
+    assert!(matches!(t.head(0, &head("a"), false), Action::ReadBody(_)));
+    let body = long(false, 10).to_string();
+    let Action::Call { call, .. } = t.body(1, &[body.as_bytes()], true) else {
+        panic!("no call")
+    };
+    assert!(matches!(
+        call_answer(&mut t, call.id, 5, 200, SUMMARY),
+        Action::Forward { .. }
+    ));
+    assert!(matches!(
+        t.answer_head(6, "200", "application/json", false),
+        Action::ReadBody(_)
+    ));
+    let Action::Answer { answer, .. } = t.answer(7, &[CHAT], true) else {
+        panic!("not answered")
+    };
+    let item = serde_json::from_slice::<Value>(&answer.body).unwrap()["output"][0].clone();
+    assert_eq!(item["type"], "compaction");
+    for (tenant, opens) in [("a", true), ("b", false)] {
+        let mut t = Test {
+            d: Driver::new(settings.clone(), Fixed, Gathering::Pieces),
+            t0: Instant::now(),
+        };
+        assert!(matches!(
+            t.head(0, &head(tenant), false),
+            Action::ReadBody(_)
+        ));
+        let next = json!({"model": "m", "input": [item, {"role": "user", "content": "more"}]});
+        let body = next.to_string();
+        match t.body(1, &[body.as_bytes()], true) {
+            Action::Forward { request, .. } => {
+                assert!(opens, "{tenant}: opened");
+                assert!(request.body.windows(6).any(|w| w == b"talked"));
+            }
+            Action::Reply { error, .. } => {
+                assert!(!opens, "{tenant}: refused");
+                assert_eq!(code(&error), "invalid_encrypted_content");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
