@@ -455,7 +455,7 @@ fn python_openai_sdk_compact_then_a_new_chain() {
 /// the compacted window. ext_proc only: the module refuses the field (a 400).
 #[test]
 fn python_openai_sdk_context_management_compacts_and_feeds_the_item_back() {
-    if !common::only_ext_proc("the module refuses context_management") {
+    if !common::only_ext_proc("the module refuses a due compaction") {
         return;
     }
     use responses_core::translate::compact::{CONTEXT_PREFIX, PROMPT};

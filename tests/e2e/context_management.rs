@@ -98,12 +98,13 @@ fn texts(chat: &Value) -> String {
 
 #[tokio::test]
 async fn over_the_threshold_json_and_sse_start_with_the_compaction_item() {
-    if !only_ext_proc("the module refuses context_management (see module_mode_refuses...)") {
+    if !only_ext_proc("the module refuses a due compaction (module_mode_refuses_...)") {
         return;
     }
     let upstream =
         ScriptedUpstream::with_replies([summary(), answer(), summary(), streamed_answer()]);
-    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let metrics = format!("127.0.0.1:{}", crate::common::free_port());
+    let stack = Stack::with_websocket(upstream.port(), &["--metrics-listen", &metrics]);
 
     // JSON.
     let (status, content_type, text) = post(&stack, &long(false, 50)).await;
@@ -186,6 +187,21 @@ async fn over_the_threshold_json_and_sse_start_with_the_compaction_item() {
     assert_eq!(got.len(), 4);
     assert_eq!(got[2].json()["stream"], false);
     assert_eq!(got[3].json()["stream"], true);
+    // Counted by outcome, once each exchange ended.
+    let exported = client()
+        .get(format!("http://{metrics}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        exported
+            .lines()
+            .any(|l| l == "responses_extproc_compactions_total{outcome=\"compacted\"} 2"),
+        "{exported}"
+    );
 
     // The client carries the item on: its history with the output appended, under a
     // threshold it no longer crosses, reaches the upstream as the compacted window.
@@ -212,7 +228,7 @@ async fn over_the_threshold_json_and_sse_start_with_the_compaction_item() {
 
 #[tokio::test]
 async fn below_the_threshold_or_without_the_field_nothing_changes() {
-    if !only_ext_proc("the module refuses context_management") {
+    if !only_ext_proc("the module refuses a due compaction") {
         return;
     }
     let upstream = ScriptedUpstream::with_replies([answer(), answer()]);
@@ -242,7 +258,7 @@ async fn below_the_threshold_or_without_the_field_nothing_changes() {
 /// naming the compaction step, and the turn is never sent.
 #[tokio::test]
 async fn a_failing_hanging_or_garbage_side_call_ends_with_its_envelope() {
-    if !only_ext_proc("the module refuses context_management") {
+    if !only_ext_proc("the module refuses a due compaction") {
         return;
     }
     let gate = Gate::new();
@@ -323,24 +339,29 @@ async fn bad_entries_are_refused_naming_the_param() {
 }
 
 #[tokio::test]
-async fn module_mode_refuses_context_management_with_a_400() {
+async fn module_mode_refuses_a_due_compaction_with_a_400() {
     if !only_module("the processor serves context_management") {
         return;
     }
     let upstream = ScriptedUpstream::start();
     let stack = Stack::start(upstream.port(), &[]);
-    let (status, _, text) = post(&stack, &long(false, 100_000)).await;
+    let (status, _, text) = post(&stack, &long(false, 50)).await;
     assert_eq!(status, 400, "{text}");
     let v = json_of(&text);
     assert_eq!(v["error"]["code"], "unsupported_parameter", "{v}");
     assert_eq!(v["error"]["param"], "context_management", "{v}");
     assert!(upstream.requests().is_empty());
-    // Without a threshold the field asks for nothing this server would do: accepted.
+    // Under its threshold (or without one) the field asks for nothing yet: answered.
     upstream.push(answer());
-    let mut body = long(false, 50);
-    body["context_management"] = json!([{"type": "compaction"}]);
-    let (status, _, text) = post(&stack, &body).await;
-    assert_eq!(status, 200, "{text}");
+    upstream.push(answer());
+    for threshold in [json!(100_000), Value::Null] {
+        let mut body = long(false, 50);
+        body["context_management"] =
+            json!([{"type": "compaction", "compact_threshold": threshold}]);
+        let (status, _, text) = post(&stack, &body).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    assert_eq!(upstream.requests().len(), 2);
 }
 
 /// The WebSocket transport (the processor's): the same compaction before the response's own
@@ -351,7 +372,7 @@ async fn on_the_websocket_the_compaction_leads_the_response() {
     use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     use tokio_tungstenite::tungstenite::Message;
-    if !only_ext_proc("the module refuses context_management") {
+    if !only_ext_proc("the module refuses a due compaction") {
         return;
     }
     let upstream =

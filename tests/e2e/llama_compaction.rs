@@ -50,7 +50,7 @@ async fn a_long_conversation_completes_with_compaction_and_overflows_without() {
         eprintln!("opt-in: set RESPONSES_E2E_LLAMA_COMPACTION=1");
         return;
     }
-    if !only_ext_proc("the module refuses context_management") {
+    if !only_ext_proc("the module refuses a due compaction") {
         return;
     }
     let llama = LlamaServer::start(512).await;

@@ -137,7 +137,7 @@ pub struct Options {
     /// `context_management`'s threshold.
     pub compaction_bytes_per_token: u32,
     /// The host can make the summarising call of an automatic compaction (`context_management`);
-    /// a host that cannot refuses the field rather than ignoring it.
+    /// a host that cannot refuses a request whose compaction is due rather than skipping it.
     pub automatic_compaction: bool,
 }
 

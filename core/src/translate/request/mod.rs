@@ -210,13 +210,6 @@ fn translate_fields(
     // Codex sends its installation/session ids here: client bookkeeping, not for the model.
     req.skip_object("client_metadata")?;
     let threshold = openai_platform_options(&mut req)?;
-    if threshold.is_some() && !options.automatic_compaction {
-        return Err(bad_value(
-            "context_management",
-            "Automatic compaction (context_management) is not available in this deployment (the Envoy dynamic module makes no summarising calls yet): compact with POST /v1/responses/compact, or serve this route with the ext_proc processor.",
-        )
-        .with_code(ErrorCode::UnsupportedParameter));
-    }
     if threshold.is_some() && options.keyring.is_none() {
         // Its summary could only travel sealed: refused whatever the estimate, so that a
         // client learns it at once rather than at the turn that crosses the threshold.
@@ -523,6 +516,14 @@ fn translate_fields(
                 threshold,
             })
         });
+    if compaction_due.is_some() && !options.automatic_compaction {
+        // Never a compaction silently skipped: the client learns it the turn one is due.
+        return Err(bad_value(
+            "context_management",
+            "Automatic compaction (context_management) is not available in this deployment (the Envoy dynamic module makes no summarising calls yet), and this request's estimate crossed its compact_threshold: compact with POST /v1/responses/compact, or serve this route with the ext_proc processor.",
+        )
+        .with_code(ErrorCode::UnsupportedParameter));
+    }
     Ok(Translated {
         body,
         plan,
