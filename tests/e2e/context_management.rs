@@ -3,7 +3,7 @@
 //! credentials, under `override_message_timeout`), then the turn on the compacted window, the
 //! `compaction` item leading the output (JSON and SSE); a side call that fails, hangs or
 //! answers garbage ends the exchange with its envelope; bad entries are 400s naming the
-//! param. Module mode refuses the field (a documented 400).
+//! param. Module mode refuses a due compaction (a documented 400).
 
 use std::time::{Duration, Instant};
 

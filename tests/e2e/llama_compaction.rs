@@ -2,7 +2,7 @@
 //! against a real llama-server with a 512-token context, a 30-turn conversation that keeps
 //! appending its output completes every turn with `context_management`, where the same
 //! conversation without it ends in `context_length_exceeded`. ext_proc mode (the module
-//! refuses the field).
+//! refuses a due compaction).
 
 use std::time::{Duration, Instant};
 
