@@ -12,17 +12,16 @@
 # the demo upstream (unless UPSTREAM_URL is set), the processor and Envoy, sends one plain and
 # one streaming request, and then keeps everything running until Ctrl-C.
 # MODE=module: Envoy runs envoy/envoy-module.yaml and translates in-process with the dynamic
-# module (target/release/libresponses_module.so, found through ENVOY_DYNAMIC_MODULES_SEARCH_PATH);
-# the processor still runs, for the WebSocket transport only, with the same sealing keys (a key
-# file made for the demo, given to both).
+# module (target/release/libresponses_module.so, found through ENVOY_DYNAMIC_MODULES_SEARCH_PATH),
+# the WebSocket transport included: no processor runs, nothing but Envoy (and the upstream).
 # Logs: target/demo/{upstream,processor,envoy}.log; Envoy's access log: target/demo/access.log.
-# Ports: 10000 (Envoy), 9901 (Envoy admin),
-# 50051 (processor), 9464 (processor metrics), 18080 (demo upstream); they must be free.
+# Ports: 10000 (Envoy), 9901 (Envoy admin), 18080 (demo upstream), and in ext_proc mode
+# 50051 (processor), 50052 (its WebSocket listener), 9464 (its metrics); they must be free.
 # UPSTREAM_URL must be http://host[:port] (https is not supported here: the upstream cluster
 # in envoy/envoy.yaml has no TLS transport socket).
 # OTLP_ENDPOINT=host:port (an OTLP/gRPC receiver: an OpenTelemetry Collector, Jaeger, ...)
-# turns traces on: Envoy's tracer (envoy/examples/tracing.yaml spliced in) and the processor
-# (--otlp-endpoint) both export there, every request traced.
+# turns traces on: Envoy's tracer (envoy/examples/tracing.yaml spliced in) and, in ext_proc
+# mode, the processor (--otlp-endpoint) both export there, every request traced.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -124,7 +123,8 @@ if [ -n "${OTLP_ENDPOINT:-}" ]; then
   fi
 fi
 
-PORTS=(10000 9901 50051 50052)
+PORTS=(10000 9901)
+[ "$MODE" = module ] || PORTS+=(50051 50052 9464)
 [ -n "$UPSTREAM_HOST" ] || PORTS+=(18080)
 for port in "${PORTS[@]}"; do
   if listening "$port"; then
@@ -133,27 +133,18 @@ for port in "${PORTS[@]}"; do
 done
 
 mkdir -p "$LOG_DIR"
+# This run's logs only (a processor.log says a processor ran).
+rm -f "$LOG_DIR"/*.log
 ENVOY_BIN="$(bash "$ROOT/deploy/install-envoy.sh")"
 
 CONFIG="$LOG_DIR/envoy.yaml"
 PROCESSOR_ARGS=(--listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ws-listen 127.0.0.1:50052)
 if [ "$MODE" = module ]; then
-  say "demo: cargo build --release -p responses-extproc -p responses-module"
-  cargo build --release -p responses-extproc -p responses-module >&2
+  # The module alone (the demo upstream is a binary of the root crate).
+  say "demo: cargo build --release -p responses-module"
+  cargo build --release -p responses-module >&2
+  [ -n "$UPSTREAM_HOST" ] || cargo build --release --bin demo-upstream >&2
   cp "$ROOT/envoy/envoy-module.yaml" "$CONFIG"
-  # One key file for both translators: what the module seals, the WebSocket processor opens.
-  KEYS="$LOG_DIR/reasoning-keys"
-  (umask 077 && printf 'demo:%s\n' "$(head -c 32 /dev/urandom | base64)" >"$KEYS")
-  PROCESSOR_ARGS+=(--reasoning-keys-file "$KEYS")
-  python3 - "$CONFIG" "$KEYS" <<'PY'
-import json, sys
-path, keys = sys.argv[1], sys.argv[2]
-config = open(path).read()
-empty = "                value: |\n                  {}\n"
-assert config.count(empty) == 1, "envoy-module.yaml: the filter_config value {} not found once"
-settings = json.dumps({"reasoning_keys_file": keys})
-open(path, "w").write(config.replace(empty, f"                value: |\n                  {settings}\n"))
-PY
   export ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$ROOT/target/release"
 else
   say "demo: cargo build --release"
@@ -205,6 +196,10 @@ config = open(path).read()
 anchor = "          stat_prefix: responses\n"
 assert config.count(anchor) == 1, "envoy.yaml: stat_prefix line not found once"
 config = config.replace(anchor, anchor + piece("hcm_tracing", 10))
+# Module mode: the internal listener the WebSocket transport's Chat requests enter traces too.
+loopback = "          stat_prefix: responses_loopback\n"
+if config.count(loopback) == 1:
+    config = config.replace(loopback, loopback + piece("hcm_tracing", 10))
 cluster = piece("cluster", 2)
 assert cluster.count("address: 127.0.0.1") == 1 and cluster.count("port_value: 4317") == 1
 cluster = cluster.replace("address: 127.0.0.1", f"address: {host}").replace(
@@ -213,7 +208,11 @@ before = "  # The Chat Completions server"
 assert config.count(before) == 1, "envoy.yaml: the upstream cluster's comment not found once"
 open(path, "w").write(config.replace(before, cluster + before))
 PY
-  say "demo: traces to $OTLP_HOST:$OTLP_PORT (Envoy and the processor)"
+  if [ "$MODE" = module ]; then
+    say "demo: traces to $OTLP_HOST:$OTLP_PORT (Envoy, the module's spans among them)"
+  else
+    say "demo: traces to $OTLP_HOST:$OTLP_PORT (Envoy and the processor)"
+  fi
 fi
 if [ -n "$UPSTREAM_HOST" ]; then
   # The upstream cluster is the last one in envoy.yaml: rewrite its address and port only.
@@ -230,15 +229,17 @@ if [ -z "$UPSTREAM_HOST" ]; then
   start upstream "$ROOT/target/release/demo-upstream" --listen 127.0.0.1:18080
   wait_for "the demo upstream on :18080" listening 18080
 fi
-[ -z "$OTLP_HOST" ] || PROCESSOR_ARGS+=(--otlp-endpoint "http://$OTLP_HOST:$OTLP_PORT")
-start processor "$BIN" "${PROCESSOR_ARGS[@]}"
-wait_for "the processor on :50051" listening 50051
+if [ "$MODE" = extproc ]; then
+  [ -z "$OTLP_HOST" ] || PROCESSOR_ARGS+=(--otlp-endpoint "http://$OTLP_HOST:$OTLP_PORT")
+  start processor "$BIN" "${PROCESSOR_ARGS[@]}"
+  wait_for "the processor on :50051" listening 50051
+fi
 start envoy "$ENVOY_BIN" -c "$CONFIG" --use-dynamic-base-id --log-level warn
 wait_for "Envoy on :10000" curl -s -o /dev/null --max-time 2 "$BASE/v1/responses"
 
 say ""
 if [ "$MODE" = module ]; then
-  say "demo: ready (module mode: the translation runs inside Envoy). A request:"
+  say "demo: ready (module mode: the translation runs inside Envoy, no other process). A request:"
 else
   say "demo: ready. A request:"
 fi
@@ -251,6 +252,67 @@ say "demo: the same, streamed:"
 say "\$ curl -sN localhost:10000/v1/responses -H 'content-type: application/json' -d '{\"model\":\"m\",\"input\":\"hi\",\"stream\":true}'"
 curl -sN --max-time 60 "$BASE/v1/responses" -H 'content-type: application/json' \
   -d '{"model":"m","input":"hi","stream":true}'
+echo
+
+say ""
+say "demo: the same over the WebSocket transport (ws://localhost:10000/v1/responses), one"
+say "response.create; the events' types, then the last one:"
+# A minimal client of the standard library's (RFC 6455: one masked text frame out, frames in).
+python3 - <<'PY'
+import base64, json, os, socket, struct, sys
+
+s = socket.create_connection(("127.0.0.1", 10000), timeout=60)
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall((f"GET /v1/responses HTTP/1.1\r\nHost: localhost:10000\r\nUpgrade: websocket\r\n"
+           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+buf = b""
+while b"\r\n\r\n" not in buf:
+    chunk = s.recv(4096)
+    if not chunk:
+        sys.exit("demo: the upgrade got no answer")
+    buf += chunk
+head, buf = buf.split(b"\r\n\r\n", 1)
+if not head.startswith(b"HTTP/1.1 101"):
+    sys.exit("demo: the upgrade was refused: " + head.decode(errors="replace"))
+
+def send(opcode, payload):
+    mask = os.urandom(4)
+    n = len(payload)
+    size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n)
+    s.sendall(bytes([0x80 | opcode]) + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+def need(n):
+    global buf
+    while len(buf) < n:
+        chunk = s.recv(65536)
+        if not chunk:
+            sys.exit("demo: the socket closed early")
+        buf += chunk
+    out, buf = buf[:n], buf[n:]
+    return out
+
+send(1, json.dumps({"type": "response.create", "model": "m", "input": "hi"}).encode())
+types, message = [], b""
+while True:
+    b0, b1 = need(2)
+    n = b1 & 0x7F
+    n = struct.unpack(">H", need(2))[0] if n == 126 else struct.unpack(">Q", need(8))[0] if n == 127 else n
+    payload = need(n)
+    if b0 & 0x0F == 8:
+        sys.exit("demo: the socket closed before the response ended")
+    if b0 & 0x0F in (0, 1):
+        message += payload
+        if not b0 & 0x80:
+            continue
+        event, message = json.loads(message), b""
+        types.append(event["type"])
+        if event["type"] in ("response.completed", "response.failed", "response.incomplete", "error"):
+            break
+print(" ".join(types), file=sys.stderr)
+print(json.dumps(event, separators=(",", ":")))
+send(8, struct.pack(">H", 1000))
+PY
 echo
 
 # Envoy writes access log lines in batches (about once a second).
@@ -288,9 +350,11 @@ demo: running until Ctrl-C (logs in target/demo/). Try:
   curl -s localhost:9901/stats | grep ext_proc  # Envoy's ext_proc counters
   curl -s localhost:9901/stats | grep responses_module  # module mode: the module's stats
   curl -s localhost:9464/metrics                # the processor's Prometheus metrics
+  # The WebSocket transport: any OpenResponses WebSocket client on ws://localhost:10000/v1/responses,
+  # e.g. openai-python: OpenAI(base_url="http://localhost:10000/v1", api_key="x").responses.connect()
 TXT
 
-# Until Ctrl-C, or until one of the three exits.
+# Until Ctrl-C, or until one of them exits.
 while true; do
   check_children
   sleep 1

@@ -217,14 +217,18 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         .set_not_serving::<ExternalProcessorServer<Processor>>()
         .await;
     let _ = stop_tx.send(());
-    // WebSocket connections finish their response in flight, then close (1001).
+    // WebSocket connections finish their response in flight (up to the drain period), then
+    // close (1001): their close frames get a moment more.
     let ws_drained = async {
         if let Some(ws) = &ws {
-            ws.drain().await;
+            let grace = config.drain_seconds + responses_core::connection::DRAIN_CLOSE_MARGIN;
+            if tokio::time::timeout(grace, ws.drain()).await.is_err() {
+                tracing::warn!("drain period over; exiting with WebSocket connections still open");
+            }
         }
     };
-    let drained = async { tokio::join!(server, ws_drained).0 };
-    match tokio::time::timeout(config.drain_seconds, drained).await {
+    let server_drained = tokio::time::timeout(config.drain_seconds, server);
+    match tokio::join!(server_drained, ws_drained).0 {
         Ok(result) => result?,
         Err(_) => tracing::warn!("drain period over; exiting with exchanges still open"),
     }

@@ -68,6 +68,12 @@ pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
 /// what lets an error event overtake the reset that closing a socket with unread bytes causes.
 pub const CLOSE_LINGER: Duration = Duration::from_millis(250);
 
+/// How much longer than its drain time a host waits for its sockets before it exits: they end
+/// the responses still in flight at the drain time and close (1001), then wait up to
+/// [`CLOSE_LINGER`] for the client's close frame, and their last bytes must leave first.
+pub const DRAIN_CLOSE_MARGIN: Duration = Duration::from_secs(1);
+const _: () = assert!(DRAIN_CLOSE_MARGIN.as_millis() > 2 * CLOSE_LINGER.as_millis());
+
 /// The limits of one connection (the host enforces the count of connections).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -370,14 +376,44 @@ impl<E: Environment> Connection<E> {
         self.phase == Phase::Closed
     }
 
+    /// Whether the client's bytes still mean anything: false once the connection has stopped
+    /// reading for good (closed, or a frame it could not read); a host then drops them.
+    pub fn reading(&self) -> bool {
+        self.phase != Phase::Closed && !self.read_failed
+    }
+
     // ---- inputs ----
 
     /// Bytes from the client.
-    pub fn handle_bytes(&mut self, now: Instant, mut bytes: &[u8]) {
+    pub fn handle_bytes(&mut self, now: Instant, bytes: &[u8]) {
+        self.read(now, bytes, false);
+    }
+
+    /// Bytes from the client, read only while the connection wants them
+    /// ([`Connection::wants_input`]): returns how many it read. A host that cannot stop its
+    /// transport from reading but can hold what it read (the module: Envoy's buffer, which
+    /// stops reading the client when full) keeps the rest and offers it again once the
+    /// connection wants input.
+    pub fn read_bytes(&mut self, now: Instant, bytes: &[u8]) -> usize {
+        self.read(now, bytes, true)
+    }
+
+    fn read(&mut self, now: Instant, mut bytes: &[u8], bounded: bool) -> usize {
         self.now = now;
-        while !bytes.is_empty() && self.phase != Phase::Closed && !self.read_failed {
+        let offered = bytes.len();
+        while !bytes.is_empty()
+            && self.phase != Phase::Closed
+            && !self.read_failed
+            && (!bounded || self.wants_input())
+        {
             match self.decoder.decode(&mut bytes) {
-                Ok(Some(message)) => self.on_message(now, message),
+                Ok(Some(message)) => {
+                    self.on_message(now, message);
+                    if bounded {
+                        // What can start starts, so that the queue holds only what waits.
+                        self.pump(now);
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => {
                     self.read_failed = true;
@@ -396,6 +432,7 @@ impl<E: Environment> Connection<E> {
             }
         }
         self.pump(now);
+        offered - bytes.len()
     }
 
     /// The head of a call's answer (`status`; `header` looks up its headers by lowercase
@@ -544,6 +581,23 @@ impl<E: Environment> Connection<E> {
             _ => {}
         }
         self.pump(now);
+    }
+
+    /// The host failed under the connection (a panic in its code): the response in flight is
+    /// cut, its call stopped, and the connection ends at once with 1011 (its close frame sent
+    /// if none was).
+    pub fn fail(&mut self, now: Instant) {
+        self.now = now;
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.cut(now);
+        self.drop_queue();
+        if self.phase == Phase::Open {
+            self.frame(&encode::close(CloseCode::INTERNAL_ERROR, "internal error"));
+        }
+        self.phase = Phase::Closed;
+        self.tell_closed(CloseCode::INTERNAL_ERROR, "internal error");
     }
 
     /// The transport ended (the client went, or the host gave up on it): a response in flight
@@ -1343,6 +1397,23 @@ fn full_input(
             (items, bytes)
         }
     })
+}
+
+/// Whether a request head opens the WebSocket transport: the Responses path (its query aside)
+/// asking for `websocket`, by `upgrade` (HTTP/1.1, and the form Envoy's HTTP/2 codec hands its
+/// filters an extended CONNECT in) or by `:protocol` (an extended CONNECT as sent). Whether
+/// the upgrade is accepted is the handshake's
+/// ([`negotiate`](crate::websocket::handshake::negotiate)).
+pub fn opens<'h>(settings: &Settings, header: impl Fn(&str) -> Option<&'h str>) -> bool {
+    let path = header(":path").unwrap_or_default();
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let websocket = |name: &str| {
+        header(name).is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("websocket"))
+        })
+    };
+    path == settings.responses_path && (websocket("upgrade") || websocket(":protocol"))
 }
 
 fn message_too_large(limit: usize) -> ApiError {

@@ -198,8 +198,6 @@ pub struct Driver<E = System> {
     gathering: Gathering,
     phase: Phase,
     life: Life,
-    /// The id of the next call.
-    next_call: u64,
 }
 
 /// Why a call of [`Action::Call`] brought no whole answer.
@@ -219,7 +217,6 @@ impl<E: Environment> Driver<E> {
             gathering,
             phase: Phase::Start,
             life: Life::default(),
-            next_call: 0,
         }
     }
 
@@ -661,8 +658,8 @@ impl<E: Environment> Driver<E> {
                 }
             }
             RequestStep::Call(request) => {
-                let id = CallId(self.next_call);
-                self.next_call += 1;
+                // An exchange makes at most one call of its own (its compaction's).
+                let id = CallId(0);
                 self.set_stage(Stage::Calling(id));
                 self.life.call_started();
                 let call = call::chat(id, &self.settings, request, &[]);

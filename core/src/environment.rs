@@ -5,6 +5,11 @@
 pub trait Environment {
     fn now(&self) -> u64;
     fn id_seed(&self) -> u128;
+    /// The monotonic clock a host reads for the `now` of the core's inputs (timers compare
+    /// with it): the real one, unless a test host moves its own.
+    fn instant(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
 }
 
 /// The real clock and OS randomness.

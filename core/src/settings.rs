@@ -261,6 +261,9 @@ pub const DEFAULT_WS_MAX_CONNECTIONS: usize = 1024;
 pub const DEFAULT_WS_MAX_AGE: u64 = 3600;
 /// Default of `ws_idle_timeout`, in seconds.
 pub const DEFAULT_WS_IDLE_TIMEOUT: u64 = 300;
+/// How long the responses in flight may run once the host drains, by default, in seconds:
+/// the processor's `--drain-seconds`, the module's bootstrap extension's `drain_seconds`.
+pub const DEFAULT_DRAIN_SECONDS: u64 = 30;
 /// Default of `ws_max_connections_per_key`.
 pub const DEFAULT_WS_MAX_CONNECTIONS_PER_KEY: usize = 64;
 /// Default of `ws_key_header`.

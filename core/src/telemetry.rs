@@ -253,6 +253,18 @@ pub fn refused_attributes(status: u16, code: &str) -> [Attribute<'_>; 5] {
     ]
 }
 
+/// W3C's `traceparent` for a span a host knows by its ids (lowercase hex: 32 for the trace, 16
+/// for the span, neither all zeros), sampled: the header a call carries so that the spans made
+/// for it are the span's children. `None` for ids of another form (another tracer's).
+pub fn traceparent(trace_id: &str, span_id: &str) -> Option<String> {
+    let hex = |id: &str, len: usize| {
+        id.len() == len
+            && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            && id.bytes().any(|b| b != b'0')
+    };
+    (hex(trace_id, 32) && hex(span_id, 16)).then(|| format!("00-{trace_id}-{span_id}-01"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +272,24 @@ mod tests {
     use crate::openresponses::Usage;
     use crate::translate::Params;
     use std::time::Duration;
+
+    #[test]
+    fn a_traceparent_is_made_of_w3c_ids_only() {
+        let trace = "0af7651916cd43dd8448eb211c80319c";
+        assert_eq!(
+            traceparent(trace, "b7ad6b7169203331").as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        for (t, s) in [
+            (trace, "b7ad6b716920333"),
+            (trace, "B7AD6B7169203331"),
+            (trace, "0000000000000000"),
+            ("0".repeat(32).as_str(), "b7ad6b7169203331"),
+            ("123", "b7ad6b7169203331"),
+        ] {
+            assert_eq!(traceparent(t, s), None, "{t} {s}");
+        }
+    }
 
     fn get<'a>(a: &'a [Attribute<'a>], key: &str) -> Option<Value<'a>> {
         a.iter().find(|kv| kv.key == key).map(|kv| kv.value)

@@ -43,12 +43,18 @@ use crate::host::ffi::{
 };
 use crate::host::{self, Level};
 
-/// How long a shutdown waits for the watching streams by default (the processor's
-/// `--drain-seconds` default; one setting once the settings table has the transport's).
-const DRAIN_SECONDS: u64 = 30;
+/// How long the streams told of the drain have, by default (the processor's
+/// `--drain-seconds` default).
+const DRAIN_SECONDS: u64 = responses_core::settings::DEFAULT_DRAIN_SECONDS;
 
 /// The config's `drain_seconds`.
 static DRAIN: AtomicU64 = AtomicU64::new(DRAIN_SECONDS);
+
+/// How long the responses in flight may run once Envoy drains (the extension's
+/// `drain_seconds`; its default without the extension, which then tells no filter).
+pub fn drain_time() -> Duration {
+    Duration::from_secs(DRAIN.load(Ordering::Relaxed))
+}
 /// The config's scheduler (Envoy's main thread), while the config lives.
 static MAIN: Mutex<Option<MainThread>> = Mutex::new(None);
 /// Envoy's shutdown completion, until the streams are done.
@@ -203,9 +209,9 @@ pub extern "C" fn envoy_dynamic_module_on_bootstrap_extension_shutdown(
             return Err(completion);
         }
         *lock(&COMPLETION) = Some(completion);
-        let grace = Duration::from_secs(DRAIN.load(Ordering::Relaxed));
+        let grace = drain_time();
         let told = host::timers().shutdown(
-            Instant::now() + grace,
+            Instant::now() + grace + responses_core::connection::DRAIN_CLOSE_MARGIN,
             Box::new(|| {
                 if let Some(main) = lock(&MAIN).as_ref() {
                     main.commit(SHUTDOWN_DONE);

@@ -2,9 +2,10 @@
 //! same settings, names and defaults as the processor's flags, `responses_core::settings`),
 //! the sealing keys, and the Envoy stats the filter records (the core's metrics schema).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use chacha20poly1305::aead::{rand_core::RngCore, OsRng};
+use responses_core::connection::admission::Admission;
 use responses_core::exchange;
 use responses_core::metrics::{Kind, Labels, Metric};
 use responses_core::settings::{ExchangeConfig, KeySource};
@@ -49,6 +50,32 @@ pub struct FilterConfig {
     pub labels: Labels,
     /// Where the sealing keys came from (logged once).
     pub key_source: KeySource,
+    /// The WebSocket transport's settings.
+    pub socket: SocketConfig,
+}
+
+/// What the filter needs to serve the WebSocket transport besides the exchange's settings.
+#[derive(Debug)]
+pub struct SocketConfig {
+    /// Each connection's limits (`ws_*`).
+    pub limits: responses_core::connection::Limits,
+    /// Which upgrades are taken (the core's rules: the count, the quota per caller, origins,
+    /// the drain) and the memory budget, across every worker this config serves. Per config,
+    /// as each of the processor's listeners has its own: a listener Envoy replaces counts
+    /// anew while the old one's sockets drain.
+    admission: Mutex<Admission>,
+    /// `upstream_cluster`: where each response's Chat call goes.
+    pub upstream_cluster: String,
+}
+
+impl SocketConfig {
+    /// The admission's lock: its state stays consistent even if a holder panicked (the
+    /// lock is never held across a call into Envoy).
+    pub fn admission(&self) -> MutexGuard<'_, Admission> {
+        self.admission
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A random sealing key for this process, the same for every filter config (an Envoy
@@ -101,6 +128,11 @@ impl FilterConfig {
             metrics,
             labels: Labels::new(config.label_policy()),
             key_source,
+            socket: SocketConfig {
+                limits: config.socket_limits(),
+                admission: Mutex::new(Admission::new(config.admission_rules())),
+                upstream_cluster: config.upstream_cluster.clone(),
+            },
         })
     }
 }

@@ -10,7 +10,7 @@
 //! timer firing, the drain, the watermarks), delivering what Envoy reports inline (a reset the
 //! filter asked for) after the filter's call returns, as the host layer does.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +36,23 @@ impl Environment for Fixed {
     }
     fn id_seed(&self) -> u128 {
         42
+    }
+    /// The real clock, moved on by [`FakeEnvoy::wait`] and by the timers the fake fires.
+    fn instant(&self) -> Instant {
+        Instant::now() + SKEW.with(Cell::get)
+    }
+}
+
+thread_local! {
+    /// How far this thread's fake clock is ahead of the real one.
+    static SKEW: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
+
+/// Moves this thread's fake clock on to `at`, if it is not there yet.
+fn advance_to(at: Instant) {
+    let now = Fixed.instant();
+    if at > now {
+        SKEW.with(|s| s.set(s.get() + (at - now)));
     }
 }
 
@@ -134,6 +151,13 @@ pub struct FakeHost {
     pub write_blocked: bool,
     /// What Envoy reported from inside the filter's calls, delivered when the call returns.
     pub reported: VecDeque<Deferred>,
+    /// The request body Envoy keeps in its buffer (a body hook returned `Keep`), read before
+    /// the piece of the current hook.
+    pub buffered_request: Vec<u8>,
+    /// The protocol the request came on (`HTTP/1.1` when unset).
+    pub protocol: Option<String>,
+    /// The child spans the filter made, in order (`SpanRef::fake_child(i)` is the `i`th).
+    pub children: Vec<FakeSpan>,
 }
 
 /// The answer a filter sends itself ([`Terminal::send_headers`] and the rest).
@@ -230,17 +254,20 @@ impl Host for FakeHost {
     }
 
     fn body(&self, side: Side) -> Vec<&[u8]> {
+        let kept: &[u8] = match side {
+            Side::Request => &self.buffered_request,
+            Side::Response => &[],
+        };
         let piece = &self.received[index(side)];
-        if piece.is_empty() {
-            Vec::new()
-        } else {
-            // Envoy hands a piece over as slices; two, to exercise that.
-            let (a, b) = piece.split_at(piece.len() / 2);
-            [a, b].into_iter().filter(|s| !s.is_empty()).collect()
-        }
+        // Envoy hands a piece over as slices; two, to exercise that.
+        let (a, b) = piece.split_at(piece.len() / 2);
+        [kept, a, b].into_iter().filter(|s| !s.is_empty()).collect()
     }
 
     fn drain_body(&mut self, side: Side) {
+        if side == Side::Request {
+            self.buffered_request.clear();
+        }
         self.received[index(side)].clear();
     }
 
@@ -315,9 +342,8 @@ impl Host for FakeHost {
         self.span.is_some().then(SpanRef::fake)
     }
 
-    fn tag_span(&mut self, _span: SpanRef, tags: &[(&str, &str)]) {
-        let span = self.span.as_mut().expect("a span the host gave");
-        if let Some(span) = span.open() {
+    fn tag_span(&mut self, span: SpanRef, tags: &[(&str, &str)]) {
+        if let Some(span) = self.fake_span(span).open() {
             span.tag_calls += 1;
             for (key, value) in tags {
                 span.tags.insert(key.to_string(), value.to_string());
@@ -325,17 +351,34 @@ impl Host for FakeHost {
         }
     }
 
-    fn rename_span(&mut self, _span: SpanRef, name: &str) {
-        let span = self.span.as_mut().expect("a span the host gave");
-        if let Some(span) = span.open() {
+    fn rename_span(&mut self, span: SpanRef, name: &str) {
+        if let Some(span) = self.fake_span(span).open() {
             span.name = Some(name.to_owned());
         }
     }
 
-    fn span_event(&mut self, _span: SpanRef, event: &str) {
-        let span = self.span.as_mut().expect("a span the host gave");
-        if let Some(span) = span.open() {
+    fn span_event(&mut self, span: SpanRef, event: &str) {
+        if let Some(span) = self.fake_span(span).open() {
             span.events.push(event.to_owned());
+        }
+    }
+}
+
+impl FakeHost {
+    /// The filter's own answer ended (`end`): Envoy ends the stream, and reports it complete
+    /// from inside the call that ended it.
+    fn end_answer(&mut self, end: bool) {
+        if end {
+            self.answer.ended = true;
+            self.reported.push_back(Deferred::StreamComplete);
+        }
+    }
+
+    /// The span a reference the host gave names: the stream's, or a child.
+    fn fake_span(&mut self, span: SpanRef) -> &mut FakeSpan {
+        match span.fake_child_index() {
+            None => self.span.as_mut().expect("a span the host gave"),
+            Some(i) => self.children.get_mut(i).expect("a child the host made"),
         }
     }
 }
@@ -350,14 +393,14 @@ impl Terminal for FakeHost {
             "a head without :status: {headers:?}"
         );
         self.answer.headers = Some(owned(headers));
-        self.answer.ended = end;
+        self.end_answer(end);
     }
 
     fn send_data(&mut self, bytes: &[u8], end: bool) {
         assert!(self.answer.headers.is_some(), "answer data before its head");
         assert!(!self.answer.ended, "answer data after its end");
         self.answer.body.extend_from_slice(bytes);
-        self.answer.ended = end;
+        self.end_answer(end);
     }
 
     fn send_trailers(&mut self, trailers: &[(&str, &str)]) {
@@ -367,7 +410,7 @@ impl Terminal for FakeHost {
         );
         assert!(!self.answer.ended, "answer trailers after its end");
         self.answer.trailers = Some(owned(trailers));
-        self.answer.ended = true;
+        self.end_answer(true);
     }
 
     fn start_callout(&mut self, callout: &Callout<'_>) -> Result<CalloutId, CalloutRefused> {
@@ -442,6 +485,45 @@ impl Terminal for FakeHost {
     fn write_blocked(&self) -> bool {
         self.write_blocked
     }
+
+    fn drain_request(&mut self, bytes: usize) {
+        let from_buffer = bytes.min(self.buffered_request.len());
+        self.buffered_request.drain(..from_buffer);
+        let piece = &mut self.received[0];
+        let rest = (bytes - from_buffer).min(piece.len());
+        piece.drain(..rest);
+    }
+
+    fn request_protocol(&self) -> Option<&str> {
+        Some(self.protocol.as_deref().unwrap_or("HTTP/1.1"))
+    }
+
+    fn spawn_span(&mut self, parent: SpanRef, name: &str) -> Option<SpanRef> {
+        assert!(
+            !self.fake_span(parent).finished,
+            "a child of a finished span"
+        );
+        self.children.push(FakeSpan {
+            name: Some(name.to_owned()),
+            ..FakeSpan::default()
+        });
+        Some(SpanRef::fake_child(self.children.len() - 1))
+    }
+
+    fn finish_span(&mut self, span: SpanRef) {
+        let child = span.fake_child_index().expect("only children are finished");
+        let child = &mut self.children[child];
+        assert!(!child.finished, "a span finished twice");
+        child.finished = true;
+    }
+
+    fn span_ids(&self, span: SpanRef) -> Option<(String, String)> {
+        let child = span.fake_child_index()?;
+        Some((
+            "0af7651916cd43dd8448eb211c80319c".to_owned(),
+            format!("{:016x}", child + 1),
+        ))
+    }
 }
 
 /// What went upstream.
@@ -477,6 +559,8 @@ pub struct FakeEnvoy {
     response_held: bool,
     /// Replies already delivered (the host keeps every one).
     replies_seen: usize,
+    /// Envoy told the filter the stream is complete: it reports nothing more.
+    pub completed: bool,
 }
 
 impl FakeEnvoy {
@@ -489,6 +573,7 @@ impl FakeEnvoy {
             request_held: false,
             response_held: false,
             replies_seen: 0,
+            completed: false,
         }
     }
 
@@ -548,7 +633,8 @@ impl FakeEnvoy {
             .collect();
         let st = self.filter.request_headers(&mut self.host, end);
         self.settle();
-        if self.done() {
+        self.deliver_reported();
+        if self.done() || self.filter.is_socket() {
             return;
         }
         match st {
@@ -568,15 +654,20 @@ impl FakeEnvoy {
     }
 
     pub fn request_body(&mut self, bytes: &[u8], end: bool) {
-        if self.done() || self.upstream.ended {
+        if self.done() || self.upstream.ended || self.completed {
             return;
         }
         let st = self.body_hook(Side::Request, bytes.to_vec(), end);
         self.settle();
+        let piece = std::mem::take(&mut self.host.received[0]);
+        if st == BodyStatus::Keep {
+            // Envoy keeps what is left with what it kept before.
+            self.host.buffered_request.extend_from_slice(&piece);
+        }
+        self.deliver_reported();
         if self.done() {
             return;
         }
-        let piece = std::mem::take(&mut self.host.received[0]);
         if st == BodyStatus::Continue {
             self.release_request(false);
             self.upstream.body.extend_from_slice(&piece);
@@ -696,7 +787,16 @@ impl FakeEnvoy {
                 Deferred::Scheduled(_) => filter.timer_fired(host),
                 Deferred::WriteBlocked => filter.write_blocked(host),
                 Deferred::WriteUnblocked => filter.write_unblocked(host),
-                Deferred::StreamComplete => filter.stream_complete(host),
+                Deferred::StreamComplete => {
+                    if self.completed {
+                        continue;
+                    }
+                    self.completed = true;
+                    if let Some(span) = &mut host.span {
+                        span.finished = true;
+                    }
+                    filter.stream_complete(host);
+                }
             }
             self.settle();
         }
@@ -705,7 +805,7 @@ impl FakeEnvoy {
     /// Whether Envoy still reports events of the callout `id`: not over (one the filter never
     /// started counts as live: Envoy may report a stale or foreign id).
     fn callout_live(&self, id: u64) -> bool {
-        self.host.callouts.get(&id).is_none_or(|c| !c.over)
+        !self.completed && self.host.callouts.get(&id).is_none_or(|c| !c.over)
     }
 
     /// Envoy reports a callout's answer head (`:status` first, then `headers`). A callout the
@@ -721,6 +821,16 @@ impl FakeEnvoy {
             .callout_headers(&mut self.host, CalloutId(id), &all, end);
         self.settle();
         self.deliver_reported();
+        if end {
+            self.answered(id);
+        }
+    }
+
+    /// A callout's answer ended: once its request has too, Envoy reports it complete.
+    fn answered(&mut self, id: u64) {
+        if self.host.callouts.get(&id).is_some_and(|c| c.ended) {
+            self.callout_complete(id);
+        }
     }
 
     /// Envoy reports a piece of a callout's answer body.
@@ -732,6 +842,9 @@ impl FakeEnvoy {
             .callout_data(&mut self.host, CalloutId(id), &[bytes], end);
         self.settle();
         self.deliver_reported();
+        if end {
+            self.answered(id);
+        }
     }
 
     /// Envoy reports a callout's answer trailers.
@@ -743,6 +856,7 @@ impl FakeEnvoy {
             .callout_trailers(&mut self.host, CalloutId(id), trailers);
         self.settle();
         self.deliver_reported();
+        self.answered(id);
     }
 
     /// Envoy reports a callout complete (its answer ended, its request too).
@@ -772,12 +886,16 @@ impl FakeEnvoy {
         self.deliver_reported();
     }
 
-    /// The armed timer fires (the fake is the clock: whatever its deadline); false if none was
+    /// The armed timer fires, the fake clock moved on to its deadline; false if none was
     /// armed.
     pub fn fire_timer(&mut self) -> bool {
-        if self.host.timer.take().is_none() {
+        if self.completed {
             return false;
         }
+        let Some(at) = self.host.timer.take() else {
+            return false;
+        };
+        advance_to(at);
         self.filter.timer_fired(&mut self.host);
         self.settle();
         self.deliver_reported();
@@ -788,7 +906,7 @@ impl FakeEnvoy {
     /// watches.
     pub fn drain(&mut self) {
         self.host.draining = true;
-        if self.host.drain_watched {
+        if self.host.drain_watched && !self.completed {
             self.filter.drain_started(&mut self.host);
             self.settle();
             self.deliver_reported();
@@ -798,6 +916,9 @@ impl FakeEnvoy {
     /// The client's write buffer goes over its high watermark (true) or back under its low one.
     pub fn watermark(&mut self, above: bool) {
         self.host.write_blocked = above;
+        if self.completed {
+            return;
+        }
         if above {
             self.filter.write_blocked(&mut self.host);
         } else {
@@ -809,11 +930,12 @@ impl FakeEnvoy {
 
     /// A hook panicked (as the FFI layer handles it): the filter ends what it can.
     pub fn panic(&mut self) {
-        if self.done() {
+        if self.done() || self.completed {
             return;
         }
         let pass = self.filter.on_panic(&mut self.host);
         self.settle();
+        self.deliver_reported();
         if pass && self.client.headers.is_some() {
             let added = std::mem::take(&mut self.host.added[1]);
             self.client.body.extend_from_slice(&added);
@@ -821,11 +943,16 @@ impl FakeEnvoy {
     }
 
     pub fn complete(&mut self) {
+        if self.completed {
+            return;
+        }
+        self.completed = true;
         // Envoy finishes its span first (`completeRequest`), then tells the filters.
         if let Some(span) = &mut self.host.span {
             span.finished = true;
         }
         self.filter.stream_complete(&mut self.host);
+        self.deliver_reported();
     }
 
     /// Nothing untranslated reached either side: the upstream got nothing or a whole Chat
@@ -956,7 +1083,7 @@ pub const SMALL_CAPS: &str = r#"{"max_body_bytes": 300, "max_request_bytes": 300
 pub fn run_script(path: &str, skip_request_end: bool, steps: &[Step]) -> FakeEnvoy {
     let config = config(SMALL_CAPS);
     let chat_path = config.settings.chat_path.clone();
-    let mut envoy = FakeEnvoy::new(config);
+    let mut envoy = FakeEnvoy::new(config.clone());
     // Traced: whatever the sequence, Envoy's span is tagged at most once, and in time.
     envoy.host.span = Some(FakeSpan::default());
     envoy.request_headers(&[(":method", "POST"), (":path", path)], skip_request_end);
@@ -1031,4 +1158,344 @@ pub fn script(data: &[u8]) -> (bool, Vec<Step>) {
         });
     }
     (skip, steps)
+}
+
+// ---- WebSocket sessions ----
+
+/// An HTTP/1.1 WebSocket upgrade on the Responses path, as a client sends it.
+pub const UPGRADE: [(&str, &str); 8] = [
+    (":method", "GET"),
+    (":path", "/v1/responses"),
+    (":authority", "gateway.example"),
+    ("upgrade", "websocket"),
+    ("connection", "Upgrade"),
+    ("sec-websocket-version", "13"),
+    ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ("x-request-id", "ws-1"),
+];
+
+/// A client frame (masked, as RFC 6455 wants a client's), FIN set.
+pub fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n <= 0xFFFF => {
+            f.push(0x80 | 126);
+            f.extend((n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend((n as u64).to_be_bytes());
+        }
+    }
+    let key = [0x37, 0xfa, 0x21, 0x3d];
+    f.extend(key);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    f
+}
+
+/// A text message from the client: one frame.
+pub fn client_text(text: &str) -> Vec<u8> {
+    client_frame(0x1, text.as_bytes())
+}
+
+/// A frame the filter sent the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerFrame {
+    /// A text message: one JSON event each.
+    Text(serde_json::Value),
+    Close(u16, String),
+    Pong(Vec<u8>),
+}
+
+/// The filter's frames to the client: whole, unmasked, unfragmented, each text a JSON object
+/// (panics otherwise: what a client would fail the connection on).
+pub fn server_frames(mut bytes: &[u8]) -> Vec<ServerFrame> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        assert!(bytes.len() >= 2, "a partial frame head");
+        assert_eq!(
+            bytes[0] & 0xf0,
+            0x80,
+            "FIN, no reserved bits: {:x}",
+            bytes[0]
+        );
+        assert_eq!(bytes[1] & 0x80, 0, "the server's frames are not masked");
+        let (len, at) = match bytes[1] & 0x7f {
+            126 => (usize::from(u16::from_be_bytes([bytes[2], bytes[3]])), 4),
+            127 => {
+                let len = u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes"));
+                (usize::try_from(len).expect("a length"), 10)
+            }
+            n => (usize::from(n), 2),
+        };
+        assert!(bytes.len() >= at + len, "a partial frame");
+        let payload = &bytes[at..at + len];
+        out.push(match bytes[0] & 0x0f {
+            0x1 => {
+                let v: serde_json::Value =
+                    serde_json::from_slice(payload).expect("each text message is JSON");
+                assert!(v["type"].is_string(), "an event with a type: {v}");
+                ServerFrame::Text(v)
+            }
+            0x8 => {
+                let code = payload
+                    .get(..2)
+                    .map_or(1005, |c| u16::from_be_bytes([c[0], c[1]]));
+                let reason = String::from_utf8(payload.get(2..).unwrap_or(&[]).to_vec())
+                    .expect("a UTF-8 reason");
+                ServerFrame::Close(code, reason)
+            }
+            0xA => ServerFrame::Pong(payload.to_vec()),
+            other => panic!("the server sent opcode {other}"),
+        });
+        bytes = &bytes[at + len..];
+    }
+    out
+}
+
+/// Sockets share the fake clock: tests that open them take turns.
+pub fn sockets_alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl FakeEnvoy {
+    /// Time passes (the fake clock, [`Fixed::instant`]).
+    pub fn wait(&mut self, by: Duration) {
+        advance_to(Fixed.instant() + by);
+    }
+
+    /// The client asks for the upgrade with [`UPGRADE`] and these headers besides.
+    pub fn upgrade(&mut self, extra: &[(&str, &str)]) {
+        let mut head = UPGRADE.to_vec();
+        head.extend_from_slice(extra);
+        self.request_headers(&head, false);
+    }
+
+    /// The client's bytes.
+    pub fn client(&mut self, bytes: &[u8]) {
+        self.request_body(bytes, false);
+    }
+
+    /// The frames the client got so far (and keeps: call again for all of them).
+    pub fn frames(&self) -> Vec<ServerFrame> {
+        server_frames(&self.host.answer.body)
+    }
+
+    /// The events the client got so far (the text messages).
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.frames()
+            .into_iter()
+            .filter_map(|f| match f {
+                ServerFrame::Text(v) => Some(v),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The last callout the filter started, and whether Envoy still reports on it.
+    pub fn last_callout(&self) -> Option<(u64, bool)> {
+        let (id, c) = self.host.callouts.iter().next_back()?;
+        Some((*id, !c.over))
+    }
+
+    /// What a socket's session must hold after any step: whole frames, nothing after a close,
+    /// every callout a translated Chat request on the Chat path; once Envoy is done with the
+    /// stream, no callout left running, no timer armed, the stream gauges at zero and every
+    /// child span finished.
+    pub fn assert_socket_sound(&self, chat_path: &str) {
+        let frames = self.frames();
+        if let Some(i) = frames
+            .iter()
+            .position(|f| matches!(f, ServerFrame::Close(..)))
+        {
+            assert_eq!(i, frames.len() - 1, "nothing after a close: {frames:?}");
+        }
+        for c in self.host.callouts.values() {
+            let header = |name: &str| {
+                c.headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.as_str())
+            };
+            assert_eq!(header(":path"), Some(chat_path));
+            assert_eq!(header(":method"), Some("POST"));
+            assert!(c.ended, "the Chat request is sent whole");
+            let chat: serde_json::Value =
+                serde_json::from_slice(&c.body).expect("a JSON Chat request");
+            assert!(chat["messages"].is_array(), "a Chat request: {chat}");
+        }
+        if self.completed {
+            for (id, c) in &self.host.callouts {
+                assert!(
+                    c.over || self.host.callout_resets.contains(id),
+                    "callout {id} left running"
+                );
+            }
+            assert_eq!(self.host.timer, None, "a timer left armed");
+            assert!(
+                self.host.gauges.values().all(|v| *v == 0),
+                "{:?}",
+                self.host.gauges
+            );
+            assert!(
+                self.host.children.iter().all(|s| s.finished),
+                "{:?}",
+                self.host.children
+            );
+        }
+    }
+}
+
+/// One step of a socket's session script.
+#[derive(Debug, Clone)]
+pub enum SocketStep {
+    /// The client's bytes, as they come.
+    Client(Vec<u8>),
+    /// The client ends its side.
+    ClientEnd,
+    /// The last callout's answer head.
+    Head {
+        status: u16,
+        content_type: &'static str,
+        end: bool,
+    },
+    /// A piece of the last callout's answer.
+    Data {
+        bytes: Vec<u8>,
+        end: bool,
+    },
+    CalloutComplete,
+    CalloutReset,
+    Timer,
+    Drain,
+    Watermark(bool),
+    Panic,
+    /// Envoy is done with the stream (the client went).
+    Complete,
+}
+
+/// Client messages for socket scripts: creates, a continuation of whatever came last, bad
+/// ones, a ping, a close.
+pub fn socket_messages() -> Vec<Vec<u8>> {
+    vec![
+        client_text(r#"{"type":"response.create","model":"m","input":"hi"}"#),
+        client_text(r#"{"type":"response.create","model":"m","input":"hi","generate":false}"#),
+        client_text(
+            r#"{"type":"response.create","model":"m","previous_response_id":"resp_x","input":"more"}"#,
+        ),
+        client_text(r#"{"type":"nope"}"#),
+        client_text("{"),
+        client_frame(0x2, b"\x00\x01"),
+        client_frame(0x9, b"ping"),
+        client_frame(0x8, &1000u16.to_be_bytes()),
+    ]
+}
+
+/// Arbitrary bytes as a socket session script (the fuzz target's decoding).
+pub fn socket_script(data: &[u8]) -> Vec<SocketStep> {
+    let messages = socket_messages();
+    let mut bytes = data.iter().copied();
+    let mut steps = Vec::new();
+    while let Some(op) = bytes.next() {
+        let arg = bytes.next().unwrap_or(0);
+        let step = match op % 12 {
+            0..=2 => {
+                let message = &messages[usize::from(arg) % messages.len()];
+                if arg & 0x80 != 0 {
+                    // Split at a point drawn from the data.
+                    let at = usize::from(bytes.next().unwrap_or(0)) % (message.len() + 1);
+                    steps.push(SocketStep::Client(message[..at].to_vec()));
+                    SocketStep::Client(message[at..].to_vec())
+                } else {
+                    SocketStep::Client(message.clone())
+                }
+            }
+            3 => SocketStep::Client(bytes.by_ref().take(usize::from(arg & 0x3f)).collect()),
+            4 => SocketStep::Head {
+                status: STATUSES[usize::from(arg) % STATUSES.len()],
+                content_type: CONTENT_TYPES[usize::from(arg >> 4) % CONTENT_TYPES.len()],
+                end: arg & 0x08 != 0,
+            },
+            5 | 6 => SocketStep::Data {
+                bytes: if arg & 0x80 == 0 {
+                    BODIES[usize::from(arg) % BODIES.len()].to_vec()
+                } else {
+                    bytes.by_ref().take(usize::from(arg & 0x3f)).collect()
+                },
+                end: arg & 0x40 != 0,
+            },
+            7 if arg & 1 == 0 => SocketStep::CalloutComplete,
+            7 => SocketStep::CalloutReset,
+            8 => SocketStep::Timer,
+            9 => SocketStep::Watermark(arg & 1 == 1),
+            10 if arg & 0x0f == 0 => SocketStep::Panic,
+            10 if arg & 0x0f == 1 => SocketStep::Drain,
+            10 if arg & 0x0f == 2 => SocketStep::ClientEnd,
+            10 if arg & 0x0f == 3 => SocketStep::Complete,
+            _ => SocketStep::Timer,
+        };
+        steps.push(step);
+    }
+    steps
+}
+
+/// Runs a socket session script against one upgraded stream (small caps, traced), checking
+/// [`FakeEnvoy::assert_socket_sound`] after each step and once Envoy is done with it, and
+/// that its place among the config's connections was given back.
+pub fn run_socket_script(steps: &[SocketStep]) -> FakeEnvoy {
+    let _alone = sockets_alone();
+    let config = config(SMALL_CAPS);
+    let chat_path = config.settings.chat_path.clone();
+    let mut envoy = FakeEnvoy::new(config.clone());
+    envoy.host.span = Some(FakeSpan::default());
+    envoy.upgrade(&[]);
+    assert!(envoy.filter.is_socket(), "the upgrade was accepted");
+    for step in steps {
+        match step.clone() {
+            SocketStep::Client(bytes) => envoy.client(&bytes),
+            SocketStep::ClientEnd => envoy.request_body(&[], true),
+            SocketStep::Head {
+                status,
+                content_type,
+                end,
+            } => {
+                if let Some((id, true)) = envoy.last_callout() {
+                    envoy.callout_headers(id, status, &[("content-type", content_type)], end);
+                }
+            }
+            SocketStep::Data { bytes, end } => {
+                if let Some((id, true)) = envoy.last_callout() {
+                    envoy.callout_data(id, &bytes, end);
+                }
+            }
+            SocketStep::CalloutComplete => {
+                if let Some((id, true)) = envoy.last_callout() {
+                    envoy.callout_complete(id);
+                }
+            }
+            SocketStep::CalloutReset => {
+                if let Some((id, true)) = envoy.last_callout() {
+                    envoy.callout_reset(id, CalloutReset::ConnectionTermination);
+                }
+            }
+            SocketStep::Timer => {
+                envoy.fire_timer();
+            }
+            SocketStep::Drain => envoy.drain(),
+            SocketStep::Watermark(above) => envoy.watermark(above),
+            SocketStep::Panic => envoy.panic(),
+            SocketStep::Complete => envoy.complete(),
+        }
+        envoy.assert_socket_sound(&chat_path);
+    }
+    envoy.complete();
+    envoy.assert_socket_sound(&chat_path);
+    assert_eq!(
+        config.socket.admission().open(),
+        0,
+        "the place was given back"
+    );
+    envoy
 }

@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use responses_core::connection;
 use responses_core::driver::{
     Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
 };
@@ -31,7 +32,8 @@ use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
-use crate::host::{CalloutId, CalloutReset, Host, Level, Side, Terminal};
+use crate::host::{CalloutId, CalloutReset, Host, Level, Side, SpanRef, Terminal};
+use crate::socket::{self, Socket};
 
 /// What a headers hook tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,10 @@ pub enum BodyStatus {
     Continue,
     /// Hold the head; the piece was drained (Envoy's `StopIterationNoBuffer`).
     Stop,
+    /// Hold the head, and keep what is left of the piece in Envoy's buffer, to be read later;
+    /// over its high watermark Envoy stops reading the client (`StopIterationAndWatermark`).
+    /// Only the WebSocket transport keeps bytes so.
+    Keep,
 }
 
 /// What a trailers hook tells Envoy.
@@ -57,23 +63,39 @@ pub enum TrailersStatus {
     Stop,
 }
 
-/// One HTTP exchange's filter.
+/// One stream's filter: an HTTP exchange, or (a WebSocket upgrade on the Responses path) the
+/// transport's connection, answered by the filter itself (`crate::socket`).
 #[derive(Debug)]
 pub struct Filter<E = System> {
     config: Arc<FilterConfig>,
+    env: E,
     driver: Driver<E>,
     /// `x-request-id`, for logs.
     request_id: String,
+    upgrade: Upgrade<E>,
 }
 
-impl<E: Environment> Filter<E> {
+/// Whether the stream is the WebSocket transport's.
+#[derive(Debug)]
+enum Upgrade<E> {
+    /// No: an HTTP exchange (ours or not: the driver says).
+    No,
+    /// The connection, after the filter's 101.
+    Socket(Box<Socket<E>>),
+    /// An upgrade the filter refused (its local reply is sent).
+    Refused,
+}
+
+impl<E: Environment + Clone> Filter<E> {
     pub fn new(config: Arc<FilterConfig>, env: E) -> Self {
         // Envoy hands the filter each piece as it arrives, and drops it once drained.
-        let driver = Driver::new(config.settings.clone(), env, Gathering::Pieces);
+        let driver = Driver::new(config.settings.clone(), env.clone(), Gathering::Pieces);
         Filter {
             config,
+            env,
             driver,
             request_id: String::new(),
+            upgrade: Upgrade::No,
         }
     }
 
@@ -82,7 +104,24 @@ impl<E: Environment> Filter<E> {
         self.driver.exchange()
     }
 
-    pub fn request_headers(&mut self, host: &mut impl Host, end: bool) -> HeadersStatus {
+    /// The stream is the WebSocket transport's connection (the filter sent its 101).
+    pub fn is_socket(&self) -> bool {
+        matches!(self.upgrade, Upgrade::Socket(_))
+    }
+
+    pub fn request_headers(&mut self, host: &mut impl Terminal, end: bool) -> HeadersStatus {
+        if matches!(self.upgrade, Upgrade::No)
+            && connection::opens(&self.config.settings, |name| {
+                host.header(Side::Request, name)
+            })
+        {
+            // The filter answers it: a refusal, or the 101 and the connection.
+            self.upgrade = match socket::open(&self.config, self.env.clone(), host) {
+                Some(socket) => Upgrade::Socket(Box::new(socket)),
+                None => Upgrade::Refused,
+            };
+            return HeadersStatus::Stop;
+        }
         let action = self.driver.request_headers(
             Instant::now(),
             |name| host.header(Side::Request, name),
@@ -97,19 +136,34 @@ impl<E: Environment> Filter<E> {
         headers_status(self.carry(host, Side::Request, action))
     }
 
-    pub fn request_body(&mut self, host: &mut impl Host, end: bool) -> BodyStatus {
+    pub fn request_body(&mut self, host: &mut impl Terminal, end: bool) -> BodyStatus {
+        match &mut self.upgrade {
+            Upgrade::Socket(socket) => return socket.request_body(host, end),
+            Upgrade::Refused => {
+                host.drain_body(Side::Request);
+                return BodyStatus::Stop;
+            }
+            Upgrade::No => {}
+        }
         let action = self
             .driver
             .request_body(Instant::now(), || host.body(Side::Request), end);
         body_status(self.carry_piece(host, Side::Request, action))
     }
 
-    pub fn request_trailers(&mut self, host: &mut impl Host) -> TrailersStatus {
+    pub fn request_trailers(&mut self, host: &mut impl Terminal) -> TrailersStatus {
+        if !matches!(self.upgrade, Upgrade::No) {
+            return TrailersStatus::Stop;
+        }
         let action = self.driver.request_trailers(Instant::now());
         trailers_status(self.carry(host, Side::Request, action))
     }
 
-    pub fn response_headers(&mut self, host: &mut impl Host, end: bool) -> HeadersStatus {
+    pub fn response_headers(&mut self, host: &mut impl Terminal, end: bool) -> HeadersStatus {
+        // The filter's own answer (an upgrade's 101 or refusal), on its way out.
+        if !matches!(self.upgrade, Upgrade::No) {
+            return HeadersStatus::Continue;
+        }
         let action = self.driver.response_headers(
             Instant::now(),
             |name| host.header(Side::Response, name),
@@ -119,28 +173,46 @@ impl<E: Environment> Filter<E> {
         headers_status(self.carry(host, Side::Response, action))
     }
 
-    pub fn response_body(&mut self, host: &mut impl Host, end: bool) -> BodyStatus {
+    pub fn response_body(&mut self, host: &mut impl Terminal, end: bool) -> BodyStatus {
+        if !matches!(self.upgrade, Upgrade::No) {
+            return BodyStatus::Continue;
+        }
         let action = self
             .driver
             .response_body(Instant::now(), || host.body(Side::Response), end);
         body_status(self.carry_piece(host, Side::Response, action))
     }
 
-    pub fn response_trailers(&mut self, host: &mut impl Host) -> TrailersStatus {
+    pub fn response_trailers(&mut self, host: &mut impl Terminal) -> TrailersStatus {
+        if !matches!(self.upgrade, Upgrade::No) {
+            return TrailersStatus::Continue;
+        }
         let action = self.driver.response_trailers(Instant::now());
         trailers_status(self.carry(host, Side::Response, action))
     }
 
     /// Envoy is done with the stream (before the access log): an exchange still open was cut
     /// (client gone, upstream reset, a timeout); it is recorded as such.
-    pub fn stream_complete(&mut self, host: &mut impl Host) {
+    pub fn stream_complete(&mut self, host: &mut impl Terminal) {
+        if let Upgrade::Socket(socket) = &mut self.upgrade {
+            return socket.stream_complete(host);
+        }
         self.driver.closed(Instant::now());
         self.settle(host);
     }
 
     /// A hook panicked (the caller caught it): the driver ends the exchange with what can
     /// still be sent. Returns whether the current hook's data may continue (only that ending).
-    pub fn on_panic(&mut self, host: &mut impl Host) -> bool {
+    pub fn on_panic(&mut self, host: &mut impl Terminal) -> bool {
+        match &mut self.upgrade {
+            Upgrade::Socket(socket) => {
+                host.drain_body(Side::Request);
+                socket.on_panic(host);
+                return false;
+            }
+            Upgrade::Refused => return false,
+            Upgrade::No => {}
+        }
         log(host, Level::Error, || {
             format!(
                 "panic while translating an exchange; failing it request_id={}",
@@ -154,9 +226,9 @@ impl<E: Environment> Filter<E> {
         self.carry(host, Side::Response, action)
     }
 
-    // What Envoy reports of a stream the filter answers itself (the WebSocket transport, to
-    // come): its callouts, its timer, Envoy's drain and the client's write buffer. An HTTP
-    // exchange starts no callout, arms no timer and watches no drain, so for it these do
+    // What Envoy reports of a stream the filter answers itself (the WebSocket transport):
+    // its callouts, its timer, Envoy's drain and the client's write buffer, for its socket. An
+    // HTTP exchange starts no callout, arms no timer and watches no drain, so for it these do
     // nothing, but for a callout it does not know, which is reset (none can exist; fail
     // closed all the same: no upstream stream runs unowned).
 
@@ -165,10 +237,13 @@ impl<E: Environment> Filter<E> {
         &mut self,
         host: &mut impl Terminal,
         id: CalloutId,
-        _headers: &[(&str, &str)],
-        _end: bool,
+        headers: &[(&str, &str)],
+        end: bool,
     ) {
-        self.unknown_callout(host, id);
+        match &mut self.upgrade {
+            Upgrade::Socket(socket) => socket.callout_headers(host, id, headers, end),
+            _ => self.unknown_callout(host, id),
+        }
     }
 
     /// A piece of a callout's answer body.
@@ -176,10 +251,13 @@ impl<E: Environment> Filter<E> {
         &mut self,
         host: &mut impl Terminal,
         id: CalloutId,
-        _data: &[&[u8]],
-        _end: bool,
+        data: &[&[u8]],
+        end: bool,
     ) {
-        self.unknown_callout(host, id);
+        match &mut self.upgrade {
+            Upgrade::Socket(socket) => socket.callout_data(host, id, data, end),
+            _ => self.unknown_callout(host, id),
+        }
     }
 
     /// A callout's answer trailers.
@@ -189,32 +267,53 @@ impl<E: Environment> Filter<E> {
         id: CalloutId,
         _trailers: &[(&str, &str)],
     ) {
-        self.unknown_callout(host, id);
+        match &mut self.upgrade {
+            Upgrade::Socket(socket) => socket.callout_trailers(host, id),
+            _ => self.unknown_callout(host, id),
+        }
     }
 
     /// A callout ended, both ways (its last event).
-    pub fn callout_complete(&mut self, _host: &mut impl Terminal, _id: CalloutId) {}
+    pub fn callout_complete(&mut self, host: &mut impl Terminal, id: CalloutId) {
+        if let Upgrade::Socket(socket) = &mut self.upgrade {
+            socket.callout_complete(host, id);
+        }
+    }
 
     /// A callout was reset (its last event).
-    pub fn callout_reset(
-        &mut self,
-        _host: &mut impl Terminal,
-        _id: CalloutId,
-        _reason: CalloutReset,
-    ) {
+    pub fn callout_reset(&mut self, host: &mut impl Terminal, id: CalloutId, reason: CalloutReset) {
+        if let Upgrade::Socket(socket) = &mut self.upgrade {
+            socket.callout_reset(host, id, reason);
+        }
     }
 
     /// The timer armed with [`Terminal::arm_timer`] is due.
-    pub fn timer_fired(&mut self, _host: &mut impl Terminal) {}
+    pub fn timer_fired(&mut self, host: &mut impl Terminal) {
+        if let Upgrade::Socket(socket) = &mut self.upgrade {
+            socket.timer_fired(host);
+        }
+    }
 
     /// Envoy started draining (after [`Terminal::watch_drain`]).
-    pub fn drain_started(&mut self, _host: &mut impl Terminal) {}
+    pub fn drain_started(&mut self, host: &mut impl Terminal) {
+        if let Upgrade::Socket(socket) = &mut self.upgrade {
+            socket.drain_started(host);
+        }
+    }
 
     /// The client's write buffer went over its high watermark.
-    pub fn write_blocked(&mut self, _host: &mut impl Terminal) {}
+    pub fn write_blocked(&mut self, host: &mut impl Terminal) {
+        if let Upgrade::Socket(socket) = &mut self.upgrade {
+            socket.writable(host, false);
+        }
+    }
 
     /// ... and back under its low watermark.
-    pub fn write_unblocked(&mut self, _host: &mut impl Terminal) {}
+    pub fn write_unblocked(&mut self, host: &mut impl Terminal) {
+        if let Upgrade::Socket(socket) = &mut self.upgrade {
+            socket.writable(host, true);
+        }
+    }
 
     fn unknown_callout(&mut self, host: &mut impl Terminal, id: CalloutId) {
         log(host, Level::Warn, || {
@@ -347,21 +446,26 @@ impl<E: Environment> Filter<E> {
         if !f.cut {
             let s = &f.summary;
             host.set_metadata(metadata::METADATA_NAMESPACE, &metadata::metadata(s));
-            tag_span(host, s, &f.timing);
+            tag_active_span(host, s, &f.timing);
         }
     }
 
     /// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
     fn log(&self, host: &impl Host, line: &log::Line<'_>) {
-        let level = match line.level {
-            log::Level::Debug => Level::Debug,
-            log::Level::Info => Level::Info,
-            log::Level::Warn => Level::Warn,
-        };
-        if host.log_enabled(level) {
-            let request_id = log::Logged(&self.request_id);
-            host.log(level, &format!("{line} request_id={request_id}"));
-        }
+        log_line(host, line, &self.request_id);
+    }
+}
+
+/// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
+pub(crate) fn log_line(host: &impl Host, line: &log::Line<'_>, request_id: &str) {
+    let level = match line.level {
+        log::Level::Debug => Level::Debug,
+        log::Level::Info => Level::Info,
+        log::Level::Warn => Level::Warn,
+    };
+    if host.log_enabled(level) {
+        let request_id = log::Logged(request_id);
+        host.log(level, &format!("{line} request_id={request_id}"));
     }
 }
 
@@ -390,9 +494,9 @@ fn trailers_status(go: bool) -> TrailersStatus {
 }
 
 /// The core's metrics calls, onto Envoy's stats.
-struct Stats<'a, H> {
-    host: &'a mut H,
-    metrics: &'a Metrics,
+pub(crate) struct Stats<'a, H> {
+    pub(crate) host: &'a mut H,
+    pub(crate) metrics: &'a Metrics,
 }
 
 impl<H: Host> Recorder for Stats<'_, H> {
@@ -413,10 +517,20 @@ impl<H: Host> Recorder for Stats<'_, H> {
 /// Envoy's span for the request (when Envoy traces it) gets the exchange's attributes and
 /// name, those of the processor's own span (`responses_core::telemetry`; never a body), as
 /// string tags in one call. Untraced, this is one lookup that finds no span.
-fn tag_span(host: &mut impl Host, s: &exchange::Summary, timing: &Timing) {
-    let Some(span) = host.active_span() else {
-        return;
-    };
+fn tag_active_span(host: &mut impl Host, s: &exchange::Summary, timing: &Timing) {
+    if let Some(span) = host.active_span() {
+        tag_span(host, span, s, timing, Transport::Module);
+    }
+}
+
+/// A span gets the exchange's attributes, the transport and the exchange's name.
+pub(crate) fn tag_span(
+    host: &mut impl Host,
+    span: SpanRef,
+    s: &exchange::Summary,
+    timing: &Timing,
+    transport: Transport,
+) {
     let attributes = telemetry::attributes(s, timing);
     let texts: Vec<_> = attributes.iter().map(|a| a.value.text()).collect();
     let mut tags: Vec<(&str, &str)> = attributes
@@ -424,7 +538,7 @@ fn tag_span(host: &mut impl Host, s: &exchange::Summary, timing: &Timing) {
         .zip(&texts)
         .map(|(a, text)| (a.key, text.as_ref()))
         .collect();
-    tags.push((telemetry::key::TRANSPORT, Transport::Module.as_str()));
+    tags.push((telemetry::key::TRANSPORT, transport.as_str()));
     host.tag_span(span, &tags);
     if s.model.is_some() {
         host.rename_span(span, &telemetry::span_name(s));

@@ -359,6 +359,7 @@ fn body_status(s: BodyStatus) -> abi::BodyStatus {
     match s {
         BodyStatus::Continue => abi::BODY_CONTINUE,
         BodyStatus::Stop => abi::BODY_STOP_ITERATION_NO_BUFFER,
+        BodyStatus::Keep => abi::BODY_STOP_ITERATION_AND_WATERMARK,
     }
 }
 

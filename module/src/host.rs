@@ -43,9 +43,20 @@ pub struct MetricId(pub usize);
 pub struct SpanRef(std::ptr::NonNull<std::ffi::c_void>);
 
 impl SpanRef {
-    /// A span for a fake host (never dereferenced).
+    /// A span for a fake host (never dereferenced): the stream's own.
     pub fn fake() -> SpanRef {
         SpanRef(std::ptr::NonNull::dangling())
+    }
+
+    /// The `n`th child span of a fake host (never dereferenced).
+    pub fn fake_child(n: usize) -> SpanRef {
+        let address = (n + 1) * 16;
+        SpanRef(std::ptr::NonNull::new(address as *mut std::ffi::c_void).expect("not null"))
+    }
+
+    /// Which child of a fake host this is (`None`: the stream's own span).
+    pub fn fake_child_index(self) -> Option<usize> {
+        (self.0.as_ptr() as usize / 16).checked_sub(1)
     }
 }
 
@@ -200,6 +211,21 @@ pub trait Terminal: Host {
     /// The client's write buffer is over its high watermark (Envoy's flow control): the
     /// filter should stop producing until it drains (`Filter::write_unblocked`).
     fn write_blocked(&self) -> bool;
+    /// Drops the first `bytes` of the request body Envoy holds (what [`Host::body`] returns:
+    /// what Envoy kept in its buffer, then the piece just received); the rest stays, and a body
+    /// hook that returns [`BodyStatus::Keep`](crate::filter::BodyStatus::Keep) keeps it in
+    /// Envoy's buffer (whose watermark stops the reading of the client), to be read later.
+    fn drain_request(&mut self, bytes: usize);
+    /// The protocol the request came on, as Envoy names it (`HTTP/1.1`, `HTTP/2`, ...).
+    fn request_protocol(&self) -> Option<&str>;
+    /// A child of `parent` (Envoy's span for the stream), started now; `None` if Envoy made
+    /// none. Valid until [`Terminal::finish_span`], across hooks; one still open when the
+    /// filter goes is finished then.
+    fn spawn_span(&mut self, parent: SpanRef, name: &str) -> Option<SpanRef>;
+    /// Finishes (exports) a span made by [`Terminal::spawn_span`].
+    fn finish_span(&mut self, span: SpanRef);
+    /// A span's trace id and span id as its tracer writes them (W3C's hex for OpenTelemetry).
+    fn span_ids(&self, span: SpanRef) -> Option<(String, String)>;
 }
 
 /// What the host layer keeps for one filter between hooks: its place in the timer service
@@ -209,6 +235,18 @@ pub struct HostState {
     timer: Option<timer::Registration<EnvoyScheduler>>,
     /// The filter armed its timer and has not disarmed it nor been told it fired.
     armed: bool,
+    /// Child spans made and not finished yet (finished when the filter goes).
+    spans: Vec<SpanRef>,
+}
+
+impl Drop for HostState {
+    fn drop(&mut self) {
+        for span in self.spans.drain(..) {
+            // SAFETY: a child Envoy made for this filter, not finished yet (finishing removes
+            // it from the list), finished once.
+            unsafe { abi::envoy_dynamic_module_callback_http_child_span_finish(span.0.as_ptr()) }
+        }
+    }
 }
 
 /// A filter's scheduler in Envoy, owned by the module: committed by the timer thread or the
@@ -836,6 +874,87 @@ impl Terminal for Envoy<'_> {
 
     fn write_blocked(&self) -> bool {
         self.watermark.get() > 0
+    }
+
+    fn drain_request(&mut self, bytes: usize) {
+        // SAFETY: valid filter pointer; Envoy drains at most what each buffer holds.
+        unsafe {
+            let buffered = abi::envoy_dynamic_module_callback_http_get_body_size(
+                self.filter,
+                abi::BUFFERED_REQUEST_BODY,
+            );
+            let from_buffer = bytes.min(buffered);
+            if from_buffer > 0 {
+                abi::envoy_dynamic_module_callback_http_drain_body(
+                    self.filter,
+                    abi::BUFFERED_REQUEST_BODY,
+                    from_buffer,
+                );
+            }
+            if bytes > from_buffer {
+                abi::envoy_dynamic_module_callback_http_drain_body(
+                    self.filter,
+                    abi::RECEIVED_REQUEST_BODY,
+                    bytes - from_buffer,
+                );
+            }
+        }
+    }
+
+    fn request_protocol(&self) -> Option<&str> {
+        let mut out = EnvoyBuffer::EMPTY;
+        // SAFETY: valid filter pointer; Envoy points `out` at a string of its own (a constant
+        // per protocol), valid during the hook.
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
+                self.filter,
+                abi::ATTRIBUTE_REQUEST_PROTOCOL,
+                &mut out,
+            )
+        };
+        // SAFETY: as above.
+        found
+            .then(|| unsafe { out.as_bytes() })
+            .and_then(|b| std::str::from_utf8(b).ok())
+    }
+
+    fn spawn_span(&mut self, parent: SpanRef, name: &str) -> Option<SpanRef> {
+        // SAFETY: valid filter pointer and the span Envoy returned for it in this hook; Envoy
+        // copies the name; the child is the module's until finished.
+        let child = unsafe {
+            abi::envoy_dynamic_module_callback_http_span_spawn_child(
+                self.filter,
+                parent.0.as_ptr(),
+                ModuleBuffer::from(name.as_bytes()),
+            )
+        };
+        let child = SpanRef(std::ptr::NonNull::new(child)?);
+        self.state.spans.push(child);
+        Some(child)
+    }
+
+    fn finish_span(&mut self, span: SpanRef) {
+        let Some(i) = self.state.spans.iter().position(|s| *s == span) else {
+            return;
+        };
+        self.state.spans.swap_remove(i);
+        // SAFETY: a child made for this filter, not finished yet (it was in the list).
+        unsafe { abi::envoy_dynamic_module_callback_http_child_span_finish(span.0.as_ptr()) }
+    }
+
+    fn span_ids(&self, span: SpanRef) -> Option<(String, String)> {
+        let read = |get: unsafe extern "C" fn(abi::SpanEnvoyPtr, *mut EnvoyBuffer) -> bool| {
+            let mut out = EnvoyBuffer::EMPTY;
+            // SAFETY: a live span of this stream; Envoy's string is copied at once (the next
+            // such call reuses its storage).
+            unsafe {
+                get(span.0.as_ptr(), &mut out)
+                    .then(|| String::from_utf8_lossy(out.as_bytes()).into_owned())
+            }
+        };
+        let trace = read(abi::envoy_dynamic_module_callback_http_span_get_trace_id)?;
+        let id = read(abi::envoy_dynamic_module_callback_http_span_get_span_id)?;
+        Some((trace, id))
     }
 }
 

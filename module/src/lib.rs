@@ -34,6 +34,8 @@ pub mod host;
 #[cfg(feature = "abi-probe")]
 #[forbid(unsafe_code)]
 pub mod probe;
+#[forbid(unsafe_code)]
+pub mod socket;
 
 #[cfg(test)]
 #[forbid(unsafe_code)]

@@ -130,3 +130,12 @@ fn every_enum_value_is_named_alike_in_flags_and_json() {
     alike::<DeveloperRole>();
     alike::<HostedTools>();
 }
+
+/// The drain's default is the core's, as the module's bootstrap extension's.
+#[test]
+fn the_drain_time_defaults_to_the_cores() {
+    assert_eq!(
+        Config::default().drain_seconds,
+        std::time::Duration::from_secs(responses_core::settings::DEFAULT_DRAIN_SECONDS)
+    );
+}

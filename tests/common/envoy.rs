@@ -302,3 +302,45 @@ fn dechunk(mut body: &str) -> Option<String> {
         body = rest.get(size + 2..)?;
     }
 }
+
+/// `config` (a shipped bootstrap, ports substituted) with its commented "route by
+/// x-responses-model" example uncommented (`big-model` to the cluster `upstream-big`) and that
+/// cluster added, on 127.0.0.1:`big_port`.
+pub fn with_model_route(shipped: String, big_port: u16) -> String {
+    let mut config = String::new();
+    let mut in_example = false;
+    for line in shipped.lines() {
+        let trimmed = line.trim_start();
+        if trimmed == "# - match:" {
+            in_example = true;
+        }
+        if in_example && trimmed.starts_with('#') {
+            let indent = &line[..line.len() - trimmed.len()];
+            let code = trimmed.trim_start_matches('#');
+            config.push_str(indent);
+            config.push_str(code.strip_prefix(' ').unwrap_or(code));
+        } else {
+            in_example = false;
+            config.push_str(line);
+        }
+        config.push('\n');
+    }
+    assert!(config.contains(
+        "\n              - match:\n                  prefix: \"/\"\n                  headers:"
+    ));
+    // The shipped file ends with the `upstream` cluster: add the example's after it.
+    config.push_str(&format!(
+        "  - name: upstream-big
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream-big
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{address: 127.0.0.1, port_value: {big_port}}}
+"
+    ));
+    config
+}

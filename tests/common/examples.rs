@@ -23,6 +23,14 @@ pub fn piece(example: &str, key: &str, indent: usize) -> String {
 /// `config` with `piece` put before (or after) `anchor`, which must occur exactly once.
 pub fn splice(config: String, anchor: &str, piece: &str, before: bool) -> String {
     assert_eq!(config.matches(anchor).count(), 1, "anchor `{anchor}`");
+    splice_first(config, anchor, piece, before)
+}
+
+/// [`splice`] at `anchor`'s first occurrence: the client's listener, which comes first in
+/// both shipped configs (module mode's internal listener, which only Envoy reaches, has the
+/// same filter chain lines after it).
+pub fn splice_first(config: String, anchor: &str, piece: &str, before: bool) -> String {
+    assert!(config.contains(anchor), "anchor `{anchor}`");
     let replacement = if before {
         format!("{piece}{anchor}")
     } else {

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use super::envoy::{self, Envoy, Ports};
 use super::processor::Processor;
-use super::{free_port, repo_root, TempDir};
+use super::{free_port, repo_root};
 
 /// Which adapter translates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,12 +146,8 @@ pub fn module_bootstrap(settings_json: &str, ports: Ports) -> String {
 /// A translating Envoy in front of an upstream. Drop order: Envoy, then the processor.
 pub struct Stack {
     pub envoy: Envoy,
-    /// ext_proc mode: the processor. Module mode: the processor only when it serves the
-    /// WebSocket transport ([`Stack::with_websocket`]).
+    /// ext_proc mode: the processor. Module mode: none.
     pub processor: Option<Processor>,
-    /// The sealing keys the module and the processor share (module mode with the WebSocket
-    /// transport).
-    _keys: Option<TempDir>,
 }
 
 impl Stack {
@@ -186,7 +182,6 @@ impl Stack {
                 Stack {
                     envoy,
                     processor: Some(processor),
-                    _keys: None,
                 }
             }
             Mode::Module => {
@@ -208,22 +203,18 @@ impl Stack {
                 Stack {
                     envoy: Envoy::start_with_config(&edit(config)),
                     processor: None,
-                    _keys: None,
                 }
             }
         }
     }
 
-    /// Envoy and the processor with its WebSocket listener (in both modes: the module does not
-    /// serve the WebSocket transport), the transport's Chat requests going back through this
-    /// Envoy. `args` go to the processor; in module mode the shared settings among them go to
-    /// the module too.
-    ///
-    /// In module mode the module and the processor are two translators: a `compaction` item
-    /// or reasoning sealed by one must open in the other, so both get the same key file
-    /// (`reasoning_keys_file`, `--reasoning-keys-file`: the same setting), as in production.
+    /// A stack that serves the WebSocket transport too: in ext_proc mode the processor with
+    /// its WebSocket listener, the transport's Chat requests going back through this Envoy;
+    /// in module mode the module alone (it answers the upgrade and sends each Chat request
+    /// into Envoy's internal listener), no processor. `args` are the processor's flags, or
+    /// the same settings in the module's config.
     pub fn with_websocket(upstream_port: u16, args: &[&str]) -> Stack {
-        Stack::with_websocket_edited(upstream_port, args, |config| config)
+        Stack::with_websocket_in(mode(), upstream_port, args, |config| config)
     }
 
     /// [`Stack::with_websocket`] with the bootstrap edited by `edit` first (as
@@ -233,28 +224,23 @@ impl Stack {
         args: &[&str],
         edit: impl FnOnce(String) -> String,
     ) -> Stack {
+        Stack::with_websocket_in(mode(), upstream_port, args, edit)
+    }
+
+    /// [`Stack::with_websocket`] in `mode`, the bootstrap edited by `edit` first.
+    pub fn with_websocket_in(
+        mode: Mode,
+        upstream_port: u16,
+        args: &[&str],
+        edit: impl FnOnce(String) -> String,
+    ) -> Stack {
+        if mode == Mode::Module {
+            return Stack::start_in(Mode::Module, upstream_port, args, edit);
+        }
         let listener = free_port();
         let ws = free_port();
         let ws_listen = format!("127.0.0.1:{ws}");
         let ws_upstream = format!("http://127.0.0.1:{listener}");
-        let mut args = args.to_vec();
-        let keys =
-            (mode() == Mode::Module && !args.contains(&"--reasoning-keys-file")).then(|| {
-                let dir = TempDir::new("keys");
-                std::fs::write(
-                    dir.path().join("keys"),
-                    "shared:c2hhcmVkIGtleSBvZiB0aGUgd2Vic29ja2V0IHRlc3Q=\n",
-                )
-                .expect("write the key file");
-                dir
-            });
-        let keys_file = keys
-            .as_ref()
-            .map(|d| d.path().join("keys").display().to_string());
-        if let Some(file) = &keys_file {
-            args.extend(["--reasoning-keys-file", file.as_str()]);
-        }
-        let args = args.as_slice();
         let mut all = vec!["--ws-listen", &ws_listen, "--ws-upstream", &ws_upstream];
         all.extend_from_slice(args);
         let processor = Processor::start(&all);
@@ -264,18 +250,24 @@ impl Stack {
             listener,
             ws,
         };
-        let config = match mode() {
-            Mode::ExtProc => {
-                let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
-                    .expect("read envoy/envoy.yaml");
-                envoy::substitute_ports(&config, "envoy/envoy.yaml", ports)
-            }
-            Mode::Module => module_bootstrap(&module_config(args).0, ports),
-        };
+        let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
+            .expect("read envoy/envoy.yaml");
         Stack {
-            envoy: Envoy::start_with_config(&edit(config)),
+            envoy: Envoy::start_with_config(&edit(envoy::substitute_ports(
+                &config,
+                "envoy/envoy.yaml",
+                ports,
+            ))),
             processor: Some(processor),
-            _keys: keys,
+        }
+    }
+
+    /// The process that serves the WebSocket transport (the one a SIGTERM drains): the
+    /// processor (ext_proc), Envoy (module).
+    pub fn socket_server_pid(&self) -> u32 {
+        match &self.processor {
+            Some(p) => p.pid(),
+            None => self.envoy.pid(),
         }
     }
 

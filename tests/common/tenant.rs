@@ -48,7 +48,13 @@ pub fn from_jwt(config: String) -> String {
     );
     let jwks =
         json!({"keys": [{"kty": "oct", "alg": "HS256", "k": URL_SAFE_NO_PAD.encode(SECRET)}]});
-    let config = once(
+    // The public listener's filters, the first list: module mode's internal listener (the
+    // filter's own Chat requests) has a second, which takes no client tokens.
+    let first = |config: String, anchor: &str, with: &str| {
+        assert!(config.contains(anchor), "{anchor:?}");
+        config.replacen(anchor, &format!("{anchor}{with}"), 1)
+    };
+    let config = first(
         config,
         "          http_filters:\n",
         &format!(

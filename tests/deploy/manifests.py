@@ -1,7 +1,7 @@
 """Checks the deploy manifests (run by tests/docs/deploy_manifests.rs; `update` rewrites them).
 
     python manifests.py check OUTDIR [ROOT]  # parse, check fields, extract Envoy bootstraps to OUTDIR
-    python manifests.py update               # regenerate the Envoy ConfigMaps from envoy/envoy.yaml
+    python manifests.py update               # regenerate the Envoy ConfigMaps from envoy/*.yaml
 
 ROOT (default: this repository) holds the files checked: envoy/, deploy/ and
 core/src/settings.rs (a test checks copies it broke on purpose).
@@ -9,8 +9,9 @@ core/src/settings.rs (a test checks copies it broke on purpose).
 * Every YAML document under deploy/kubernetes, deploy/istio and deploy/envoy-gateway parses and
   has the fields its kind requires (core kinds are also validated against the Kubernetes JSON
   schemas by kubernetes-validate, from the Rust test).
-* The Envoy config in each ConfigMap is envoy/envoy.yaml with the substitutions below, so it
-  cannot drift from the tested one; it is written to OUTDIR for `envoy --mode validate`.
+* The Envoy config in each ConfigMap is envoy/envoy.yaml (envoy/envoy-module.yaml for the
+  module's) with the substitutions below, so it cannot drift from the tested one; it is
+  written to OUTDIR for `envoy --mode validate`.
 * Each Istio EnvoyFilter patch is wrapped in a bootstrap (a filter into an HTTP connection
   manager, a cluster into the clusters, connection manager fields into one) and written to
   OUTDIR, for `envoy --mode validate`; so is what an EnvoyProxy merges into Envoy Gateway's
@@ -18,9 +19,14 @@ core/src/settings.rs (a test checks copies it broke on purpose).
 * The routing headers are ours: every Envoy that runs the translation removes a client's
   x-responses-model and x-responses-upstream-model before it routes. The shipped bootstraps
   (envoy/*.yaml, the examples) and the ConfigMaps' have the early header mutation in every
-  connection manager; each Istio EnvoyFilter that inserts the filter has a NETWORK_FILTER
+  connection manager a client reaches (an internal listener, which only Envoy reaches, is
+  exempt: the module's own Chat requests enter there with the headers it set); each Istio EnvoyFilter that inserts the filter has a NETWORK_FILTER
   patch adding it for the same context; each Gateway an Envoy Gateway policy translates for
   has a ClientTrafficPolicy with earlyRequestHeaders removing them.
+* Module mode needs nothing beside Envoy: each module manifest (MODULE_FILES) runs no
+  processor and routes nothing to one, takes the WebSocket upgrade on a route where the
+  filter is enabled, and defines the cluster its settings name for the transport's Chat
+  requests (upstream_cluster, responses_loopback by default).
 Prints one line per file written. Needs PyYAML (installed with kubernetes-validate).
 """
 
@@ -36,13 +42,14 @@ DIRS = ["deploy/kubernetes", "deploy/istio", "deploy/envoy-gateway"]
 UPSTREAM = "chat-upstream.default.svc.cluster.local"
 PROCESSOR = "responses-extproc.default.svc.cluster.local"
 
-# ConfigMap (file, name) -> substitutions applied to envoy/envoy.yaml, each (old, new, count).
+# ConfigMap (file, name) -> (the shipped bootstrap it is, substitutions applied to it, each
+# (old, new, count)).
 CONFIGMAPS = {
-    ("deploy/kubernetes/sidecar.yaml", "responses-envoy"): [
+    ("deploy/kubernetes/sidecar.yaml", "responses-envoy"): ("envoy/envoy.yaml", [
         ("                address: 127.0.0.1\n                port_value: 18080",
          f"                address: {UPSTREAM}\n                port_value: 8000", 1),
-    ],
-    ("deploy/kubernetes/service.yaml", "responses-envoy"): [
+    ]),
+    ("deploy/kubernetes/service.yaml", "responses-envoy"): ("envoy/envoy.yaml", [
         ("                address: 127.0.0.1\n                port_value: 18080",
          f"                address: {UPSTREAM}\n                port_value: 8000", 1),
         ("  - name: extproc\n    type: STATIC\n", "  - name: extproc\n    type: STRICT_DNS\n", 1),
@@ -51,7 +58,14 @@ CONFIGMAPS = {
         ("  - name: responses_ws\n    type: STATIC\n", "  - name: responses_ws\n    type: STRICT_DNS\n", 1),
         ("                address: 127.0.0.1\n                port_value: 50052",
          f"                address: {PROCESSOR}\n                port_value: 50052", 1),
-    ],
+    ]),
+    # The module: nothing beside Envoy; the replicas share the sealing keys (a Secret).
+    ("deploy/kubernetes/module.yaml", "responses-envoy-module"): ("envoy/envoy-module.yaml", [
+        ("                address: 127.0.0.1\n                port_value: 18080",
+         f"                address: {UPSTREAM}\n                port_value: 8000", 1),
+        ("                value: |\n                  {}\n",
+         "                value: |\n                  {\"reasoning_keys_file\": \"/etc/responses-extproc/keys\"}\n", 1),
+    ]),
 }
 
 REQUIRED = {
@@ -69,6 +83,11 @@ REQUIRED = {
     "ClientTrafficPolicy": ["spec.targetRefs"],
 }
 
+# The module's manifests (module mode: Envoy alone, the WebSocket transport included).
+MODULE_FILES = ["deploy/kubernetes/module.yaml", "deploy/istio/envoyfilter-module.yaml",
+                "deploy/envoy-gateway/module-policy.yaml"]
+DEFAULT_UPSTREAM_CLUSTER = "responses_loopback"
+
 # The request headers the translation sets for routes (the defaults of `model_header` and
 # `upstream_model_header`).
 MODEL_HEADERS = ["x-responses-model", "x-responses-upstream-model"]
@@ -77,11 +96,11 @@ TRANSLATING_FILTERS = {"envoy.filters.http.ext_proc", "envoy.filters.http.dynami
 HCM = "envoy.filters.network.http_connection_manager"
 
 
-def expected_envoy(subs):
-    text = (ROOT / "envoy/envoy.yaml").read_text()
+def expected_envoy(source, subs):
+    text = (ROOT / source).read_text()
     for old, new, count in subs:
         if text.count(old) != count:
-            sys.exit(f"manifests: envoy/envoy.yaml: expected {count} of {old!r}")
+            sys.exit(f"manifests: {source}: expected {count} of {old!r}")
         text = text.replace(old, new)
     return text
 
@@ -140,6 +159,20 @@ def bootstrap(listener_filters=None, clusters=None, route_extra=None, hcm_extra=
     }}
 
 
+def merged(base, extra):
+    """`extra` merged into `base` as Envoy Gateway merges a bootstrap (type: Merge): maps key by
+    key, lists appended."""
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        elif isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = out[key] + value
+        else:
+            out[key] = value
+    return out
+
+
 def dynamic_modules():
     for _, doc in docs():
         if doc.get("kind") == "EnvoyProxy":
@@ -174,10 +207,13 @@ def kept_model_headers(hcm):
 
 
 def check_bootstrap_removes_model_header(name, text):
-    """Every HTTP connection manager of a bootstrap removes the model headers early."""
+    """Every HTTP connection manager of a bootstrap a client reaches removes the model headers
+    early (an internal listener is reached from inside Envoy only)."""
     listeners = (yaml.safe_load(text).get("static_resources") or {}).get("listeners") or []
     found = 0
     for listener in listeners:
+        if "internal_listener" in listener:
+            continue
         for chain in listener.get("filter_chains") or []:
             for f in chain.get("filters") or []:
                 if f.get("name") == HCM:
@@ -246,6 +282,72 @@ def check_gateways_remove_model_header():
                          f"removes {', '.join(sorted(kept))} before routing (headers.earlyRequestHeaders)")
 
 
+def check_module_alone():
+    """See MODULE_FILES."""
+    for file in MODULE_FILES:
+        text = (ROOT / file).read_text()
+        file_docs = [d for d in yaml.safe_load_all(text) if d]
+        if "responses-extproc." in text or "50051" in text or "50052" in text:
+            sys.exit(f"manifests: {file}: module mode sends something to a processor")
+        for d in file_docs:
+            for c in get(d, "spec.template.spec.containers") or []:
+                if "responses-extproc" in c.get("image", ""):
+                    sys.exit(f"manifests: {file}: module mode runs a processor ({c['name']})")
+        clusters, settings, upgrade_enabled = set(), [], False
+        for d in file_docs:
+            kind = d.get("kind")
+            if kind == "ConfigMap" and "envoy.yaml" in d.get("data", {}):
+                envoy = yaml.safe_load(d["data"]["envoy.yaml"])
+                clusters |= {c["name"] for c in envoy["static_resources"]["clusters"]}
+                for listener in envoy["static_resources"]["listeners"]:
+                    for chain in listener.get("filter_chains") or []:
+                        for f in chain["filters"]:
+                            hcm = f.get("typed_config", {})
+                            for http in hcm.get("http_filters") or []:
+                                if http["name"] == "envoy.filters.http.dynamic_modules":
+                                    settings.append(module_filter_config(http))
+                            for vh in get(hcm, "route_config.virtual_hosts") or []:
+                                for r in vh["routes"]:
+                                    upgrade = any(h["name"] == "upgrade" for h in r["match"].get("headers", []))
+                                    enabled = get(r, "typed_per_filter_config") or {}
+                                    upgrade_enabled |= upgrade and "envoy.filters.http.dynamic_modules" in enabled
+            if kind == "EnvoyFilter":
+                routes = set()
+                for p in d["spec"]["configPatches"]:
+                    value = p["patch"]["value"]
+                    if p["applyTo"] == "CLUSTER":
+                        clusters.add(value["name"])
+                    if p["applyTo"] == "HTTP_FILTER":
+                        settings.append(module_filter_config(value))
+                    if p["applyTo"] == "HTTP_ROUTE" and "envoy.filters.http.dynamic_modules" in value.get("typed_per_filter_config", {}):
+                        routes.add(p["match"]["routeConfiguration"]["vhost"]["route"]["name"])
+                for vs in file_docs:
+                    for r in get(vs, "spec.http") if vs.get("kind") == "VirtualService" else []:
+                        if r.get("name") in routes and any("upgrade" in (m.get("headers") or {}) for m in r.get("match", [])):
+                            upgrade_enabled = True
+            if kind == "EnvoyProxy" and get(d, "spec.bootstrap.value"):
+                b = yaml.safe_load(d["spec"]["bootstrap"]["value"])
+                clusters |= {c["name"] for c in get(b, "static_resources.clusters") or []}
+            if kind == "EnvoyExtensionPolicy":
+                targets = {r["name"] for r in d["spec"]["targetRefs"] if r.get("kind") == "HTTPRoute"}
+                for dm in get(d, "spec.dynamicModule") or []:
+                    settings.append(dm.get("config") or {})
+                for route in file_docs:
+                    if route.get("kind") == "HTTPRoute" and route["metadata"]["name"] in targets:
+                        for rule in route["spec"]["rules"]:
+                            for m in rule.get("matches", []):
+                                if any(h["name"].lower() == "upgrade" for h in m.get("headers", [])):
+                                    upgrade_enabled = True
+        if not upgrade_enabled:
+            sys.exit(f"manifests: {file}: no WebSocket upgrade route with the module enabled")
+        if not settings:
+            sys.exit(f"manifests: {file}: no module filter settings found")
+        for config in settings:
+            cluster = config.get("upstream_cluster", DEFAULT_UPSTREAM_CLUSTER)
+            if cluster not in clusters:
+                sys.exit(f"manifests: {file}: the module's upstream_cluster {cluster} is not defined there")
+
+
 def check(out):
     out = pathlib.Path(out)
     kinds = {}
@@ -253,6 +355,7 @@ def check(out):
     for name, text in shipped_bootstraps():
         check_bootstrap_removes_model_header(name, text)
     check_gateways_remove_model_header()
+    check_module_alone()
     for file, doc in docs():
         kind = doc.get("kind")
         for field in ["apiVersion", "kind", "metadata.name"]:
@@ -278,8 +381,9 @@ def check(out):
             if key not in CONFIGMAPS:
                 sys.exit(f"manifests: {file}: ConfigMap {name} is not known to manifests.py")
             check_bootstrap_removes_model_header(f"{file}: ConfigMap {name}", doc["data"]["envoy.yaml"])
-            if doc["data"]["envoy.yaml"] != expected_envoy(CONFIGMAPS[key]):
-                sys.exit(f"manifests: {file}: ConfigMap {name} differs from envoy/envoy.yaml "
+            source, subs = CONFIGMAPS[key]
+            if doc["data"]["envoy.yaml"] != expected_envoy(source, subs):
+                sys.exit(f"manifests: {file}: ConfigMap {name} differs from {source} "
                          "with its substitutions: run `python tests/deploy/manifests.py update`")
             seen_configmaps.add(key)
             target = out / f"{pathlib.Path(file).stem}-{name}.yaml"
@@ -287,7 +391,7 @@ def check(out):
             print(target)
         if kind == "EnvoyProxy" and get(doc, "spec.bootstrap.value"):
             # What the EnvoyProxy merges into Envoy Gateway's bootstrap, in a bootstrap of ours.
-            b = {**bootstrap(), **yaml.safe_load(doc["spec"]["bootstrap"]["value"])}
+            b = merged(bootstrap(), yaml.safe_load(doc["spec"]["bootstrap"]["value"]))
             target = out / f"{pathlib.Path(file).stem}-{name}-bootstrap.json"
             target.write_text(json.dumps(b))
             print(target)
@@ -316,10 +420,10 @@ def check(out):
 
 
 def update():
-    for (file, name), subs in CONFIGMAPS.items():
+    for (file, name), (source, subs) in CONFIGMAPS.items():
         path = ROOT / file
         text = path.read_text()
-        body = "    " + expected_envoy(subs).replace("\n", "\n    ").rstrip() + "\n"
+        body = "    " + expected_envoy(source, subs).replace("\n", "\n    ").rstrip() + "\n"
         start = text.index("  envoy.yaml: |\n") + len("  envoy.yaml: |\n")
         end = text.index("\n---\n", start) + 1
         path.write_text(text[:start] + body + text[end:])

@@ -52,14 +52,17 @@ fn every_envoy_config_in_the_manifests_is_valid_and_in_step() {
         .arg("check")
         .arg(dir.path()));
     let files: Vec<&str> = out.lines().filter(|l| l.starts_with('/')).collect();
-    // 2 ConfigMaps, 5 EnvoyFilter patches (ext_proc: 2 of them the model header's removal),
-    // 3 (the module: 1), 1 EnvoyProxy bootstrap (the module's histogram buckets).
-    assert_eq!(files.len(), 11, "{out}");
+    // 3 ConfigMaps (2 ext_proc, 1 module), 5 EnvoyFilter patches (ext_proc: 2 of them the
+    // model header's removal), 5 (the module: 1 the removal, 1 the WebSocket transport's
+    // loopback cluster, 2 its routes), 1 EnvoyProxy bootstrap (the module's drain extension,
+    // loopback cluster and histogram buckets).
+    assert_eq!(files.len(), 14, "{out}");
     for kind in [
         "\"EnvoyFilter\": 3",
         "\"EnvoyExtensionPolicy\": 2",
         "\"EnvoyProxy\": 1",
-        "\"PodDisruptionBudget\": 3",
+        "\"PodDisruptionBudget\": 4",
+        "\"VirtualService\": 2",
         "\"ClientTrafficPolicy\": 2",
     ] {
         assert!(out.contains(kind), "{kind}: {out}");
@@ -84,11 +87,11 @@ fn kubernetes_manifests_match_the_kubernetes_schemas() {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
-    assert_eq!(manifests.len(), 2, "{manifests:?}");
+    assert_eq!(manifests.len(), 3, "{manifests:?}");
     let out = run(Command::new(venv("kubernetes-validate"))
         .args(["--strict", "--kubernetes-version", "1.37.0"])
         .args(&manifests));
-    assert_eq!(out.matches(" passed for resource ").count(), 13, "{out}");
+    assert_eq!(out.matches(" passed for resource ").count(), 17, "{out}");
 }
 
 /// The files `manifests.py check` reads, copied into `root` (the shipped Envoy configs, the
@@ -129,6 +132,7 @@ fn a_manifest_that_keeps_a_clients_model_header_fails_the_check() {
         ("envoy/envoy-module.yaml", "- remove: {}\n", 1),
         ("envoy/examples/extproc-tls.yaml", "- remove: {}\n", 1),
         ("deploy/kubernetes/sidecar.yaml", "- remove: {}\n", 1),
+        ("deploy/kubernetes/module.yaml", "- remove: {}\n", 1),
         ("deploy/istio/envoyfilter.yaml", "- remove: {}\n", 2),
         ("deploy/istio/envoyfilter-module.yaml", "- remove: {}\n", 1),
         ("deploy/envoy-gateway/extension-policy.yaml", "\"{}\"", 1),

@@ -263,6 +263,23 @@ fn substitute(mut config: String, substitutions: &[(&str, &str)]) -> String {
     config
 }
 
+/// The bootstrap with every connection manager's `stream_idle_timeout: 300s` at
+/// [`IDLE_TIMEOUT`]: the listener's, and in module mode the internal listener's, which the
+/// WebSocket transport's Chat requests enter (one for each connection manager, as the file
+/// holds).
+fn shorter_idle(config: String) -> String {
+    let from = "stream_idle_timeout: 300s";
+    let managers = config
+        .matches("- name: envoy.filters.network.http_connection_manager")
+        .count();
+    assert_eq!(
+        config.matches(from).count(),
+        managers,
+        "the Envoy config must contain `{from}` once per connection manager"
+    );
+    config.replace(from, &format!("stream_idle_timeout: {IDLE_TIMEOUT}"))
+}
+
 /// Waits until the translator logs a cut exchange (on a line holding `request_id`). Polled
 /// asynchronously: closing a dropped client connection is a task of the test's runtime.
 async fn wait_for_log(stack: &Stack, request_id: &str) {
@@ -580,10 +597,7 @@ async fn upstream_stalling_past_stream_idle_timeout() {
     let upstream = ScriptedUpstream::start();
     let mut front = Front::unbound();
     front.listen(Mode::BlackHole);
-    let idle = format!("stream_idle_timeout: {IDLE_TIMEOUT}");
-    let mut stack = Stack::start_with(front.port, &[], |c| {
-        substitute(c, &[("stream_idle_timeout: 300s", &idle)])
-    });
+    let mut stack = Stack::start_with(front.port, &[], shorter_idle);
     let envoy = &stack.envoy;
 
     // No headers: the upstream accepted the connection and never answers.
@@ -636,11 +650,7 @@ async fn shipped_local_reply_config_makes_direct_replies_envelopes() {
     let upstream = ScriptedUpstream::start();
     let mut front = Front::unbound();
     front.listen(Mode::BlackHole);
-    let idle = format!("stream_idle_timeout: {IDLE_TIMEOUT}");
-    let shorter = [
-        ("stream_idle_timeout: 300s", idle.as_str()),
-        ("message_timeout: 5s", "message_timeout: 1s"),
-    ];
+    let shorter = [("message_timeout: 5s", "message_timeout: 1s")];
     // ext_proc: a processor the test can freeze and kill; module: the translator is Envoy.
     let (processor, envoy) = match common::mode() {
         common::Mode::ExtProc => {
@@ -649,11 +659,11 @@ async fn shipped_local_reply_config_makes_direct_replies_envelopes() {
             let config = common::envoy::test_config(front.port, processor_port);
             (
                 Some(processor),
-                Envoy::start_with_config(&substitute(config, &shorter)),
+                Envoy::start_with_config(&substitute(shorter_idle(config), &shorter)),
             )
         }
         common::Mode::Module => {
-            let stack = Stack::start_with(front.port, &[], |c| substitute(c, &shorter[..1]));
+            let stack = Stack::start_with(front.port, &[], shorter_idle);
             (None, stack.envoy)
         }
     };

@@ -7,6 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::envoy::with_model_route;
 use common::schema::{assert_valid, assert_valid_sse, errors, event_schema_names};
 use common::sse::{parse_sse, parse_sse_json};
 use common::{
@@ -486,48 +487,6 @@ async fn request_bodies_over_envoys_16_mib_buffer_get_413() {
         .unwrap();
     assert_eq!(response.status(), 413);
     assert!(upstream.requests().is_empty());
-}
-
-/// `config` (a shipped bootstrap, ports substituted) with its commented "route by
-/// x-responses-model" example uncommented (`big-model` to the cluster `upstream-big`) and that
-/// cluster added, on 127.0.0.1:`big_port`.
-fn with_model_route(shipped: String, big_port: u16) -> String {
-    let mut config = String::new();
-    let mut in_example = false;
-    for line in shipped.lines() {
-        let trimmed = line.trim_start();
-        if trimmed == "# - match:" {
-            in_example = true;
-        }
-        if in_example && trimmed.starts_with('#') {
-            let indent = &line[..line.len() - trimmed.len()];
-            let code = trimmed.trim_start_matches('#');
-            config.push_str(indent);
-            config.push_str(code.strip_prefix(' ').unwrap_or(code));
-        } else {
-            in_example = false;
-            config.push_str(line);
-        }
-        config.push('\n');
-    }
-    assert!(config.contains(
-        "\n              - match:\n                  prefix: \"/\"\n                  headers:"
-    ));
-    // The shipped file ends with the `upstream` cluster: add the example's after it.
-    config.push_str(&format!(
-        "  - name: upstream-big
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream-big
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {{address: 127.0.0.1, port_value: {big_port}}}
-"
-    ));
-    config
 }
 
 /// A Chat completion whose text names the upstream that answered.

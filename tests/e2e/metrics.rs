@@ -1,6 +1,6 @@
 //! Metrics end to end, through the real Envoy: the same exchanges (JSON, a stream, an upstream
-//! error, a refused request, a cap, a compaction, a model past the label bound) in either mode
-//! show the same families (`responses_core::metrics`), under the mode's prefix: the
+//! error, a refused request, a cap, a compaction, a model past the label bound, a WebSocket
+//! connection with one response, closed by the client) in either mode show the same families (`responses_core::metrics`), under the mode's prefix: the
 //! processor's Prometheus endpoint (`--metrics-listen`, `responses_extproc_*`), or Envoy's own
 //! stats in module mode (`/stats/prometheus`, `envoy_responses_module_*`).
 //!
@@ -16,9 +16,12 @@ use std::time::Duration;
 
 use common::prom::Export;
 use common::prometheus::{Prometheus, Target};
+use common::websocket::recv;
 use common::{client, free_port, wait_until, Mode, Reply, ScriptedUpstream, Stack};
+use futures_util::{SinkExt, StreamExt};
 use responses_core::metrics::{Kind, Metric};
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 
 /// The shared settings of every run here: few input items (a cap to hit) and two model
 /// names as label values (a third is `other`).
@@ -50,7 +53,7 @@ struct Running {
     metrics_port: u16,
 }
 
-/// How many exchanges one round makes.
+/// How many exchanges one round makes over HTTP (then one over the WebSocket transport).
 const ROUND: usize = 7;
 
 impl Running {
@@ -62,7 +65,8 @@ impl Running {
         if mode == Mode::ExtProc {
             args.extend(["--metrics-listen", &listen]);
         }
-        let stack = Stack::start_in(mode, upstream.port(), &args, |c| c);
+        // The WebSocket transport too: the processor's listener, or the module alone.
+        let stack = Stack::with_websocket_in(mode, upstream.port(), &args, |c| c);
         Running {
             mode,
             stack,
@@ -164,12 +168,56 @@ impl Running {
             let text = response.text().await.unwrap();
             assert_eq!(got, status, "{mode:?} {path} {body}: {text}");
         }
+        self.socket_round().await;
+    }
+
+    /// A WebSocket connection: one response, then the client's close (1000).
+    async fn socket_round(&self) {
+        self.upstream.push(Reply::sse([
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c3", "object": "chat.completion.chunk", "model": "llama-3-8b",
+                    "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}})
+            ),
+            "data: [DONE]\n\n".to_owned(),
+        ]));
+        let (mut socket, response) = tokio_tungstenite::connect_async(self.stack.ws_url())
+            .await
+            .unwrap_or_else(|e| panic!("{:?}: the upgrade failed: {e}", self.mode));
+        assert_eq!(response.status(), 101);
+        let create = json!({"type": "response.create", "model": "m", "input": "hi"});
+        socket
+            .send(Message::text(create.to_string()))
+            .await
+            .unwrap();
+        loop {
+            let event = recv(&mut socket).await;
+            if event["type"] == "response.completed" {
+                break;
+            }
+            assert!(
+                !["response.failed", "response.incomplete", "error"]
+                    .contains(&event["type"].as_str().unwrap_or("")),
+                "{:?}: {event}",
+                self.mode
+            );
+        }
+        socket.close(None).await.unwrap();
+        // The server's close frame answers the client's: the connection is over both ways.
+        while let Some(Ok(message)) = socket.next().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
     }
 
     /// The export once `rounds` rounds are in it.
     fn export_after(&self, rounds: usize) -> Export {
         let p = prefix(self.mode);
-        let (all, streams) = ((ROUND * rounds) as f64, rounds as f64);
+        // Each round: its HTTP exchanges, one of them a stream; the socket's response, a
+        // stream too; the socket's close.
+        let (all, streams) = (((ROUND + 1) * rounds) as f64, (2 * rounds) as f64);
         // Envoy's histograms reach its admin output at its stats flush (every 5 s by default).
         wait_until(
             "every exchange in the export",
@@ -178,7 +226,8 @@ impl Running {
                 let export = Export::parse(&self.fetch());
                 let count = |name: &str| export.series(name).map(|s| s.value).sum::<f64>();
                 let done = count(&format!("{p}translation_microseconds_count")) == all
-                    && count(&format!("{p}time_to_first_token_milliseconds_count")) == streams;
+                    && count(&format!("{p}time_to_first_token_milliseconds_count")) == streams
+                    && count(&format!("{p}websocket_closes_total")) == rounds as f64;
                 done.then_some(export)
             },
         )
@@ -210,8 +259,8 @@ async fn metrics_count_tokens_outcomes_and_stream_timings() {
             ],
         )
     };
-    // JSON 21 + stream 5 in; 9 + 2 out; cached and reasoning from the JSON answer only; the
-    // compaction's 3 and 1.
+    // JSON 21 + stream 5 + socket 7 in; 9 + 2 + 3 out; cached and reasoning from the JSON
+    // answer only; the compaction's 3 and 1.
     assert_eq!(
         (
             tokens("m", "input"),
@@ -219,7 +268,7 @@ async fn metrics_count_tokens_outcomes_and_stream_timings() {
             tokens("m", "cached"),
             tokens("m", "reasoning")
         ),
-        (29.0, 12.0, 16.0, 4.0)
+        (36.0, 15.0, 16.0, 4.0)
     );
     // The third model name, bounded.
     assert_eq!(tokens("other", "input"), 100.0);
@@ -235,9 +284,10 @@ async fn metrics_count_tokens_outcomes_and_stream_timings() {
         ),
         2.0
     );
+    // The HTTP stream and the socket's response.
     assert_eq!(
         exchanges(&[&translated[..], &[("stream", "true")]].concat()),
-        1.0
+        2.0
     );
     assert_eq!(
         exchanges(&[&translated[..], &[("operation", "compact")]].concat()),
@@ -258,19 +308,25 @@ async fn metrics_count_tokens_outcomes_and_stream_timings() {
         export.value(&name("caps_hit_total"), &[("cap", "too_many_input_items")]),
         1.0
     );
-    // The stream's first token, once; none in flight now.
+    // Each stream's first token, once; none in flight now.
     assert_eq!(
         export.value(
             &name("time_to_first_token_milliseconds_count"),
             &[("gen_ai_request_model", "m")]
         ),
-        1.0
+        2.0
     );
     assert_eq!(
         export.value(&name("time_per_output_token_microseconds_count"), &[]),
-        1.0
+        2.0
     );
     assert_eq!(export.value(&name("streams_in_flight"), &[]), 0.0);
+    // The socket: closed by its client (1000), none open now.
+    assert_eq!(
+        export.value(&name("websocket_closes_total"), &[("code", "1000")]),
+        1.0
+    );
+    assert_eq!(export.value(&name("websocket_connections"), &[]), 0.0);
     assert_eq!(
         export.value(
             &name("request_duration_milliseconds_count"),
@@ -450,13 +506,12 @@ fn both_modes_export_the_same_families() {
     }
     let (extproc, module) = both();
     let (pe, pm) = (prefix(Mode::ExtProc), prefix(Mode::Module));
-    // Only a socket's close records this one; the round opens none (the module does not serve
-    // the WebSocket transport yet). Only an automatic compaction records the other, which the
-    // module refuses (counted by tests/e2e/context_management.rs in ext_proc mode).
-    let only_one_mode = [Metric::WebsocketCloses, Metric::Compactions];
+    // Only an automatic compaction records this one, which the module refuses (ext_proc's
+    // is checked through /metrics by tests/e2e/context_management.rs).
+    let only_ext_proc = [Metric::Compactions];
     for metric in Metric::ALL
         .into_iter()
-        .filter(|m| !only_one_mode.contains(m))
+        .filter(|m| !only_ext_proc.contains(m))
     {
         let f = metric.family();
         let e = family(extproc, pe, f.name).unwrap_or_else(|| panic!("ext_proc: no {}", f.name));
@@ -481,16 +536,12 @@ fn both_modes_export_the_same_families() {
         .collect();
     let recorded: BTreeSet<String> = Metric::ALL
         .iter()
-        .filter(|m| !only_one_mode.contains(m))
+        .filter(|m| !only_ext_proc.contains(m))
         .map(|m| m.family().name.to_owned())
         .collect();
     assert_eq!(module.families(pm), recorded);
     let own: BTreeSet<String> = extproc.families(pe).difference(&schema).cloned().collect();
-    let processor_only = [
-        "websocket_connections",
-        "spans_exported_total",
-        "spans_dropped_total",
-    ];
+    let processor_only = ["spans_exported_total", "spans_dropped_total"];
     assert!(
         own.iter().all(|f| processor_only.contains(&f.as_str())),
         "{own:?}"
@@ -571,7 +622,7 @@ fn the_dashboard_answers_in_prometheus_on_both_exports() {
                     "sum({}translation_microseconds_count)",
                     prefix(running.mode)
                 );
-                let want = (ROUND * rounds) as f64;
+                let want = ((ROUND + 1) * rounds) as f64;
                 let mut scraped = false;
                 for _ in 0..100 {
                     let samples = prometheus.query(&expr).await;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::examples::{piece, splice};
+use common::examples::{piece, splice, splice_first};
 use common::{client, repo_root, wait_until, Reply, ScriptedUpstream, ServerThread, Stack};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -94,7 +94,8 @@ async fn clients_are_refused_once_their_answers_used_up_their_tokens() {
         std::fs::read_to_string(repo_root().join("envoy/examples/token-rate-limit.yaml")).unwrap();
     // The example spliced into either mode's shipped config: the metadata is the same.
     let stack = Stack::start_with(upstream.port(), &[], |mut config| {
-        config = splice(
+        // The client's listener's chain (module mode: not the internal listener's).
+        config = splice_first(
             config,
             "          - name: envoy.filters.http.router\n",
             &piece(&example, "http_filter", 10),

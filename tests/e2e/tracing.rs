@@ -842,6 +842,17 @@ impl TracedModule {
                 ws: 1,
             },
         );
+        // The internal listener the module's own Chat requests enter traces them too.
+        let config = common::examples::splice(
+            config,
+            "          stat_prefix: responses_loopback\n",
+            &piece(
+                &std::fs::read_to_string(repo_root().join("envoy/examples/tracing.yaml")).unwrap(),
+                "hcm_tracing",
+                10,
+            ),
+            false,
+        );
         let envoy = Envoy::start_with_config(&traced_config(config, receiver.port()));
         TracedModule {
             envoy,
@@ -1219,4 +1230,93 @@ async fn a_collector_the_processor_cannot_verify_costs_dropped_spans_never_excha
         let logs = processor.logs();
         assert!(logs.contains("trace export failed"), "{what}: {logs}");
     }
+}
+
+/// Module mode: each WebSocket response is a span of its own, a child of Envoy's span for the
+/// upgrade (the ABI's child spans), with the exchange's attributes; a refused message too,
+/// saying why. Each response's Chat request carries its span's context, so Envoy's span for
+/// it, on the internal listener it enters, is that span's child.
+#[tokio::test]
+async fn the_modules_websocket_responses_are_child_spans_of_envoys_upgrade_span() {
+    if !common::only_module("the module's child spans (ext_proc: the processor's spans)") {
+        return;
+    }
+    let stack = TracedModule::start();
+    stack.upstream.push(stream_reply());
+    let client_span = ClientSpan::new();
+    let mut request = format!("ws://127.0.0.1:{}/v1/responses", stack.envoy.port())
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("traceparent", client_span.traceparent().parse().unwrap());
+    let (mut socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(response.status(), 101);
+    socket
+        .send(Message::text(
+            json!({"type": "response.create", "model": "m", "input": "a secret prompt",
+                   "temperature": 0.5})
+            .to_string(),
+        ))
+        .await
+        .unwrap();
+    let first = ws_response(&mut socket).await;
+    let terminal = first.last().unwrap();
+    assert_eq!(terminal["type"], "response.incomplete", "{first:?}");
+    socket
+        .send(Message::text(r#"{"type":"response.cancel"}"#))
+        .await
+        .unwrap();
+    let refused = ws_response(&mut socket).await;
+    assert_eq!(refused.last().unwrap()["type"], "error");
+    socket.close(None).await.unwrap();
+    drop(socket);
+
+    let upgrade = stack.request_span(&client_span);
+    let response_span = stack.receiver.wait_for("the response's span", WAIT, |s| {
+        s.parent_span_id == upgrade.span_id && s.name == "chat m"
+    });
+    assert_eq!(response_span.trace_id, client_span.trace_id);
+    module_common_tags_as(&response_span, "websocket");
+    assert_eq!(
+        response_span.str("gen_ai.response.id"),
+        terminal["response"]["id"].as_str().unwrap()
+    );
+    module_usage_tags(&response_span, &terminal["response"]["usage"]);
+    assert_eq!(
+        Some(number::<f64>(&response_span, "gen_ai.request.temperature")),
+        Some(0.5)
+    );
+    assert_eq!(response_span.events.len(), 1, "{response_span:#?}");
+    assert_eq!(response_span.events[0].0, "first_token");
+    for (key, value) in &response_span.attributes {
+        assert!(!format!("{value:?}").contains("secret prompt"), "{key}");
+    }
+    let refused_span = stack
+        .receiver
+        .wait_for("the refused message's span", WAIT, |s| {
+            s.parent_span_id == upgrade.span_id && s.name == "chat"
+        });
+    assert_eq!(refused_span.str("error.type"), "unknown_event_type");
+    assert_eq!(refused_span.str("http.response.status_code"), "400");
+    // Envoy's span for the Chat request, on the internal listener, continues the response's.
+    let chat = stack
+        .receiver
+        .wait_for("Envoy's span for the Chat request", WAIT, |s| {
+            s.parent_span_id == response_span.span_id
+        });
+    assert_eq!(chat.trace_id, client_span.trace_id);
+    assert_eq!(
+        stack.upstream.requests()[0].header("traceparent"),
+        Some(format!("00-{}-{}-01", client_span.trace_id, chat.span_id).as_str())
+    );
+}
+
+/// [`module_common_tags`] for a transport.
+fn module_common_tags_as(span: &RecordedSpan, transport: &str) {
+    assert_eq!(span.str("gen_ai.operation.name"), "chat");
+    assert_eq!(span.str("gen_ai.provider.name"), "openai");
+    assert_eq!(span.str("gen_ai.request.model"), "m");
+    assert_eq!(span.str("responses_extproc.operation"), "create");
+    assert_eq!(span.str("responses_extproc.transport"), transport);
 }

@@ -1,10 +1,20 @@
-//! The WebSocket transport of `/v1/responses` through the real Envoy (`envoy/envoy.yaml`):
-//! Envoy upgrades the socket to the processor's WebSocket listener, whose Chat requests go
-//! back through Envoy to a scripted upstream that records what it gets. Plain frames
+//! The WebSocket transport of `/v1/responses` through the real Envoy, in both modes: in
+//! ext_proc mode (`envoy/envoy.yaml`) Envoy upgrades the socket to the processor's WebSocket
+//! listener, whose Chat requests go back through Envoy; in module mode
+//! (`envoy/envoy-module.yaml`) the module answers the upgrade itself and sends each Chat
+//! request into Envoy's internal listener, with no process beside Envoy. Either way the
+//! requests reach a scripted upstream that records what it gets. Plain frames
 //! (tokio-tungstenite): creates, continuations, sequential responses, bad messages, the size
 //! limit from both sides, a client gone mid-response, an upstream failing mid-stream, the
-//! connection limits and a drain on SIGTERM. openai-python's `responses.connect()` is driven
-//! in `e2e_clients.rs`.
+//! connection limits and a drain on SIGTERM.
+//!
+//! The same table of cases runs against the core's connection (`core/src/connection/tests.rs`,
+//! plain bytes), the module's carrying of it (`module/src/socket/tests.rs`, the fake Envoy)
+//! and here through Envoy. What differs by mode is said where it does: the model headers
+//! (the processor's Chat request comes back through the listener, which removes a client's;
+//! the module's enters the internal listener and keeps them), the process a SIGTERM drains,
+//! and what only one mode has (HTTP/2's extended CONNECT, a panic's 1011: the module).
+//! openai-python's `responses.connect()` is driven in `e2e_clients.rs`.
 
 use crate::common;
 
@@ -100,6 +110,13 @@ async fn completed(socket: &mut Socket) -> Value {
     last
 }
 
+/// The model header the upstream sees on the transport's Chat request: none in ext_proc mode
+/// (the processor's request comes back through the listener, which removes a client's), the
+/// translator's in module mode (the internal listener keeps it).
+fn model_header(value: &str) -> Option<&str> {
+    (common::mode() == common::Mode::Module).then_some(value)
+}
+
 fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
@@ -145,22 +162,23 @@ async fn create_then_continue_with_previous_response_id() {
     assert_eq!(last_response(&second)["previous_response_id"], json!(id));
     assert_eq!(second[0]["sequence_number"], 0);
 
-    // No prompt or completion text in the processor's log without --log-content.
-    let logs = stack.processor().logs();
+    // No prompt or completion text in the translator's log (without --log-content).
+    let logs = stack.translator_logs();
     assert!(logs.contains("translated request"), "{logs}");
     assert!(
         !logs.contains("I am Ada") && !logs.contains("Hello Ada"),
         "{logs}"
     );
     // What the upstream got: Chat requests through Envoy's Chat route, the second with the
-    // whole context and the client's credentials. The processor names the model in the model
-    // header, but it comes back through Envoy's listener as a client's request does, and
-    // Envoy removes a client's model header before routing (only the HTTP filter sets it).
+    // whole context and the client's credentials. Both translators name the model in the
+    // model header; the processor's request comes back through Envoy's listener as a
+    // client's does, and loses it there (Envoy removes a client's before routing), the
+    // module's enters Envoy's internal listener and keeps it (routed by model).
     let requests = upstream.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].header("authorization"), Some("Bearer sk-test"));
-    assert_eq!(requests[1].header("x-responses-model"), None);
+    assert_eq!(requests[1].header("x-responses-model"), model_header("m"));
     let chat = requests[1].json();
     assert_eq!(chat["stream"], true);
     assert_eq!(
@@ -196,10 +214,11 @@ async fn a_model_that_cannot_be_a_header_is_refused_and_the_socket_goes_on() {
 
 /// The model map on the WebSocket: each response's Chat request names the mapped model (a
 /// name the map does not match passes unchanged), every event names the model asked for, and
-/// a continuation too. Through Envoy the transport's Chat request loses its model headers
-/// (it comes back through the listener as a client's does: docs/websocket.md); sent straight
-/// to the upstream, as from a listener of the processor's own, it carries both, the name
-/// asked for and the name sent, as the HTTP path does.
+/// a continuation too. In module mode the Chat request reaches the upstream with both model
+/// headers, the name asked for and the name sent, as the HTTP path does. In ext_proc mode it
+/// loses them through Envoy (it comes back through the listener as a client's does:
+/// docs/websocket.md); sent straight to the upstream, as from a listener of the processor's
+/// own, it carries both.
 #[tokio::test]
 async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one() {
     let demo = common::RecordingDemo::start();
@@ -231,12 +250,14 @@ async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one(
         previous = last_response(&events)["id"].as_str().map(str::to_owned);
         let request = demo.requests().pop().expect("a Chat request");
         assert_eq!(request.json()["model"], sent, "{asked}");
+        assert_eq!(request.header("x-responses-model"), model_header(asked));
         assert_eq!(
-            request.header("x-responses-model"),
-            None,
-            "removed by Envoy"
+            request.header("x-responses-upstream-model"),
+            model_header(sent)
         );
-        assert_eq!(request.header("x-responses-upstream-model"), None);
+    }
+    if common::mode() == common::Mode::Module {
+        return;
     }
 
     // The processor's own Chat request, sent straight to the upstream.
@@ -539,10 +560,9 @@ async fn a_client_gone_mid_response_cancels_the_upstream_request() {
     }
     drop(ws);
     gate.wait_reached(TIMEOUT).await;
-    // The processor drops its Chat request: Envoy sees its downstream (the processor) go
-    // and resets the upstream request.
-    // The processor drops its Chat request: Envoy sees its downstream (the processor) go
-    // and closes the upstream connection with the request still active.
+    // The translator drops its Chat request (the processor its HTTP request, the module its
+    // callout): Envoy sees that downstream go and closes the upstream connection with the
+    // request still active.
     let stat = "cluster.upstream.upstream_cx_destroy_local_with_active_rq";
     common::wait_until("the upstream request to be cancelled", TIMEOUT, || {
         let (_, stats) =
@@ -550,7 +570,7 @@ async fn a_client_gone_mid_response_cancels_the_upstream_request() {
         stats.contains(&format!("{stat}: 1")).then_some(())
     });
     gate.release();
-    // The processor is fine: a new connection is answered.
+    // The translator is fine: a new connection is answered.
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "y"})).await;
     completed(&mut ws).await;
@@ -793,7 +813,9 @@ async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
     gate.wait_reached(TIMEOUT).await;
-    let pid = stack.processor().pid().to_string();
+    // The processor (ext_proc), Envoy itself (module: the module's bootstrap extension tells
+    // the socket, and Envoy waits for it).
+    let pid = stack.socket_server_pid().to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
@@ -1132,5 +1154,266 @@ async fn configuration_updates_set_the_turn_on_every_transport_and_across_contin
         Some(7),
         "the whole kept conversation: {}",
         chats[4]
+    );
+}
+
+/// Routing by model: with the shipped config's route by `x-responses-model` enabled
+/// (`big-model` to a second upstream), a WebSocket response for `big-model` reaches that
+/// upstream in module mode, as an HTTP exchange does (its Chat request enters Envoy's internal
+/// listener, which keeps the model headers). In ext_proc mode the processor's Chat request
+/// comes back through the listener like a client's and loses them: it takes the Chat route
+/// (docs/deploying.md, routing by model).
+#[tokio::test]
+async fn websocket_responses_are_routed_by_model() {
+    let small = ScriptedUpstream::start();
+    small.set_default(|| chat_sse("small"));
+    let big = ScriptedUpstream::start();
+    big.set_default(|| chat_sse("big"));
+    let big_port = big.port();
+    let stack = Stack::with_websocket_in(common::mode(), small.port(), &[], move |config| {
+        common::envoy::with_model_route(config, big_port)
+    });
+    let mut ws = connect(&stack).await;
+    ask(&mut ws, json!({"model": "big-model", "input": "hi"})).await;
+    let big_answer = completed(&mut ws).await;
+    ask(&mut ws, json!({"model": "small-model", "input": "hi"})).await;
+    let small_answer = completed(&mut ws).await;
+    let text = |r: &Value| r["output"][0]["content"][0]["text"].clone();
+    assert_eq!(text(&small_answer), "small");
+    match common::mode() {
+        common::Mode::Module => {
+            assert_eq!(text(&big_answer), "big");
+            let at_big = big.requests();
+            assert_eq!(at_big.len(), 1);
+            assert_eq!(at_big[0].header("x-responses-model"), Some("big-model"));
+            assert_eq!(small.requests().len(), 1);
+        }
+        common::Mode::ExtProc => {
+            assert_eq!(text(&big_answer), "small");
+            assert!(big.requests().is_empty());
+            assert_eq!(small.requests().len(), 2);
+        }
+    }
+    // A client's own model header on the upgrade steers nothing.
+    let mut request = stack.ws_url().into_client_request().expect("request");
+    request
+        .headers_mut()
+        .insert("x-responses-model", "big-model".parse().unwrap());
+    let (mut forged, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    ask(&mut forged, json!({"model": "small-model", "input": "hi"})).await;
+    assert_eq!(text(&completed(&mut forged).await), "small");
+}
+
+/// SIGTERM with a response that outlasts the drain time: it ends with `response.failed`
+/// (`server_shutting_down`), then the socket closes with 1001, within the drain time and two
+/// seconds. The drain time is the processor's `--drain-seconds` (ext_proc), the module's
+/// bootstrap extension's `drain_seconds` (module).
+#[tokio::test]
+async fn sigterm_ends_a_response_that_outlasts_the_drain_time_then_closes() {
+    const DRAIN_SECONDS: u64 = 2;
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([chat_sse("never").pause_after(1, &gate)]);
+    let seconds = DRAIN_SECONDS.to_string();
+    let stack = match common::mode() {
+        common::Mode::ExtProc => {
+            Stack::with_websocket(upstream.port(), &["--drain-seconds", &seconds])
+        }
+        common::Mode::Module => {
+            Stack::with_websocket_in(common::Mode::Module, upstream.port(), &[], |config| {
+                let drain = "    extension_name: drain\n";
+                assert_eq!(config.matches(drain).count(), 1, "the drain extension");
+                config.replace(
+                    drain,
+                    &format!(
+                        "{drain}    extension_config:\n      \"@type\": type.googleapis.com/google.protobuf.StringValue\n      value: '{{\"drain_seconds\": {DRAIN_SECONDS}}}'\n"
+                    ),
+                )
+            })
+        }
+    };
+    let mut ws = connect(&stack).await;
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    gate.wait_reached(TIMEOUT).await;
+    let pid = stack.socket_server_pid().to_string();
+    let started = std::time::Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let events = response(&mut ws).await;
+    let failed = last_response(&events);
+    assert_eq!(failed["status"], "failed", "{events:?}");
+    assert_eq!(failed["error"]["code"], "server_shutting_down");
+    assert_eq!(closed(&mut ws).await, Some(CloseCode::Away));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(DRAIN_SECONDS * 1000 - 100)
+            && took <= Duration::from_secs(DRAIN_SECONDS + 2),
+        "{took:?}"
+    );
+    gate.release();
+}
+
+/// Module mode: Envoy's graceful drain (`POST /drain_listeners?graceful`, as in a hot restart)
+/// reaches the socket through the module's bootstrap extension: the response in flight
+/// finishes, then 1001. (The processor drains on its own SIGTERM; it hears nothing of
+/// Envoy's.)
+#[tokio::test]
+async fn envoys_drain_lets_the_response_finish_then_closes() {
+    if !common::only_module("Envoy's drain reaches the module's sockets only") {
+        return;
+    }
+    let gate = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([chat_sse("drained").pause_after(1, &gate)]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    let mut idle = connect(&stack).await;
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    gate.wait_reached(TIMEOUT).await;
+    let (status, _) = common::envoy::http_post(
+        stack.envoy.admin_port(),
+        "/drain_listeners?graceful&skip_exit",
+    )
+    .expect("admin answers");
+    assert_eq!(status, 200);
+    // A socket with nothing in flight closes at once.
+    assert_eq!(closed(&mut idle).await, Some(CloseCode::Away));
+    gate.release();
+    let events = response(&mut ws).await;
+    assert_eq!(last_response(&events)["status"], "completed");
+    assert_eq!(closed(&mut ws).await, Some(CloseCode::Away));
+}
+
+/// Module mode: a panic while serving a socket (the core panics on a marker in the upstream's
+/// answer: test builds have `fault-injection`) closes that socket with 1011; another socket,
+/// open meanwhile, and HTTP exchanges go on: Envoy did not crash.
+#[tokio::test]
+async fn a_panic_fails_that_socket_only() {
+    if !common::only_module("the module's containment (the processor's task ends its socket)") {
+        return;
+    }
+    let marker = responses_core::fault::PANIC_MARKER;
+    let upstream = ScriptedUpstream::with_replies([chat_sse(marker)]);
+    upstream.set_default(|| chat_sse("fine"));
+    let mut stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut other = connect(&stack).await;
+    let mut ws = connect(&stack).await;
+    ask(&mut ws, json!({"model": "m", "input": "x"})).await;
+    let end = loop {
+        match tokio::time::timeout(TIMEOUT, ws.next())
+            .await
+            .expect("the socket ends in time")
+        {
+            Some(Ok(Message::Close(frame))) => break frame.map(|f| f.code),
+            Some(Ok(Message::Text(text))) => assert!(!text.contains(marker), "{text}"),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => panic!("no close frame: {e}"),
+            None => panic!("no close frame"),
+        }
+    };
+    assert_eq!(end, Some(CloseCode::Error));
+    ask(&mut other, json!({"model": "m", "input": "y"})).await;
+    completed(&mut other).await;
+    let http = common::client()
+        .post(stack.envoy.url("/v1/responses"))
+        .json(&json!({"model": "m", "input": "z", "stream": true}))
+        .send()
+        .await
+        .expect("Envoy answers");
+    assert_eq!(http.status(), 200);
+    assert!(stack.translator_running(), "Envoy is alive");
+    assert!(stack.translator_logs().contains("panic"));
+}
+
+/// Module mode: HTTP/2's extended CONNECT (RFC 8441), a WebSocket over an HTTP/2 stream: Envoy
+/// hands the module the HTTP/1.1 form of the upgrade (without a key), answers its 101 with
+/// HTTP/2's 200, and a response runs over it as over HTTP/1.1. (The processor's listener
+/// takes HTTP/1.1 upgrades; envoy/envoy.yaml does not allow the extended CONNECT.)
+#[tokio::test]
+async fn a_response_over_http2_extended_connect() {
+    if !common::only_module("envoy/envoy-module.yaml allows HTTP/2's extended CONNECT") {
+        return;
+    }
+    let upstream = ScriptedUpstream::with_replies([chat_sse("over h2")]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", stack.envoy.port()))
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !client.is_extended_connect_protocol_enabled() {
+        assert!(tokio::time::Instant::now() < deadline, "Envoy's settings");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let request = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!(
+            "http://127.0.0.1:{}/v1/responses",
+            stack.envoy.port()
+        ))
+        .header("sec-websocket-version", "13")
+        .extension(h2::ext::Protocol::from_static("websocket"))
+        .body(())
+        .expect("request");
+    let (response, mut send) = client.send_request(request, false).expect("send");
+    let response = tokio::time::timeout(TIMEOUT, response)
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    let message = json!({"type": "response.create", "model": "m", "input": "hi"}).to_string();
+    let mask = [7u8, 1, 9, 3];
+    let mut frame = vec![0x81, 0x80 | 126];
+    frame.extend((message.len() as u16).to_be_bytes());
+    frame.extend(mask);
+    frame.extend(message.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    send.send_data(bytes::Bytes::from(frame), false)
+        .expect("data");
+    // The server's frames (unmasked text), until the terminal event.
+    let mut body = response.into_body();
+    let mut buffer = Vec::new();
+    let mut events: Vec<Value> = Vec::new();
+    while !events
+        .last()
+        .is_some_and(|e| e["type"] == "response.completed")
+    {
+        let data = tokio::time::timeout(TIMEOUT, body.data())
+            .await
+            .expect("data in time")
+            .expect("a data frame")
+            .expect("readable");
+        let _ = body.flow_control().release_capacity(data.len());
+        buffer.extend_from_slice(&data);
+        while buffer.len() >= 2 {
+            let (len, at) = match buffer[1] & 0x7f {
+                126 if buffer.len() >= 4 => {
+                    (usize::from(u16::from_be_bytes([buffer[2], buffer[3]])), 4)
+                }
+                127 if buffer.len() >= 10 => (
+                    u64::from_be_bytes(buffer[2..10].try_into().unwrap()) as usize,
+                    10,
+                ),
+                126 | 127 => break,
+                n => (usize::from(n), 2),
+            };
+            if buffer.len() < at + len {
+                break;
+            }
+            assert_eq!(buffer[0], 0x81, "a text frame");
+            events.push(common::json::strict(
+                std::str::from_utf8(&buffer[at..at + len]).unwrap(),
+            ));
+            buffer.drain(..at + len);
+        }
+    }
+    assert_eq!(events[0]["type"], "response.created");
+    assert_eq!(
+        events.last().unwrap()["response"]["output"][0]["content"][0]["text"],
+        "over h2"
     );
 }

@@ -4,8 +4,8 @@
 //! optional allow-list of `Origin`s, none while draining; and the memory all its connections
 //! may hold ([`Budget`]).
 //!
-//! Plain data: a host keeps one behind its own lock (the processor's mutex, the module's
-//! process-wide one) and calls [`Admission::admit`] at each upgrade, [`Admission::release`]
+//! Plain data: a host keeps one behind its own lock (the processor's per WebSocket listener,
+//! the module's per filter config, shared by Envoy's workers) and calls [`Admission::admit`] at each upgrade, [`Admission::release`]
 //! when the connection ends.
 
 use std::collections::hash_map::RandomState;

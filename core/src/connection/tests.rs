@@ -1356,3 +1356,122 @@ fn a_response_over_its_threshold_is_compacted_first() {
     assert_eq!(code(&frames[0]), "upstream_timeout");
     assert!(c.conn.exchange().is_none());
 }
+
+#[test]
+fn a_host_that_holds_input_reads_only_what_the_connection_wants() {
+    // Twenty messages in one piece, the first held by its call: the connection reads as far
+    // as its queue takes (the first, then eight waiting), the host keeps the rest.
+    let mut c = Client::new();
+    let messages: Vec<Vec<u8>> = (0..20)
+        .map(|i| {
+            masked(
+                0x1,
+                &create(json!({"model": "m", "input": format!("q{i}")})),
+            )
+        })
+        .collect();
+    let piece = messages.concat();
+    let now = c.now();
+    let read = c.conn.read_bytes(now, &piece);
+    let nine: usize = messages[..1 + MAX_QUEUED_MESSAGES]
+        .iter()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(read, nine);
+    assert!(!c.conn.wants_input() && c.conn.reading());
+    assert_eq!(
+        c.conn.read_bytes(now, &piece[read..]),
+        0,
+        "nothing more now"
+    );
+    // Each response that ends makes room for one more, in order, and nothing is lost.
+    let mut rest = &piece[read..];
+    for i in 0..20 {
+        let calls = c.calls();
+        let call = calls
+            .iter()
+            .find_map(|a| match a {
+                CallAction::Start(call) => Some(call.clone()),
+                CallAction::Cancel(_) => None,
+            })
+            .unwrap_or_else(|| panic!("turn {i}: {calls:?}"));
+        assert_eq!(chat(&call)["messages"][0]["content"], format!("q{i}"));
+        c.answer(&call, "a");
+        let now = c.now();
+        let n = c.conn.read_bytes(now, rest);
+        rest = &rest[n..];
+    }
+    assert!(rest.is_empty());
+    // Partial frames are read (the decoder holds them): a piece split anywhere reads whole.
+    let mut c = Client::new();
+    let one = masked(0x1, &create(json!({"model": "m", "input": "x"})));
+    let now = c.now();
+    assert_eq!(c.conn.read_bytes(now, &one[..5]), 5);
+    assert_eq!(c.conn.read_bytes(now, &one[5..]), one.len() - 5);
+    assert!(matches!(&c.calls()[..], [CallAction::Start(_)]));
+    // A connection that stopped reading for good reads nothing: the host drops the bytes.
+    let mut c = Client::new();
+    c.bytes(&masked(0x1, &[0xff]));
+    assert!(!c.conn.reading());
+    let now = c.now();
+    assert_eq!(c.conn.read_bytes(now, &one), 0);
+}
+
+#[test]
+fn a_host_that_fails_closes_the_connection_with_1011() {
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    c.send(&create(json!({"model": "m", "input": "queued"})));
+    let now = c.now();
+    c.conn.fail(now);
+    assert!(c.conn.is_closed() && !c.conn.reading());
+    assert_eq!(c.received(), [Frame::Close(1011, "internal error".into())]);
+    assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
+    let events = c.events();
+    let f = finished(&events);
+    assert_eq!((f.len(), f[0].cut), (1, true));
+    assert_eq!(closed(&events), [(1011, "internal error")]);
+    // After our own close frame, a failure sends nothing more and tells no second close.
+    let mut c = Client::new();
+    c.wait(limits().idle_timeout.as_millis() as u64);
+    c.timeout();
+    assert_eq!(c.received(), [Frame::Close(1000, "idle timeout".into())]);
+    let now = c.now();
+    c.conn.fail(now);
+    assert!(c.received().is_empty() && c.conn.is_closed());
+    assert_eq!(closed(&c.events()), [(1000, "idle timeout")]);
+}
+
+#[test]
+fn only_websocket_upgrades_on_the_responses_path_open_the_transport() {
+    let settings = Settings::default();
+    let opens = |pairs: &[(&str, &str)]| {
+        opens(&settings, |name| {
+            pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        })
+    };
+    assert!(opens(&[
+        (":path", "/v1/responses"),
+        ("upgrade", "websocket")
+    ]));
+    assert!(opens(&[
+        (":path", "/v1/responses?x=1"),
+        ("upgrade", "h2c, WebSocket")
+    ]));
+    assert!(opens(&[
+        (":method", "CONNECT"),
+        (":path", "/v1/responses"),
+        (":protocol", "websocket")
+    ]));
+    assert!(!opens(&[(":path", "/v1/responses")]));
+    assert!(!opens(&[(":path", "/v1/responses"), ("upgrade", "h2c")]));
+    assert!(!opens(&[
+        (":path", "/v1/responses/compact"),
+        ("upgrade", "websocket")
+    ]));
+    assert!(!opens(&[
+        (":path", "/v1/chat/completions"),
+        ("upgrade", "websocket")
+    ]));
+}

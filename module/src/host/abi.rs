@@ -130,6 +130,9 @@ pub const HEADERS_CONTINUE: HeadersStatus = 0;
 pub const HEADERS_STOP_ITERATION: HeadersStatus = 1;
 pub type BodyStatus = u32;
 pub const BODY_CONTINUE: BodyStatus = 0;
+/// Envoy keeps the piece in the stream's buffer (with what it kept before); over the buffer's
+/// high watermark it stops reading the client until the filter drains it.
+pub const BODY_STOP_ITERATION_AND_WATERMARK: BodyStatus = 2;
 pub const BODY_STOP_ITERATION_NO_BUFFER: BodyStatus = 3;
 pub type TrailersStatus = u32;
 pub const TRAILERS_CONTINUE: TrailersStatus = 0;
@@ -143,6 +146,12 @@ pub const CALLOUT_INIT_MISSING_REQUIRED_HEADERS: CalloutInitResult = 1;
 pub const CALLOUT_INIT_CLUSTER_NOT_FOUND: CalloutInitResult = 2;
 // 3, DuplicateCalloutId: no longer returned (Envoy picks the ids).
 pub const CALLOUT_INIT_CANNOT_CREATE_REQUEST: CalloutInitResult = 4;
+
+/// `envoy_dynamic_module_type_attribute_id`: which of Envoy's attributes
+/// (`request.protocol`: 10, after request.path, url_path, host, scheme, method, headers,
+/// referer, useragent, time and id).
+pub type AttributeId = u32;
+pub const ATTRIBUTE_REQUEST_PROTOCOL: AttributeId = 10;
 
 /// `envoy_dynamic_module_type_http_stream_reset_reason` (Envoy's
 /// `AsyncClient::StreamResetReason`, in this order).
@@ -366,6 +375,34 @@ unsafe extern "C" {
         span: SpanEnvoyPtr,
         event: ModuleBuffer,
     );
+    /// A child of `span` (Envoy's egress config), started now, owned by the module until
+    /// `child_span_finish`; null if Envoy made none. The child is a span like the active one
+    /// (tags, operation, log, ids). Checked against the 1.40.0 binary: filter, span, then the
+    /// operation name as a buffer by value.
+    pub fn envoy_dynamic_module_callback_http_span_spawn_child(
+        filter: FilterEnvoyPtr,
+        span: SpanEnvoyPtr,
+        operation: ModuleBuffer,
+    ) -> SpanEnvoyPtr;
+    /// Finishes (exports) a child span and frees it.
+    pub fn envoy_dynamic_module_callback_http_child_span_finish(span: SpanEnvoyPtr);
+    /// The span's trace id and span id as its tracer writes them (W3C's lowercase hex for
+    /// OpenTelemetry), valid until the next such call on this thread; false if it has none.
+    pub fn envoy_dynamic_module_callback_http_span_get_trace_id(
+        span: SpanEnvoyPtr,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_span_get_span_id(
+        span: SpanEnvoyPtr,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    /// A string attribute of the stream (`result` valid during the hook); false if Envoy has
+    /// none. Checked against the 1.40.0 binary: three arguments, the result one buffer.
+    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+        filter: FilterEnvoyPtr,
+        attribute: AttributeId,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_reset_stream(
         filter: FilterEnvoyPtr,
         reason: StreamResetReason,

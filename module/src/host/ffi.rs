@@ -16,8 +16,9 @@ pub use super::abi::{
     BodyStatus, BootstrapConfigEnvoyPtr, BootstrapConfigModulePtr, BootstrapEnvoyPtr,
     BootstrapModulePtr, EnvoyBuffer, EnvoyHttpHeader, EventCb, EventContext, FilterConfigEnvoyPtr,
     FilterConfigModulePtr, FilterEnvoyPtr, FilterModulePtr, HeadersStatus, HttpStreamResetReason,
-    TrailersStatus, BODY_CONTINUE, BODY_STOP_ITERATION_NO_BUFFER, HEADERS_CONTINUE,
-    HEADERS_STOP_ITERATION, TRAILERS_CONTINUE, TRAILERS_STOP_ITERATION,
+    TrailersStatus, BODY_CONTINUE, BODY_STOP_ITERATION_AND_WATERMARK,
+    BODY_STOP_ITERATION_NO_BUFFER, HEADERS_CONTINUE, HEADERS_STOP_ITERATION, TRAILERS_CONTINUE,
+    TRAILERS_STOP_ITERATION,
 };
 pub use super::timer::{DRAIN_EVENT, TIMER_EVENT};
 
@@ -455,9 +456,9 @@ mod tests {
     // The Envoy pointer is never dereferenced here (no host call is made).
     const ENVOY: FilterEnvoyPtr = FilterEnvoyPtr(std::ptr::null_mut());
 
-    // The Envoy callbacks that the code under test links (a log line, a scheduler's delete in
-    // the filter's drop glue), defined for the test binary, which has no Envoy. Envoy logs
-    // nothing here, and no scheduler exists to delete.
+    // The Envoy callbacks that the code under test links (a log line, the deletes of a
+    // scheduler and of child spans in the filter's drop glue), defined for the test binary,
+    // which has no Envoy. Envoy logs nothing here, and no scheduler or span exists to delete.
     #[no_mangle]
     extern "C" fn envoy_dynamic_module_callback_log_enabled(_level: abi::LogLevel) -> bool {
         false
@@ -470,6 +471,10 @@ mod tests {
         _scheduler: abi::SchedulerPtr,
     ) {
         panic!("no scheduler exists in these tests");
+    }
+    #[no_mangle]
+    extern "C" fn envoy_dynamic_module_callback_http_child_span_finish(_span: abi::SpanEnvoyPtr) {
+        panic!("no child span exists in these tests");
     }
 
     #[test]
