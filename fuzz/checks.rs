@@ -169,7 +169,7 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
         match op % 6 {
             0 => match ex.request_body(&body(arg), arg & 0x40 != 0, meta) {
                 RequestStep::Reply(e) => check_error(&e),
-                RequestStep::Forward(up) => {
+                RequestStep::Forward(up) | RequestStep::Call(up) => {
                     let _: serde_json::Value = serde_json::from_slice(&up.body).expect("JSON");
                 }
                 RequestStep::Hold => {}

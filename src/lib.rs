@@ -9,4 +9,5 @@ pub mod extproc;
 pub mod logs;
 pub mod metrics;
 pub mod traces;
+pub mod upstream;
 pub mod websocket;

@@ -12,6 +12,7 @@ use responses_extproc::config::{Cli, Config, KeySource, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
 use responses_extproc::metrics::Metrics;
 use responses_extproc::traces::Traces;
+use responses_extproc::upstream::Upstream;
 use responses_extproc::websocket::{Server as WsServer, WsSettings};
 use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
@@ -85,6 +86,11 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         ),
     }
     let mut settings = Settings::from_config(&config, Some(keyring));
+    // The processor's own calls (automatic compaction) go back through Envoy.
+    settings.upstream = Some(Arc::new(Upstream::new(
+        &config.ws_upstream,
+        &settings.exchange.chat_path,
+    )?));
     if let Some(addr) = config.metrics_listen {
         let metrics = Arc::new(Metrics::new(config.exchange.label_policy()));
         let listener = TcpListener::bind(addr).await?;

@@ -251,6 +251,8 @@ struct Turn {
     /// Its whole input (the continued context's items first), kept for the next context.
     input: Vec<Value>,
     input_bytes: usize,
+    /// Its call is an automatic compaction's summarising request, given up on at this time.
+    compacting: Option<Instant>,
 }
 
 /// Fields of `POST /v1/responses` that belong to the HTTP transport, with the one value that
@@ -454,6 +456,14 @@ impl<E: Environment> Connection<E> {
         if upstream_failure::keeps_headers(status) {
             turn.exchange.upstream_headers(every());
         }
+        if turn.compacting.is_some() {
+            let step = turn
+                .exchange
+                .call_head(status, header("content-type").unwrap_or_default());
+            self.compaction_step(now, step);
+            self.pump(now);
+            return;
+        }
         let head = ResponseHead {
             status,
             content_type: header("content-type").unwrap_or_default(),
@@ -494,6 +504,12 @@ impl<E: Environment> Connection<E> {
             return;
         };
         turn.call = None;
+        if turn.compacting.is_some() {
+            let step = turn.exchange.call_failed(false, message);
+            self.compaction_step(now, step);
+            self.pump(now);
+            return;
+        }
         match turn
             .exchange
             .abort(ErrorCode::UpstreamUnavailable, message, unix)
@@ -534,6 +550,18 @@ impl<E: Environment> Connection<E> {
                 self.phase = Phase::Closed;
             }
             Phase::Open => {
+                let late = self
+                    .turn
+                    .as_mut()
+                    .filter(|t| t.compacting.is_some_and(|deadline| now >= deadline));
+                if let Some(turn) = late {
+                    let call = turn.call.take();
+                    let step = turn.exchange.call_failed(true, "");
+                    if let Some(id) = call {
+                        self.stop_call(id);
+                    }
+                    self.compaction_step(now, step);
+                }
                 if let Some(Ending::Drain { deadline }) = self.ending {
                     if now >= deadline && self.turn.is_some() {
                         self.abort_turn(
@@ -608,7 +636,8 @@ impl<E: Environment> Connection<E> {
                     Some(Ending::Drain { deadline }) if self.turn.is_some() => Some(deadline),
                     _ => None,
                 };
-                [age, idle, drain].into_iter().flatten().min()
+                let compaction = self.turn.as_ref().and_then(|t| t.compacting);
+                [age, idle, drain, compaction].into_iter().flatten().min()
             }
         }
     }
@@ -802,19 +831,20 @@ impl<E: Environment> Connection<E> {
             id_seed: self.env.id_seed(),
         };
         match self.begin(&text, meta) {
-            Ok(Begun::Call(up)) => {
+            Ok(Begun::Call(up, compacting)) => {
                 life.claim();
-                self.life = Some(life);
                 if let Some(old) = self.finishing.take() {
                     self.stop_call(old);
                 }
-                let id = CallId(self.next_call);
-                self.next_call += 1;
-                if let Some(turn) = &mut self.turn {
-                    turn.call = Some(id);
+                if compacting {
+                    life.call_started();
+                    let deadline = now + self.settings.compaction_timeout;
+                    if let Some(turn) = &mut self.turn {
+                        turn.compacting = Some(deadline);
+                    }
                 }
-                let call = call::chat(id, &self.settings, up, &self.forwarded);
-                self.calls.push_back(CallAction::Start(call));
+                self.life = Some(life);
+                self.start_call(up);
             }
             Ok(Begun::Answered) => {
                 life.claim();
@@ -835,6 +865,44 @@ impl<E: Environment> Connection<E> {
             Err(err) => self.refuse(&err),
         }
         self.settle();
+    }
+
+    /// Starts the call of the response in flight.
+    fn start_call(&mut self, up: crate::exchange::UpstreamRequest) {
+        let id = CallId(self.next_call);
+        self.next_call += 1;
+        if let Some(turn) = &mut self.turn {
+            turn.call = Some(id);
+        }
+        let call = call::chat(id, &self.settings, up, &self.forwarded);
+        self.calls.push_back(CallAction::Start(call));
+    }
+
+    /// A step of an automatic compaction's call: the turn's own call once the summary is
+    /// sealed, or the response's error.
+    fn compaction_step(&mut self, now: Instant, step: RequestStep) {
+        if matches!(step, RequestStep::Hold) {
+            return;
+        }
+        let outcome = self.turn.as_mut().and_then(|turn| {
+            turn.compacting = None;
+            turn.exchange.summary().compaction
+        });
+        if let Some(life) = &mut self.life {
+            life.call_ended(now, outcome);
+        }
+        match step {
+            RequestStep::Forward(up) => self.start_call(up),
+            RequestStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
+            RequestStep::Hold | RequestStep::Call(_) => {
+                let err = ApiError::server(
+                    500,
+                    ErrorCode::InternalError,
+                    "The exchange could not be completed: a call out of place.",
+                );
+                self.end_with(now, Reply::Error(crate::exchange::ErrorReply::new(err)));
+            }
+        }
     }
 
     /// A message refused before it became a response: its `error` event.
@@ -917,6 +985,10 @@ impl<E: Environment> Connection<E> {
                 .with_code(ErrorCode::InvalidType))
             }
         };
+        if !generate {
+            // A preload makes no model call: nothing to compact.
+            body.remove("context_management");
+        }
         let continues = continued.as_ref().map(|c| c.id.clone());
         let (input, input_bytes) = full_input(&mut body, continued, text.len())?;
         // A preload with no input at all (Codex's prewarm: instructions and tools only) is
@@ -933,27 +1005,31 @@ impl<E: Environment> Connection<E> {
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
         exchange.set_reasoning_events(self.reasoning_events);
         exchange.set_tenant(self.tenant.clone());
-        match exchange.request_object(body, continues, meta) {
-            RequestStep::Forward(up) => {
-                self.turn = Some(Turn {
-                    exchange,
-                    call: None,
-                    input,
-                    input_bytes,
-                });
-                Ok(if generate {
-                    Begun::Call(up)
-                } else {
-                    Begun::Answered
-                })
+        let step = exchange.request_object(body, continues, meta);
+        let (up, compacting) = match step {
+            RequestStep::Forward(up) => (up, false),
+            RequestStep::Call(up) => (up, true),
+            RequestStep::Reply(reply) => return Err(reply.error),
+            RequestStep::Hold => {
+                return Err(ApiError::server(
+                    500,
+                    ErrorCode::InternalError,
+                    "The request was not translated.",
+                ))
             }
-            RequestStep::Reply(reply) => Err(reply.error),
-            RequestStep::Hold => Err(ApiError::server(
-                500,
-                ErrorCode::InternalError,
-                "The request was not translated.",
-            )),
-        }
+        };
+        self.turn = Some(Turn {
+            exchange,
+            call: None,
+            input,
+            input_bytes,
+            compacting: None,
+        });
+        Ok(if generate {
+            Begun::Call(up, compacting)
+        } else {
+            Begun::Answered
+        })
     }
 
     fn take_context(&mut self, id: &str) -> Result<Context, ApiError> {
@@ -1003,6 +1079,7 @@ impl<E: Environment> Connection<E> {
 
     fn call_body(&mut self, now: Instant, id: CallId, chunk: &[u8], end: bool) {
         self.now = now;
+        let unix = self.env.now();
         if end && self.finishing == Some(id) {
             self.finishing = None;
         }
@@ -1013,7 +1090,18 @@ impl<E: Environment> Connection<E> {
             // Over: nothing to cancel.
             turn.call = None;
         }
-        self.body(now, chunk, end);
+        if turn.compacting.is_some() {
+            let step = turn.exchange.call_body(chunk, end, unix);
+            if !matches!(step, RequestStep::Hold) {
+                if let Some(id) = turn.call.take() {
+                    // An answer over the cap ends the compaction before its body's end.
+                    self.stop_call(id);
+                }
+            }
+            self.compaction_step(now, step);
+        } else {
+            self.body(now, chunk, end);
+        }
         self.settle();
         self.pump(now);
     }
@@ -1268,8 +1356,8 @@ impl<E: Environment> Connection<E> {
 
 /// What a `response.create` became.
 enum Begun {
-    /// A Chat call to make.
-    Call(crate::exchange::UpstreamRequest),
+    /// A Chat call to make; `true`: an automatic compaction's, before the turn's own.
+    Call(crate::exchange::UpstreamRequest, bool),
     /// `generate: false`: answered without the upstream.
     Answered,
 }

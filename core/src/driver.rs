@@ -27,8 +27,9 @@ pub use edits::{Edits, HeaderEdit};
 use std::borrow::Cow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::call::{self, Call, CallId};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, Fault, HeadStep, Operation, Reply,
@@ -124,6 +125,16 @@ pub enum Action {
     /// The client already has the answer's head: end the stream abruptly. A host whose only
     /// way is a local reply sends `error` (Envoy turns a reply after the head into a reset).
     Reset { error: ErrorReply, why: ResetReason },
+    /// Make this call (an automatic compaction's summarising request, to be answered whole)
+    /// and report its answer by its id ([`Driver::call_head`], [`Driver::call_data`],
+    /// [`Driver::call_end`], [`Driver::call_failed`]; `timed_out` after `timeout`), holding
+    /// the request meanwhile (the piece, if any, is dropped): its turn follows as
+    /// [`Action::Forward`], or the exchange ends with [`Action::Reply`]. A host that stops
+    /// waiting for other reasons (the exchange ended: [`Driver::call_in_flight`] is `None`)
+    /// drops the call. The host adds the request head's [`call::FORWARDED_HEADERS`]
+    /// (`call::forwarded`: the client's credentials and trace context), which the driver does
+    /// not copy for every exchange when so few make a call.
+    Call { call: Call, timeout: Duration },
 }
 
 impl Action {
@@ -164,6 +175,8 @@ enum Phase {
 enum Stage {
     /// Its request is being read (or Envoy answered before it went upstream).
     Request,
+    /// Its request is read, and held while the call of [`Action::Call`] is made.
+    Calling(CallId),
     /// The translated request went upstream; its answer is awaited or being gathered.
     Forwarded,
     /// The client has the answer's head (a stream is open, or the answer went out whole):
@@ -187,6 +200,15 @@ pub struct Driver<E = System> {
     life: Life,
 }
 
+/// Why a call of [`Action::Call`] brought no whole answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallFailure<'m> {
+    /// No answer, or not all of it (refused, reset, a read error): `message` says what.
+    Failed(&'m str),
+    /// The host gave up after the action's `timeout`.
+    TimedOut,
+}
+
 impl<E: Environment> Driver<E> {
     pub fn new(settings: Arc<Settings>, env: E, gathering: Gathering) -> Self {
         Driver {
@@ -195,6 +217,14 @@ impl<E: Environment> Driver<E> {
             gathering,
             phase: Phase::Start,
             life: Life::default(),
+        }
+    }
+
+    /// The call of [`Action::Call`] the exchange waits for, if any.
+    pub fn call_in_flight(&self) -> Option<CallId> {
+        match self.stage() {
+            Some(Stage::Calling(id)) => Some(id),
+            _ => None,
         }
     }
 
@@ -294,6 +324,86 @@ impl<E: Environment> Driver<E> {
         self.request_step(step, false)
     }
 
+    /// The head of the answer to [`Action::Call`]'s call `id` (`header` looks one up by
+    /// lowercase name: `content-type`; `every` header is read only of an answer that is not a
+    /// success: the error made of it keeps some, see [`upstream_failure::kept_headers`]).
+    pub fn call_head<'h, A>(
+        &mut self,
+        now: Instant,
+        id: CallId,
+        status: u16,
+        header: impl Fn(&str) -> Option<&'h str>,
+        every: impl FnOnce() -> A,
+    ) -> Action
+    where
+        A: IntoIterator<Item = (&'h str, &'h str)>,
+    {
+        self.life.enter(now);
+        let Some(ex) = self.calling(id) else {
+            return Action::Hold;
+        };
+        if upstream_failure::keeps_headers(status) {
+            ex.upstream_headers(every());
+        }
+        let step = ex.call_head(status, header("content-type").unwrap_or_default());
+        self.call_step(now, step)
+    }
+
+    /// A piece of the call's answer body.
+    pub fn call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) -> Action {
+        self.life.enter(now);
+        let unix = self.env.now();
+        let Some(ex) = self.calling(id) else {
+            return Action::Hold;
+        };
+        let step = ex.call_body(bytes, false, unix);
+        self.call_step(now, step)
+    }
+
+    /// The call's answer is complete (its body ended, or its trailers came): the turn goes
+    /// upstream ([`Action::Forward`]) or the exchange ends ([`Action::Reply`]).
+    pub fn call_end(&mut self, now: Instant, id: CallId) -> Action {
+        self.life.enter(now);
+        let unix = self.env.now();
+        let Some(ex) = self.calling(id) else {
+            return Action::Hold;
+        };
+        let step = ex.call_body(&[], true, unix);
+        self.call_step(now, step)
+    }
+
+    /// The call brought no whole answer: the exchange ends with its envelope.
+    pub fn call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) -> Action {
+        self.life.enter(now);
+        let Some(ex) = self.calling(id) else {
+            return Action::Hold;
+        };
+        let step = match why {
+            CallFailure::Failed(message) => ex.call_failed(false, message),
+            CallFailure::TimedOut => ex.call_failed(true, ""),
+        };
+        self.call_step(now, step)
+    }
+
+    /// The exchange, if it waits for call `id`.
+    fn calling(&mut self, id: CallId) -> Option<&mut Exchange> {
+        match &mut self.phase {
+            Phase::Ours(ex, Stage::Calling(waited)) if *waited == id => Some(ex),
+            _ => None,
+        }
+    }
+
+    /// What the host does with a step of the call's answer.
+    fn call_step(&mut self, now: Instant, step: RequestStep) -> Action {
+        if !matches!(step, RequestStep::Hold) {
+            // The call is over: its outcome is the exchange's compaction's.
+            let compaction = self.summary().and_then(|s| s.compaction);
+            self.life.call_ended(now, compaction);
+            self.set_stage(Stage::Request);
+        }
+        self.request_step(step, false)
+    }
+
     /// The request's trailers: they end a body that had no end of its own.
     pub fn request_trailers(&mut self, now: Instant) -> Action {
         self.life.enter(now);
@@ -304,6 +414,7 @@ impl<E: Environment> Driver<E> {
                 let step = ex.request_body(&[], true, meta);
                 self.request_step(step, false)
             }
+            Phase::Ours(_, Stage::Calling(_)) => Action::Hold,
             _ => Action::Pass,
         }
     }
@@ -326,7 +437,11 @@ impl<E: Environment> Driver<E> {
         self.claim_unannounced();
         let unix = self.env.now();
         let ex = match &mut self.phase {
-            Phase::Ours(ex, Stage::Request | Stage::Forwarded | Stage::Answering) => ex,
+            // Envoy's own reply while the call is made: the call is dropped.
+            Phase::Ours(
+                ex,
+                Stage::Request | Stage::Calling(_) | Stage::Forwarded | Stage::Answering,
+            ) => ex,
             // Our own reply, or traffic that is not ours.
             _ => return Action::Pass,
         };
@@ -471,6 +586,11 @@ impl<E: Environment> Driver<E> {
     /// channel to us ended): if it had not ended, it was cut.
     pub fn closed(&mut self, now: Instant) {
         self.life.enter(now);
+        if let Phase::Ours(ex, stage @ Stage::Calling(_)) = &mut self.phase {
+            // The call is dropped with the exchange: its late answer is no one's.
+            *stage = Stage::Request;
+            self.life.call_ended(now, ex.summary().compaction);
+        }
         if let Phase::Ours(ex, _) = &self.phase {
             self.life.finish(!ex.is_finished());
         }
@@ -535,6 +655,17 @@ impl<E: Environment> Driver<E> {
                 Action::Forward {
                     edits: Cow::Owned(edits),
                     request,
+                }
+            }
+            RequestStep::Call(request) => {
+                // An exchange makes at most one call of its own (its compaction's).
+                let id = CallId(0);
+                self.set_stage(Stage::Calling(id));
+                self.life.call_started();
+                let call = call::chat(id, &self.settings, request, &[]);
+                Action::Call {
+                    call,
+                    timeout: self.settings.compaction_timeout,
                 }
             }
             RequestStep::Reply(error) => {

@@ -13,12 +13,14 @@
 //! error rather than guessing.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
 use crate::client::{self, ReasoningEventsPolicy};
 use crate::openresponses::{ApiError, Code, ErrorCode, Events, Usage};
 use crate::request_encoding::{self, Decoder};
+use crate::translate::request::Window;
 use crate::translate::seal::Tenant;
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
@@ -54,6 +56,8 @@ pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
 pub const DEFAULT_UPSTREAM_MODEL_HEADER: &str = "x-responses-upstream-model";
 /// Default of `max_body_bytes`: 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
+/// Default of `compaction_timeout`, in seconds.
+pub const DEFAULT_COMPACTION_TIMEOUT: u64 = 25;
 
 /// The settings of the exchange rules. The operator sets them through
 /// `crate::settings::ExchangeConfig` (flags or the module's JSON), whose defaults are these.
@@ -74,6 +78,8 @@ pub struct Settings {
     pub seal_tenant_header: Option<String>,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
+    /// How long an automatic compaction's summarising call may take (the host enforces it).
+    pub compaction_timeout: Duration,
     /// Which reasoning event names each client gets (`options.reasoning_events` is only the
     /// per-exchange result, see [`Exchange::request_head`]).
     pub reasoning_events: ReasoningEventsPolicy,
@@ -90,6 +96,7 @@ impl Default for Settings {
             upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.to_owned(),
             seal_tenant_header: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            compaction_timeout: Duration::from_secs(DEFAULT_COMPACTION_TIMEOUT),
             reasoning_events: ReasoningEventsPolicy::default(),
             options: Options::default(),
         }
@@ -271,8 +278,79 @@ pub enum RequestStep {
     Hold,
     /// Send this instead of the client's body (to `Settings::chat_path`).
     Forward(UpstreamRequest),
+    /// Before the turn goes upstream, make this call and report its answer
+    /// ([`Exchange::call_head`], [`Exchange::call_body`], [`Exchange::call_failed`]): an
+    /// automatic compaction's summarising request (`context_management`), never streamed.
+    /// The client's request is held meanwhile; the turn follows as [`RequestStep::Forward`].
+    Call(UpstreamRequest),
     /// Answer the client with this envelope; the upstream is never called.
     Reply(ErrorReply),
+}
+
+/// How an automatic compaction went, for logs, metrics and Envoy's metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionOutcome {
+    /// Its summarising call is in flight.
+    Running,
+    /// The summary is sealed and the turn went upstream on the compacted window.
+    Compacted,
+    /// The summarising call failed (the exchange ended with its error).
+    Failed,
+}
+
+impl CompactionOutcome {
+    /// Its name in metadata and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionOutcome::Running => "running",
+            CompactionOutcome::Compacted => "compacted",
+            CompactionOutcome::Failed => "failed",
+        }
+    }
+
+    /// Its label once the exchange is recorded: `cut` for one still running, which the host
+    /// ended first.
+    pub fn recorded(self) -> &'static str {
+        match self {
+            CompactionOutcome::Running => "cut",
+            other => other.as_str(),
+        }
+    }
+}
+
+/// An exchange's automatic compaction (`context_management`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    pub outcome: CompactionOutcome,
+    /// The turn's estimated input tokens, which crossed `threshold`.
+    pub estimate: u64,
+    pub threshold: u64,
+    /// The summarising request's usage, when the upstream reported it.
+    pub usage: Option<Usage>,
+}
+
+/// An automatic compaction's call, in flight.
+#[derive(Debug)]
+struct Compacting {
+    /// The client's body, plain: the turn is translated again from it once the summary is
+    /// sealed.
+    request: Bytes,
+    /// `request` is the client's body as it came (within the size cap), not one written from
+    /// a parsed object.
+    capped: bool,
+    meta: Meta,
+    /// What the turn echoes as `previous_response_id` ([`Exchange::request_object`]).
+    continues: Option<String>,
+    /// The call's answer, once its head came.
+    answer: Option<CallAnswer>,
+}
+
+#[derive(Debug)]
+struct CallAnswer {
+    status: u16,
+    /// JSON, or no content type (as for a forwarded request's answer).
+    json: bool,
+    body: BytesMut,
 }
 
 /// The head of the answer to a forwarded request (or of Envoy's own reply in its place).
@@ -339,6 +417,8 @@ pub enum Fault {
     Failed,
     /// The host refused one of the exchange's header edits.
     HeaderRefused,
+    /// A call's answer where the exchange made no call, or out of order.
+    CallOutOfPlace,
 }
 
 impl Fault {
@@ -368,6 +448,9 @@ impl Fault {
             Fault::Failed => "responses-extproc failed while translating this exchange.",
             Fault::HeaderRefused => {
                 "The exchange could not be completed: the proxy refused one of its header edits."
+            }
+            Fault::CallOutOfPlace => {
+                "The exchange could not be completed: a call's answer out of place."
             }
         }
     }
@@ -427,6 +510,8 @@ pub struct Summary {
     pub upstream_model: Option<String>,
     /// The upstream's `finish_reason` (`stop`, `length`, `tool_calls`, ...), once it came.
     pub finish_reason: Option<String>,
+    /// An automatic compaction, when the request's estimate crossed its threshold.
+    pub compaction: Option<Compaction>,
     /// The generation parameters the request set (once it was translated).
     pub params: Params,
     /// A stream has sent output (text, reasoning or a tool call) to the client: set by the
@@ -467,6 +552,8 @@ enum State {
         /// The decoders of a compressed body (its decoded bytes are theirs until the end).
         decoder: Option<Box<Decoder>>,
     },
+    /// An automatic compaction's call is in flight; the turn waits for it.
+    Compacting(Box<Compacting>),
     /// Translated and sent; waiting for the answer's head.
     Forwarded(Box<translate::ResponsePlan>),
     Gathering {
@@ -522,6 +609,7 @@ impl Exchange {
                 usage: None,
                 upstream_model: None,
                 finish_reason: None,
+                compaction: None,
                 params: Params::default(),
                 streamed_output: false,
             },
@@ -693,7 +781,13 @@ impl Exchange {
             Operation::Create => translate::translate_request(full, &options, meta),
             Operation::Compact => compact::translate(full, &options, meta),
         };
-        self.forward(translated)
+        match translated {
+            Ok(turn) if turn.compaction_due.is_some() => {
+                // Rare (a threshold crossed): the body is kept for the turn's translation.
+                self.compact(Bytes::copy_from_slice(full), true, None, meta, turn)
+            }
+            other => self.forward(other),
+        }
     }
 
     /// The client's request already parsed into an object (a `create`): the same rules as
@@ -710,12 +804,209 @@ impl Exchange {
         {
             return RequestStep::Reply(self.fail(Fault::ObjectOutOfPlace.error()));
         }
+        let body = translate::request::object_body(&body);
         let translated =
-            translate::translate_request_object(body, &self.options(), meta).map(|mut t| {
+            translate::request::translate_window(&body, false, &self.options(), meta, Window::Turn);
+        match translated {
+            Ok(turn) if turn.compaction_due.is_some() => {
+                self.compact(Bytes::from(body), false, continues, meta, turn)
+            }
+            other => self.forward(other.map(|mut t| {
                 t.plan.echo.previous_response_id = continues;
                 t
-            });
-        self.forward(translated)
+            })),
+        }
+    }
+
+    /// The turn's estimate crossed its `compact_threshold`: its summarising request is the
+    /// call to make first, and the turn waits in [`State::Compacting`].
+    fn compact(
+        &mut self,
+        request: Bytes,
+        capped: bool,
+        continues: Option<String>,
+        meta: Meta,
+        turn: translate::request::Translated,
+    ) -> RequestStep {
+        let options = self.options();
+        let options = options.as_ref();
+        let summarising = translate::request::translate_window(
+            &request,
+            capped,
+            options,
+            meta,
+            Window::Summarise,
+        );
+        let summarising = match summarising {
+            Ok(s) => s,
+            Err(err) => return RequestStep::Reply(self.fail(err)),
+        };
+        let plan = &turn.plan;
+        self.summary.response_id = Some(plan.id().to_owned());
+        self.summary.model = Some(plan.model().to_owned());
+        self.summary.stream = plan.is_stream();
+        self.summary.params = plan.params();
+        let due = turn.compaction_due.unwrap_or(translate::request::Due {
+            estimate: 0,
+            threshold: 0,
+        });
+        self.summary.compaction = Some(Compaction {
+            outcome: CompactionOutcome::Running,
+            estimate: due.estimate,
+            threshold: due.threshold,
+            usage: None,
+        });
+        let model = plan.model().to_owned();
+        let up = UpstreamRequest {
+            body: summarising.body,
+            chat_model: summarising.chat_model.unwrap_or_else(|| model.clone()),
+            model,
+            stream: false,
+        };
+        self.state = State::Compacting(Box::new(Compacting {
+            request,
+            capped,
+            meta,
+            continues,
+            answer: None,
+        }));
+        RequestStep::Call(up)
+    }
+
+    /// The head of the answer to [`RequestStep::Call`]'s call (`status`, `content_type`; an
+    /// error made of it keeps the headers [`Exchange::upstream_headers`] was given).
+    pub fn call_head(&mut self, status: u16, content_type: &str) -> RequestStep {
+        let State::Compacting(c) = &mut self.state else {
+            return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
+        };
+        if c.answer.is_some() {
+            return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
+        }
+        let content_type = content_type.trim_start();
+        c.answer = Some(CallAnswer {
+            status,
+            json: starts_with_ignore_case(content_type, JSON) || content_type.is_empty(),
+            body: BytesMut::new(),
+        });
+        RequestStep::Hold
+    }
+
+    /// A piece of the call's answer body; `end` with the last: then the turn goes upstream
+    /// ([`RequestStep::Forward`]), or the exchange ends with the call's error.
+    pub fn call_body(&mut self, chunk: &[u8], end: bool, now: u64) -> RequestStep {
+        let max = self.settings.max_body_bytes;
+        let State::Compacting(c) = &mut self.state else {
+            return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
+        };
+        let Some(answer) = &mut c.answer else {
+            return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
+        };
+        if answer.body.len() + chunk.len() > max {
+            let err = ApiError::server(
+                502,
+                ErrorCode::UpstreamResponseTooLarge,
+                format!("the upstream's answer to the summarising request is larger than this server reads (--max-body-bytes, {max} bytes)."),
+            );
+            return RequestStep::Reply(self.compaction_failed(err));
+        }
+        answer.body.extend_from_slice(chunk);
+        if !end {
+            return RequestStep::Hold;
+        }
+        let State::Compacting(c) = std::mem::replace(&mut self.state, State::Done) else {
+            unreachable!("matched above")
+        };
+        self.compacted(*c, now)
+    }
+
+    /// The call failed: no answer, or not all of it; `timed_out`: the host gave up waiting
+    /// (`compaction_timeout`). `message` says what, for the client.
+    pub fn call_failed(&mut self, timed_out: bool, message: &str) -> RequestStep {
+        if !matches!(self.state, State::Compacting(_)) {
+            return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
+        }
+        let err = if timed_out {
+            ApiError::server(
+                504,
+                ErrorCode::UpstreamTimeout,
+                format!(
+                    "the summarising request took longer than this server waits (compaction_timeout, {} s).",
+                    self.settings.compaction_timeout.as_secs()
+                ),
+            )
+        } else {
+            ApiError::server(
+                503,
+                ErrorCode::UpstreamUnavailable,
+                format!("the summarising request failed: {message}"),
+            )
+        };
+        RequestStep::Reply(self.compaction_failed(err))
+    }
+
+    /// The call's whole answer: its summary sealed, the turn translated again on the compacted
+    /// window; or the exchange's error.
+    fn compacted(&mut self, c: Compacting, _now: u64) -> RequestStep {
+        let Some(answer) = c.answer else {
+            return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
+        };
+        if !(200..300).contains(&answer.status) {
+            let err = upstream_failure::classify(answer.status, &answer.body);
+            let mut reply = self.compaction_failed(err);
+            reply.headers = std::mem::take(&mut self.upstream_headers);
+            return RequestStep::Reply(reply);
+        }
+        if !answer.json {
+            let err = ApiError::server(
+                502,
+                ErrorCode::UpstreamInvalidResponse,
+                "the upstream's answer to the summarising request is not JSON.",
+            );
+            return RequestStep::Reply(self.compaction_failed(err));
+        }
+        let summarised = match compact::summarised(&answer.body) {
+            Ok(s) => s,
+            Err(err) => return RequestStep::Reply(self.compaction_failed(err)),
+        };
+        let options = self.options();
+        let options = options.as_ref();
+        let Some(item) = compact::seal_lead(options, c.meta, &summarised.summary) else {
+            let err = ApiError::server(
+                500,
+                ErrorCode::InternalError,
+                "The exchange could not be completed: no keys to seal the compaction.",
+            );
+            return RequestStep::Reply(self.compaction_failed(err));
+        };
+        let blob = item.encrypted_content.clone();
+        let turn = translate::request::translate_window(
+            &c.request,
+            c.capped,
+            options,
+            c.meta,
+            Window::Compacted(blob),
+        );
+        if let Some(report) = &mut self.summary.compaction {
+            report.outcome = CompactionOutcome::Compacted;
+            report.usage = summarised.usage;
+        }
+        self.forward(turn.map(|mut t| {
+            t.plan.set_lead(item, summarised.usage);
+            t.plan.echo.previous_response_id = c.continues;
+            t
+        }))
+    }
+
+    /// The compaction failed: the exchange ends with `err`, its message naming the step.
+    fn compaction_failed(&mut self, mut err: ApiError) -> ErrorReply {
+        if let Some(report) = &mut self.summary.compaction {
+            report.outcome = CompactionOutcome::Failed;
+        }
+        err.message = format!(
+            "Compacting the input before this turn (context_management) failed: {}",
+            err.message
+        );
+        self.fail(err)
     }
 
     fn forward(
@@ -777,7 +1068,7 @@ impl Exchange {
             },
             // Envoy answered before the request was forwarded: never translate what the
             // upstream did not send.
-            State::Request { .. } => Gather::Error {
+            State::Request { .. } | State::Compacting(_) => Gather::Error {
                 status: head.status,
                 expected_stream: false,
                 local: true,
@@ -887,7 +1178,7 @@ impl Exchange {
                 let limit = self.settings.options.max_request_bytes;
                 AbortStep::Reply(self.fail(request_too_large(limit)))
             }
-            State::Forwarded(_) | State::Gathering { .. } => {
+            State::Compacting(_) | State::Forwarded(_) | State::Gathering { .. } => {
                 AbortStep::Reply(self.response_overflow())
             }
             State::Streaming(_) => self.abort(
@@ -1844,6 +2135,7 @@ mod tests {
             RequestStep::Forward(up) => Ok(serde_json::from_slice(&up.body).unwrap()),
             RequestStep::Reply(e) => Err((e.status(), envelope(&e))),
             RequestStep::Hold => panic!("held"),
+            RequestStep::Call(_) => panic!("no context_management here"),
         }
     }
 

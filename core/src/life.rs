@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::exchange::Summary;
+use crate::exchange::{Compaction, Summary};
 
 /// An adapter's timing of one exchange (what the metrics and the span record beside the
 /// [`Summary`]).
@@ -37,9 +37,21 @@ pub enum Event {
     /// The stream of [`Event::StreamOpened`] is no longer in flight (told just before
     /// [`Event::Finished`]).
     StreamClosed,
+    /// The exchange's own call (an automatic compaction's summarising request) ended.
+    Call(CallTiming),
     /// The exchange ended, or was cut: record it. Exactly once for every exchange that was
     /// ours.
     Finished(Box<Finished>),
+}
+
+/// The exchange's own call, once it ended: when it started (after the exchange did), how
+/// long it took, and the compaction it made (its outcome `running` when the exchange ended
+/// some other way while it was in flight).
+#[derive(Debug, Clone, Copy)]
+pub struct CallTiming {
+    pub started: Duration,
+    pub took: Duration,
+    pub compaction: Option<Compaction>,
 }
 
 /// An exchange at its end.
@@ -93,6 +105,10 @@ pub(crate) struct Life {
     stream_closed: Tell,
     output: Tell,
     first_output: Option<Duration>,
+    /// The exchange's own call: when it started, then how it ended.
+    call_start: Option<Instant>,
+    call: Tell,
+    call_timing: Option<CallTiming>,
     end: Tell,
     cut: bool,
 }
@@ -113,6 +129,24 @@ impl Life {
 
     pub fn open_stream(&mut self) {
         self.stream_opened.due();
+    }
+
+    /// The exchange's own call starts, in the current callback.
+    pub fn call_started(&mut self) {
+        self.call_start = self.callback.map(|(began, _)| began);
+    }
+
+    /// The call ended (once).
+    pub fn call_ended(&mut self, now: Instant, compaction: Option<Compaction>) {
+        let (Some(started), Some(begun)) = (self.started, self.call_start.take()) else {
+            return;
+        };
+        self.call_timing = Some(CallTiming {
+            started: begun.saturating_duration_since(started),
+            took: now.saturating_duration_since(begun),
+            compaction,
+        });
+        self.call.due();
     }
 
     /// Output went to the client (only the first time counts).
@@ -140,7 +174,13 @@ impl Life {
         if let Some((_, until)) = &mut self.callback {
             *until = (*until).max(now);
         }
-        let owed = [self.claimed, self.stream_opened, self.output, self.end];
+        let owed = [
+            self.claimed,
+            self.call,
+            self.stream_opened,
+            self.output,
+            self.end,
+        ];
         if !owed.contains(&Tell::Due) {
             // The usual poll, after every callback: cheap.
             return None;
@@ -148,6 +188,11 @@ impl Life {
         let elapsed = now.saturating_duration_since(started);
         if self.claimed.take() {
             return Some(Event::Claimed { elapsed });
+        }
+        if self.call.take() {
+            if let Some(timing) = self.call_timing {
+                return Some(Event::Call(timing));
+            }
         }
         if self.stream_opened.take() {
             return Some(Event::StreamOpened);

@@ -51,5 +51,15 @@ pub fn metadata(s: &Summary) -> Vec<(&'static str, MetadataValue)> {
             fields.push((key, Num(n as f64)));
         }
     }
+    // An automatic compaction: how it went, the estimate that crossed the threshold, its
+    // summarising request's tokens (also counted in the token counts above).
+    if let Some(c) = &s.compaction {
+        fields.push(("compaction", Str(c.outcome.as_str().to_owned())));
+        fields.push(("compaction_estimated_tokens", Num(c.estimate as f64)));
+        if let Some(u) = &c.usage {
+            fields.push(("compaction_input_tokens", Num(u.input_tokens as f64)));
+            fields.push(("compaction_output_tokens", Num(u.output_tokens as f64)));
+        }
+    }
     fields
 }

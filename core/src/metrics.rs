@@ -169,6 +169,15 @@ const STREAMS_IN_FLIGHT: Family = Family {
     buckets: &[],
 };
 
+const COMPACTIONS: Family = Family {
+    name: "compactions_total",
+    kind: Kind::Counter,
+    unit: "{compaction}",
+    help: "Automatic compactions (context_management) by outcome: compacted, failed (the exchange ended with the summarising call's error) or cut (Envoy ended the exchange during the call).",
+    labels: &[OUTCOME],
+    buckets: &[],
+};
+
 const WEBSOCKET_CONNECTIONS: Family = Family {
     name: "websocket_connections",
     kind: Kind::Gauge,
@@ -198,13 +207,14 @@ pub enum Metric {
     TimePerOutputToken,
     Translation,
     StreamsInFlight,
+    Compactions,
     WebsocketConnections,
     WebsocketCloses,
 }
 
 impl Metric {
     /// Every metric, in declaration order: `Metric::ALL[m.index()] == m`.
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 11] = [
         Metric::Exchanges,
         Metric::CapsHit,
         Metric::Tokens,
@@ -213,6 +223,7 @@ impl Metric {
         Metric::TimePerOutputToken,
         Metric::Translation,
         Metric::StreamsInFlight,
+        Metric::Compactions,
         Metric::WebsocketConnections,
         Metric::WebsocketCloses,
     ];
@@ -227,6 +238,7 @@ impl Metric {
             Metric::TimePerOutputToken => &TIME_PER_OUTPUT_TOKEN,
             Metric::Translation => &TRANSLATION,
             Metric::StreamsInFlight => &STREAMS_IN_FLIGHT,
+            Metric::Compactions => &COMPACTIONS,
             Metric::WebsocketConnections => &WEBSOCKET_CONNECTIONS,
             Metric::WebsocketCloses => &WEBSOCKET_CLOSES,
         }
@@ -254,7 +266,7 @@ pub fn record(rec: &mut impl Recorder, labels: &Labels, event: &Event) {
         Event::StreamOpened => rec.gauge_add(Metric::StreamsInFlight, 1),
         Event::StreamClosed => rec.gauge_add(Metric::StreamsInFlight, -1),
         Event::Finished(f) => finished(rec, labels, &f.summary, &f.timing),
-        Event::Claimed { .. } | Event::FirstOutput { .. } => {}
+        Event::Claimed { .. } | Event::FirstOutput { .. } | Event::Call(_) => {}
     }
 }
 
@@ -308,6 +320,9 @@ fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
         }
     }
     rec.record(Metric::Translation, &[stream], micros(t.translation));
+    if let Some(c) = &s.compaction {
+        rec.record(Metric::Compactions, &[c.outcome.recorded()], 1);
+    }
     // A request refused before its model was read has no model to speak of.
     let Some(models) = labels.models(s) else {
         return;

@@ -166,6 +166,17 @@ pub struct ExchangeConfig {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "RESPONSES_EXTPROC_MAX_BODY_BYTES"))]
     pub max_body_bytes: usize,
 
+    /// Automatic compaction (`context_management`): bytes of the translated Chat request per
+    /// estimated input token, the estimate compared with the request's `compact_threshold`.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = limits::COMPACTION_BYTES_PER_TOKEN, env = "RESPONSES_EXTPROC_COMPACTION_BYTES_PER_TOKEN"))]
+    pub compaction_bytes_per_token: u32,
+
+    /// Automatic compaction: how long its summarising call may take, in seconds, before the
+    /// exchange fails with 504 `upstream_timeout` (ext_proc: keep it under Envoy's
+    /// `max_message_timeout`).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = exchange::DEFAULT_COMPACTION_TIMEOUT, env = "RESPONSES_EXTPROC_COMPACTION_TIMEOUT"))]
+    pub compaction_timeout: u64,
+
     /// Model names kept as metric labels (comma-separated); others are counted as `other`.
     /// Unset: the first --metrics-max-models names the upstream answered with success.
     #[cfg_attr(
@@ -287,6 +298,8 @@ impl Default for ExchangeConfig {
             seal_tenant_header: None,
             seal_accept_unbound: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            compaction_bytes_per_token: limits::COMPACTION_BYTES_PER_TOKEN,
+            compaction_timeout: exchange::DEFAULT_COMPACTION_TIMEOUT,
             metrics_models: Vec::new(),
             metrics_max_models: metrics::DEFAULT_MAX_MODELS,
             ws_max_connections: DEFAULT_WS_MAX_CONNECTIONS,
@@ -383,6 +396,11 @@ impl ExchangeConfig {
             ),
             ("ws_max_socket_bytes", self.ws_max_socket_bytes),
             ("ws_max_total_bytes", self.ws_max_total_bytes),
+            (
+                "compaction_bytes_per_token",
+                self.compaction_bytes_per_token as usize,
+            ),
+            ("compaction_timeout", self.compaction_timeout as usize),
         ] {
             if value == 0 {
                 return Err(format!("{name}: must be at least 1"));
@@ -409,6 +427,8 @@ impl ExchangeConfig {
             model_map: Arc::new(ModelMap::new(&self.model_map)),
             max_sse_frame_bytes: self.max_sse_frame_bytes,
             max_output_bytes: self.max_output_bytes,
+            compaction_bytes_per_token: self.compaction_bytes_per_token,
+            automatic_compaction: true,
         }
     }
 
@@ -425,6 +445,7 @@ impl ExchangeConfig {
                 .as_ref()
                 .map(|h| h.to_ascii_lowercase()),
             max_body_bytes: self.max_body_bytes,
+            compaction_timeout: Duration::from_secs(self.compaction_timeout),
             reasoning_events: self.reasoning_events,
             options: self.translate_options(keyring),
         }

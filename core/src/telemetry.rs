@@ -10,8 +10,8 @@
 
 use std::borrow::Cow;
 
-use crate::exchange::{Outcome, Summary};
-use crate::life::Timing;
+use crate::exchange::{Compaction, Outcome, Summary};
+use crate::life::{CallTiming, Timing};
 
 /// `gen_ai.operation.name`: a Responses request is answered by a chat completion.
 pub const OPERATION: &str = "chat";
@@ -20,6 +20,9 @@ pub const OPERATION: &str = "chat";
 pub const PROVIDER: &str = "openai";
 /// The span event at the first output sent to the client.
 pub const FIRST_TOKEN_EVENT: &str = "first_token";
+/// The span event of an automatic compaction's summarising call, at its end (the processor's
+/// span: stamped at its start, with [`call_attributes`]).
+pub const COMPACTION_EVENT: &str = "compaction";
 
 /// The attribute keys.
 pub mod key {
@@ -46,6 +49,12 @@ pub mod key {
     pub const OPERATION: &str = "responses_extproc.operation";
     pub const TRANSPORT: &str = "responses_extproc.transport";
     pub const TRANSLATION_DURATION: &str = "responses_extproc.translation.duration";
+    pub const COMPACTION_OUTCOME: &str = "responses_extproc.compaction.outcome";
+    pub const COMPACTION_ESTIMATE: &str = "responses_extproc.compaction.estimated_tokens";
+    pub const COMPACTION_THRESHOLD: &str = "responses_extproc.compaction.threshold";
+    pub const COMPACTION_INPUT_TOKENS: &str = "responses_extproc.compaction.input_tokens";
+    pub const COMPACTION_OUTPUT_TOKENS: &str = "responses_extproc.compaction.output_tokens";
+    pub const COMPACTION_DURATION: &str = "responses_extproc.compaction.duration";
 }
 
 /// An attribute's value.
@@ -188,6 +197,36 @@ pub fn attributes<'a>(s: &'a Summary, timing: &Timing) -> Vec<Attribute<'a>> {
         key::TRANSLATION_DURATION,
         Value::F64(timing.translation.as_secs_f64()),
     ));
+    if let Some(c) = &s.compaction {
+        a.extend(compaction_attributes(c));
+    }
+    a
+}
+
+/// An automatic compaction's attributes (on the span, and on its event): its outcome, the
+/// estimate that crossed the threshold, its summarising request's tokens.
+fn compaction_attributes(c: &Compaction) -> Vec<Attribute<'static>> {
+    let mut a = vec![
+        attr(key::COMPACTION_OUTCOME, Value::Str(c.outcome.recorded())),
+        attr(key::COMPACTION_ESTIMATE, int(c.estimate)),
+        attr(key::COMPACTION_THRESHOLD, int(c.threshold)),
+    ];
+    if let Some(u) = &c.usage {
+        a.push(attr(key::COMPACTION_INPUT_TOKENS, int(u.input_tokens)));
+        a.push(attr(key::COMPACTION_OUTPUT_TOKENS, int(u.output_tokens)));
+    }
+    a
+}
+
+/// The attributes of [`COMPACTION_EVENT`]: the call's duration, and the compaction's.
+pub fn call_attributes(timing: &CallTiming) -> Vec<Attribute<'static>> {
+    let mut a = vec![attr(
+        key::COMPACTION_DURATION,
+        Value::F64(timing.took.as_secs_f64()),
+    )];
+    if let Some(c) = &timing.compaction {
+        a.extend(compaction_attributes(c));
+    }
     a
 }
 
@@ -282,6 +321,7 @@ mod tests {
                 ..Params::default()
             },
             streamed_output: true,
+            compaction: None,
         }
     }
 
@@ -341,6 +381,7 @@ mod tests {
             finish_reason: None,
             params: Params::default(),
             streamed_output: false,
+            compaction: None,
         };
         let a = attributes(&s, &Timing::default());
         assert_eq!(get(&a, key::ERROR_TYPE), Some(Value::Str("invalid_json")));

@@ -119,8 +119,12 @@ impl FilterConfig {
         let (keyring, key_source) =
             keys.keyring(|path| std::fs::read_to_string(path), ephemeral_key)?;
         let metrics = Metrics::define(define).ok_or("Envoy refused to define the stats")?;
+        let mut settings = config.exchange_settings(Some(keyring));
+        // The filter makes no summarising calls yet: a request whose compaction is due is
+        // refused (400), never answered without it.
+        settings.options.automatic_compaction = false;
         Ok(FilterConfig {
-            settings: Arc::new(config.exchange_settings(Some(keyring))),
+            settings: Arc::new(settings),
             metrics,
             labels: Labels::new(config.label_policy()),
             key_source,

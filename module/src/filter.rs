@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use responses_core::connection;
-use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
+use responses_core::driver::{
+    Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
+};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
@@ -346,6 +348,12 @@ impl<E: Environment + Clone> Filter<E> {
                 }
                 false
             }
+            // Never asked for: the config turns automatic compaction off (refused as a 400).
+            Action::Call { call, .. } => {
+                let why = CallFailure::Failed("this filter makes no calls of its own");
+                let action = self.driver.call_failed(Instant::now(), call.id, why);
+                self.carry(host, side, action)
+            }
             Action::Forward { edits, request } => {
                 self.log(host, &log::forwarded(self.driver.summary(), &request));
                 if !edit(host, side, edits) {
@@ -422,7 +430,10 @@ impl<E: Environment + Clone> Filter<E> {
             match event {
                 Event::FirstOutput { .. } => first_output_event(host),
                 Event::Finished(f) => self.finished(host, &f),
-                Event::Claimed { .. } | Event::StreamOpened | Event::StreamClosed => {}
+                Event::Claimed { .. }
+                | Event::StreamOpened
+                | Event::StreamClosed
+                | Event::Call(_) => {}
             }
         }
     }

@@ -381,6 +381,12 @@ impl<E: Environment + Clone> Socket<E> {
                     host.finish_span(span);
                 }
             }
+            // The module refuses a due compaction: no call of a response's own comes yet.
+            life::Event::Call(_) => {
+                if let Some(span) = self.span {
+                    host.span_event(span, telemetry::COMPACTION_EVENT);
+                }
+            }
             life::Event::StreamOpened | life::Event::StreamClosed => {}
         }
     }

@@ -19,6 +19,9 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::config::{Config, StreamBodyMode};
 use crate::metrics::Metrics;
 use crate::traces::Traces;
+use crate::upstream::{self, Upstream, UpstreamEvent};
+use responses_core::call::CallId;
+use responses_core::driver::CallFailure;
 use responses_core::exchange;
 use responses_core::translate::seal::Keyring;
 pub use session::{Environment, Session, System};
@@ -36,6 +39,9 @@ pub struct Settings {
     pub metrics: Option<Arc<Metrics>>,
     /// The tracer (`--otlp-endpoint`); none: no spans.
     pub traces: Option<Arc<Traces>>,
+    /// The HTTP client of the processor's own calls (an automatic compaction's summarising
+    /// request) back through Envoy (`--ws-upstream`); none: such a call fails (503).
+    pub upstream: Option<Arc<Upstream>>,
 }
 
 impl Settings {
@@ -47,6 +53,7 @@ impl Settings {
             stream_body_mode: config.stream_body_mode,
             metrics: None,
             traces: None,
+            upstream: None,
         }
     }
 }
@@ -96,6 +103,7 @@ impl ExternalProcessor for Processor {
             settings: self.settings.clone(),
             pending: VecDeque::new(),
             ended: false,
+            calling: None,
         };
         // The answers are produced as tonic asks for them: no task and no channel per
         // exchange (measured: the spawn + channel hop cost ~15% of the processor's CPU per
@@ -128,12 +136,41 @@ struct Driver {
     pending: VecDeque<Result<ProcessingResponse, Status>>,
     /// No more messages will be read.
     ended: bool,
+    /// The exchange's own call in flight: the request body's answer waits for it.
+    calling: Option<Calling>,
 }
 
+/// A call of the exchange's own (an automatic compaction's summarising request).
+struct Calling {
+    id: CallId,
+    call: upstream::Call,
+    /// When the processor gives up on it (`--compaction-timeout`).
+    deadline: tokio::time::Instant,
+}
+
+/// What Envoy is asked to wait for the request body's answer beyond the call's own timeout:
+/// the turn's translation after it (`override_message_timeout`, at most Envoy's
+/// `max_message_timeout`).
+const CALL_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Driver {
-    /// Reads one message and queues its answers, or ends the stream.
+    /// Reads one message and queues its answers, or ends the stream; while the exchange's own
+    /// call is in flight, whichever comes first: its next event, its deadline, or Envoy's
+    /// message (or end).
     async fn step(&mut self) {
-        let req = match self.inbound.message().await {
+        let message = match self.calling.as_mut() {
+            None => self.inbound.message().await,
+            Some(c) => {
+                tokio::select! {
+                    message = self.inbound.message() => message,
+                    event = c.call.next() => return self.call_event(event),
+                    () = tokio::time::sleep_until(c.deadline) => {
+                        return self.call_step(|s, id| s.call_failed(id, CallFailure::TimedOut));
+                    }
+                }
+            }
+        };
+        let req = match message {
             Ok(Some(req)) => req,
             Ok(None) => return self.end_by_envoy(),
             // A message over the gRPC message limit: Envoy still waits for an answer.
@@ -176,16 +213,100 @@ impl Driver {
             let session = &mut self.session;
             std::panic::catch_unwind(AssertUnwindSafe(|| session.on_message(req)))
         };
+        self.answered(answered);
+    }
+
+    /// Queues a step's answers (and starts the call it asked for), or fails the exchange on
+    /// a panic.
+    fn answered(&mut self, answered: std::thread::Result<Vec<ProcessingResponse>>) {
         match answered {
-            Ok(answers) => self.pending.extend(answers.into_iter().map(Ok)),
+            Ok(answers) => {
+                self.pending.extend(answers.into_iter().map(Ok));
+                self.start_call();
+            }
             Err(_) => {
                 tracing::error!(
                     request_id = %self.session.request_id(),
                     "panic while processing an exchange; failing it"
                 );
+                self.calling = None;
                 self.fail(false, Status::internal("responses-extproc internal error"));
             }
         }
+    }
+
+    /// The call the session asked for, if any: Envoy is told to wait for it (its
+    /// `message_timeout` would end the exchange first), then it is sent.
+    fn start_call(&mut self) {
+        let Some((call, timeout)) = self.session.take_call() else {
+            return;
+        };
+        let id = call.id;
+        let wait = timeout + CALL_MARGIN;
+        self.pending.push_back(Ok(ProcessingResponse {
+            override_message_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(wait.subsec_nanos()).unwrap_or(0),
+            }),
+            ..ProcessingResponse::default()
+        }));
+        let Some(client) = self.settings.upstream.clone() else {
+            let failed = CallFailure::Failed("this processor has no upstream for its own calls.");
+            return self.call_step(|s, id| s.call_failed(id, failed));
+        };
+        tracing::debug!(request_id = %self.session.request_id(), model = %call.model, "compaction call");
+        self.calling = Some(Calling {
+            id,
+            call: client.call(call, &self.session.trace_headers()),
+            deadline: tokio::time::Instant::now() + timeout,
+        });
+    }
+
+    /// The next event of the call in flight, to the session.
+    fn call_event(&mut self, event: UpstreamEvent) {
+        match event {
+            UpstreamEvent::Head {
+                status,
+                headers,
+                body,
+            } => {
+                if let Some(c) = &mut self.calling {
+                    c.call = upstream::Call::Body(body);
+                }
+                let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+                let every = || {
+                    headers
+                        .iter()
+                        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+                        .collect()
+                };
+                self.call_step(|s, id| s.call_head(id, status, lookup, every));
+            }
+            UpstreamEvent::Chunk(bytes) => self.call_step(|s, id| s.call_data(id, &bytes)),
+            UpstreamEvent::End => self.call_step(|s, id| s.call_end(id)),
+            UpstreamEvent::Failed(message) => {
+                self.call_step(|s, id| s.call_failed(id, CallFailure::Failed(&message)))
+            }
+        }
+    }
+
+    /// One step of the call in flight through the session; the call is dropped once the
+    /// exchange no longer waits for it.
+    fn call_step(&mut self, step: impl FnOnce(&mut Session, CallId) -> Vec<ProcessingResponse>) {
+        let Some(id) = self
+            .calling
+            .as_ref()
+            .map(|c| c.id)
+            .or(self.session.call_in_flight())
+        else {
+            return;
+        };
+        let session = &mut self.session;
+        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| step(session, id)));
+        if self.session.call_in_flight() != Some(id) {
+            self.calling = None;
+        }
+        self.answered(answered);
     }
 
     /// A request body whose translation may hold a thread for long: a compressed one (its

@@ -31,7 +31,10 @@ use super::Settings;
 use crate::config::StreamBodyMode;
 use crate::logs;
 use crate::traces::{ExchangeSpan, Transport};
-use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
+use responses_core::call::{Call, CallId};
+use responses_core::driver::{
+    Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
+};
 use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
 use responses_core::log;
@@ -52,12 +55,20 @@ fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct 
 /// [`HEADER_PREFIXES_READ`]). Envoy forwards no others (`forward_rules` in envoy/envoy.yaml
 /// and the other shipped configs, checked against this list by a test): fewer bytes to
 /// encode and decode in every header message (measured: ~7 % more translated JSON exchanges
-/// per second with openai-python's headers, benches/side_by_side.py), and the client's
-/// credentials never reach the processor.
-pub const HEADERS_READ: [&str; 12] = [
+/// per second with openai-python's headers, benches/side_by_side.py). The client's
+/// credentials and trace context (`call::FORWARDED_HEADERS`) are read for the processor's own
+/// call, an automatic compaction's summarising request, which carries them as the routed call
+/// does.
+pub const HEADERS_READ: [&str; 18] = [
     ":method",
     ":path",
     "x-request-id",
+    "authorization",
+    "x-api-key",
+    "openai-organization",
+    "openai-project",
+    "traceparent",
+    "tracestate",
     responses_core::request_encoding::HEADER,
     ":status",
     "content-type",
@@ -99,6 +110,12 @@ pub struct Session<E = System> {
     /// The JSON object that stands for the answer sent last (a response, or a stream's last
     /// event), kept only while the span records content (`--trace-content`).
     last_answer: Option<bytes::Bytes>,
+    /// A call the exchange asked for (an automatic compaction's summarising request), not yet
+    /// taken by the stream's driver ([`Session::take_call`]).
+    call: Option<(Call, std::time::Duration)>,
+    /// The request's head, kept (moved, not copied) for the headers a call of the exchange's
+    /// own carries on ([`responses_core::call::forwarded`]).
+    head: Option<HttpHeaders>,
 }
 
 /// The exchange's span: the caller's context until the exchange is ours, then the span,
@@ -122,6 +139,8 @@ impl<E: Environment> Session<E> {
             request_id: String::new(),
             trace: Trace::Off,
             last_answer: None,
+            call: None,
+            head: None,
         }
     }
 
@@ -163,6 +182,9 @@ impl<E: Environment> Session<E> {
                     |name| read_or(&h, name, tenant),
                     h.end_of_stream,
                 );
+                if self.driver.is_ours() {
+                    self.head = Some(h);
+                }
                 self.carry(Message::RequestHeaders, action)
             }
             Request::RequestBody(b) => {
@@ -221,6 +243,69 @@ impl<E: Environment> Session<E> {
         answers
     }
 
+    /// The call the last answer left to make (the request body's answer waits for it), and
+    /// how long it may take.
+    pub fn take_call(&mut self) -> Option<(Call, std::time::Duration)> {
+        self.call.take()
+    }
+
+    /// `traceparent` (and `tracestate`) continuing the exchange's span (traces on): they
+    /// replace the client's on the exchange's own call, so that its Envoy spans are the span's
+    /// children.
+    pub fn trace_headers(&self) -> Vec<(axum::http::HeaderName, axum::http::HeaderValue)> {
+        match &self.trace {
+            Trace::Open(span) => span.propagation_headers(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The call the exchange waits for, if any (a call it gave up on is no longer it).
+    pub fn call_in_flight(&self) -> Option<CallId> {
+        self.driver.call_in_flight()
+    }
+
+    /// The head of the call's answer: `status`, and a lookup of its headers.
+    pub fn call_head<'h>(
+        &mut self,
+        id: CallId,
+        status: u16,
+        header: impl Fn(&str) -> Option<&'h str>,
+        every: impl FnOnce() -> Vec<(&'h str, &'h str)>,
+    ) -> Vec<ProcessingResponse> {
+        let action = self
+            .driver
+            .call_head(Instant::now(), id, status, header, every);
+        self.call_answers(action)
+    }
+
+    /// A piece of the call's answer.
+    pub fn call_data(&mut self, id: CallId, bytes: &[u8]) -> Vec<ProcessingResponse> {
+        let action = self.driver.call_data(Instant::now(), id, bytes);
+        self.call_answers(action)
+    }
+
+    /// The call's answer is complete.
+    pub fn call_end(&mut self, id: CallId) -> Vec<ProcessingResponse> {
+        let action = self.driver.call_end(Instant::now(), id);
+        self.call_answers(action)
+    }
+
+    /// The call failed, or took longer than its timeout.
+    pub fn call_failed(&mut self, id: CallId, why: CallFailure<'_>) -> Vec<ProcessingResponse> {
+        let action = self.driver.call_failed(Instant::now(), id, why);
+        self.call_answers(action)
+    }
+
+    /// What a step of the call makes of the request body's answer, still owed to Envoy.
+    fn call_answers(&mut self, action: Action) -> Vec<ProcessingResponse> {
+        let mut answers = match action {
+            Action::Hold => Vec::new(),
+            action => self.carry(Message::RequestBody, action),
+        };
+        self.settle(&mut answers);
+        answers
+    }
+
     /// Envoy sent a message we could not read (over the gRPC message limit) or handling one
     /// failed (a panic): end the exchange with an OpenResponses error while Envoy still waits
     /// for an answer. The caller then ends the gRPC stream with an error status, so that
@@ -260,6 +345,15 @@ impl<E: Environment> Session<E> {
             }
         }
         let (common, mode) = match action {
+            // The message's answer waits for the call (the stream's driver makes it).
+            Action::Call { mut call, timeout } => {
+                if let Some(head) = self.head.take() {
+                    call.headers
+                        .extend(responses_core::call::forwarded(|name| read(&head, name)));
+                }
+                self.call = Some((call, timeout));
+                return Vec::new();
+            }
             Action::Reply { error, cause } => return vec![self.reply(&error, cause)],
             // Envoy resets a stream whose head went out when it is answered this way.
             Action::Reset { error, .. } => return vec![self.reply(&error, Cause::Answer)],
@@ -358,6 +452,11 @@ impl<E: Environment> Session<E> {
                     }
                 }
                 Event::Finished(f) => self.finished(&f, answers.last_mut()),
+                Event::Call(timing) => {
+                    if let Trace::Open(span) = &mut self.trace {
+                        span.call_event(&timing);
+                    }
+                }
                 Event::StreamOpened | Event::StreamClosed | Event::FirstOutput { .. } => {}
             }
         }

@@ -24,6 +24,7 @@ fn finished(model: &str, outcome: Outcome, code: Option<ErrorCode>, timing: Timi
             finish_reason: Some("stop".into()),
             params: Default::default(),
             streamed_output: true,
+            compaction: None,
         },
         timing,
         cut: false,
@@ -47,8 +48,12 @@ fn the_schema_is_exported_under_the_prefix() {
     m.tell(&finished("m1", Outcome::Translated, None, timing));
     let text = m.render();
     // A family is exported once it has a series (as in Envoy's): no cap was hit, no
-    // WebSocket closed.
-    let unseen = [Metric::CapsHit, Metric::WebsocketCloses];
+    // WebSocket closed, nothing compacted.
+    let unseen = [
+        Metric::CapsHit,
+        Metric::WebsocketCloses,
+        Metric::Compactions,
+    ];
     for metric in Metric::ALL.into_iter().filter(|m| !unseen.contains(m)) {
         let f = metric.family();
         let kind = format!("# TYPE {PREFIX}{} {}", f.name, f.kind.as_str());

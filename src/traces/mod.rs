@@ -30,6 +30,7 @@ use opentelemetry_sdk::Resource;
 use crate::config::Config;
 use crate::metrics::{Metrics, Timing};
 use responses_core::exchange::{Outcome, Summary};
+use responses_core::life::CallTiming;
 use responses_core::openresponses::Code;
 pub use responses_core::telemetry::Transport;
 use responses_core::telemetry::{self, key, Attribute};
@@ -328,6 +329,19 @@ impl ExchangeSpan {
     /// Whether `--trace-content` wants the bodies (so that adapters find them only then).
     pub fn wants_content(&self) -> bool {
         self.content && self.span.is_recording()
+    }
+
+    /// The exchange's own call (an automatic compaction's summarising request): an event at
+    /// its start, with its duration and the compaction's outcome and tokens.
+    pub fn call_event(&mut self, timing: &CallTiming) {
+        if self.span.is_recording() {
+            let attributes = telemetry::call_attributes(timing);
+            self.span.add_event_with_timestamp(
+                telemetry::COMPACTION_EVENT,
+                self.started + timing.started,
+                attributes.iter().map(key_value).collect(),
+            );
+        }
     }
 
     /// Tags the span with what the exchange reported and ends it `timing.total` after it

@@ -35,6 +35,7 @@ fn attributes_keep_their_types() {
             ..Params::default()
         },
         streamed_output: true,
+        compaction: None,
     };
     let timing = Timing {
         total: Duration::from_millis(900),
@@ -138,6 +139,12 @@ fn the_docs_list_every_attribute() {
             max_output_tokens: Some(1),
         },
         streamed_output: true,
+        compaction: Some(responses_core::exchange::Compaction {
+            outcome: responses_core::exchange::CompactionOutcome::Compacted,
+            estimate: 2,
+            threshold: 1,
+            usage: Some(Usage::default()),
+        }),
     };
     let timing = Timing {
         first_output: Some(Duration::from_millis(1)),

@@ -9,8 +9,6 @@
 //! Backpressure is the socket's own: each write is awaited before anything else is read, and
 //! the client's bytes are read only while the connection wants them.
 
-mod upstream;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +26,7 @@ use tokio::sync::watch;
 use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
+use crate::upstream::{self, Upstream, UpstreamEvent};
 use responses_core::call::{CallAction, CallId};
 use responses_core::connection::admission::{self, Admission, Ticket};
 use responses_core::connection::{Connection, Event, Limits};
@@ -37,7 +36,6 @@ use responses_core::life;
 use responses_core::log;
 use responses_core::openresponses::{ApiError, Code};
 use responses_core::websocket::handshake::{self, Version};
-use upstream::{Upstream, UpstreamEvent};
 
 /// The transport field of this adapter's log lines.
 const TRANSPORT: &str = "websocket";
@@ -84,7 +82,7 @@ impl Server {
         let admission = Arc::new(Mutex::new(Admission::new(settings.admission.clone())));
         let path = settings.exchange.responses_path.clone();
         let shared = Arc::new(Shared {
-            upstream: Upstream::new(&settings)?,
+            upstream: Upstream::new(&settings.upstream, &settings.exchange.chat_path)?,
             admission: admission.clone(),
             draining: draining.clone(),
             settings: settings.clone(),
@@ -435,6 +433,11 @@ impl Telemetry {
                 logs::emit(&log::finished(&f), TRANSPORT, &self.request_id);
                 if let Some(span) = self.span.take() {
                     span.finish(&f.summary, &f.timing);
+                }
+            }
+            life::Event::Call(timing) => {
+                if let Some(span) = self.span.as_mut() {
+                    span.call_event(&timing);
                 }
             }
             life::Event::StreamOpened

@@ -33,6 +33,7 @@ pub mod codex;
 pub mod compressed;
 pub mod envoy;
 pub mod examples;
+pub mod llama;
 pub mod otlp;
 pub mod pki;
 pub mod processor;

@@ -449,6 +449,49 @@ fn python_openai_sdk_compact_then_a_new_chain() {
     );
 }
 
+/// openai-python's typed `context_management` (`openai_context_management.py`): a compacting
+/// turn's output parses (the item, then the message), the history sent back with the SDK's
+/// nulls works, a stream leads with the item; the upstream got the summarising request, then
+/// the compacted window. ext_proc only: the module refuses a due compaction (a 400).
+#[test]
+fn python_openai_sdk_context_management_compacts_and_feeds_the_item_back() {
+    if !common::only_ext_proc("the module refuses a due compaction") {
+        return;
+    }
+    use responses_core::translate::compact::{CONTEXT_PREFIX, PROMPT};
+    const SUMMARY: &str = "The user asked about cats and whiskers.";
+    let python = python();
+    let upstream = ScriptedUpstream::with_replies([
+        chat_json(json!({"role": "assistant", "content": SUMMARY})),
+        chat_json(json!({"role": "assistant", "content": "Dogs are loyal."})),
+        chat_json(json!({"role": "assistant", "content": "Birds fly."})),
+        chat_json(json!({"role": "assistant", "content": SUMMARY})),
+        chat_sse("Streamed."),
+    ]);
+    let stack = ClientStack::scripted_ws(upstream, &[]);
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_context_management.py",
+    );
+    let requests = stack.upstream_requests();
+    assert_eq!(requests.len(), 5);
+    for (i, summarising) in [(0, true), (1, false), (2, false), (3, true), (4, false)] {
+        let chat = requests[i].json();
+        let system = chat["messages"][0]["content"].as_str().unwrap_or_default();
+        assert_eq!(system.starts_with(PROMPT), summarising, "{i}: {chat}");
+    }
+    for i in [1, 2, 4] {
+        let chat = requests[i].json();
+        let system = chat["messages"][0]["content"].as_str().unwrap_or_default();
+        assert_eq!(system, format!("{CONTEXT_PREFIX}{SUMMARY}"), "{i}: {chat}");
+        assert!(
+            !chat["messages"].to_string().contains("whiskers?"),
+            "{i}: {chat}"
+        );
+    }
+}
+
 /// A Chat stream saying `text`.
 fn chat_sse(text: &str) -> Reply {
     let chunk = |delta: Value, finish: Value| {

@@ -8,9 +8,11 @@
 //! | [`bad_requests`] | malformed and refused requests: the envelope, nothing sent upstream |
 //! | [`clients`] | the real SDKs and agents (Python, Node) against the stack |
 //! | [`compact`] | `POST /v1/responses/compact` |
+//! | [`context_management`] | automatic compaction (`context_management`): the side call, the item leading the output |
 //! | [`compression`] | compressed request bodies and answers |
 //! | [`faults`] | upstream, processor and Envoy faults: what the client sees when something breaks |
 //! | [`grpc_reflection`] | the processor's gRPC server reflection (as `grpcurl` uses it) |
+//! | [`llama_compaction`] | opt-in: a long conversation against a real llama-server, compacted |
 //! | [`limits`] | every size and time limit, from both sides |
 //! | [`metadata`] | the dynamic metadata and access-log fields |
 //! | [`metrics`] | both modes' metrics, and the dashboard's queries in a real Prometheus |
@@ -29,10 +31,12 @@ mod bad_requests;
 mod clients;
 mod compact;
 mod compression;
+mod context_management;
 mod faults;
 mod grpc_reflection;
 mod harness_smoke;
 mod limits;
+mod llama_compaction;
 mod metadata;
 mod metrics;
 mod module_abi;

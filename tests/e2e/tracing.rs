@@ -321,6 +321,57 @@ fn stream_reply() -> Reply {
     ])
 }
 
+/// An automatic compaction (`context_management`): the processor's span has a `compaction`
+/// event at its summarising call and the compaction's attributes, and the call's own Envoy
+/// span (back through Envoy's listener) is the processor span's child.
+#[tokio::test]
+async fn a_compactions_side_call_is_an_event_and_a_child_span() {
+    if !only_ext_proc(SKIP) {
+        return;
+    }
+    let stack = TracedStack::start(&[], &[]);
+    let summary = json!({"id": "s", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "A summary."}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 3, "total_tokens": 53}});
+    stack.upstream.push(Reply::json(200, &summary));
+    stack.upstream.push(Reply::json(200, &completion("m")));
+    let client_span = ClientSpan::new();
+    let (status, body) = post(
+        &stack,
+        &client_span,
+        json!({"model": "m", "context_management": [{"type": "compaction", "compact_threshold": 10}],
+            "input": [
+                {"role": "user", "content": "Tell me a long story about cats and their whiskers."},
+                {"role": "assistant", "content": "Once upon a time there was a cat."},
+                {"role": "user", "content": "Go on."}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // Envoy: the request, its ext_proc stream, the side call's request.
+    let trace = stack.trace(&client_span.trace_id, 1, 3);
+    let (_, _, span) = trace.ext_proc_chain(&client_span);
+    assert_eq!(
+        span.str("responses_extproc.compaction.outcome"),
+        "compacted"
+    );
+    assert_eq!(span.int("responses_extproc.compaction.threshold"), 10);
+    assert_eq!(span.int("responses_extproc.compaction.input_tokens"), 50);
+    let (name, at) = &span.events[0];
+    assert_eq!(name, "compaction", "{span:#?}");
+    assert!(
+        (span.start_unix_nano..=span.end_unix_nano).contains(at),
+        "{span:#?}"
+    );
+    let side = trace.child_of("envoy", &span.span_id);
+    assert!(within(side, span), "{side:#?}");
+    let requests = stack.upstream.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[0]
+        .header("traceparent")
+        .is_some_and(|t| t.contains(&client_span.trace_id)));
+}
+
 #[tokio::test]
 async fn http_exchanges_are_spans_under_envoys_ext_proc_span_with_the_answers_values() {
     if !only_ext_proc(SKIP) {

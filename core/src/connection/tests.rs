@@ -1271,6 +1271,92 @@ fn content_is_told_only_when_asked() {
         .any(|e| matches!(e, Event::Message(m) if m[..] == message[..])));
 }
 
+/// Automatic compaction on the socket: the summarising call first (JSON, not streamed), then
+/// the turn's own call on the compacted window, the `compaction` item leading its events; a
+/// summarising call that outlives `compaction_timeout` is stopped and ends the response with
+/// its error event.
+#[test]
+fn a_response_over_its_threshold_is_compacted_first() {
+    use crate::translate::seal::Keyring;
+    let mut settings = Settings::default();
+    settings.options.keyring = Some(Arc::new(Keyring::single("k", [5; 32]).unwrap()));
+    let settings = Arc::new(settings);
+    let request = json!({"model": "m",
+    "context_management": [{"type": "compaction", "compact_threshold": 10}],
+    "input": [
+        {"role": "user", "content": "Tell me about cats, at length, with every detail."},
+        {"role": "assistant", "content": "Cats are small carnivorous mammals."},
+        {"role": "user", "content": "Now dogs."}
+    ]});
+    let summary = br#"{"choices":[{"index":0,"message":{"content":"cats were discussed"}}]}"#;
+
+    let mut c = Client::with(settings.clone(), limits(), &[("authorization", "Bearer k")]);
+    let side = c.forward(&create(request.clone()));
+    assert_eq!(chat(&side)["stream"], false);
+    assert!(side
+        .headers
+        .iter()
+        .any(|(n, v)| n == "authorization" && v == "Bearer k"));
+    c.head(&side, 200, "application/json");
+    c.data(&side, summary);
+    c.end(&side);
+    let calls = c.calls();
+    let [CallAction::Start(turn)] = &calls[..] else {
+        panic!("{calls:?}")
+    };
+    let sent = chat(turn)["messages"].to_string();
+    assert!(
+        sent.contains("cats were discussed") && sent.contains("Now dogs."),
+        "{sent}"
+    );
+    assert!(!sent.contains("carnivorous"), "{sent}");
+    let events = c.answer(turn, "Dogs bark.");
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let item = e["item"]["type"].as_str().unwrap_or_default();
+            format!("{} {item}", e["type"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        kinds[..6],
+        [
+            "response.created ",
+            "response.in_progress ",
+            "response.output_item.added compaction",
+            "response.compaction.compacting ",
+            "response.output_item.done compaction",
+            "response.output_item.added message",
+        ],
+        "{kinds:?}"
+    );
+    let events = c.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Response(life::Event::Call(t))
+        if t.compaction.map(|c| c.outcome) == Some(crate::exchange::CompactionOutcome::Compacted)))
+    );
+
+    // The summarising call hangs: at compaction_timeout it is stopped, and the response ends.
+    let mut c = Client::with(settings, limits(), &[]);
+    let side = c.forward(&create(request));
+    c.head(&side, 200, "application/json");
+    let timeout = Settings::default().compaction_timeout;
+    assert_eq!(c.conn.poll_timeout(), Some(c.t0 + timeout));
+    c.wait(timeout.as_millis() as u64);
+    c.timeout();
+    let calls = c.calls();
+    assert!(
+        matches!(&calls[..], [CallAction::Cancel(id)] if *id == side.id),
+        "{calls:?}"
+    );
+    let frames = c.texts();
+    assert_eq!(frames[0]["type"], "error", "{frames:?}");
+    assert_eq!(code(&frames[0]), "upstream_timeout");
+    assert!(c.conn.exchange().is_none());
+}
+
 #[test]
 fn a_host_that_holds_input_reads_only_what_the_connection_wants() {
     // Twenty messages in one piece, the first held by its call: the connection reads as far

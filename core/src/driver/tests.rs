@@ -14,6 +14,8 @@ use crate::openresponses::Code;
 use crate::translate::Options;
 use crate::upstream_failure::KeptHeader;
 
+mod compaction;
+
 struct Fixed;
 
 impl Environment for Fixed {

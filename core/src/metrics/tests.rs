@@ -55,6 +55,7 @@ fn summary(model: Option<&str>, stream: bool, outcome: Outcome) -> Summary {
         finish_reason: Some("stop".into()),
         params: Default::default(),
         streamed_output: stream,
+        compaction: None,
     }
 }
 
@@ -366,4 +367,67 @@ fn the_schema_is_well_formed() {
         }
     }
     assert!(!two_digits(1280.0) && two_digits(2500.0) && !two_digits(0.5));
+}
+
+/// An automatic compaction counts once by its outcome, a cut one as `cut`; the same summary
+/// carries it into the metadata and the span (one source: `Summary::compaction`).
+#[test]
+fn a_compaction_counts_by_outcome_and_shows_in_metadata_and_span() {
+    use crate::exchange::{Compaction, CompactionOutcome};
+    use crate::metadata::{metadata, MetadataValue};
+    use crate::telemetry::{attributes, call_attributes, key, Value as Attr};
+    let labels = Labels::default();
+    for (outcome, label) in [
+        (CompactionOutcome::Compacted, "compacted"),
+        (CompactionOutcome::Failed, "failed"),
+        (CompactionOutcome::Running, "cut"),
+    ] {
+        let mut s = summary(Some("m1"), false, Outcome::Translated);
+        s.compaction = Some(Compaction {
+            outcome,
+            estimate: 1200,
+            threshold: 1000,
+            usage: Some(Usage {
+                input_tokens: 900,
+                output_tokens: 40,
+                total_tokens: 940,
+                ..Usage::default()
+            }),
+        });
+        let mut calls = Calls::default();
+        record(&mut calls, &labels, &finished(s.clone(), Timing::default()));
+        assert_eq!(calls.of(Metric::Compactions), [(vec![label], 1)]);
+
+        let md = metadata(&s);
+        let get = |k: &str| md.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+        assert_eq!(
+            get("compaction"),
+            Some(MetadataValue::Str(outcome.as_str().into()))
+        );
+        assert_eq!(
+            get("compaction_estimated_tokens"),
+            Some(MetadataValue::Num(1200.0))
+        );
+        assert_eq!(
+            get("compaction_input_tokens"),
+            Some(MetadataValue::Num(900.0))
+        );
+        let span = attributes(&s, &Timing::default());
+        let attr = |k: &str| span.iter().find(|a| a.key == k).map(|a| a.value);
+        assert_eq!(attr(key::COMPACTION_OUTCOME), Some(Attr::Str(label)));
+        assert_eq!(attr(key::COMPACTION_THRESHOLD), Some(Attr::Int(1000)));
+        let event = call_attributes(&crate::life::CallTiming {
+            started: ms(2),
+            took: ms(1500),
+            compaction: s.compaction,
+        });
+        let got = |k: &str| event.iter().find(|a| a.key == k).map(|a| a.value);
+        assert_eq!(got(key::COMPACTION_DURATION), Some(Attr::F64(1.5)));
+        assert_eq!(got(key::COMPACTION_OUTPUT_TOKENS), Some(Attr::Int(40)));
+    }
+    // Without a compaction: no series.
+    let mut calls = Calls::default();
+    let s = summary(Some("m1"), false, Outcome::Translated);
+    record(&mut calls, &labels, &finished(s, Timing::default()));
+    assert!(calls.of(Metric::Compactions).is_empty());
 }

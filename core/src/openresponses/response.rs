@@ -241,6 +241,27 @@ pub struct Usage {
     pub output_tokens_details: OutputTokensDetails,
 }
 
+impl Usage {
+    /// Two requests' usage together.
+    pub fn plus(&self, other: &Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens + other.input_tokens,
+            output_tokens: self.output_tokens + other.output_tokens,
+            total_tokens: self.total_tokens + other.total_tokens,
+            input_tokens_details: InputTokensDetails {
+                cached_tokens: self.input_tokens_details.cached_tokens
+                    + other.input_tokens_details.cached_tokens,
+                cache_write_tokens: self.input_tokens_details.cache_write_tokens
+                    + other.input_tokens_details.cache_write_tokens,
+            },
+            output_tokens_details: OutputTokensDetails {
+                reasoning_tokens: self.output_tokens_details.reasoning_tokens
+                    + other.output_tokens_details.reasoning_tokens,
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputTokensDetails {
     pub cached_tokens: u64,

@@ -26,7 +26,7 @@ use super::request::{
 use super::response::Completed;
 use super::{usage, Kept, Meta, Options, ResponsePlan};
 use crate::chat;
-use crate::openresponses::{ApiError, ErrorCode, Usage};
+use crate::openresponses::{ApiError, CompactionItem, ErrorCode, Usage};
 
 /// Validates a compact request and builds the summarising Chat request.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
@@ -90,6 +90,7 @@ pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translate
         body: Bytes::from(chat.encode(body.len() + PROMPT.len() + 1024)),
         plan,
         chat_model: mapped,
+        compaction_due: None,
     })
 }
 
@@ -151,28 +152,60 @@ struct Compaction<'a> {
     usage: Usage,
 }
 
-/// The upstream's summary (a 2xx Chat Completion) → the `response.compaction` JSON body.
-pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
-    let invalid = |what: &str| {
+/// The summary an upstream answered a summarising request with, and what it reported.
+#[derive(Debug, Clone)]
+pub struct Summarised {
+    pub summary: String,
+    pub usage: Option<Usage>,
+    /// The model the upstream says answered.
+    pub upstream_model: Option<String>,
+    pub finish_reason: Option<String>,
+}
+
+/// A summarising request's 2xx answer (a Chat Completion) → its summary; 502
+/// `upstream_invalid_response` when it is not one, or has no text.
+pub fn summarised(body: &[u8]) -> Result<Summarised, ApiError> {
+    let invalid = || {
         ApiError::server(
             502,
             ErrorCode::UpstreamInvalidResponse,
-            format!("The upstream's answer to the summarising request {what}."),
+            "The upstream's answer to the summarising request is not a Chat Completion.",
         )
     };
-    let completion: chat::Completion<'_> =
-        chat::parse(body).ok_or_else(|| invalid("is not a Chat Completion"))?;
+    let completion: chat::Completion<'_> = chat::parse(body).ok_or_else(invalid)?;
     let choice = completion
         .choices
         .into_iter()
         .find(|c| c.index == 0)
-        .ok_or_else(|| invalid("is not a Chat Completion"))?;
-    let finish_reason = choice.finish_reason;
+        .ok_or_else(invalid)?;
     let summary = choice
         .message
         .content
         .filter(|t| !t.trim().is_empty())
         .ok_or_else(no_summary)?;
+    Ok(Summarised {
+        summary: summary.into_owned(),
+        usage: completion.usage.as_ref().map(usage),
+        upstream_model: completion.model.map(Cow::into_owned),
+        finish_reason: choice.finish_reason.map(Cow::into_owned),
+    })
+}
+
+/// An automatic compaction's summary, sealed into the `compaction` item that leads the turn's
+/// output (index 0 of the response `meta` makes); `None` without keys.
+pub fn seal_lead(options: &Options, meta: Meta, summary: &str) -> Option<CompactionItem> {
+    let plan = ResponsePlan::new("", false, meta, options.clone());
+    sealed(&plan, 0, summary)
+}
+
+/// The upstream's summary (a 2xx Chat Completion) → the `response.compaction` JSON body.
+pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
+    let Summarised {
+        summary,
+        usage,
+        upstream_model,
+        finish_reason,
+    } = summarised(body)?;
     let Some(kept) = &plan.compact else {
         return Err(ApiError::server(
             500,
@@ -191,7 +224,6 @@ pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
     output.push(OutputItem::Compaction(
         crate::openresponses::OutputItem::Compaction(item),
     ));
-    let usage = completion.usage.as_ref().map(usage);
     let object = Compaction {
         id: &plan.id,
         object: "response.compaction",
@@ -209,7 +241,7 @@ pub fn answer(plan: &ResponsePlan, body: &[u8]) -> Result<Completed, ApiError> {
     Ok(Completed {
         body,
         usage,
-        upstream_model: completion.model.map(Cow::into_owned),
-        finish_reason: finish_reason.map(Cow::into_owned),
+        upstream_model,
+        finish_reason,
     })
 }

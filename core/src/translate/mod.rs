@@ -38,8 +38,8 @@ pub mod stream;
 use serde::{Deserialize, Serialize};
 
 use crate::openresponses::{
-    Echo, IncompleteDetails, OutputItem, ResponseError, ResponseResource, ResponseState, Status,
-    Usage,
+    CompactionItem, Echo, IncompleteDetails, OutputItem, ResponseError, ResponseResource,
+    ResponseState, Status, Usage,
 };
 
 pub(crate) use calls::{flat_name, OfferedTool, ToolKind};
@@ -100,6 +100,8 @@ pub mod limits {
     pub const MAX_SSE_FRAME_BYTES: usize = 1 << 20;
     /// Largest text + arguments accumulated for one response.
     pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
+    /// Bytes of a Chat request per estimated token (automatic compaction).
+    pub const COMPACTION_BYTES_PER_TOKEN: u32 = 4;
 }
 
 /// Operator choices that shape translation. Defaults are the documented behaviour.
@@ -131,6 +133,12 @@ pub struct Options {
     pub max_sse_frame_bytes: usize,
     /// Largest total of text and arguments accumulated for one response's output.
     pub max_output_bytes: usize,
+    /// Bytes of a Chat request per token, for the estimate automatic compaction compares with
+    /// `context_management`'s threshold.
+    pub compaction_bytes_per_token: u32,
+    /// The host can make the summarising call of an automatic compaction (`context_management`);
+    /// a host that cannot refuses a request whose compaction is due rather than skipping it.
+    pub automatic_compaction: bool,
 }
 
 impl Default for Options {
@@ -149,6 +157,8 @@ impl Default for Options {
             model_map: Default::default(),
             max_sse_frame_bytes: limits::MAX_SSE_FRAME_BYTES,
             max_output_bytes: limits::MAX_OUTPUT_BYTES,
+            compaction_bytes_per_token: limits::COMPACTION_BYTES_PER_TOKEN,
+            automatic_compaction: true,
         }
     }
 }
@@ -198,6 +208,8 @@ pub struct ResponsePlan {
     pub(crate) options: Options,
     /// A `/v1/responses/compact` request: what its answer keeps verbatim.
     pub(crate) compact: Option<Box<Kept>>,
+    /// The turn after an automatic compaction: its `compaction` item leads the output.
+    pub(crate) lead: Option<Box<Lead>>,
     /// The generation parameters the request set.
     pub(crate) params: Params,
 }
@@ -218,8 +230,32 @@ impl ResponsePlan {
             compaction: false,
             options,
             compact: None,
+            lead: None,
             params: Params::default(),
         }
+    }
+
+    /// The turn after an automatic compaction: `item` leads its output (index 0, the turn's
+    /// items after it), `usage` (the summarising request's) adds to the turn's.
+    pub fn set_lead(&mut self, item: CompactionItem, usage: Option<Usage>) {
+        self.lead = Some(Box::new(Lead { item, usage }));
+    }
+
+    /// The turn's usage, with the compaction's when there was one: both were spent.
+    pub(crate) fn usage(&self, turn: Option<Usage>) -> Option<Usage> {
+        match (turn, self.lead.as_ref().and_then(|l| l.usage)) {
+            (Some(turn), Some(compaction)) => Some(turn.plus(&compaction)),
+            (turn, _) => turn,
+        }
+    }
+
+    /// The output a response starts with: its lead `compaction` item, if any.
+    pub(crate) fn lead_output(&self) -> Vec<OutputItem> {
+        let mut output = Vec::new();
+        if let Some(lead) = &self.lead {
+            output.push(OutputItem::Compaction(lead.item.clone()));
+        }
+        output
     }
 
     pub fn id(&self) -> &str {
@@ -304,6 +340,14 @@ fn hex_id(prefix: &str, seed: u128, n: Option<usize>) -> String {
         }
     }
     id
+}
+
+/// The `compaction` item an automatic compaction made, leading the turn's output.
+#[derive(Debug, Clone)]
+pub(crate) struct Lead {
+    pub(crate) item: CompactionItem,
+    /// The summarising request's usage.
+    pub(crate) usage: Option<Usage>,
 }
 
 /// What the answer of a compact request keeps verbatim.

@@ -48,7 +48,8 @@ pub fn translate_completion(
         ItemStatus::Completed
     };
 
-    let mut output = Vec::new();
+    // After an automatic compaction its item comes first, the turn's after it.
+    let mut output = plan.lead_output();
     let message = choice.message;
     if plan.compaction {
         // A `compaction_trigger` request: the summary, sealed, is the only output item.
@@ -78,7 +79,7 @@ pub fn translate_completion(
         completed_at: Some(now),
         incomplete,
         error: None,
-        usage: completion.usage.as_ref().map(usage),
+        usage: plan.usage(completion.usage.as_ref().map(usage)),
     };
     let resource = plan.resource(&progress, &output);
     // Written into one buffer sized for the answer's text and the object around it (about

@@ -194,9 +194,10 @@ impl StreamTranslator {
         self.events.count()
     }
 
-    /// An output item (text, reasoning, a tool call) has been opened.
+    /// An output item (text, reasoning, a tool call) has been opened: the turn's own (an
+    /// automatic compaction's item, which leads it, is not the model's output).
     pub fn has_output(&self) -> bool {
-        !self.output.is_empty()
+        self.output.len() > usize::from(self.plan.lead.is_some())
     }
 
     /// Feeds a chunk of the upstream body; returns what to send to the client now.
@@ -303,6 +304,37 @@ impl StreamTranslator {
             &Event::InProgress { response: r },
             &self.echo,
         );
+        self.lead();
+    }
+
+    /// After an automatic compaction, its item leads the output: added (with nothing sealed
+    /// yet, as OpenAI adds one), `response.compaction.compacting` (the summary was sampled,
+    /// before the turn's stream began), then done with its `encrypted_content`, before the
+    /// turn's events.
+    fn lead(&mut self) {
+        let Some(lead) = &self.plan.lead else {
+            return;
+        };
+        let opened = OutputItem::Compaction(crate::openresponses::CompactionItem {
+            id: lead.item.id.clone(),
+            encrypted_content: String::new(),
+        });
+        self.events.write(
+            &mut self.out,
+            &Event::OutputItemAdded {
+                output_index: 0,
+                item: &opened,
+            },
+        );
+        self.events.write(
+            &mut self.out,
+            &Event::CompactionCompacting {
+                item_id: &lead.item.id,
+                output_index: 0,
+            },
+        );
+        self.output.push(OutputItem::Compaction(lead.item.clone()));
+        self.item_done(0);
     }
 
     /// The decoder lends each frame out of its own buffer: it is set aside while the frames
@@ -352,7 +384,7 @@ impl StreamTranslator {
             return;
         }
         if let Some(u) = &chunk.usage {
-            self.progress.usage = Some(usage(u));
+            self.progress.usage = self.plan.usage(Some(usage(u)));
         }
         if self.upstream_model.is_none() {
             self.upstream_model = chunk.model.map(Cow::into_owned);

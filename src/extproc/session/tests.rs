@@ -693,6 +693,7 @@ mod fail_closed {
             // Recorded too: no message sequence may upset the metrics either.
             metrics: Some(Arc::new(crate::metrics::Metrics::new(Default::default()))),
             traces: None,
+            upstream: None,
         }
     }
 
@@ -779,6 +780,80 @@ mod fail_closed {
             for a in s.on_failure(true) {
                 prop_assert!(!passes_body(&a) || matches!(a.response, Some(R::ImmediateResponse(_))));
             }
+        }
+    }
+}
+
+/// An automatic compaction: the request body gets no answer until the session's call is
+/// reported (the stream's driver makes it); then the turn replaces the body, or the call's
+/// failure is the reply. Nothing of the client's body is ever passed on.
+#[test]
+fn a_compaction_call_holds_the_body_answer_until_it_ends() {
+    use responses_core::translate::seal::Keyring;
+    let mut exchange = responses_core::exchange::Settings::default();
+    exchange.options.keyring = Some(Arc::new(Keyring::single("k", [3; 32]).unwrap()));
+    let settings = Arc::new(Settings {
+        exchange: Arc::new(exchange),
+        ..Settings::default()
+    });
+    let request = json!({"model": "m", "input": [
+        {"role": "user", "content": "one two three four five six seven eight nine ten"},
+        {"role": "assistant", "content": "eleven twelve thirteen"},
+        {"role": "user", "content": "fourteen"}
+    ], "context_management": [{"type": "compaction", "compact_threshold": 5}]});
+    for ok in [true, false] {
+        let mut s = Session::new(settings.clone(), Fixed);
+        send(
+            &mut s,
+            Request::RequestHeaders(headers(
+                &[
+                    (":method", "POST"),
+                    (":path", "/v1/responses"),
+                    ("authorization", "Bearer k"),
+                ],
+                false,
+            )),
+        );
+        let answers = s.on_message(ProcessingRequest {
+            request: Some(Request::RequestBody(body_msg(
+                request.to_string().as_bytes(),
+                true,
+            ))),
+            ..Default::default()
+        });
+        assert!(answers.is_empty(), "the body's answer waits for the call");
+        let (call, timeout) = s.take_call().expect("a call to make");
+        assert_eq!(timeout, std::time::Duration::from_secs(25));
+        assert!(call
+            .headers
+            .iter()
+            .any(|(n, v)| n == "authorization" && v == "Bearer k"));
+        assert_eq!(s.call_in_flight(), Some(call.id));
+        let answers = if ok {
+            let ct = |name: &str| (name == "content-type").then_some("application/json");
+            assert!(s.call_head(call.id, 200, ct, Vec::new).is_empty());
+            let summary = br#"{"choices":[{"index":0,"message":{"content":"numbers"}}]}"#;
+            assert!(s.call_data(call.id, summary).is_empty());
+            s.call_end(call.id)
+        } else {
+            s.call_failed(call.id, CallFailure::TimedOut)
+        };
+        assert_eq!(answers.len(), 1);
+        assert_eq!(s.call_in_flight(), None);
+        if ok {
+            let chat: Value = serde_json::from_slice(body_of(common(&answers[0]))).unwrap();
+            let sent = chat["messages"].to_string();
+            assert!(
+                sent.contains("numbers") && sent.contains("fourteen"),
+                "{sent}"
+            );
+            assert!(!sent.contains("eleven"), "{sent}");
+        } else {
+            let (status, v) = immediate(&answers[0]);
+            assert_eq!(
+                (status, v["error"]["code"].as_str()),
+                (504, Some("upstream_timeout"))
+            );
         }
     }
 }

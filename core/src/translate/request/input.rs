@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
+use super::context::Visible;
 use super::tools::Declared;
 use super::{text, Format};
 use crate::chat::request::{Assistant, Content, Message, Part, Text, ToolCall};
@@ -129,6 +130,8 @@ pub(crate) fn input_messages<'a>(
         Err(other) => return Err(wrong_type("input", "a string or an array of items", &other)),
     };
     let last = items.len() - 1;
+    // What comes before the latest compaction item stays behind (see `context`).
+    let visible = Visible::of(&items);
     let messages = &mut out.messages;
     // Each call is an item, and so is its output.
     let mut calls = Calls {
@@ -138,6 +141,9 @@ pub(crate) fn input_messages<'a>(
     let mut pending_reasoning: Option<Text<'a>> = None;
     const INPUT: Path<'static> = Path::Key(&ROOT, "input");
     for (i, item) in items.into_iter().enumerate() {
+        if !visible.keeps(i, &item) {
+            continue;
+        }
         let path = Path::Index(&INPUT, i);
         let mut item = Obj::new(item, path)?;
         let kind: Cow<'a, str> = match item.take("type") {

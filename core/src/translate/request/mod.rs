@@ -15,6 +15,7 @@
 //! `input` and `summary` serve `/v1/responses/compact` too ([`super::compact`]).
 
 mod body;
+mod context;
 mod input;
 mod summary;
 mod tools;
@@ -46,6 +47,63 @@ pub struct Translated {
     /// The model the Chat body names when the model map changed it (`None`: the requested
     /// one, `plan.model()`).
     pub chat_model: Option<String>,
+    /// The request asks for automatic compaction (`context_management`) and its estimate
+    /// crossed the threshold, with something to compact: the turn is compacted first
+    /// ([`Window::Summarise`], then [`Window::Compacted`]) instead of sending `body`.
+    pub compaction_due: Option<Due>,
+}
+
+/// An automatic compaction that is due: the turn's estimated input tokens (the Chat body's
+/// bytes over `compaction_bytes_per_token`) and the threshold they crossed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    pub estimate: u64,
+    pub threshold: u64,
+}
+
+/// The estimated tokens of a Chat body of `bytes` bytes: no tokenizer (Chat has none), a
+/// ratio (docs/compaction.md compares it with llama-server's count).
+pub fn estimate_tokens(bytes: usize, bytes_per_token: u32) -> u64 {
+    (bytes as u64).div_ceil(u64::from(bytes_per_token.max(1)))
+}
+
+/// Which Chat request a translation makes of the request's `input` (automatic compaction,
+/// `translate::request::context`).
+#[derive(Debug, Clone)]
+pub enum Window {
+    /// The turn as the client sent it (what stands behind the latest compaction item left
+    /// out).
+    Turn,
+    /// The summarising request of an automatic compaction: the turn's window, summarised as
+    /// `/v1/responses/compact` does it; not streamed, no tools, no format, no output cap.
+    Summarise,
+    /// The turn after an automatic compaction: this sealed `compaction` item (its
+    /// `encrypted_content`), then the items kept verbatim.
+    Compacted(String),
+}
+
+/// [`translate`] with a [`Window`], for a body read before (within the size cap: `capped`
+/// checks it again).
+pub fn translate_window(
+    body: &[u8],
+    capped: bool,
+    options: &Options,
+    meta: Meta,
+    window: Window,
+) -> Result<Translated, ApiError> {
+    let req = if capped {
+        parse_request(body, options)?
+    } else {
+        body::read(body)?
+    };
+    translate_fields(req, body.len(), options, meta, window)
+}
+
+/// A request parsed into a tree (a WebSocket `response.create`), written out again as the body
+/// [`translate_window`] reads (uncapped: the size cap was the message's).
+pub fn object_body(map: &Map<String, Value>) -> Vec<u8> {
+    // A map of strings and JSON values into memory: cannot fail.
+    serde_json::to_vec(map).unwrap_or_default()
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -67,7 +125,7 @@ const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
 /// Validates a Responses request and maps it to Chat Completions.
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
     let req = parse_request(body, options)?;
-    translate_fields(req, body.len(), options, meta)
+    translate_fields(req, body.len(), options, meta, Window::Turn)
 }
 
 /// [`translate`] for a body already parsed into a tree (a WebSocket `response.create` whose
@@ -78,9 +136,8 @@ pub fn translate_object(
     options: &Options,
     meta: Meta,
 ) -> Result<Translated, ApiError> {
-    // A map of strings and JSON values into memory: cannot fail.
-    let body = serde_json::to_vec(&map).unwrap_or_default();
-    translate_fields(body::read(&body)?, body.len(), options, meta)
+    let body = object_body(&map);
+    translate_fields(body::read(&body)?, body.len(), options, meta, Window::Turn)
 }
 
 /// A string of the request as a Chat text: its token as it came where it has one.
@@ -147,14 +204,26 @@ fn translate_fields(
     request_bytes: usize,
     options: &Options,
     meta: Meta,
+    window: Window,
 ) -> Result<Translated, ApiError> {
     reject_stateful(&mut req)?;
     // Codex sends its installation/session ids here: client bookkeeping, not for the model.
     req.skip_object("client_metadata")?;
-    openai_platform_options(&mut req)?;
+    let threshold = openai_platform_options(&mut req)?;
+    if threshold.is_some() && options.keyring.is_none() {
+        // Its summary could only travel sealed: refused whatever the estimate, so that a
+        // client learns it at once rather than at the turn that crosses the threshold.
+        return Err(bad_value(
+            "context_management",
+            "Automatic compaction is not available: this server has no keys configured to seal compaction items (--reasoning-keys-file or RESPONSES_EXTPROC_REASONING_KEYS).",
+        )
+        .with_code(ErrorCode::CompactionUnavailable));
+    }
 
     let model = model(&mut req)?;
-    let stream = req.bool("stream")?.unwrap_or(false);
+    let summarise = matches!(window, Window::Summarise);
+    // The summarising request is sealed whole: one JSON answer.
+    let stream = req.bool("stream")?.unwrap_or(false) && !summarise;
     let store = req.bool("store")?.unwrap_or(false);
     if store && options.strict {
         return Err(bad_value(
@@ -185,8 +254,15 @@ fn translate_fields(
         check_part_size("instructions", i, options)?;
     }
     let input = req.take("input").ok_or_else(|| missing("input"))?;
+    // Only a turn that may be compacted looks for something to compact.
+    let compactable =
+        threshold.is_some() && matches!(window, Window::Turn) && context::compactable(&input);
+    let input = match window {
+        Window::Compacted(blob) => context::compacted(input, blob),
+        _ => input,
+    };
     let mut input = input_messages(input, options)?;
-    let compaction = input.compaction_trigger;
+    let compaction = input.compaction_trigger || summarise;
     let additional_tools = std::mem::take(&mut input.tools);
     let configured = std::mem::take(&mut input.configuration);
     echo.instructions = instructions.as_ref().map(Str::to_json);
@@ -393,6 +469,11 @@ fn translate_fields(
     }
 
     chat.extra = leftover_fields(&mut req, options)?;
+    if summarise {
+        // The client's cap is on its answer, not on the summary of its conversation.
+        chat.max_completion_tokens = None;
+        chat.stream = Some(false);
+    }
     if compaction {
         // A summary is plain text: no tools to call, no format, no logprobs.
         chat.tools.clear();
@@ -425,28 +506,50 @@ fn translate_fields(
         frequency_penalty: chat.frequency_penalty,
         max_output_tokens: chat.max_completion_tokens,
     };
+    let body = Bytes::from(chat.encode(body_capacity(request_bytes)));
+    let compaction_due = threshold
+        .filter(|_| compactable && !compaction)
+        .and_then(|threshold| {
+            let estimate = estimate_tokens(body.len(), options.compaction_bytes_per_token);
+            (estimate > threshold).then_some(Due {
+                estimate,
+                threshold,
+            })
+        });
+    if compaction_due.is_some() && !options.automatic_compaction {
+        // Never a compaction silently skipped: the client learns it the turn one is due.
+        return Err(bad_value(
+            "context_management",
+            "Automatic compaction (context_management) is not available in this deployment (the Envoy dynamic module makes no summarising calls yet), and this request's estimate crossed its compact_threshold: compact with POST /v1/responses/compact, or serve this route with the ext_proc processor.",
+        )
+        .with_code(ErrorCode::UnsupportedParameter));
+    }
     Ok(Translated {
-        body: Bytes::from(chat.encode(body_capacity(request_bytes))),
+        body,
         plan,
         chat_model: mapped,
+        compaction_due,
     })
 }
 
 /// Options of OpenAI's own platform that openai-python and openai-node type on a request
 /// (not in the OpenResponses schema), read here rather than forwarded to a Chat server as
 /// unknown fields. Prompt caching (`prompt_cache_retention`, `prompt_cache_options`), access
-/// programs, background-mode options (`background` itself is refused when true), automatic
-/// server-side compaction (`context_management`, best effort like `truncation`: the upstream
-/// answers 400 when the input is too long) and image-context compression are serving
-/// choices a Chat upstream makes its own way: validated and ignored. `moderation` asks for
-/// content to be scored or blocked, which this server cannot do: refused rather than
-/// silently not done. `user` (the SDKs' older name of `safety_identifier`) is Chat's `user`.
-fn openai_platform_options(req: &mut Obj<'_, '_>) -> Result<(), ApiError> {
+/// programs, background-mode options (`background` itself is refused when true) and
+/// image-context compression are serving choices a Chat upstream makes its own way: validated
+/// and ignored. Automatic compaction (`context_management`) is run here: its threshold, if any
+/// (see [`context`]). `moderation` asks for content to be scored or blocked, which this server
+/// cannot do: refused rather than silently not done. `user` (the SDKs' older name of
+/// `safety_identifier`) is Chat's `user`.
+fn openai_platform_options(req: &mut Obj<'_, '_>) -> Result<Option<u64>, ApiError> {
     req.string("prompt_cache_retention")?;
     req.skip_object("prompt_cache_options")?;
     req.skip_object("access_programs")?;
     req.skip_object("background_options")?;
-    req.skip_array("context_management")?;
+    let threshold = match req.array("context_management")? {
+        Some(entries) => context::compact_threshold(entries)?,
+        None => None,
+    };
     req.skip_object("image")?;
     if req.has("moderation") {
         return Err(bad_value(
@@ -455,7 +558,7 @@ fn openai_platform_options(req: &mut Obj<'_, '_>) -> Result<(), ApiError> {
         )
         .with_code(ErrorCode::UnsupportedParameter));
     }
-    Ok(())
+    Ok(threshold)
 }
 
 fn include(req: &mut Obj<'_, '_>) -> Result<Vec<&'static str>, ApiError> {

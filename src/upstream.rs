@@ -1,5 +1,6 @@
-//! The Chat calls of the WebSocket connections, sent with reqwest (streaming) back through
-//! Envoy's listener, and their answers as a sequence of events for the connection's loop.
+//! The processor's own Chat calls (the core's `call::Call`: each response of a WebSocket
+//! connection, an automatic compaction's summarising request), sent with reqwest (streaming)
+//! back through Envoy's listener (`--ws-upstream`), and their answers as a sequence of events.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,10 +9,9 @@ use axum::http::{HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use super::WsSettings;
 use responses_core::call::Call as CoreCall;
 
-/// The HTTP client of the transport (one pool for all connections).
+/// The HTTP client of the calls (one pool for all of them).
 #[derive(Debug)]
 pub struct Upstream {
     client: reqwest::Client,
@@ -44,9 +44,10 @@ pub enum UpstreamEvent {
 }
 
 impl Upstream {
-    pub fn new(settings: &WsSettings) -> Result<Self, String> {
-        let base = settings.upstream.trim_end_matches('/').to_owned();
-        let url = format!("{base}{}", settings.exchange.chat_path);
+    /// `base`: `--ws-upstream`; `chat_path`: the path of every call.
+    pub fn new(base: &str, chat_path: &str) -> Result<Self, String> {
+        let base = base.trim_end_matches('/').to_owned();
+        let url = format!("{base}{chat_path}");
         reqwest::Url::parse(&url).map_err(|e| format!("--ws-upstream {url}: {e}"))?;
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(5))
@@ -54,7 +55,7 @@ impl Upstream {
             .no_proxy()
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| format!("the WebSocket transport's HTTP client: {e}"))?;
+            .map_err(|e| format!("the processor's HTTP client: {e}"))?;
         Ok(Upstream { client, base })
     }
 
