@@ -1311,6 +1311,11 @@ impl<E: Environment> Connection<E> {
 
     /// One event as one text message: its head, then its JSON (the one copy, into the output).
     fn text_frame(&mut self, payload: &[u8]) {
+        if self.phase != Phase::Open {
+            // Our close frame is out: nothing follows it (the rest of a batch of events whose
+            // first ones took a slow reader past its limit).
+            return;
+        }
         let head = encode::Head::new(crate::websocket::Opcode::Text, payload.len());
         self.out.extend_from_slice(head.as_bytes());
         self.out.extend_from_slice(payload);
@@ -1318,6 +1323,9 @@ impl<E: Environment> Connection<E> {
     }
 
     fn frame(&mut self, frame: &[u8]) {
+        if self.phase != Phase::Open {
+            return;
+        }
         self.out.extend_from_slice(frame);
         self.count_unread(frame.len());
     }

@@ -54,7 +54,8 @@
 #   KEEP_CODEX_HOME=1  keep the temporary CODEX_HOME (config, sessions, logs) for inspection
 #   CODEX_WEBSOCKETS=1 declare the provider `supports_websockets`: Codex then talks to
 #                      /v1/responses over the WebSocket transport (the stack must serve it:
-#                      deploy/demo.sh does); the run checks the processor's log for it
+#                      deploy/demo.sh does, in both modes); the run checks the processor's log
+#                      for it, or with MODE=module (the demo's mode) Envoy's access log
 set -euo pipefail
 
 SCENARIO="${1:-hi}"
@@ -276,6 +277,14 @@ say "completed items: $items"
 check_websocket() {
   [ -n "${CODEX_WEBSOCKETS:-}" ] || return 0
   local log="$ROOT/target/demo/processor.log" n
+  if [ "${MODE:-extproc}" = module ]; then
+    # No processor: the module answers the upgrade, which Envoy's access log shows (101).
+    log="$ROOT/target/demo/access.log"
+    n="$(grep -c '"method":"GET".*"status":101' "$log" 2>/dev/null || true)"
+    [ "${n:-0}" -gt 0 ] || { show; die "no WebSocket upgrade in $log"; }
+    say "WebSocket transport (module mode): $n upgrades answered by the module"
+    return 0
+  fi
   n="$(grep -c 'translated request transport="websocket"' "$log" 2>/dev/null || true)"
   [ "${n:-0}" -gt 0 ] || { show; die "no response went over the WebSocket transport ($log)"; }
   say "WebSocket transport: $n responses, $(grep -c 'generate: false' "$log" || true) preloads"
