@@ -55,7 +55,8 @@
 #   CODEX_WEBSOCKETS=1 declare the provider `supports_websockets`: Codex then talks to
 #                      /v1/responses over the WebSocket transport (the stack must serve it:
 #                      deploy/demo.sh does, in both modes); the run checks the processor's log
-#                      for it, or with MODE=module (the demo's mode) Envoy's access log
+#                      for it, or with MODE=module (the demo's mode) the module's socket
+#                      counts in Envoy's admin stats (ADMIN_URL, default http://127.0.0.1:9901)
 set -euo pipefail
 
 SCENARIO="${1:-hi}"
@@ -183,6 +184,12 @@ fi
 LOG="$ROOT/target/demo/processor.log"
 ws_lines() { grep -c 'translated request transport="websocket"' "$LOG" 2>/dev/null || true; }
 WS_BEFORE="$(ws_lines)"
+# Module mode: the sockets the module has served (open or closed), from Envoy's admin stats.
+ADMIN="${ADMIN_URL:-http://127.0.0.1:9901}"
+module_sockets() {
+  curl -s "$ADMIN/stats" | awk -F': ' '/^responses_module\.websocket_(closes_total\.code\.[0-9]+|connections): / {s += $2} END {print s + 0}'
+}
+[ "${MODE:-extproc}" != module ] || MODULE_SOCKETS_BEFORE="$(module_sockets)"
 if [ "$SCENARIO" = openai_base_url ]; then
   URL="$BASE_URL"
   if [ "$CODEX_TRANSPORT" = http ]; then
@@ -278,11 +285,10 @@ check_websocket() {
   [ -n "${CODEX_WEBSOCKETS:-}" ] || return 0
   local log="$ROOT/target/demo/processor.log" n
   if [ "${MODE:-extproc}" = module ]; then
-    # No processor: the module answers the upgrade, which Envoy's access log shows (101).
-    log="$ROOT/target/demo/access.log"
-    n="$(grep -c '"method":"GET".*"status":101' "$log" 2>/dev/null || true)"
-    [ "${n:-0}" -gt 0 ] || { show; die "no WebSocket upgrade in $log"; }
-    say "WebSocket transport (module mode): $n upgrades answered by the module"
+    # No processor: the module's own socket counts, in Envoy's stats, went up.
+    n=$(($(module_sockets) - MODULE_SOCKETS_BEFORE))
+    [ "$n" -gt 0 ] || { show; die "the module served no WebSocket connection ($ADMIN/stats)"; }
+    say "WebSocket transport (module mode): $n connection(s) served by the module"
     return 0
   fi
   n="$(grep -c 'translated request transport="websocket"' "$log" 2>/dev/null || true)"
