@@ -10,8 +10,11 @@
 //!    one of the documented ways (`response.failed` and 1008 past `ws_max_unread_bytes`, 1013
 //!    past the shared budget) or is still reading after `SLOW_FOR`, when it goes. Envoy's RSS
 //!    before, and its peak (`VmHWM`), against the documented bound per socket
-//!    (`ws_max_socket_bytes`) times the sockets, and the tighter one of what Envoy may hold
-//!    for a slow reader (its 1 MiB write-buffer watermark and `ws_max_unread_bytes`).
+//!    (`ws_max_socket_bytes`) times the sockets (asserted), and against the shared budget
+//!    (`ws_max_total_bytes`, plus Envoy's 1 MiB write-buffer watermark per socket: printed,
+//!    not asserted, as the output of a response in flight is not counted in it).
+//!    `SLOW_PACE_MS=0` reads the long streams as fast as they come (their cost without the
+//!    slow reading); `RUNS=load,sigterm,drain,failure` picks runs.
 //! 2. **Drain.** `SOCKETS` sockets each with a response in flight that outlasts the drain time
 //!    (`drain_seconds` 5): Envoy gets SIGTERM (then, on another Envoy, `POST
 //!    /drain_listeners?graceful`); each socket must see `response.failed`
