@@ -27,7 +27,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 LOG_DIR="$ROOT/target/demo"
-BIN="$ROOT/target/release/responses-extproc"
+# DEMO_BIN_DIR: binaries built already (responses-extproc, demo-upstream), used as they are
+# instead of a release build; DEMO_MODULE_DIR: the module's directory (default the same).
+# .ci/run runs the demos on the test build's binaries so.
+BIN_DIR="${DEMO_BIN_DIR:-$ROOT/target/release}"
+MODULE_DIR="${DEMO_MODULE_DIR:-$BIN_DIR}"
+BIN="$BIN_DIR/responses-extproc"
 BASE="http://127.0.0.1:10000"
 MODE="${MODE:-extproc}"
 
@@ -141,14 +146,20 @@ CONFIG="$LOG_DIR/envoy.yaml"
 PROCESSOR_ARGS=(--listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464 --ws-listen 127.0.0.1:50052)
 if [ "$MODE" = module ]; then
   # The module alone (the demo upstream is a binary of the root crate).
-  say "demo: cargo build --release -p responses-module"
-  cargo build --release -p responses-module >&2
-  [ -n "$UPSTREAM_HOST" ] || cargo build --release --bin demo-upstream >&2
+  if [ -z "${DEMO_BIN_DIR:-}" ]; then
+    say "demo: cargo build --release -p responses-module"
+    cargo build --release -p responses-module >&2
+    [ -n "$UPSTREAM_HOST" ] || cargo build --release --bin demo-upstream >&2
+  fi
+  [ -f "$MODULE_DIR/libresponses_module.so" ] || die "no libresponses_module.so in $MODULE_DIR"
   cp "$ROOT/envoy/envoy-module.yaml" "$CONFIG"
-  export ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$ROOT/target/release"
+  export ENVOY_DYNAMIC_MODULES_SEARCH_PATH="$MODULE_DIR"
 else
-  say "demo: cargo build --release"
-  cargo build --release >&2
+  if [ -z "${DEMO_BIN_DIR:-}" ]; then
+    say "demo: cargo build --release"
+    cargo build --release >&2
+  fi
+  [ -x "$BIN" ] || die "no responses-extproc in $BIN_DIR"
   cp "$ROOT/envoy/envoy.yaml" "$CONFIG"
 fi
 # An access log of every request, with what the processor reports for translated ones (its
@@ -226,7 +237,7 @@ if [ -n "$UPSTREAM_HOST" ]; then
 fi
 
 if [ -z "$UPSTREAM_HOST" ]; then
-  start upstream "$ROOT/target/release/demo-upstream" --listen 127.0.0.1:18080
+  start upstream "$BIN_DIR/demo-upstream" --listen 127.0.0.1:18080
   wait_for "the demo upstream on :18080" listening 18080
 fi
 if [ "$MODE" = extproc ]; then
