@@ -598,7 +598,7 @@ impl<E: Environment> Connection<E> {
         self.cut(now);
         self.drop_queue();
         if self.phase == Phase::Open {
-            self.frame(&encode::close(CloseCode::INTERNAL_ERROR, "internal error"));
+            self.close_frame(CloseCode::INTERNAL_ERROR, "internal error");
         }
         self.phase = Phase::Closed;
         self.tell_closed(CloseCode::INTERNAL_ERROR, "internal error");
@@ -709,7 +709,7 @@ impl<E: Environment> Connection<E> {
                     .map(|c| c.code)
                     .filter(|c| c.is_sendable())
                     .unwrap_or(CloseCode::NORMAL);
-                self.frame(&encode::close(code, ""));
+                self.close_frame(code, "");
                 self.phase = Phase::Closed;
                 self.tell_closed(code, "closed by the client");
                 return;
@@ -761,7 +761,7 @@ impl<E: Environment> Connection<E> {
         self.context = None;
         self.read_failed = true;
         self.decoder = Decoder::new(0);
-        self.frame(&encode::close(code, reason));
+        self.close_frame(code, reason);
         self.phase = Phase::Closed;
         self.tell_closed(code, reason);
         let held = self.held();
@@ -1281,7 +1281,7 @@ impl<E: Environment> Connection<E> {
         if self.phase != Phase::Open {
             return;
         }
-        self.frame(&encode::close(code, reason));
+        self.close_frame(code, reason);
         self.phase = Phase::Closing {
             deadline: now + CLOSE_LINGER,
         };
@@ -1326,6 +1326,19 @@ impl<E: Environment> Connection<E> {
         self.count_unread(head.as_bytes().len() + payload.len());
     }
 
+    /// Our close frame, the last frame: not a slow reader's limit's business (that limit
+    /// would write a close of its own after it).
+    fn close_frame(&mut self, code: CloseCode, reason: &str) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        let frame = encode::close(code, reason);
+        self.out.extend_from_slice(&frame);
+        if !self.writable {
+            self.unread += frame.len();
+        }
+    }
+
     fn frame(&mut self, frame: &[u8]) {
         if self.phase != Phase::Open {
             return;
@@ -1356,10 +1369,7 @@ impl<E: Environment> Connection<E> {
                 "The client did not read the response's events as fast as they came.",
             );
             self.drop_queue();
-            self.frame(&encode::close(
-                CloseCode::POLICY_VIOLATION,
-                "client too slow",
-            ));
+            self.close_frame(CloseCode::POLICY_VIOLATION, "client too slow");
             self.phase = Phase::Closed;
             self.tell_closed(CloseCode::POLICY_VIOLATION, "client too slow");
         }
