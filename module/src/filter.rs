@@ -17,8 +17,9 @@
 //! and the fuzz target over `crate::fake`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use responses_core::call::{self, Call, CallId};
 use responses_core::connection;
 use responses_core::driver::{
     Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
@@ -32,7 +33,7 @@ use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::telemetry::{self, Transport};
 
 use crate::config::{FilterConfig, Metrics};
-use crate::host::{CalloutId, CalloutReset, Host, Level, Side, SpanRef, Terminal};
+use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, SpanRef, Terminal};
 use crate::socket::{self, Socket};
 
 /// What a headers hook tells Envoy.
@@ -73,6 +74,20 @@ pub struct Filter<E = System> {
     /// `x-request-id`, for logs.
     request_id: String,
     upgrade: Upgrade<E>,
+    /// The exchange's own call in flight (an automatic compaction's), as a callout.
+    side_call: Option<SideCall>,
+    /// The side call's callout once its answer was read: Envoy's last events of it (its
+    /// completion) are expected, not foreign.
+    side_call_done: Option<CalloutId>,
+}
+
+/// The driver's call ([`Action::Call`]) made as a streaming callout to `upstream_cluster`,
+/// while Envoy holds the request; the module's timer bounds it.
+#[derive(Debug, Clone, Copy)]
+struct SideCall {
+    call: CallId,
+    callout: CalloutId,
+    deadline: Instant,
 }
 
 /// Whether the stream is the WebSocket transport's.
@@ -96,6 +111,8 @@ impl<E: Environment + Clone> Filter<E> {
             driver,
             request_id: String::new(),
             upgrade: Upgrade::No,
+            side_call: None,
+            side_call_done: None,
         }
     }
 
@@ -197,6 +214,11 @@ impl<E: Environment + Clone> Filter<E> {
         if let Upgrade::Socket(socket) = &mut self.upgrade {
             return socket.stream_complete(host);
         }
+        // A side call still running is no one's now: its upstream stream goes too.
+        if let Some(side) = self.side_call.take() {
+            host.disarm_timer();
+            host.reset_callout(side.callout);
+        }
         self.driver.closed(Instant::now());
         self.settle(host);
     }
@@ -219,6 +241,10 @@ impl<E: Environment + Clone> Filter<E> {
                 self.request_id
             )
         });
+        if let Some(side) = self.side_call.take() {
+            host.disarm_timer();
+            host.reset_callout(side.callout);
+        }
         let action = self.driver.fail(Instant::now(), Failure::Panic);
         // Whatever the hook left in the current pieces is untranslated.
         host.drain_body(Side::Request);
@@ -228,9 +254,9 @@ impl<E: Environment + Clone> Filter<E> {
 
     // What Envoy reports of a stream the filter answers itself (the WebSocket transport):
     // its callouts, its timer, Envoy's drain and the client's write buffer, for its socket. An
-    // HTTP exchange starts no callout, arms no timer and watches no drain, so for it these do
-    // nothing, but for a callout it does not know, which is reset (none can exist; fail
-    // closed all the same: no upstream stream runs unowned).
+    // HTTP exchange starts at most one callout (its side call: an automatic compaction's
+    // summarising request) and arms the timer only for it; it watches no drain. A callout it
+    // does not know is reset (fail closed: no upstream stream runs unowned).
 
     /// A callout's answer head.
     pub fn callout_headers(
@@ -242,7 +268,7 @@ impl<E: Environment + Clone> Filter<E> {
     ) {
         match &mut self.upgrade {
             Upgrade::Socket(socket) => socket.callout_headers(host, id, headers, end),
-            _ => self.unknown_callout(host, id),
+            _ => self.side_call_headers(host, id, headers, end),
         }
     }
 
@@ -256,7 +282,7 @@ impl<E: Environment + Clone> Filter<E> {
     ) {
         match &mut self.upgrade {
             Upgrade::Socket(socket) => socket.callout_data(host, id, data, end),
-            _ => self.unknown_callout(host, id),
+            _ => self.side_call_data(host, id, data, end),
         }
     }
 
@@ -269,28 +295,39 @@ impl<E: Environment + Clone> Filter<E> {
     ) {
         match &mut self.upgrade {
             Upgrade::Socket(socket) => socket.callout_trailers(host, id),
-            _ => self.unknown_callout(host, id),
+            // Trailers end the answer.
+            _ => self.side_call_data(host, id, &[], true),
         }
     }
 
     /// A callout ended, both ways (its last event).
     pub fn callout_complete(&mut self, host: &mut impl Terminal, id: CalloutId) {
         if let Upgrade::Socket(socket) = &mut self.upgrade {
-            socket.callout_complete(host, id);
+            return socket.callout_complete(host, id);
+        }
+        // Complete before its answer ended (Envoy reports the end first): cut short. Any
+        // other callout's last event needs nothing.
+        if self.is_side_call(id) {
+            self.side_call_failed(host, id, "the upstream's answer ended early", false);
         }
     }
 
     /// A callout was reset (its last event).
     pub fn callout_reset(&mut self, host: &mut impl Terminal, id: CalloutId, reason: CalloutReset) {
         if let Upgrade::Socket(socket) = &mut self.upgrade {
-            socket.callout_reset(host, id, reason);
+            return socket.callout_reset(host, id, reason);
+        }
+        if self.is_side_call(id) {
+            let message = format!("the upstream stream was reset ({reason:?})");
+            self.side_call_failed(host, id, &message, false);
         }
     }
 
     /// The timer armed with [`Terminal::arm_timer`] is due.
     pub fn timer_fired(&mut self, host: &mut impl Terminal) {
-        if let Upgrade::Socket(socket) = &mut self.upgrade {
-            socket.timer_fired(host);
+        match &mut self.upgrade {
+            Upgrade::Socket(socket) => socket.timer_fired(host),
+            _ => self.side_call_due(host),
         }
     }
 
@@ -315,6 +352,197 @@ impl<E: Environment + Clone> Filter<E> {
         }
     }
 
+    /// Makes the driver's call as a callout to `upstream_cluster` (the internal listener, so
+    /// that the call meets Envoy's routes as the turn does), its head the call's with the
+    /// request's credentials and trace context; the timer bounds it. Returns whether the
+    /// hook continues (never while the call runs; a refused callout ends as a failed call).
+    fn start_side_call(
+        &mut self,
+        host: &mut impl Terminal,
+        side: Side,
+        call: Call,
+        timeout: Duration,
+    ) -> bool {
+        self.log(host, &log::called(self.driver.summary(), &call));
+        let forwarded = call::forwarded(|name| host.header(Side::Request, name));
+        let authority = host
+            .header(Side::Request, ":authority")
+            .unwrap_or_default()
+            .to_owned();
+        let length = call.body.len().to_string();
+        let mut headers: Vec<(&str, &str)> = vec![
+            (":method", "POST"),
+            (":path", &call.path),
+            (":authority", &authority),
+            ("content-length", &length),
+        ];
+        headers.extend(
+            call.headers
+                .iter()
+                .chain(&forwarded)
+                .map(|(name, value)| (name.as_ref(), value.as_str())),
+        );
+        let cluster = &self.config.socket.upstream_cluster;
+        let callout = Callout {
+            cluster,
+            headers: &headers,
+            body: &call.body,
+            end: true,
+            // Envoy's own bound too, in case the timer is late.
+            timeout: Some(timeout),
+        };
+        match host.start_callout(&callout) {
+            Ok(callout) => {
+                let deadline = self.env.instant() + timeout;
+                self.side_call = Some(SideCall {
+                    call: call.id,
+                    callout,
+                    deadline,
+                });
+                host.arm_timer(deadline);
+                false
+            }
+            Err(why) => {
+                let message = socket::refused(why, cluster);
+                log(host, Level::Warn, || {
+                    format!("{message} request_id={}", self.request_id)
+                });
+                let action =
+                    self.driver
+                        .call_failed(Instant::now(), call.id, CallFailure::Failed(&message));
+                self.carry(host, side, action)
+            }
+        }
+    }
+
+    fn is_side_call(&self, id: CalloutId) -> bool {
+        self.side_call.is_some_and(|side| side.callout == id)
+    }
+
+    /// The side call `id`, if it is the one in flight; any other callout is reset.
+    fn side_call(&mut self, host: &mut impl Terminal, id: CalloutId) -> Option<SideCall> {
+        match self.side_call {
+            Some(side) if side.callout == id => Some(side),
+            _ if self.side_call_done == Some(id) => None,
+            _ => {
+                self.unknown_callout(host, id);
+                None
+            }
+        }
+    }
+
+    fn side_call_headers(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        headers: &[(&str, &str)],
+        end: bool,
+    ) {
+        let Some(side) = self.side_call(host, id) else {
+            return;
+        };
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| *v)
+        };
+        // Envoy always gives a status; an answer without one is no answer.
+        let Some(status) = header(":status").and_then(|s| s.parse::<u16>().ok()) else {
+            return self.side_call_failed(host, id, "an answer without a status", true);
+        };
+        let every = || headers.iter().copied();
+        let action = self
+            .driver
+            .call_head(Instant::now(), side.call, status, header, every);
+        self.side_call_step(host, action, true);
+        if end && self.side_call.is_some() {
+            self.side_call_data(host, id, &[], true);
+        }
+    }
+
+    fn side_call_data(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        data: &[&[u8]],
+        end: bool,
+    ) {
+        let Some(side) = self.side_call(host, id) else {
+            return;
+        };
+        for piece in data {
+            let action = self.driver.call_data(Instant::now(), side.call, piece);
+            self.side_call_step(host, action, true);
+            if self.side_call.is_none() {
+                return;
+            }
+        }
+        if end {
+            let action = self.driver.call_end(Instant::now(), side.call);
+            self.side_call_step(host, action, false);
+        }
+    }
+
+    /// The side call ended without its whole answer (reset, cut short, no status); `open`:
+    /// its callout still runs.
+    fn side_call_failed(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        message: &str,
+        open: bool,
+    ) {
+        let Some(side) = self.side_call(host, id) else {
+            return;
+        };
+        log(host, Level::Warn, || {
+            format!(
+                "the compaction's call failed: {message} request_id={}",
+                self.request_id
+            )
+        });
+        let action =
+            self.driver
+                .call_failed(Instant::now(), side.call, CallFailure::Failed(message));
+        self.side_call_step(host, action, open);
+    }
+
+    /// The timer: the side call is over its time (early firings wait on).
+    fn side_call_due(&mut self, host: &mut impl Terminal) {
+        let Some(side) = self.side_call else {
+            return;
+        };
+        if self.env.instant() < side.deadline {
+            host.arm_timer(side.deadline);
+            return;
+        }
+        let action = self
+            .driver
+            .call_failed(Instant::now(), side.call, CallFailure::TimedOut);
+        self.side_call_step(host, action, true);
+    }
+
+    /// What the driver makes of an event of the side call: more of it (`Hold`), or its end:
+    /// the compacted turn goes upstream (the held request resumes with its new body), or an
+    /// envelope ends the exchange. Once over, the callout is reset if still `open`.
+    fn side_call_step(&mut self, host: &mut impl Terminal, action: Action, open: bool) {
+        if matches!(action, Action::Hold) && self.driver.call_in_flight().is_some() {
+            return self.settle(host);
+        }
+        if let Some(side) = self.side_call.take() {
+            host.disarm_timer();
+            // What Envoy still reports of it (its completion, the reset asked for) is known.
+            self.side_call_done = Some(side.callout);
+            if open {
+                host.reset_callout(side.callout);
+            }
+        }
+        if self.carry(host, Side::Request, action) {
+            host.continue_request();
+        }
+    }
+
     fn unknown_callout(&mut self, host: &mut impl Terminal, id: CalloutId) {
         log(host, Level::Warn, || {
             format!(
@@ -327,7 +555,7 @@ impl<E: Environment + Clone> Filter<E> {
 
     /// Carries out an action of a body hook: unless it passes, the piece the driver read (or
     /// refused) is drained first.
-    fn carry_piece(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
+    fn carry_piece(&mut self, host: &mut impl Terminal, side: Side, action: Action) -> bool {
         if !action.keeps_piece() {
             host.drain_body(side);
         }
@@ -337,7 +565,7 @@ impl<E: Environment + Clone> Filter<E> {
     /// Carries out the driver's action on this hook's side, after what it tells (the summary
     /// must be in the metadata and on the span before a local reply ends the stream). Returns
     /// whether the hook continues.
-    fn carry(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
+    fn carry(&mut self, host: &mut impl Terminal, side: Side, action: Action) -> bool {
         self.settle(host);
         match action {
             Action::Pass => true,
@@ -348,12 +576,7 @@ impl<E: Environment + Clone> Filter<E> {
                 }
                 false
             }
-            // Never asked for: the config turns automatic compaction off (refused as a 400).
-            Action::Call { call, .. } => {
-                let why = CallFailure::Failed("this filter makes no calls of its own");
-                let action = self.driver.call_failed(Instant::now(), call.id, why);
-                self.carry(host, side, action)
-            }
+            Action::Call { call, timeout } => self.start_side_call(host, side, call, timeout),
             Action::Forward { edits, request } => {
                 self.log(host, &log::forwarded(self.driver.summary(), &request));
                 if !edit(host, side, edits) {
@@ -406,7 +629,7 @@ impl<E: Environment + Clone> Filter<E> {
     /// Envoy refused one of an action's header edits: the exchange cannot go on half edited,
     /// so it ends as a failure does (an envelope, or a stream's last event), nothing more of
     /// it continues.
-    fn refused(&mut self, host: &mut impl Host, side: Side) -> bool {
+    fn refused(&mut self, host: &mut impl Terminal, side: Side) -> bool {
         log(host, Level::Error, || {
             format!(
                 "Envoy refused a header edit; failing the exchange request_id={}",
@@ -430,10 +653,12 @@ impl<E: Environment + Clone> Filter<E> {
             match event {
                 Event::FirstOutput { .. } => first_output_event(host),
                 Event::Finished(f) => self.finished(host, &f),
-                Event::Claimed { .. }
-                | Event::StreamOpened
-                | Event::StreamClosed
-                | Event::Call(_) => {}
+                Event::Call(_) => {
+                    if let Some(span) = host.active_span() {
+                        host.span_event(span, telemetry::COMPACTION_EVENT);
+                    }
+                }
+                Event::Claimed { .. } | Event::StreamOpened | Event::StreamClosed => {}
             }
         }
     }
