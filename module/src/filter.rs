@@ -81,6 +81,9 @@ pub struct Filter<E = System> {
     side_call_done: Option<CalloutId>,
 }
 
+/// How much later than the filter's timer Envoy's own timeout ends a side call's callout.
+const CALLOUT_MARGIN: Duration = Duration::from_secs(1);
+
 /// The driver's call ([`Action::Call`]) made as a streaming callout to `upstream_cluster`,
 /// while Envoy holds the request; the module's timer bounds it.
 #[derive(Debug, Clone, Copy)]
@@ -388,8 +391,9 @@ impl<E: Environment + Clone> Filter<E> {
             headers: &headers,
             body: &call.body,
             end: true,
-            // Envoy's own bound too, in case the timer is late.
-            timeout: Some(timeout),
+            // Envoy's own bound too, a little later, in case the timer is late (at the same
+            // time, Envoy's reset would win the race and tell a timeout as a reset).
+            timeout: Some(timeout + CALLOUT_MARGIN),
         };
         match host.start_callout(&callout) {
             Ok(callout) => {
