@@ -71,23 +71,31 @@ pub struct Filter<E = System> {
     config: Arc<FilterConfig>,
     env: E,
     driver: Driver<E>,
-    /// `x-request-id`, for logs.
-    request_id: String,
+    /// `x-request-id`, for logs (boxed: every stream's filter is this size, and it stays
+    /// within clippy's bound on `host::ffi::Stream`'s variants).
+    request_id: Box<str>,
     upgrade: Upgrade<E>,
-    /// The exchange's own call in flight (an automatic compaction's), as a callout.
-    side_call: Option<SideCall>,
-    /// The side call's callout once its answer was read: Envoy's last events of it (its
-    /// completion) are expected, not foreign.
-    side_call_done: Option<CalloutId>,
+    /// The exchange's own call (an automatic compaction's), as a callout; boxed: few
+    /// exchanges make one, and every stream's filter is this size.
+    side_call: Option<Box<SideCall>>,
 }
 
 /// How much later than the filter's timer Envoy's own timeout ends a side call's callout.
 const CALLOUT_MARGIN: Duration = Duration::from_secs(1);
 
 /// The driver's call ([`Action::Call`]) made as a streaming callout to `upstream_cluster`,
-/// while Envoy holds the request; the module's timer bounds it.
+/// while Envoy holds the request.
 #[derive(Debug, Clone, Copy)]
-struct SideCall {
+enum SideCall {
+    Running(Running),
+    /// Its answer was read or given up on: Envoy's last events of the callout (its
+    /// completion, the reset asked for) are expected, not foreign.
+    Over(CalloutId),
+}
+
+/// A side call in flight; the module's timer bounds it.
+#[derive(Debug, Clone, Copy)]
+struct Running {
     call: CallId,
     callout: CalloutId,
     deadline: Instant,
@@ -112,10 +120,9 @@ impl<E: Environment + Clone> Filter<E> {
             config,
             env,
             driver,
-            request_id: String::new(),
+            request_id: Box::default(),
             upgrade: Upgrade::No,
             side_call: None,
-            side_call_done: None,
         }
     }
 
@@ -151,7 +158,7 @@ impl<E: Environment + Clone> Filter<E> {
             self.request_id = host
                 .header(Side::Request, "x-request-id")
                 .unwrap_or_default()
-                .to_owned();
+                .into();
         }
         headers_status(self.carry(host, Side::Request, action))
     }
@@ -218,7 +225,8 @@ impl<E: Environment + Clone> Filter<E> {
             return socket.stream_complete(host);
         }
         // A side call still running is no one's now: its upstream stream goes too.
-        if let Some(side) = self.side_call.take() {
+        if let Some(side) = self.running() {
+            self.side_call = None;
             host.disarm_timer();
             host.reset_callout(side.callout);
         }
@@ -244,7 +252,8 @@ impl<E: Environment + Clone> Filter<E> {
                 self.request_id
             )
         });
-        if let Some(side) = self.side_call.take() {
+        if let Some(side) = self.running() {
+            self.side_call = None;
             host.disarm_timer();
             host.reset_callout(side.callout);
         }
@@ -398,11 +407,11 @@ impl<E: Environment + Clone> Filter<E> {
         match host.start_callout(&callout) {
             Ok(callout) => {
                 let deadline = self.env.instant() + timeout;
-                self.side_call = Some(SideCall {
+                self.side_call = Some(Box::new(SideCall::Running(Running {
                     call: call.id,
                     callout,
                     deadline,
-                });
+                })));
                 host.arm_timer(deadline);
                 false
             }
@@ -419,15 +428,23 @@ impl<E: Environment + Clone> Filter<E> {
         }
     }
 
+    /// The side call in flight, if any.
+    fn running(&self) -> Option<Running> {
+        match self.side_call.as_deref() {
+            Some(SideCall::Running(side)) => Some(*side),
+            _ => None,
+        }
+    }
+
     fn is_side_call(&self, id: CalloutId) -> bool {
-        self.side_call.is_some_and(|side| side.callout == id)
+        self.running().is_some_and(|side| side.callout == id)
     }
 
     /// The side call `id`, if it is the one in flight; any other callout is reset.
-    fn side_call(&mut self, host: &mut impl Terminal, id: CalloutId) -> Option<SideCall> {
-        match self.side_call {
-            Some(side) if side.callout == id => Some(side),
-            _ if self.side_call_done == Some(id) => None,
+    fn side_call(&mut self, host: &mut impl Terminal, id: CalloutId) -> Option<Running> {
+        match self.side_call.as_deref() {
+            Some(SideCall::Running(side)) if side.callout == id => Some(*side),
+            Some(SideCall::Over(over)) if *over == id => None,
             _ => {
                 self.unknown_callout(host, id);
                 None
@@ -460,7 +477,7 @@ impl<E: Environment + Clone> Filter<E> {
             .driver
             .call_head(Instant::now(), side.call, status, header, every);
         self.side_call_step(host, action, true);
-        if end && self.side_call.is_some() {
+        if end && self.running().is_some() {
             self.side_call_data(host, id, &[], true);
         }
     }
@@ -478,7 +495,7 @@ impl<E: Environment + Clone> Filter<E> {
         for piece in data {
             let action = self.driver.call_data(Instant::now(), side.call, piece);
             self.side_call_step(host, action, true);
-            if self.side_call.is_none() {
+            if self.running().is_none() {
                 return;
             }
         }
@@ -514,7 +531,7 @@ impl<E: Environment + Clone> Filter<E> {
 
     /// The timer: the side call is over its time (early firings wait on).
     fn side_call_due(&mut self, host: &mut impl Terminal) {
-        let Some(side) = self.side_call else {
+        let Some(side) = self.running() else {
             return;
         };
         if self.env.instant() < side.deadline {
@@ -534,10 +551,9 @@ impl<E: Environment + Clone> Filter<E> {
         if matches!(action, Action::Hold) && self.driver.call_in_flight().is_some() {
             return self.settle(host);
         }
-        if let Some(side) = self.side_call.take() {
+        if let Some(side) = self.running() {
             host.disarm_timer();
-            // What Envoy still reports of it (its completion, the reset asked for) is known.
-            self.side_call_done = Some(side.callout);
+            self.side_call = Some(Box::new(SideCall::Over(side.callout)));
             if open {
                 host.reset_callout(side.callout);
             }
