@@ -325,12 +325,16 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Bytes the connection holds: its kept context and the input of the response in flight
-    /// (as JSON text, their parsed trees counted as much again), the queued messages, the
-    /// message being read, and the frames not yet handed to the host.
+    /// (as JSON text, their parsed trees counted as much again), what the response in flight
+    /// has output so far (kept for its closing events), the queued messages, the message being
+    /// read, and the frames not yet handed to the host.
     pub fn held(&self) -> usize {
         let parsed = |json: usize| json.saturating_mul(2);
         parsed(self.context_bytes())
-            + self.turn.as_ref().map_or(0, |t| parsed(t.input_bytes))
+            + self
+                .turn
+                .as_ref()
+                .map_or(0, |t| parsed(t.input_bytes) + t.exchange.held_output())
             + self.queued_bytes
             + self.decoder.held()
             + self.out.len()

@@ -667,6 +667,15 @@ impl Exchange {
         std::borrow::Cow::Owned(options)
     }
 
+    /// What a streamed answer's translation holds of its output so far (see
+    /// [`StreamTranslator::output_bytes`]); nothing when it is not streaming.
+    pub fn held_output(&self) -> usize {
+        match &self.state {
+            State::Streaming(translator) => translator.output_bytes(),
+            _ => 0,
+        }
+    }
+
     pub fn summary(&self) -> &Summary {
         &self.summary
     }

@@ -32,10 +32,11 @@
 #![deny(unsafe_code)]
 
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::drain::{drain_time, DRAIN, DRAIN_SECONDS};
 use crate::host::ffi::{
     self as abi, BootstrapConfigEnvoyPtr, BootstrapConfigModulePtr, BootstrapEnvoyPtr,
     BootstrapModulePtr, Completion, EnvoyBuffer, EnvoyHttpHeader, EventCb, EventContext,
@@ -43,18 +44,6 @@ use crate::host::ffi::{
 };
 use crate::host::{self, Level};
 
-/// How long the streams told of the drain have, by default (the processor's
-/// `--drain-seconds` default).
-const DRAIN_SECONDS: u64 = responses_core::settings::DEFAULT_DRAIN_SECONDS;
-
-/// The config's `drain_seconds`.
-static DRAIN: AtomicU64 = AtomicU64::new(DRAIN_SECONDS);
-
-/// How long the responses in flight may run once Envoy drains (the extension's
-/// `drain_seconds`; its default without the extension, which then tells no filter).
-pub fn drain_time() -> Duration {
-    Duration::from_secs(DRAIN.load(Ordering::Relaxed))
-}
 /// The config's scheduler (Envoy's main thread), while the config lives.
 static MAIN: Mutex<Option<MainThread>> = Mutex::new(None);
 /// Envoy's shutdown completion, until the streams are done.

@@ -20,12 +20,13 @@ use responses_core::metadata::MetadataValue;
 use responses_testkit::answers::check_answer;
 
 use crate::config::{FilterConfig, KeyFile};
-use crate::filter::{BodyStatus, Filter, HeadersStatus, TrailersStatus};
+use crate::filter::Filter;
 use crate::host::ffi::Deferred;
 use crate::host::{
     Callout, CalloutId, CalloutRefused, CalloutReset, Host, Level, MetricId, Side, SpanRef,
     Terminal,
 };
+use crate::status::{BodyStatus, HeadersStatus, TrailersStatus};
 
 /// A fixed clock and id seed.
 #[derive(Debug, Clone, Copy)]

@@ -29,40 +29,16 @@ use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
 use responses_core::log;
 use responses_core::metadata;
-use responses_core::metrics::{self, Kind, Metric, Recorder};
+use responses_core::metrics;
 use responses_core::telemetry::{self, Transport};
 
-use crate::config::{FilterConfig, Metrics};
-use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, SpanRef, Terminal};
+use crate::config::FilterConfig;
+use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, Terminal};
+use crate::report::{log, log_line, tag_span, Stats};
 use crate::socket::{self, Socket};
-
-/// What a headers hook tells Envoy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadersStatus {
-    Continue,
-    /// Hold the head (and everything after it) until a later hook continues.
-    Stop,
-}
-
-/// What a body hook tells Envoy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyStatus {
-    /// Pass on what is left in the piece (the translation, or nothing).
-    Continue,
-    /// Hold the head; the piece was drained (Envoy's `StopIterationNoBuffer`).
-    Stop,
-    /// Hold the head, and keep what is left of the piece in Envoy's buffer, to be read later;
-    /// over its high watermark Envoy stops reading the client (`StopIterationAndWatermark`).
-    /// Only the WebSocket transport keeps bytes so.
-    Keep,
-}
-
-/// What a trailers hook tells Envoy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrailersStatus {
-    Continue,
-    Stop,
-}
+use crate::status::{
+    body_status, headers_status, trailers_status, BodyStatus, HeadersStatus, TrailersStatus,
+};
 
 /// One stream's filter: an HTTP exchange, or (a WebSocket upgrade on the Responses path) the
 /// transport's connection, answered by the filter itself (`crate::socket`).
@@ -701,92 +677,12 @@ impl<E: Environment + Clone> Filter<E> {
     }
 }
 
-/// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
-pub(crate) fn log_line(host: &impl Host, line: &log::Line<'_>, request_id: &str) {
-    let level = match line.level {
-        log::Level::Debug => Level::Debug,
-        log::Level::Info => Level::Info,
-        log::Level::Warn => Level::Warn,
-    };
-    if host.log_enabled(level) {
-        let request_id = log::Logged(request_id);
-        host.log(level, &format!("{line} request_id={request_id}"));
-    }
-}
-
-fn headers_status(go: bool) -> HeadersStatus {
-    if go {
-        HeadersStatus::Continue
-    } else {
-        HeadersStatus::Stop
-    }
-}
-
-fn body_status(go: bool) -> BodyStatus {
-    if go {
-        BodyStatus::Continue
-    } else {
-        BodyStatus::Stop
-    }
-}
-
-fn trailers_status(go: bool) -> TrailersStatus {
-    if go {
-        TrailersStatus::Continue
-    } else {
-        TrailersStatus::Stop
-    }
-}
-
-/// The core's metrics calls, onto Envoy's stats.
-pub(crate) struct Stats<'a, H> {
-    pub(crate) host: &'a mut H,
-    pub(crate) metrics: &'a Metrics,
-}
-
-impl<H: Host> Recorder for Stats<'_, H> {
-    fn record(&mut self, metric: Metric, labels: &[&str], value: u64) {
-        let id = self.metrics.id(metric);
-        match metric.family().kind {
-            Kind::Counter => self.host.count(id, labels, value),
-            Kind::Histogram => self.host.observe(id, labels, value),
-            Kind::Gauge => debug_assert!(false, "{metric:?} is a gauge"),
-        }
-    }
-
-    fn gauge_add(&mut self, metric: Metric, delta: i64) {
-        self.host.gauge_add(self.metrics.id(metric), delta);
-    }
-}
-
 /// Envoy's span for the request (when Envoy traces it) gets the exchange's attributes and
 /// name, those of the processor's own span (`responses_core::telemetry`; never a body), as
 /// string tags in one call. Untraced, this is one lookup that finds no span.
 fn tag_active_span(host: &mut impl Host, s: &exchange::Summary, timing: &Timing) {
     if let Some(span) = host.active_span() {
         tag_span(host, span, s, timing, Transport::Module);
-    }
-}
-
-/// A span gets the exchange's attributes, the transport and the exchange's name.
-pub(crate) fn tag_span(
-    host: &mut impl Host,
-    span: SpanRef,
-    s: &exchange::Summary,
-    timing: &Timing,
-    transport: Transport,
-) {
-    let attributes = telemetry::attributes(s, timing);
-    let texts: Vec<_> = attributes.iter().map(|a| a.value.text()).collect();
-    let mut tags: Vec<(&str, &str)> = attributes
-        .iter()
-        .zip(&texts)
-        .map(|(a, text)| (a.key, text.as_ref()))
-        .collect();
-    tags.push((telemetry::key::TRANSPORT, transport.as_str()));
-    host.tag_span(span, &tags);
-    if s.model.is_some() {
-        host.rename_span(span, &telemetry::span_name(s));
     }
 }
 
@@ -804,11 +700,4 @@ fn edit(host: &mut impl Host, side: Side, edits: Edits) -> bool {
         HeaderEdit::Set(name, value) => host.set_header(side, name, Some(value)),
         HeaderEdit::Remove(name) => host.set_header(side, name, None),
     })
-}
-
-/// A log line, formatted only when Envoy logs that level.
-fn log(host: &impl Host, level: Level, message: impl FnOnce() -> String) {
-    if host.log_enabled(level) {
-        host.log(level, &message());
-    }
 }

@@ -25,13 +25,13 @@ use responses_core::environment::System;
 use responses_core::settings::KeySource;
 
 use crate::config::{FilterConfig, KeyFile};
-use crate::filter::{BodyStatus, HeadersStatus, TrailersStatus};
 use crate::host::ffi::{
     self as abi, Configured, Deferred, Entered, EnvoyBuffer, EnvoyBuffers, EnvoyFilter,
     EnvoyHeaders, EnvoyHttpHeader, FilterConfigEnvoyPtr, FilterConfigModulePtr, FilterEnvoyPtr,
     FilterModulePtr, Guard, HttpStreamResetReason, Slot, Stream,
 };
 use crate::host::{self, CalloutId, Envoy, Host, Level};
+use crate::status::{BodyStatus, HeadersStatus, TrailersStatus};
 
 /// `$body` with `$f` bound to the stream's filter, whichever it is.
 macro_rules! on_stream {

@@ -216,7 +216,7 @@ pub trait Terminal: Host {
     fn write_blocked(&self) -> bool;
     /// Drops the first `bytes` of the request body Envoy holds (what [`Host::body`] returns:
     /// what Envoy kept in its buffer, then the piece just received); the rest stays, and a body
-    /// hook that returns [`BodyStatus::Keep`](crate::filter::BodyStatus::Keep) keeps it in
+    /// hook that returns [`BodyStatus::Keep`](crate::status::BodyStatus::Keep) keeps it in
     /// Envoy's buffer (whose watermark stops the reading of the client), to be read later.
     fn drain_request(&mut self, bytes: usize);
     /// The protocol the request came on, as Envoy names it (`HTTP/1.1`, `HTTP/2`, ...).

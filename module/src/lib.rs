@@ -26,6 +26,8 @@
 pub mod bootstrap;
 #[forbid(unsafe_code)]
 pub mod config;
+#[forbid(unsafe_code)]
+pub mod drain;
 #[cfg(any(test, feature = "testkit"))]
 #[forbid(unsafe_code)]
 pub mod fake;
@@ -37,7 +39,11 @@ pub mod host;
 #[forbid(unsafe_code)]
 pub mod probe;
 #[forbid(unsafe_code)]
+pub mod report;
+#[forbid(unsafe_code)]
 pub mod socket;
+#[forbid(unsafe_code)]
+pub mod status;
 
 #[cfg(test)]
 #[forbid(unsafe_code)]

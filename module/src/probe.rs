@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use sha1::{Digest, Sha1};
 
-use crate::filter::{BodyStatus, HeadersStatus, TrailersStatus};
 use crate::host::{self, Callout, CalloutId, CalloutReset, Level, Side, Terminal};
+use crate::status::{BodyStatus, HeadersStatus, TrailersStatus};
 
 /// The `filter_name` that makes Envoy's filter a probe.
 pub const FILTER_NAME: &str = "abi_probe";

@@ -37,12 +37,12 @@ use responses_core::openresponses::{ApiError, Code};
 use responses_core::telemetry::{self, Transport};
 use responses_core::websocket::handshake::{self, Version};
 
-use crate::bootstrap;
 use crate::config::FilterConfig;
-use crate::filter::{self, BodyStatus, Stats};
 use crate::host::{
     Callout, CalloutId, CalloutRefused, CalloutReset, Level, Side, SpanRef, Terminal,
 };
+use crate::report::{log_line, tag_span, Stats};
+use crate::status::BodyStatus;
 
 /// A call in flight: the connection's id, Envoy's, and whether its head came.
 #[derive(Debug, Clone, Copy)]
@@ -377,7 +377,7 @@ impl<E: Environment + Clone> Socket<E> {
             life::Event::Finished(f) => {
                 self.log(host, &log::finished(&f));
                 if let Some(span) = self.span.take() {
-                    filter::tag_span(host, span, &f.summary, &f.timing, Transport::WebSocket);
+                    tag_span(host, span, &f.summary, &f.timing, Transport::WebSocket);
                     host.finish_span(span);
                 }
             }
@@ -536,7 +536,7 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         }
         let now = self.clock.instant();
-        self.conn.drain(now, now + bootstrap::drain_time());
+        self.conn.drain(now, now + crate::drain::drain_time());
         self.pump(host);
     }
 
@@ -607,7 +607,7 @@ impl<E: Environment + Clone> Socket<E> {
 
     /// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
     fn log(&self, host: &impl Terminal, line: &log::Line<'_>) {
-        filter::log_line(host, line, &self.request_id);
+        log_line(host, line, &self.request_id);
     }
 
     fn log_line(&self, host: &impl Terminal, level: Level, message: &str) {

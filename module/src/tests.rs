@@ -7,9 +7,9 @@ use responses_core::metrics::Metric;
 use serde_json::{json, Value};
 
 use crate::fake::{self, FakeEnvoy, FakeHost, FakeSpan, OwnAnswer, Step};
-use crate::filter::{BodyStatus, HeadersStatus};
 use crate::host::ffi::Deferred;
 use crate::host::{Callout, CalloutId, CalloutRefused, CalloutReset, Host, Level, Side, Terminal};
+use crate::status::{BodyStatus, HeadersStatus};
 
 const POST: [(&str, &str); 3] = [
     (":method", "POST"),

@@ -1256,6 +1256,36 @@ fn what_a_connection_holds_is_bounded_alone_and_with_the_others() {
     assert_eq!(budget.used(), 0);
 }
 
+/// What a streamed answer's translation keeps of its output counts too: a response whose
+/// output outgrows the connection's limit ends it (1008), though the client reads every event.
+#[test]
+fn the_output_of_the_response_in_flight_counts_toward_the_limit() {
+    let small = Limits {
+        max_socket_bytes: 8192,
+        ..limits()
+    };
+    let mut c = Client::with(Arc::new(Settings::default()), small, &[]);
+    let call = c.forward(&create(json!({"model": "m", "input": "hi"})));
+    c.head(&call, 200, "text/event-stream");
+    let delta = format!(
+        "data: {}\n\n",
+        json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {"content": "x".repeat(1000)}}]})
+    );
+    let mut sent = 0;
+    while !c.conn.is_closed() && sent < 20 {
+        c.data(&call, delta.as_bytes());
+        c.received();
+        sent += 1;
+    }
+    assert!(c.conn.is_closed(), "{} bytes held", c.conn.held());
+    assert!(
+        (5..=10).contains(&sent),
+        "closed after {sent} KiB of output"
+    );
+    assert_eq!(closed(&c.events()), [(1008, "connection memory limit")]);
+}
+
 #[test]
 fn content_is_told_only_when_asked() {
     let mut c = Client::new();

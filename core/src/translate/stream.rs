@@ -194,6 +194,13 @@ impl StreamTranslator {
         self.events.count()
     }
 
+    /// The output so far, in bytes (text, reasoning and tool calls' arguments, each call's
+    /// slot): about what the translator keeps of it for the closing events and the final
+    /// response, which a host counts as held while the stream is open.
+    pub fn output_bytes(&self) -> usize {
+        self.output_bytes
+    }
+
     /// An output item (text, reasoning, a tool call) has been opened: the turn's own (an
     /// automatic compaction's item, which leads it, is not the model's output).
     pub fn has_output(&self) -> bool {

@@ -10,8 +10,8 @@ use responses_core::metrics::Metric;
 use serde_json::{json, Value};
 
 use crate::fake::{self, client_frame, client_text, FakeEnvoy, FakeSpan, ServerFrame, SocketStep};
-use crate::filter::BodyStatus;
 use crate::host::{CalloutRefused, CalloutReset, Host, Side};
+use crate::status::BodyStatus;
 
 const SSE: &str = "text/event-stream";
 
@@ -424,7 +424,7 @@ fn a_drain_lets_the_response_finish_then_closes_with_1001() {
     let (id, _) = e.last_callout().unwrap();
     e.callout_headers(id, 200, &[("content-type", SSE)], false);
     e.drain();
-    e.wait(crate::bootstrap::drain_time());
+    e.wait(crate::drain::drain_time());
     assert!(e.fire_timer());
     let events = e.events();
     assert_eq!(events.last().unwrap()["type"], "response.failed");
