@@ -119,10 +119,7 @@ impl FilterConfig {
         let (keyring, key_source) =
             keys.keyring(|path| std::fs::read_to_string(path), ephemeral_key)?;
         let metrics = Metrics::define(define).ok_or("Envoy refused to define the stats")?;
-        let mut settings = config.exchange_settings(Some(keyring));
-        // The filter makes no summarising calls yet: a request whose compaction is due is
-        // refused (400), never answered without it.
-        settings.options.automatic_compaction = false;
+        let settings = config.exchange_settings(Some(keyring));
         Ok(FilterConfig {
             settings: Arc::new(settings),
             metrics,

@@ -146,6 +146,9 @@ pub struct FakeHost {
     pub refuse_callouts: Option<CalloutRefused>,
     /// The armed timer.
     pub timer: Option<Instant>,
+    /// The filter resumed the request it held ([`Terminal::continue_request`]), not yet acted
+    /// on by the fake's filter manager.
+    pub continued: bool,
     pub drain_watched: bool,
     /// Envoy has started draining.
     pub draining: bool,
@@ -471,6 +474,10 @@ impl Terminal for FakeHost {
         }
     }
 
+    fn continue_request(&mut self) {
+        self.continued = true;
+    }
+
     fn arm_timer(&mut self, at: Instant) {
         self.timer = Some(at);
     }
@@ -589,6 +596,12 @@ impl FakeEnvoy {
     fn settle(&mut self) {
         if self.host.resets > 0 {
             self.client.reset = true;
+        }
+        // Resumed from outside the hooks (after a side call): the held head goes upstream
+        // with the body appended to Envoy's buffer meanwhile, all of it (the request had
+        // ended before the filter made its call).
+        if std::mem::take(&mut self.host.continued) && self.request_held && !self.done() {
+            self.release_request(true);
         }
         if self.host.replies.len() > self.replies_seen {
             self.replies_seen = self.host.replies.len();

@@ -17,8 +17,9 @@
 //! and the fuzz target over `crate::fake`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use responses_core::call::{self, Call, CallId};
 use responses_core::connection;
 use responses_core::driver::{
     Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
@@ -32,7 +33,7 @@ use responses_core::metrics;
 use responses_core::telemetry::{self, Transport};
 
 use crate::config::FilterConfig;
-use crate::host::{CalloutId, CalloutReset, Host, Level, Side, Terminal};
+use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, Terminal};
 use crate::report::{log, log_line, tag_span, Stats};
 use crate::socket::{self, Socket};
 use crate::status::{
@@ -46,9 +47,34 @@ pub struct Filter<E = System> {
     config: Arc<FilterConfig>,
     env: E,
     driver: Driver<E>,
-    /// `x-request-id`, for logs.
-    request_id: String,
+    /// `x-request-id`, for logs (boxed: every stream's filter is this size, and it stays
+    /// within clippy's bound on `host::ffi::Stream`'s variants).
+    request_id: Box<str>,
     upgrade: Upgrade<E>,
+    /// The exchange's own call (an automatic compaction's), as a callout; boxed: few
+    /// exchanges make one, and every stream's filter is this size.
+    side_call: Option<Box<SideCall>>,
+}
+
+/// How much later than the filter's timer Envoy's own timeout ends a side call's callout.
+const CALLOUT_MARGIN: Duration = Duration::from_secs(1);
+
+/// The driver's call ([`Action::Call`]) made as a streaming callout to `upstream_cluster`,
+/// while Envoy holds the request.
+#[derive(Debug, Clone, Copy)]
+enum SideCall {
+    Running(Running),
+    /// Its answer was read or given up on: Envoy's last events of the callout (its
+    /// completion, the reset asked for) are expected, not foreign.
+    Over(CalloutId),
+}
+
+/// A side call in flight; the module's timer bounds it.
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    call: CallId,
+    callout: CalloutId,
+    deadline: Instant,
 }
 
 /// Whether the stream is the WebSocket transport's.
@@ -70,8 +96,9 @@ impl<E: Environment + Clone> Filter<E> {
             config,
             env,
             driver,
-            request_id: String::new(),
+            request_id: Box::default(),
             upgrade: Upgrade::No,
+            side_call: None,
         }
     }
 
@@ -107,7 +134,7 @@ impl<E: Environment + Clone> Filter<E> {
             self.request_id = host
                 .header(Side::Request, "x-request-id")
                 .unwrap_or_default()
-                .to_owned();
+                .into();
         }
         headers_status(self.carry(host, Side::Request, action))
     }
@@ -173,6 +200,12 @@ impl<E: Environment + Clone> Filter<E> {
         if let Upgrade::Socket(socket) = &mut self.upgrade {
             return socket.stream_complete(host);
         }
+        // A side call still running is no one's now: its upstream stream goes too.
+        if let Some(side) = self.running() {
+            self.side_call = None;
+            host.disarm_timer();
+            host.reset_callout(side.callout);
+        }
         self.driver.closed(Instant::now());
         self.settle(host);
     }
@@ -195,6 +228,11 @@ impl<E: Environment + Clone> Filter<E> {
                 self.request_id
             )
         });
+        if let Some(side) = self.running() {
+            self.side_call = None;
+            host.disarm_timer();
+            host.reset_callout(side.callout);
+        }
         let action = self.driver.fail(Instant::now(), Failure::Panic);
         // Whatever the hook left in the current pieces is untranslated.
         host.drain_body(Side::Request);
@@ -204,9 +242,9 @@ impl<E: Environment + Clone> Filter<E> {
 
     // What Envoy reports of a stream the filter answers itself (the WebSocket transport):
     // its callouts, its timer, Envoy's drain and the client's write buffer, for its socket. An
-    // HTTP exchange starts no callout, arms no timer and watches no drain, so for it these do
-    // nothing, but for a callout it does not know, which is reset (none can exist; fail
-    // closed all the same: no upstream stream runs unowned).
+    // HTTP exchange starts at most one callout (its side call: an automatic compaction's
+    // summarising request) and arms the timer only for it; it watches no drain. A callout it
+    // does not know is reset (fail closed: no upstream stream runs unowned).
 
     /// A callout's answer head.
     pub fn callout_headers(
@@ -218,7 +256,7 @@ impl<E: Environment + Clone> Filter<E> {
     ) {
         match &mut self.upgrade {
             Upgrade::Socket(socket) => socket.callout_headers(host, id, headers, end),
-            _ => self.unknown_callout(host, id),
+            _ => self.side_call_headers(host, id, headers, end),
         }
     }
 
@@ -232,7 +270,7 @@ impl<E: Environment + Clone> Filter<E> {
     ) {
         match &mut self.upgrade {
             Upgrade::Socket(socket) => socket.callout_data(host, id, data, end),
-            _ => self.unknown_callout(host, id),
+            _ => self.side_call_data(host, id, data, end),
         }
     }
 
@@ -245,28 +283,39 @@ impl<E: Environment + Clone> Filter<E> {
     ) {
         match &mut self.upgrade {
             Upgrade::Socket(socket) => socket.callout_trailers(host, id),
-            _ => self.unknown_callout(host, id),
+            // Trailers end the answer.
+            _ => self.side_call_data(host, id, &[], true),
         }
     }
 
     /// A callout ended, both ways (its last event).
     pub fn callout_complete(&mut self, host: &mut impl Terminal, id: CalloutId) {
         if let Upgrade::Socket(socket) = &mut self.upgrade {
-            socket.callout_complete(host, id);
+            return socket.callout_complete(host, id);
+        }
+        // Complete before its answer ended (Envoy reports the end first): cut short. Any
+        // other callout's last event needs nothing.
+        if self.is_side_call(id) {
+            self.side_call_failed(host, id, "the upstream's answer ended early", false);
         }
     }
 
     /// A callout was reset (its last event).
     pub fn callout_reset(&mut self, host: &mut impl Terminal, id: CalloutId, reason: CalloutReset) {
         if let Upgrade::Socket(socket) = &mut self.upgrade {
-            socket.callout_reset(host, id, reason);
+            return socket.callout_reset(host, id, reason);
+        }
+        if self.is_side_call(id) {
+            let message = format!("the upstream stream was reset ({reason:?})");
+            self.side_call_failed(host, id, &message, false);
         }
     }
 
     /// The timer armed with [`Terminal::arm_timer`] is due.
     pub fn timer_fired(&mut self, host: &mut impl Terminal) {
-        if let Upgrade::Socket(socket) = &mut self.upgrade {
-            socket.timer_fired(host);
+        match &mut self.upgrade {
+            Upgrade::Socket(socket) => socket.timer_fired(host),
+            _ => self.side_call_due(host),
         }
     }
 
@@ -291,6 +340,205 @@ impl<E: Environment + Clone> Filter<E> {
         }
     }
 
+    /// Makes the driver's call as a callout to `upstream_cluster` (the internal listener, so
+    /// that the call meets Envoy's routes as the turn does), its head the call's with the
+    /// request's credentials and trace context; the timer bounds it. Returns whether the
+    /// hook continues (never while the call runs; a refused callout ends as a failed call).
+    fn start_side_call(
+        &mut self,
+        host: &mut impl Terminal,
+        side: Side,
+        call: Call,
+        timeout: Duration,
+    ) -> bool {
+        self.log(host, &log::called(self.driver.summary(), &call));
+        let forwarded = call::forwarded(|name| host.header(Side::Request, name));
+        let authority = host
+            .header(Side::Request, ":authority")
+            .unwrap_or_default()
+            .to_owned();
+        let length = call.body.len().to_string();
+        let mut headers: Vec<(&str, &str)> = vec![
+            (":method", "POST"),
+            (":path", &call.path),
+            (":authority", &authority),
+            ("content-length", &length),
+        ];
+        headers.extend(
+            call.headers
+                .iter()
+                .chain(&forwarded)
+                .map(|(name, value)| (name.as_ref(), value.as_str())),
+        );
+        let cluster = &self.config.socket.upstream_cluster;
+        let callout = Callout {
+            cluster,
+            headers: &headers,
+            body: &call.body,
+            end: true,
+            // Envoy's own bound too, a little later, in case the timer is late (at the same
+            // time, Envoy's reset would win the race and tell a timeout as a reset).
+            timeout: Some(timeout + CALLOUT_MARGIN),
+        };
+        match host.start_callout(&callout) {
+            Ok(callout) => {
+                let deadline = self.env.instant() + timeout;
+                self.side_call = Some(Box::new(SideCall::Running(Running {
+                    call: call.id,
+                    callout,
+                    deadline,
+                })));
+                host.arm_timer(deadline);
+                false
+            }
+            Err(why) => {
+                let message = socket::refused(why, cluster);
+                log(host, Level::Warn, || {
+                    format!("{message} request_id={}", self.request_id)
+                });
+                let action =
+                    self.driver
+                        .call_failed(Instant::now(), call.id, CallFailure::Failed(&message));
+                self.carry(host, side, action)
+            }
+        }
+    }
+
+    /// The side call in flight, if any.
+    fn running(&self) -> Option<Running> {
+        match self.side_call.as_deref() {
+            Some(SideCall::Running(side)) => Some(*side),
+            _ => None,
+        }
+    }
+
+    fn is_side_call(&self, id: CalloutId) -> bool {
+        self.running().is_some_and(|side| side.callout == id)
+    }
+
+    /// The side call `id`, if it is the one in flight; any other callout is reset.
+    fn side_call(&mut self, host: &mut impl Terminal, id: CalloutId) -> Option<Running> {
+        match self.side_call.as_deref() {
+            Some(SideCall::Running(side)) if side.callout == id => Some(*side),
+            Some(SideCall::Over(over)) if *over == id => None,
+            _ => {
+                self.unknown_callout(host, id);
+                None
+            }
+        }
+    }
+
+    fn side_call_headers(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        headers: &[(&str, &str)],
+        end: bool,
+    ) {
+        let Some(side) = self.side_call(host, id) else {
+            return;
+        };
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| *v)
+        };
+        // Envoy always gives a status; an answer without one is no answer.
+        let Some(status) = header(":status").and_then(|s| s.parse::<u16>().ok()) else {
+            return self.side_call_failed(host, id, "an answer without a status", true);
+        };
+        let every = || headers.iter().copied();
+        let action = self
+            .driver
+            .call_head(Instant::now(), side.call, status, header, every);
+        self.side_call_step(host, action, true);
+        if end && self.running().is_some() {
+            self.side_call_data(host, id, &[], true);
+        }
+    }
+
+    fn side_call_data(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        data: &[&[u8]],
+        end: bool,
+    ) {
+        let Some(side) = self.side_call(host, id) else {
+            return;
+        };
+        for piece in data {
+            let action = self.driver.call_data(Instant::now(), side.call, piece);
+            self.side_call_step(host, action, true);
+            if self.running().is_none() {
+                return;
+            }
+        }
+        if end {
+            let action = self.driver.call_end(Instant::now(), side.call);
+            self.side_call_step(host, action, false);
+        }
+    }
+
+    /// The side call ended without its whole answer (reset, cut short, no status); `open`:
+    /// its callout still runs.
+    fn side_call_failed(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        message: &str,
+        open: bool,
+    ) {
+        let Some(side) = self.side_call(host, id) else {
+            return;
+        };
+        log(host, Level::Warn, || {
+            format!(
+                "the compaction's call failed: {message} request_id={}",
+                self.request_id
+            )
+        });
+        let action =
+            self.driver
+                .call_failed(Instant::now(), side.call, CallFailure::Failed(message));
+        self.side_call_step(host, action, open);
+    }
+
+    /// The timer: the side call is over its time (early firings wait on).
+    fn side_call_due(&mut self, host: &mut impl Terminal) {
+        let Some(side) = self.running() else {
+            return;
+        };
+        if self.env.instant() < side.deadline {
+            host.arm_timer(side.deadline);
+            return;
+        }
+        let action = self
+            .driver
+            .call_failed(Instant::now(), side.call, CallFailure::TimedOut);
+        self.side_call_step(host, action, true);
+    }
+
+    /// What the driver makes of an event of the side call: more of it (`Hold`), or its end:
+    /// the compacted turn goes upstream (the held request resumes with its new body), or an
+    /// envelope ends the exchange. Once over, the callout is reset if still `open`.
+    fn side_call_step(&mut self, host: &mut impl Terminal, action: Action, open: bool) {
+        if matches!(action, Action::Hold) && self.driver.call_in_flight().is_some() {
+            return self.settle(host);
+        }
+        if let Some(side) = self.running() {
+            host.disarm_timer();
+            self.side_call = Some(Box::new(SideCall::Over(side.callout)));
+            if open {
+                host.reset_callout(side.callout);
+            }
+        }
+        if self.carry(host, Side::Request, action) {
+            host.continue_request();
+        }
+    }
+
     fn unknown_callout(&mut self, host: &mut impl Terminal, id: CalloutId) {
         log(host, Level::Warn, || {
             format!(
@@ -303,7 +551,7 @@ impl<E: Environment + Clone> Filter<E> {
 
     /// Carries out an action of a body hook: unless it passes, the piece the driver read (or
     /// refused) is drained first.
-    fn carry_piece(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
+    fn carry_piece(&mut self, host: &mut impl Terminal, side: Side, action: Action) -> bool {
         if !action.keeps_piece() {
             host.drain_body(side);
         }
@@ -313,7 +561,7 @@ impl<E: Environment + Clone> Filter<E> {
     /// Carries out the driver's action on this hook's side, after what it tells (the summary
     /// must be in the metadata and on the span before a local reply ends the stream). Returns
     /// whether the hook continues.
-    fn carry(&mut self, host: &mut impl Host, side: Side, action: Action) -> bool {
+    fn carry(&mut self, host: &mut impl Terminal, side: Side, action: Action) -> bool {
         self.settle(host);
         match action {
             Action::Pass => true,
@@ -324,12 +572,7 @@ impl<E: Environment + Clone> Filter<E> {
                 }
                 false
             }
-            // Never asked for: the config turns automatic compaction off (refused as a 400).
-            Action::Call { call, .. } => {
-                let why = CallFailure::Failed("this filter makes no calls of its own");
-                let action = self.driver.call_failed(Instant::now(), call.id, why);
-                self.carry(host, side, action)
-            }
+            Action::Call { call, timeout } => self.start_side_call(host, side, call, timeout),
             Action::Forward { edits, request } => {
                 self.log(host, &log::forwarded(self.driver.summary(), &request));
                 if !edit(host, side, edits) {
@@ -382,7 +625,7 @@ impl<E: Environment + Clone> Filter<E> {
     /// Envoy refused one of an action's header edits: the exchange cannot go on half edited,
     /// so it ends as a failure does (an envelope, or a stream's last event), nothing more of
     /// it continues.
-    fn refused(&mut self, host: &mut impl Host, side: Side) -> bool {
+    fn refused(&mut self, host: &mut impl Terminal, side: Side) -> bool {
         log(host, Level::Error, || {
             format!(
                 "Envoy refused a header edit; failing the exchange request_id={}",
@@ -406,10 +649,12 @@ impl<E: Environment + Clone> Filter<E> {
             match event {
                 Event::FirstOutput { .. } => first_output_event(host),
                 Event::Finished(f) => self.finished(host, &f),
-                Event::Claimed { .. }
-                | Event::StreamOpened
-                | Event::StreamClosed
-                | Event::Call(_) => {}
+                Event::Call(_) => {
+                    if let Some(span) = host.active_span() {
+                        host.span_event(span, telemetry::COMPACTION_EVENT);
+                    }
+                }
+                Event::Claimed { .. } | Event::StreamOpened | Event::StreamClosed => {}
             }
         }
     }

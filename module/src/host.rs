@@ -199,6 +199,9 @@ pub trait Terminal: Host {
     fn send_callout_trailers(&mut self, id: CalloutId, trailers: &[(&str, &str)]) -> bool;
     /// Cancels a callout (Envoy resets its upstream stream; `Filter::callout_reset` follows).
     fn reset_callout(&mut self, id: CalloutId);
+    /// Resumes the request a hook held (outside the hooks: from a callout's event or the
+    /// timer): Envoy sends on its head and the body appended to its buffer meanwhile.
+    fn continue_request(&mut self);
     /// `Filter::timer_fired` is called on the filter's worker once `at` is reached (at once if
     /// it has passed), unless the timer is armed again or disarmed first. One timer per
     /// filter.
@@ -854,6 +857,11 @@ impl Terminal for Envoy<'_> {
         unsafe {
             abi::envoy_dynamic_module_callback_http_filter_reset_http_stream(self.filter, id.0)
         }
+    }
+
+    fn continue_request(&mut self) {
+        // SAFETY: valid filter pointer.
+        unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.filter) }
     }
 
     fn arm_timer(&mut self, at: Instant) {

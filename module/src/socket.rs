@@ -381,7 +381,7 @@ impl<E: Environment + Clone> Socket<E> {
                     host.finish_span(span);
                 }
             }
-            // The module refuses a due compaction: no call of a response's own comes yet.
+            // A response's automatic compaction made its call.
             life::Event::Call(_) => {
                 if let Some(span) = self.span {
                     host.span_event(span, telemetry::COMPACTION_EVENT);
@@ -632,7 +632,7 @@ impl<E> Drop for Socket<E> {
 }
 
 /// Why a callout did not start, for the client's error event.
-fn refused(why: CalloutRefused, cluster: &str) -> String {
+pub(crate) fn refused(why: CalloutRefused, cluster: &str) -> String {
     match why {
         CalloutRefused::NoCluster => format!(
             "The upstream could not be reached: this Envoy has no cluster `{cluster}` (upstream_cluster)."

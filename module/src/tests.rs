@@ -854,3 +854,204 @@ fn the_fake_refuses_answer_data_after_its_end() {
     host.send_headers(&[(":status", "200")], true);
     host.send_data(b"late", false);
 }
+
+// An automatic compaction (`context_management`): its summarising call is a callout to
+// `upstream_cluster` while Envoy holds the request; the compacted turn then resumes it.
+
+/// Three user turns, over a threshold of 50 estimated tokens.
+fn compacting(stream: bool) -> Value {
+    json!({"model": "m", "stream": stream, "store": false,
+    "context_management": [{"type": "compaction", "compact_threshold": 50}],
+    "input": [
+        {"role": "user", "content": "Tell me about cats, at length, with every detail you know."},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Cats are small carnivorous mammals.", "annotations": []}]},
+        {"role": "user", "content": "And their whiskers?"},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Whiskers sense the air around them.", "annotations": []}]},
+        {"role": "user", "content": "Now dogs."}
+    ]})
+}
+
+const SUMMARY: &str = r#"{"model":"m","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"The user asked about cats and whiskers."}}],"usage":{"prompt_tokens":90,"completion_tokens":9,"total_tokens":99}}"#;
+
+fn post_compacting(e: &mut FakeEnvoy, stream: bool) {
+    e.request_headers(
+        &[
+            (":method", "POST"),
+            (":path", "/v1/responses"),
+            (":authority", "api.example"),
+            ("authorization", "Bearer sk-client"),
+            ("cookie", "session=secret"),
+            ("x-request-id", "req-1"),
+        ],
+        false,
+    );
+    e.request_body(compacting(stream).to_string().as_bytes(), true);
+}
+
+#[test]
+fn a_due_compaction_is_a_callout_then_the_compacted_turn_goes_upstream() {
+    let mut e = envoy();
+    e.host.span = Some(FakeSpan::default());
+    post_compacting(&mut e, false);
+    // Held: nothing upstream yet; one callout, bounded by the timer.
+    assert!(e.upstream.headers.is_none() && e.upstream.body.is_empty());
+    assert_eq!(e.host.callouts.len(), 1);
+    let (&id, call) = e.host.callouts.iter().next().unwrap();
+    assert_eq!(call.cluster, "responses_loopback");
+    assert!(call.ended);
+    let head = |name: &str| {
+        call.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(head(":path"), Some("/v1/chat/completions"));
+    assert_eq!(head(":authority"), Some("api.example"));
+    assert_eq!(head("authorization"), Some("Bearer sk-client"));
+    assert_eq!(head("cookie"), None);
+    let length = call.body.len().to_string();
+    assert_eq!(head("content-length"), Some(length.as_str()));
+    let chat: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(chat["stream"], false);
+    assert!(chat["messages"].to_string().contains("whiskers?"));
+    assert!(e.host.timer.is_some());
+    // Its answer, in two pieces: the turn, on the compacted window, resumes the request.
+    e.callout_headers(id, 200, &[("content-type", "application/json")], false);
+    e.callout_data(id, &SUMMARY.as_bytes()[..30], false);
+    assert!(e.upstream.headers.is_none());
+    e.callout_data(id, &SUMMARY.as_bytes()[30..], true);
+    assert!(e.host.timer.is_none(), "disarmed");
+    assert_eq!(e.host.callout_resets, Vec::<u64>::new());
+    let chat = upstream_json(&e);
+    let sent = chat["messages"].to_string();
+    assert!(sent.contains("cats and whiskers") && sent.contains("Now dogs."));
+    assert!(!sent.contains("whiskers?"), "{sent}");
+    assert_eq!(
+        header(&e.upstream.headers, ":path"),
+        Some("/v1/chat/completions")
+    );
+    let length = e.upstream.body.len().to_string();
+    assert_eq!(
+        header(&e.upstream.headers, "content-length"),
+        Some(length.as_str())
+    );
+    e.response_headers(200, "application/json", false);
+    e.response_body(CHAT.as_bytes(), true);
+    e.complete();
+    let answer: Value = serde_json::from_slice(&e.client.body).unwrap();
+    assert_eq!(answer["output"][0]["type"], "compaction", "{answer}");
+    assert_eq!(answer["output"][1]["content"][0]["text"], "yo");
+    assert_eq!(answer["usage"]["input_tokens"], 101, "{answer}");
+    let span = e.host.span.as_ref().unwrap();
+    assert!(span.events.iter().any(|ev| ev == "compaction"), "{span:?}");
+    assert_eq!(
+        metadata(&e, "compaction"),
+        Some(MetadataValue::Str("compacted".into()))
+    );
+    e.assert_fail_closed("/v1/chat/completions");
+}
+
+#[test]
+fn a_failing_hanging_or_refused_side_call_ends_with_its_envelope() {
+    type Case = fn(&mut FakeEnvoy, u64);
+    let cases: [(&str, Case, u16, &str); 6] = [
+        (
+            "500",
+            |e, id| {
+                e.callout_headers(id, 500, &[("content-type", "application/json")], false);
+                e.callout_data(id, br#"{"error":{"message":"boom"}}"#, true);
+            },
+            500,
+            "server_error",
+        ),
+        (
+            "garbage",
+            |e, id| {
+                e.callout_headers(id, 200, &[("content-type", "application/json")], false);
+                e.callout_data(id, b"{not json", true);
+            },
+            502,
+            "upstream_invalid_response",
+        ),
+        (
+            "reset",
+            |e, id| {
+                e.callout_headers(id, 200, &[("content-type", "application/json")], false);
+                e.callout_reset(id, CalloutReset::RemoteReset);
+            },
+            503,
+            "upstream_unavailable",
+        ),
+        (
+            "no status",
+            |e, id| {
+                let f = &mut e.filter;
+                f.callout_headers(&mut e.host, CalloutId(id), &[], false);
+            },
+            503,
+            "upstream_unavailable",
+        ),
+        (
+            "hang",
+            |e, id| {
+                e.callout_headers(id, 200, &[("content-type", "application/json")], false);
+                assert!(e.fire_timer());
+            },
+            504,
+            "upstream_timeout",
+        ),
+        ("refused", |_, _| {}, 503, "upstream_unavailable"),
+    ];
+    for stream in [false, true] {
+        for (what, run, status, code) in cases {
+            let mut e = envoy();
+            if what == "refused" {
+                e.host.refuse_callouts = Some(CalloutRefused::NoCluster);
+            }
+            post_compacting(&mut e, stream);
+            if let Some(&id) = e.host.callouts.keys().next() {
+                run(&mut e, id);
+                // An open callout is cancelled once its answer is no longer read.
+                if what == "hang" || what == "no status" {
+                    assert_eq!(e.host.callout_resets, [id], "{what}");
+                }
+            }
+            let reply = e
+                .host
+                .replies
+                .last()
+                .cloned()
+                .unwrap_or_else(|| panic!("{what}"));
+            assert_eq!(reply.status, status, "{what} stream={stream}");
+            let v: Value = serde_json::from_slice(&reply.body).unwrap();
+            assert_eq!(v["error"]["code"], code, "{what}: {v}");
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("context_management"),
+                "{what}: {v}"
+            );
+            assert!(e.upstream.headers.is_none(), "{what}: the turn is not sent");
+            assert!(e.host.timer.is_none(), "{what}: disarmed");
+            e.complete();
+            e.assert_fail_closed("/v1/chat/completions");
+        }
+    }
+}
+
+#[test]
+fn a_side_call_still_running_when_the_stream_ends_is_reset() {
+    let mut e = envoy();
+    post_compacting(&mut e, false);
+    let id = *e.host.callouts.keys().next().unwrap();
+    e.complete();
+    assert_eq!(e.host.callout_resets, [id]);
+    assert!(e.host.timer.is_none());
+    assert!(e.upstream.headers.is_none());
+    // Its late events are no one's.
+    e.callout_headers(id, 200, &[("content-type", "application/json")], false);
+    assert!(e.upstream.headers.is_none() && e.client.reply.is_none());
+}

@@ -452,12 +452,9 @@ fn python_openai_sdk_compact_then_a_new_chain() {
 /// openai-python's typed `context_management` (`openai_context_management.py`): a compacting
 /// turn's output parses (the item, then the message), the history sent back with the SDK's
 /// nulls works, a stream leads with the item; the upstream got the summarising request, then
-/// the compacted window. ext_proc only: the module refuses a due compaction (a 400).
+/// the compacted window. Both modes.
 #[test]
 fn python_openai_sdk_context_management_compacts_and_feeds_the_item_back() {
-    if !common::only_ext_proc("the module refuses a due compaction") {
-        return;
-    }
     use responses_core::translate::compact::{CONTEXT_PREFIX, PROMPT};
     const SUMMARY: &str = "The user asked about cats and whiskers.";
     let python = python();

@@ -1,14 +1,15 @@
-//! Automatic compaction (`context_management`) through the real Envoy: the processor's own
-//! summarising call back through Envoy's listener (`--ws-upstream`, with the client's
-//! credentials, under `override_message_timeout`), then the turn on the compacted window, the
-//! `compaction` item leading the output (JSON and SSE); a side call that fails, hangs or
+//! Automatic compaction (`context_management`) through the real Envoy, in both modes: the
+//! translator's own summarising call back through Envoy (the processor's, through Envoy's
+//! listener (`--ws-upstream`) under `override_message_timeout`; the module's, a callout to its
+//! internal listener), with the client's credentials, then the turn on the compacted window,
+//! the `compaction` item leading the output (JSON and SSE); a side call that fails, hangs or
 //! answers garbage ends the exchange with its envelope; bad entries are 400s naming the
-//! param. Module mode refuses a due compaction (a documented 400).
+//! param.
 
 use std::time::{Duration, Instant};
 
 use crate::common::sse::parse_sse_json;
-use crate::common::{client, only_ext_proc, only_module, Gate, Reply, ScriptedUpstream, Stack};
+use crate::common::{client, mode, Gate, Mode, Reply, ScriptedUpstream, Stack};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -98,13 +99,13 @@ fn texts(chat: &Value) -> String {
 
 #[tokio::test]
 async fn over_the_threshold_json_and_sse_start_with_the_compaction_item() {
-    if !only_ext_proc("the module refuses a due compaction (module_mode_refuses_...)") {
-        return;
-    }
     let upstream =
         ScriptedUpstream::with_replies([summary(), answer(), summary(), streamed_answer()]);
     let metrics = format!("127.0.0.1:{}", crate::common::free_port());
-    let stack = Stack::with_websocket(upstream.port(), &["--metrics-listen", &metrics]);
+    let stack = match mode() {
+        Mode::ExtProc => Stack::with_websocket(upstream.port(), &["--metrics-listen", &metrics]),
+        Mode::Module => Stack::with_websocket(upstream.port(), &[]),
+    };
 
     // JSON.
     let (status, content_type, text) = post(&stack, &long(false, 50)).await;
@@ -187,21 +188,27 @@ async fn over_the_threshold_json_and_sse_start_with_the_compaction_item() {
     assert_eq!(got.len(), 4);
     assert_eq!(got[2].json()["stream"], false);
     assert_eq!(got[3].json()["stream"], true);
-    // Counted by outcome, once each exchange ended.
+    // Counted by outcome, once each exchange ended: the processor's export, or Envoy's stats
+    // (its `envoy_` prefix, then the module's metrics namespace).
+    let (url, series) = match mode() {
+        Mode::ExtProc => (
+            format!("http://{metrics}/metrics"),
+            "responses_extproc_compactions_total{outcome=\"compacted\"} 2",
+        ),
+        Mode::Module => (
+            stack.envoy.admin_url("/stats/prometheus"),
+            "envoy_responses_module_compactions_total{outcome=\"compacted\"} 2",
+        ),
+    };
     let exported = client()
-        .get(format!("http://{metrics}/metrics"))
+        .get(url)
         .send()
         .await
         .expect("metrics")
         .text()
         .await
         .expect("metrics text");
-    assert!(
-        exported
-            .lines()
-            .any(|l| l == "responses_extproc_compactions_total{outcome=\"compacted\"} 2"),
-        "{exported}"
-    );
+    assert!(exported.lines().any(|l| l == series), "{exported}");
 
     // The client carries the item on: its history with the output appended, under a
     // threshold it no longer crosses, reaches the upstream as the compacted window.
@@ -228,9 +235,6 @@ async fn over_the_threshold_json_and_sse_start_with_the_compaction_item() {
 
 #[tokio::test]
 async fn below_the_threshold_or_without_the_field_nothing_changes() {
-    if !only_ext_proc("the module refuses a due compaction") {
-        return;
-    }
     let upstream = ScriptedUpstream::with_replies([answer(), answer()]);
     let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut without = long(false, 50);
@@ -258,9 +262,6 @@ async fn below_the_threshold_or_without_the_field_nothing_changes() {
 /// naming the compaction step, and the turn is never sent.
 #[tokio::test]
 async fn a_failing_hanging_or_garbage_side_call_ends_with_its_envelope() {
-    if !only_ext_proc("the module refuses a due compaction") {
-        return;
-    }
     let gate = Gate::new();
     let too_long = json!({"error": {"message": "the request exceeds the available context size (512 tokens)",
         "type": "exceed_context_size_error", "code": 400}});
@@ -338,33 +339,7 @@ async fn bad_entries_are_refused_naming_the_param() {
     assert!(upstream.requests().is_empty());
 }
 
-#[tokio::test]
-async fn module_mode_refuses_a_due_compaction_with_a_400() {
-    if !only_module("the processor serves context_management") {
-        return;
-    }
-    let upstream = ScriptedUpstream::start();
-    let stack = Stack::start(upstream.port(), &[]);
-    let (status, _, text) = post(&stack, &long(false, 50)).await;
-    assert_eq!(status, 400, "{text}");
-    let v = json_of(&text);
-    assert_eq!(v["error"]["code"], "unsupported_parameter", "{v}");
-    assert_eq!(v["error"]["param"], "context_management", "{v}");
-    assert!(upstream.requests().is_empty());
-    // Under its threshold (or without one) the field asks for nothing yet: answered.
-    upstream.push(answer());
-    upstream.push(answer());
-    for threshold in [json!(100_000), Value::Null] {
-        let mut body = long(false, 50);
-        body["context_management"] =
-            json!([{"type": "compaction", "compact_threshold": threshold}]);
-        let (status, _, text) = post(&stack, &body).await;
-        assert_eq!(status, 200, "{text}");
-    }
-    assert_eq!(upstream.requests().len(), 2);
-}
-
-/// The WebSocket transport (the processor's): the same compaction before the response's own
+/// The WebSocket transport (the processor's, or the module's own): the same compaction before the response's own
 /// call, the item leading its events; the next response continues with
 /// `previous_response_id` on the compacted context.
 #[tokio::test]
@@ -372,9 +347,6 @@ async fn on_the_websocket_the_compaction_leads_the_response() {
     use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     use tokio_tungstenite::tungstenite::Message;
-    if !only_ext_proc("the module refuses a due compaction") {
-        return;
-    }
     let upstream =
         ScriptedUpstream::with_replies([summary(), streamed_answer(), streamed_answer()]);
     let stack = Stack::with_websocket(upstream.port(), &[]);

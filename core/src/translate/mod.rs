@@ -136,8 +136,9 @@ pub struct Options {
     /// Bytes of a Chat request per token, for the estimate automatic compaction compares with
     /// `context_management`'s threshold.
     pub compaction_bytes_per_token: u32,
-    /// The host can make the summarising call of an automatic compaction (`context_management`);
-    /// a host that cannot refuses a request whose compaction is due rather than skipping it.
+    /// The host can make the summarising call of an automatic compaction (`context_management`):
+    /// both shipped hosts can; a library host that cannot refuses a request whose compaction
+    /// is due rather than skipping it.
     pub automatic_compaction: bool,
 }
 

@@ -351,6 +351,9 @@ unsafe extern "C" {
     );
 
     pub fn envoy_dynamic_module_callback_http_clear_route_cache(filter: FilterEnvoyPtr);
+    /// Resumes a request whose decoding a hook stopped: Envoy sends on its head and what its
+    /// buffer holds (called outside the hooks, from a callout's event).
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterEnvoyPtr);
 
     /// Null when the stream is not traced (no tracer in the HCM: Envoy's `NullSpan`).
     pub fn envoy_dynamic_module_callback_http_get_active_span(

@@ -520,7 +520,7 @@ fn translate_fields(
         // Never a compaction silently skipped: the client learns it the turn one is due.
         return Err(bad_value(
             "context_management",
-            "Automatic compaction (context_management) is not available in this deployment (the Envoy dynamic module makes no summarising calls yet), and this request's estimate crossed its compact_threshold: compact with POST /v1/responses/compact, or serve this route with the ext_proc processor.",
+            "Automatic compaction (context_management) is not available from this host (it makes no summarising calls), and this request's estimate crossed its compact_threshold: compact with POST /v1/responses/compact.",
         )
         .with_code(ErrorCode::UnsupportedParameter));
     }
