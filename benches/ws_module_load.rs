@@ -12,7 +12,8 @@
 //!    before, and its peak (`VmHWM`), against the documented bound per socket
 //!    (`ws_max_socket_bytes`) times the sockets (asserted), and against the shared budget
 //!    (`ws_max_total_bytes`, plus Envoy's 1 MiB write-buffer watermark per socket: printed,
-//!    not asserted, as the output of a response in flight is not counted in it).
+//!    not asserted; the first runs, before the output of a response in flight was counted in
+//!    what a socket holds, went over it).
 //!    `SLOW_PACE_MS=0` reads the long streams as fast as they come (their cost without the
 //!    slow reading); `RUNS=load,sigterm,drain,failure` picks runs.
 //! 2. **Drain.** `SOCKETS` sockets each with a response in flight that outlasts the drain time
