@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::memory::{mib, reset_peak, resident as memory};
 use common::{ServerThread, Stack};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -73,26 +74,6 @@ fn slow_upstream() -> (ServerThread, u16) {
         let app = axum::Router::new().fallback(answer);
         let _ = axum::serve(listener, app).await;
     })
-}
-
-/// Peak (`VmHWM`) or current (`VmRSS`) resident memory of a process, in bytes.
-fn memory(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
-    kb * 1024
-}
-
-/// Resets a process's `VmHWM` to its current RSS (`echo 5 > clear_refs`).
-fn reset_peak(pid: u32) -> bool {
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.0} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 type Socket = common::websocket::Socket;

@@ -35,6 +35,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::memory::{mib, resident as memory};
 use common::{Mode, ServerThread, Stack};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -128,21 +129,6 @@ fn upstream() -> (ServerThread, u16) {
         let app = axum::Router::new().fallback(answer);
         let _ = axum::serve(listener, app).await;
     })
-}
-
-/// `VmHWM:` or `VmRSS:` of a process, in bytes.
-fn memory(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
-    kb * 1024
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.0} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// Opens a socket as caller `caller` (each its own key: a key may hold 64), with a receive

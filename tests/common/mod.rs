@@ -15,6 +15,7 @@
 //!   scripted reply;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
 //! * [`compressed`]: compressed request bodies, hostile shapes included;
+//! * [`memory`]: a process's resident memory (`/proc`);
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
 //! * [`prom::Export`]: a Prometheus text export, read (the processor's and Envoy's);
@@ -34,6 +35,7 @@ pub mod compressed;
 pub mod envoy;
 pub mod examples;
 pub mod llama;
+pub mod memory;
 pub mod otlp;
 pub mod pki;
 pub mod processor;

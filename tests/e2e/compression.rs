@@ -226,17 +226,6 @@ async fn the_cap_holds_on_the_decoded_size() {
     assert_eq!(upstream.requests().len(), CODINGS_SENT.len());
 }
 
-/// Peak resident memory so far (VmHWM) of a process, in bytes.
-fn peak_memory(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kb * 1024
-}
-
 /// A JSON request whose text is `size` bytes of one character, compressed in pieces (never
 /// held whole).
 fn bomb(coding: &str, size: usize) -> Vec<u8> {
@@ -263,9 +252,9 @@ async fn a_bomb_of_each_coding_stops_at_the_cap() {
     for coding in ["gzip", "deflate", "br", "zstd"] {
         let body = bomb(coding, BOMB);
         let size = body.len();
-        let before = peak_memory(pid);
+        let before = common::memory::resident(pid, "VmHWM:");
         let answer = post(stack.envoy.port(), &[("content-encoding", coding)], body).await;
-        let after = peak_memory(pid);
+        let after = common::memory::resident(pid, "VmHWM:");
         println!(
             "{coding} bomb ({size} bytes, {} MiB decoded): {}; the translator's peak memory {} -> {} MiB",
             BOMB >> 20,
