@@ -167,13 +167,21 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
         };
         let finished = ex.is_finished();
         match op % 6 {
-            0 => match ex.request_body(&body(arg), arg & 0x40 != 0, meta) {
-                RequestStep::Reply(e) => check_error(&e),
-                RequestStep::Forward(up) | RequestStep::Call(up) => {
-                    let _: serde_json::Value = serde_json::from_slice(&up.body).expect("JSON");
+            0 => {
+                let mut step = ex.request_body(&body(arg), arg & 0x40 != 0, meta);
+                // A host that offloads runs the work elsewhere; here, at once.
+                if let RequestStep::Work(work) = step {
+                    step = ex.request_worked(work.run());
                 }
-                RequestStep::Hold => {}
-            },
+                match step {
+                    RequestStep::Reply(e) => check_error(&e),
+                    RequestStep::Forward(up) | RequestStep::Call(up) => {
+                        let _: serde_json::Value = serde_json::from_slice(&up.body).expect("JSON");
+                    }
+                    RequestStep::Hold => {}
+                    RequestStep::Work(_) => panic!("a work's result asked for more work"),
+                }
+            }
             1 => {
                 let head = ResponseHead {
                     status: STATUSES[usize::from(arg) % STATUSES.len()],

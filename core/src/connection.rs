@@ -898,7 +898,8 @@ impl<E: Environment> Connection<E> {
         match step {
             RequestStep::Forward(up) => self.start_call(up),
             RequestStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
-            RequestStep::Hold | RequestStep::Call(_) => {
+            // A parsed request is never read elsewhere.
+            RequestStep::Hold | RequestStep::Call(_) | RequestStep::Work(_) => {
                 let err = ApiError::server(
                     500,
                     ErrorCode::InternalError,
@@ -1014,7 +1015,7 @@ impl<E: Environment> Connection<E> {
             RequestStep::Forward(up) => (up, false),
             RequestStep::Call(up) => (up, true),
             RequestStep::Reply(reply) => return Err(reply.error),
-            RequestStep::Hold => {
+            RequestStep::Hold | RequestStep::Work(_) => {
                 return Err(ApiError::server(
                     500,
                     ErrorCode::InternalError,

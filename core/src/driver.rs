@@ -33,7 +33,7 @@ use crate::call::{self, Call, CallId};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, Fault, HeadStep, Operation, Reply,
-    RequestStep, ResponseHead, Settings, Summary, UpstreamRequest,
+    RequestStep, ResponseHead, Settings, Summary, UpstreamRequest, Work, Worked,
 };
 use crate::life::{Event, Life};
 use crate::openresponses::{ErrorCode, Events};
@@ -135,6 +135,12 @@ pub enum Action {
     /// (`call::forwarded`: the client's credentials and trace context), which the driver does
     /// not copy for every exchange when so few make a call.
     Call { call: Call, timeout: Duration },
+    /// Run this off the host's event loop ([`Work::run`], on any thread: the request's body
+    /// is costly to read, see [`Driver::offloading`]), holding the request meanwhile (the
+    /// piece, if any, is dropped), then report its result ([`Driver::work_done`]), or that
+    /// it could not be run ([`Driver::work_refused`]). Its turn follows as for a body read
+    /// in place. If the exchange ends first, its result is no one's.
+    Work(Box<Work>),
 }
 
 impl Action {
@@ -177,6 +183,8 @@ enum Stage {
     Request,
     /// Its request is read, and held while the call of [`Action::Call`] is made.
     Calling(CallId),
+    /// Its request is held while [`Action::Work`]'s work runs.
+    Working,
     /// The translated request went upstream; its answer is awaited or being gathered.
     Forwarded,
     /// The client has the answer's head (a stream is open, or the answer went out whole):
@@ -196,6 +204,8 @@ pub struct Driver<E = System> {
     settings: Arc<Settings>,
     env: E,
     gathering: Gathering,
+    /// The host runs costly work off its event loop ([`Action::Work`]).
+    offloading: bool,
     phase: Phase,
     life: Life,
 }
@@ -215,9 +225,18 @@ impl<E: Environment> Driver<E> {
             settings,
             env,
             gathering,
+            offloading: false,
             phase: Phase::Start,
             life: Life::default(),
         }
+    }
+
+    /// The host runs a costly request body's reading (decoding, parsing, translating: a
+    /// compressed body, or one of [`exchange::COSTLY_BODY_BYTES`] or more) off its event
+    /// loop: such a body ends in [`Action::Work`] instead of being read in the callback.
+    pub fn offloading(mut self) -> Self {
+        self.offloading = true;
+        self
     }
 
     /// The call of [`Action::Call`] the exchange waits for, if any.
@@ -278,6 +297,9 @@ impl<E: Environment> Driver<E> {
             return Action::Pass;
         };
         let mut ex = Exchange::new(self.settings.clone(), op);
+        if self.offloading {
+            ex.offload();
+        }
         ex.request_head(&header);
         // A body handed over in pieces is gathered into one buffer of its announced size.
         if self.gathering == Gathering::Pieces {
@@ -385,6 +407,36 @@ impl<E: Environment> Driver<E> {
         self.call_step(now, step)
     }
 
+    /// The result of [`Action::Work`]'s work: the request goes on as if read in place.
+    pub fn work_done(&mut self, now: Instant, worked: Worked) -> Action {
+        self.life.enter(now);
+        let Some(ex) = self.working() else {
+            return Action::Hold;
+        };
+        let step = ex.request_worked(worked);
+        self.set_stage(Stage::Request);
+        self.request_step(step, false)
+    }
+
+    /// The host could not run [`Action::Work`]'s work: the exchange ends with a 503.
+    pub fn work_refused(&mut self, now: Instant) -> Action {
+        self.life.enter(now);
+        let Some(ex) = self.working() else {
+            return Action::Hold;
+        };
+        let step = ex.work_refused();
+        self.set_stage(Stage::Request);
+        self.request_step(step, false)
+    }
+
+    /// The exchange, if it waits for its work.
+    fn working(&mut self) -> Option<&mut Exchange> {
+        match &mut self.phase {
+            Phase::Ours(ex, Stage::Working) => Some(ex),
+            _ => None,
+        }
+    }
+
     /// The exchange, if it waits for call `id`.
     fn calling(&mut self, id: CallId) -> Option<&mut Exchange> {
         match &mut self.phase {
@@ -414,7 +466,7 @@ impl<E: Environment> Driver<E> {
                 let step = ex.request_body(&[], true, meta);
                 self.request_step(step, false)
             }
-            Phase::Ours(_, Stage::Calling(_)) => Action::Hold,
+            Phase::Ours(_, Stage::Calling(_) | Stage::Working) => Action::Hold,
             _ => Action::Pass,
         }
     }
@@ -440,7 +492,11 @@ impl<E: Environment> Driver<E> {
             // Envoy's own reply while the call is made: the call is dropped.
             Phase::Ours(
                 ex,
-                Stage::Request | Stage::Calling(_) | Stage::Forwarded | Stage::Answering,
+                Stage::Request
+                | Stage::Working
+                | Stage::Calling(_)
+                | Stage::Forwarded
+                | Stage::Answering,
             ) => ex,
             // Our own reply, or traffic that is not ours.
             _ => return Action::Pass,
@@ -591,6 +647,10 @@ impl<E: Environment> Driver<E> {
             *stage = Stage::Request;
             self.life.call_ended(now, ex.summary().compaction);
         }
+        // So is the result of its work.
+        if let Phase::Ours(_, stage @ Stage::Working) = &mut self.phase {
+            *stage = Stage::Request;
+        }
         if let Phase::Ours(ex, _) = &self.phase {
             self.life.finish(!ex.is_finished());
         }
@@ -623,7 +683,11 @@ impl<E: Environment> Driver<E> {
     /// ours. Fail closed: an answer to a request we never saw is never let through.
     fn claim_unannounced(&mut self) {
         if matches!(self.phase, Phase::Start) {
-            self.claim(Exchange::new(self.settings.clone(), Operation::Create));
+            let mut ex = Exchange::new(self.settings.clone(), Operation::Create);
+            if self.offloading {
+                ex.offload();
+            }
+            self.claim(ex);
         }
     }
 
@@ -671,6 +735,10 @@ impl<E: Environment> Driver<E> {
             RequestStep::Reply(error) => {
                 self.set_stage(Stage::Replied);
                 reply_to(error, Cause::Request)
+            }
+            RequestStep::Work(work) => {
+                self.set_stage(Stage::Working);
+                Action::Work(work)
             }
         };
         self.settle();

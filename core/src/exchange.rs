@@ -285,6 +285,131 @@ pub enum RequestStep {
     Call(UpstreamRequest),
     /// Answer the client with this envelope; the upstream is never called.
     Reply(ErrorReply),
+    /// The body is costly to read (see [`Exchange::offload`]): [`Work::run`] it on any
+    /// thread, then hand its result to [`Exchange::request_worked`]. The client's request is
+    /// held meanwhile.
+    Work(Box<Work>),
+}
+
+/// A request body at least this large is costly to translate (tens of milliseconds at the
+/// cap), as a compressed one is (up to the decoding budget's time, [`request_encoding`]): its
+/// host translates it off its event loop ([`Exchange::is_costly`], [`Exchange::offload`]).
+pub const COSTLY_BODY_BYTES: usize = 1 << 20;
+
+/// The costly part of reading a request (decoding, parsing, translating), apart from its
+/// exchange: pure, and `Send`, for another thread.
+#[derive(Debug)]
+pub struct Work {
+    /// The body as it came (encoded, when `decoder` is set).
+    body: Bytes,
+    decoder: Option<Box<Decoder>>,
+    operation: Operation,
+    settings: Arc<Settings>,
+    tenant: Tenant,
+    meta: Meta,
+}
+
+/// What [`Work::run`] made, for [`Exchange::request_worked`].
+#[derive(Debug)]
+pub struct Worked {
+    planned: Planned,
+    meta: Meta,
+}
+
+impl Work {
+    /// Decodes, parses and translates the body (within the decoding budget and the caps).
+    pub fn run(self) -> Worked {
+        let options = options_for(&self.settings, &self.tenant);
+        let planned = match self.decoder {
+            None => plan(&self.body, self.operation, &options, self.meta),
+            Some(mut decoder) => match decoder.push(&self.body).and_then(|()| decoder.finish()) {
+                Ok(plain) => plan(&plain, self.operation, &options, self.meta),
+                Err(err) => Planned {
+                    turn: Err(err),
+                    compaction: None,
+                },
+            },
+        };
+        Worked {
+            planned,
+            meta: self.meta,
+        }
+    }
+
+    /// The body's bytes as they came (for the host's accounting).
+    pub fn len(&self) -> usize {
+        self.body.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+}
+
+/// What a plain body asks for: the turn, and (its estimate over its threshold) the
+/// compaction's call first.
+#[derive(Debug)]
+struct Planned {
+    turn: Result<translate::request::Translated, ApiError>,
+    compaction: Option<Box<Summarising>>,
+}
+
+/// A turn's summarising request, when its compaction is due.
+#[derive(Debug)]
+struct Summarising {
+    /// The plain body, kept for the turn's translation after the call.
+    request: Bytes,
+    call: Result<translate::request::Translated, ApiError>,
+}
+
+/// Parses and translates a client's whole plain body (the pure part of a request's reading).
+fn plan(full: &[u8], operation: Operation, options: &Options, meta: Meta) -> Planned {
+    if full.is_empty() {
+        let err = ApiError::invalid_body(
+            "The request has no body. Send a JSON object with 'model' and 'input'.",
+        )
+        .with_code(ErrorCode::MissingBody);
+        return Planned {
+            turn: Err(err),
+            compaction: None,
+        };
+    }
+    let turn = match operation {
+        Operation::Create => translate::translate_request(full, options, meta),
+        Operation::Compact => compact::translate(full, options, meta),
+    };
+    // Rare (a threshold crossed): the body is kept for the turn's translation.
+    let compaction = match &turn {
+        Ok(t) if t.compaction_due.is_some() => {
+            let request = Bytes::copy_from_slice(full);
+            let call = summarise(&request, true, options, meta);
+            Some(Box::new(Summarising { request, call }))
+        }
+        _ => None,
+    };
+    Planned { turn, compaction }
+}
+
+/// The summarising request of a turn whose compaction is due (`capped`: `request` is the
+/// client's body as it came, within the size cap).
+fn summarise(
+    request: &[u8],
+    capped: bool,
+    options: &Options,
+    meta: Meta,
+) -> Result<translate::request::Translated, ApiError> {
+    translate::request::translate_window(request, capped, options, meta, Window::Summarise)
+}
+
+/// The translation's options for a tenant: the settings' (a copy only when sealed items are
+/// bound to tenants).
+fn options_for<'s>(settings: &'s Settings, tenant: &Tenant) -> std::borrow::Cow<'s, Options> {
+    if *tenant == settings.options.tenant {
+        return std::borrow::Cow::Borrowed(&settings.options);
+    }
+    let mut options = settings.options.clone();
+    options.tenant = tenant.clone();
+    std::borrow::Cow::Owned(options)
 }
 
 /// How an automatic compaction went, for logs, metrics and Envoy's metadata.
@@ -419,6 +544,8 @@ pub enum Fault {
     HeaderRefused,
     /// A call's answer where the exchange made no call, or out of order.
     CallOutOfPlace,
+    /// A request read elsewhere where the exchange asked for no such work.
+    WorkOutOfPlace,
 }
 
 impl Fault {
@@ -451,6 +578,9 @@ impl Fault {
             }
             Fault::CallOutOfPlace => {
                 "The exchange could not be completed: a call's answer out of place."
+            }
+            Fault::WorkOutOfPlace => {
+                "The exchange could not be completed: a request read out of place."
             }
         }
     }
@@ -552,6 +682,8 @@ enum State {
         /// The decoders of a compressed body (its decoded bytes are theirs until the end).
         decoder: Option<Box<Decoder>>,
     },
+    /// The client's body is read elsewhere ([`RequestStep::Work`]); the turn waits for it.
+    Working,
     /// An automatic compaction's call is in flight; the turn waits for it.
     Compacting(Box<Compacting>),
     /// Translated and sent; waiting for the answer's head.
@@ -581,6 +713,8 @@ pub struct Exchange {
     upstream_headers: Vec<KeptHeader>,
     /// The tenant its sealed items are bound to (from its request's headers: [`tenant`]).
     tenant: Tenant,
+    /// Its host reads a costly body off its event loop ([`Exchange::offload`]).
+    offload: bool,
 }
 
 impl Exchange {
@@ -592,6 +726,7 @@ impl Exchange {
             tenant: tenant(&settings, |_| None),
             unreadable: None,
             upstream_headers: Vec::new(),
+            offload: false,
             settings,
             state: State::Request {
                 body: BytesMut::new(),
@@ -659,12 +794,23 @@ impl Exchange {
     /// The translation's options for this exchange: the settings' with its tenant (a copy
     /// only when sealed items are bound to tenants).
     fn options(&self) -> std::borrow::Cow<'_, Options> {
-        if self.tenant == self.settings.options.tenant {
-            return std::borrow::Cow::Borrowed(&self.settings.options);
-        }
-        let mut options = self.settings.options.clone();
-        options.tenant = self.tenant.clone();
-        std::borrow::Cow::Owned(options)
+        options_for(&self.settings, &self.tenant)
+    }
+
+    /// Its host runs a costly body's reading elsewhere: such a body (compressed, or of
+    /// [`COSTLY_BODY_BYTES`] or more) is gathered as it comes and ends in
+    /// [`RequestStep::Work`] (a compressed one is then held encoded, up to the cap, until the
+    /// work decodes it).
+    pub fn offload(&mut self) {
+        self.offload = true;
+    }
+
+    /// Whether a piece of `len` bytes of the request's body may hold a thread for long: a
+    /// compressed body (its decoding may take up to the decoding budget's time), or a piece
+    /// of [`COSTLY_BODY_BYTES`] or more. For a host that reads a body whole on its own
+    /// threads (the processor's blocking pool).
+    pub fn is_costly(&self, len: usize) -> bool {
+        len >= COSTLY_BODY_BYTES || self.decodes_request()
     }
 
     /// What a streamed answer's translation holds of its output so far (see
@@ -723,6 +869,7 @@ impl Exchange {
     pub fn request_body(&mut self, chunk: &[u8], end: bool, meta: Meta) -> RequestStep {
         #[cfg(feature = "fault-injection")]
         crate::fault::check(chunk);
+        let offload = self.offload;
         let State::Request {
             body,
             expected,
@@ -734,7 +881,7 @@ impl Exchange {
         if let Some(err) = self.unreadable.take() {
             return RequestStep::Reply(self.fail(err));
         }
-        if let Some(d) = decoder {
+        if let Some(d) = decoder.as_mut().filter(|_| !offload) {
             // Decoded as it comes: what is held is the decoded body, bounded by the cap.
             if let Err(err) = d.push(chunk) {
                 return RequestStep::Reply(self.fail(err));
@@ -767,6 +914,19 @@ impl Exchange {
             body.extend_from_slice(chunk);
             return RequestStep::Hold;
         }
+        if offload && (decoder.is_some() || body.len() + chunk.len() >= COSTLY_BODY_BYTES) {
+            body.extend_from_slice(chunk);
+            let work = Work {
+                body: std::mem::take(body).freeze(),
+                decoder: decoder.take(),
+                operation: self.summary.operation,
+                settings: Arc::clone(&self.settings),
+                tenant: self.tenant.clone(),
+                meta,
+            };
+            self.state = State::Working;
+            return RequestStep::Work(Box::new(work));
+        }
         // The usual case is one piece: translate it in place, without a copy.
         if body.is_empty() {
             return self.translate_whole(chunk, meta);
@@ -776,26 +936,41 @@ impl Exchange {
         self.translate_whole(&whole, meta)
     }
 
+    /// The result of [`RequestStep::Work`]'s work: the same steps as the end of
+    /// [`Exchange::request_body`].
+    pub fn request_worked(&mut self, worked: Worked) -> RequestStep {
+        if !matches!(self.state, State::Working) {
+            return RequestStep::Reply(self.fail(Fault::WorkOutOfPlace.error()));
+        }
+        self.planned(worked.planned, worked.meta)
+    }
+
+    /// The host could not run [`RequestStep::Work`]'s work (too many at once): a 503 the
+    /// client may retry.
+    pub fn work_refused(&mut self) -> RequestStep {
+        if !matches!(self.state, State::Working) {
+            return RequestStep::Reply(self.fail(Fault::WorkOutOfPlace.error()));
+        }
+        let err = ApiError::server(
+            503,
+            ErrorCode::ServerIsOverloaded,
+            "This server is reading too many large or compressed request bodies at once. \
+             Retry shortly.",
+        );
+        RequestStep::Reply(self.fail(err))
+    }
+
     /// The client's whole body, plain.
     fn translate_whole(&mut self, full: &[u8], meta: Meta) -> RequestStep {
-        if full.is_empty() {
-            let err = ApiError::invalid_body(
-                "The request has no body. Send a JSON object with 'model' and 'input'.",
-            )
-            .with_code(ErrorCode::MissingBody);
-            return RequestStep::Reply(self.fail(err));
-        }
-        let options = self.options();
-        let translated = match self.summary.operation {
-            Operation::Create => translate::translate_request(full, &options, meta),
-            Operation::Compact => compact::translate(full, &options, meta),
-        };
-        match translated {
-            Ok(turn) if turn.compaction_due.is_some() => {
-                // Rare (a threshold crossed): the body is kept for the turn's translation.
-                self.compact(Bytes::copy_from_slice(full), true, None, meta, turn)
-            }
-            other => self.forward(other),
+        let planned = plan(full, self.summary.operation, &self.options(), meta);
+        self.planned(planned, meta)
+    }
+
+    /// What a plain body asks for, carried out: the turn forwarded, or the compaction's call.
+    fn planned(&mut self, planned: Planned, meta: Meta) -> RequestStep {
+        match (planned.turn, planned.compaction) {
+            (Ok(turn), Some(c)) => self.compact(c.request, true, None, meta, turn, c.call),
+            (turn, _) => self.forward(turn),
         }
     }
 
@@ -814,11 +989,14 @@ impl Exchange {
             return RequestStep::Reply(self.fail(Fault::ObjectOutOfPlace.error()));
         }
         let body = translate::request::object_body(&body);
+        let options = self.options();
         let translated =
-            translate::request::translate_window(&body, false, &self.options(), meta, Window::Turn);
+            translate::request::translate_window(&body, false, &options, meta, Window::Turn);
         match translated {
             Ok(turn) if turn.compaction_due.is_some() => {
-                self.compact(Bytes::from(body), false, continues, meta, turn)
+                let summarising = summarise(&body, false, &options, meta);
+                drop(options);
+                self.compact(Bytes::from(body), false, continues, meta, turn, summarising)
             }
             other => self.forward(other.map(|mut t| {
                 t.plan.echo.previous_response_id = continues;
@@ -836,16 +1014,8 @@ impl Exchange {
         continues: Option<String>,
         meta: Meta,
         turn: translate::request::Translated,
+        summarising: Result<translate::request::Translated, ApiError>,
     ) -> RequestStep {
-        let options = self.options();
-        let options = options.as_ref();
-        let summarising = translate::request::translate_window(
-            &request,
-            capped,
-            options,
-            meta,
-            Window::Summarise,
-        );
         let summarising = match summarising {
             Ok(s) => s,
             Err(err) => return RequestStep::Reply(self.fail(err)),
@@ -1077,7 +1247,7 @@ impl Exchange {
             },
             // Envoy answered before the request was forwarded: never translate what the
             // upstream did not send.
-            State::Request { .. } | State::Compacting(_) => Gather::Error {
+            State::Request { .. } | State::Working | State::Compacting(_) => Gather::Error {
                 status: head.status,
                 expected_stream: false,
                 local: true,
@@ -1187,9 +1357,10 @@ impl Exchange {
                 let limit = self.settings.options.max_request_bytes;
                 AbortStep::Reply(self.fail(request_too_large(limit)))
             }
-            State::Compacting(_) | State::Forwarded(_) | State::Gathering { .. } => {
-                AbortStep::Reply(self.response_overflow())
-            }
+            State::Working
+            | State::Compacting(_)
+            | State::Forwarded(_)
+            | State::Gathering { .. } => AbortStep::Reply(self.response_overflow()),
             State::Streaming(_) => self.abort(
                 ErrorCode::ResponseTooLarge,
                 "The upstream sent more at once than this server reads.",
@@ -2145,6 +2316,7 @@ mod tests {
             RequestStep::Reply(e) => Err((e.status(), envelope(&e))),
             RequestStep::Hold => panic!("held"),
             RequestStep::Call(_) => panic!("no context_management here"),
+            RequestStep::Work(_) => panic!("not offloaded"),
         }
     }
 

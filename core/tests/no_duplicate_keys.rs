@@ -94,6 +94,7 @@ fn exchange(op: Operation, request: &Value, content_type: &str, answer: &[u8]) -
         RequestStep::Reply(reply) => return vec![check(&reply.body, &what)],
         RequestStep::Hold => panic!("held a whole body"),
         RequestStep::Call(_) => panic!("no context_management here"),
+        RequestStep::Work(_) => panic!("not offloaded"),
     }
     let head = ResponseHead {
         status: 200,

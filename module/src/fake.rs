@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use responses_core::environment::Environment;
+use responses_core::exchange::Work;
 use responses_core::metadata::MetadataValue;
 use responses_testkit::answers::check_answer;
 
@@ -163,6 +164,12 @@ pub struct FakeHost {
     pub protocol: Option<String>,
     /// The child spans the filter made, in order (`SpanRef::fake_child(i)` is the `i`th).
     pub children: Vec<FakeSpan>,
+    /// The work the filter started ([`Terminal::start_work`]), not yet run.
+    pub work: Option<Box<Work>>,
+    /// Works started so far.
+    pub works_started: usize,
+    /// Set: `start_work` is refused (the work threads' queue is full).
+    pub refuse_work: bool,
 }
 
 /// The answer a filter sends itself ([`Terminal::send_headers`] and the rest).
@@ -478,6 +485,16 @@ impl Terminal for FakeHost {
         self.continued = true;
     }
 
+    fn start_work(&mut self, work: Box<Work>) -> bool {
+        if self.refuse_work {
+            return false;
+        }
+        assert!(self.work.is_none(), "one work at a time");
+        self.work = Some(work);
+        self.works_started += 1;
+        true
+    }
+
     fn arm_timer(&mut self, at: Instant) {
         self.timer = Some(at);
     }
@@ -570,6 +587,9 @@ pub struct FakeEnvoy {
     replies_seen: usize,
     /// Envoy told the filter the stream is complete: it reports nothing more.
     pub completed: bool,
+    /// Set: the work the filter starts waits for [`FakeEnvoy::finish_work`]; unset, it is
+    /// done as soon as the hook that started it returns (a work thread at once).
+    pub hold_work: bool,
 }
 
 impl FakeEnvoy {
@@ -583,6 +603,36 @@ impl FakeEnvoy {
             response_held: false,
             replies_seen: 0,
             completed: false,
+            hold_work: false,
+        }
+    }
+
+    /// The work the filter started is done (on this thread) and its result delivered on the
+    /// filter's worker (`panicked`: as if it had panicked); false if none was started. After
+    /// the stream completed, Envoy delivers nothing (the filter is gone).
+    pub fn finish_work_as(&mut self, panicked: bool) -> bool {
+        let Some(work) = self.host.work.take() else {
+            return false;
+        };
+        let worked = (!panicked).then(|| work.run());
+        if self.completed {
+            return true;
+        }
+        self.filter.work_done(&mut self.host, worked);
+        self.settle();
+        self.deliver_reported();
+        true
+    }
+
+    /// [`FakeEnvoy::finish_work_as`], done.
+    pub fn finish_work(&mut self) -> bool {
+        self.finish_work_as(false)
+    }
+
+    /// After a hook: the work it started is done at once, unless held.
+    fn work_after_hook(&mut self) {
+        if !self.hold_work {
+            self.finish_work();
         }
     }
 
@@ -656,6 +706,7 @@ impl FakeEnvoy {
             HeadersStatus::Continue => self.release_request(end),
             HeadersStatus::Stop => self.request_held = true,
         }
+        self.work_after_hook();
     }
 
     fn release_request(&mut self, end: bool) {
@@ -689,6 +740,7 @@ impl FakeEnvoy {
             self.upstream.ended |= end;
         }
         // Stop (no buffer): whatever is left is the filter's to drop.
+        self.work_after_hook();
     }
 
     pub fn request_trailers(&mut self) {
@@ -700,6 +752,7 @@ impl FakeEnvoy {
         if !self.done() && st == TrailersStatus::Continue {
             self.release_request(true);
         }
+        self.work_after_hook();
     }
 
     /// The answer's head, from the upstream or (if nothing went upstream) Envoy's own reply.

@@ -33,7 +33,7 @@ use responses_core::metrics;
 use responses_core::telemetry::{self, Transport};
 
 use crate::config::FilterConfig;
-use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, Terminal};
+use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, Terminal, WorkResult};
 use crate::report::{log, log_line, tag_span, Stats};
 use crate::socket::{self, Socket};
 use crate::status::{
@@ -91,7 +91,10 @@ enum Upgrade<E> {
 impl<E: Environment + Clone> Filter<E> {
     pub fn new(config: Arc<FilterConfig>, env: E) -> Self {
         // Envoy hands the filter each piece as it arrives, and drops it once drained.
-        let driver = Driver::new(config.settings.clone(), env.clone(), Gathering::Pieces);
+        // A costly body (compressed, or large) is read on the module's work threads: the
+        // worker serves its other streams meanwhile.
+        let driver =
+            Driver::new(config.settings.clone(), env.clone(), Gathering::Pieces).offloading();
         Filter {
             config,
             env,
@@ -316,6 +319,29 @@ impl<E: Environment + Clone> Filter<E> {
         match &mut self.upgrade {
             Upgrade::Socket(socket) => socket.timer_fired(host),
             _ => self.side_call_due(host),
+        }
+    }
+
+    /// The result of the work started by [`Terminal::start_work`] (`None`: it panicked): the
+    /// held request goes upstream translated, or the exchange ends with its envelope.
+    pub fn work_done(&mut self, host: &mut impl Terminal, worked: WorkResult) {
+        if !matches!(self.upgrade, Upgrade::No) {
+            return;
+        }
+        let action = match worked {
+            Some(worked) => self.driver.work_done(Instant::now(), worked),
+            None => {
+                log(host, Level::Error, || {
+                    format!(
+                        "panic while reading a request body; failing the exchange request_id={}",
+                        self.request_id
+                    )
+                });
+                self.driver.fail(Instant::now(), Failure::Panic)
+            }
+        };
+        if self.carry(host, Side::Request, action) {
+            host.continue_request();
         }
     }
 
@@ -573,6 +599,19 @@ impl<E: Environment + Clone> Filter<E> {
                 false
             }
             Action::Call { call, timeout } => self.start_side_call(host, side, call, timeout),
+            Action::Work(work) => {
+                if host.start_work(work) {
+                    return false;
+                }
+                log(host, Level::Warn, || {
+                    format!(
+                        "too many request bodies waiting for the work threads; refusing this one request_id={}",
+                        self.request_id
+                    )
+                });
+                let action = self.driver.work_refused(Instant::now());
+                self.carry(host, side, action)
+            }
             Action::Forward { edits, request } => {
                 self.log(host, &log::forwarded(self.driver.summary(), &request));
                 if !edit(host, side, edits) {

@@ -307,13 +307,18 @@ fn deliver(stream: &mut Stream, host: &mut Envoy<'_>, event: Deferred) {
 }
 
 /// A scheduler event: the filter's timer (unless disarmed or armed again since the commit),
-/// or Envoy's drain.
+/// Envoy's drain, or its work's result.
 fn scheduled(stream: &mut Stream, host: &mut Envoy<'_>, event_id: u64) {
     match event_id {
         abi::TIMER_EVENT if host.timer_due() => {
             on_stream!(stream, f => f.timer_fired(host));
         }
         abi::DRAIN_EVENT => on_stream!(stream, f => f.drain_started(host)),
+        abi::WORK_EVENT => {
+            if let Some(worked) = host.take_worked() {
+                on_stream!(stream, f => f.work_done(host, worked));
+            }
+        }
         _ => {}
     }
 }

@@ -9,11 +9,13 @@
 mod abi;
 pub mod ffi;
 pub mod timer;
+pub mod work;
 
 use std::cell::Cell;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use responses_core::exchange::{Work, Worked};
 use responses_core::metadata::MetadataValue;
 
 use abi::{EnvoyBuffer, EnvoyHttpHeader, ModuleBuffer, ModuleHttpHeader};
@@ -202,6 +204,10 @@ pub trait Terminal: Host {
     /// Resumes the request a hook held (outside the hooks: from a callout's event or the
     /// timer): Envoy sends on its head and the body appended to its buffer meanwhile.
     fn continue_request(&mut self);
+    /// Runs a request body's costly reading off the worker (`crate::host::work`);
+    /// `Filter::work_done` gets its result on the filter's worker (`None`: it panicked),
+    /// unless the filter is gone first. False: refused (too many waiting), nothing runs.
+    fn start_work(&mut self, work: Box<Work>) -> bool;
     /// `Filter::timer_fired` is called on the filter's worker once `at` is reached (at once if
     /// it has passed), unless the timer is armed again or disarmed first. One timer per
     /// filter.
@@ -240,7 +246,12 @@ pub struct HostState {
     armed: bool,
     /// Child spans made and not finished yet (finished when the filter goes).
     spans: Vec<SpanRef>,
+    /// Where the work thread puts the result of the filter's work ([`Terminal::start_work`]).
+    work: Option<Arc<Mutex<Option<WorkResult>>>>,
 }
+
+/// A work's result (`None`: it panicked).
+pub type WorkResult = Option<Worked>;
 
 impl Drop for HostState {
     fn drop(&mut self) {
@@ -351,6 +362,14 @@ impl<'a> Envoy<'a> {
             self.state.armed = false;
         }
         due
+    }
+
+    /// A work event arrived: the work's result, if it is there (once).
+    pub fn take_worked(&mut self) -> Option<WorkResult> {
+        let slot = self.state.work.as_ref()?;
+        let result = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        self.state.work = None;
+        Some(result)
     }
 
     /// The filter's registration in the timer service, made on first use.
@@ -862,6 +881,24 @@ impl Terminal for Envoy<'_> {
     fn continue_request(&mut self) {
         // SAFETY: valid filter pointer.
         unsafe { abi::envoy_dynamic_module_callback_http_filter_continue_decoding(self.filter) }
+    }
+
+    fn start_work(&mut self, work: Box<Work>) -> bool {
+        let waker = self.registration().waker();
+        let slot: Arc<Mutex<Option<WorkResult>>> = Arc::default();
+        let result = Arc::clone(&slot);
+        let job = Box::new(move || {
+            let worked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.run())).ok();
+            *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(worked);
+            waker.wake(work::WORK_EVENT);
+        });
+        // The result is delivered on this worker, so never before this hook returns.
+        self.state.work = Some(slot);
+        if work::pool().submit(job).is_err() {
+            self.state.work = None;
+            return false;
+        }
+        true
     }
 
     fn arm_timer(&mut self, at: Instant) {

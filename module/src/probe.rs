@@ -365,6 +365,9 @@ impl Probe {
         self.say(host, &text);
     }
 
+    /// The probe starts no work.
+    pub fn work_done(&mut self, _host: &mut impl Terminal, _worked: crate::host::WorkResult) {}
+
     pub fn drain_started(&mut self, host: &mut impl Terminal) {
         log("drain started");
         self.say(host, "drain started");

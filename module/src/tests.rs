@@ -437,6 +437,137 @@ fn a_cut_exchange_is_counted_as_cut() {
     assert!(e.host.metadata.is_empty(), "no summary for a cut exchange");
 }
 
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// A request whose body is costly to read (compressed, or of 1 MiB or more): the filter holds
+/// it and hands the reading to a work thread; the worker goes on meanwhile.
+fn post_costly(e: &mut FakeEnvoy, body: &[u8], compressed: bool) {
+    let mut headers = POST.to_vec();
+    if compressed {
+        headers.push(("content-encoding", "gzip"));
+    }
+    e.request_headers(&headers, false);
+    let (first, rest) = body.split_at(body.len() / 2);
+    e.request_body(first, false);
+    e.request_body(rest, true);
+}
+
+#[test]
+fn a_costly_body_is_read_on_a_work_thread_then_goes_upstream_translated() {
+    let request = json!({"model": "m", "input": "hi"}).to_string();
+    let large = json!({"model": "m", "input": "x".repeat(1 << 20)}).to_string();
+    let cases: [(&str, Vec<u8>, bool); 3] = [
+        ("gzip", gzip(request.as_bytes()), true),
+        ("a plain body of 1 MiB", large.clone().into_bytes(), false),
+        ("a gzipped one of 1 MiB", gzip(large.as_bytes()), true),
+    ];
+    for (what, body, compressed) in cases {
+        let mut e = envoy();
+        e.hold_work = true;
+        post_costly(&mut e, &body, compressed);
+        assert_eq!(e.host.works_started, 1, "{what}");
+        assert!(
+            e.upstream.headers.is_none() && e.upstream.body.is_empty(),
+            "{what}: held while read"
+        );
+        assert!(e.client.reply.is_none());
+        assert!(e.finish_work(), "{what}");
+        let chat = upstream_json(&e);
+        assert_eq!(chat["model"], "m", "{what}");
+        assert_eq!(
+            header(&e.upstream.headers, ":path"),
+            Some("/v1/chat/completions")
+        );
+        assert_eq!(
+            header(&e.upstream.headers, "content-encoding"),
+            None,
+            "{what}"
+        );
+        e.response_headers(200, "application/json", false);
+        e.response_body(CHAT.as_bytes(), true);
+        let answer: Value = serde_json::from_slice(&e.client.body).unwrap();
+        assert_eq!(answer["status"], "completed", "{what}");
+        e.complete();
+        e.assert_fail_closed("/v1/chat/completions");
+    }
+    // Small and plain: read on the worker, as before.
+    let mut e = envoy();
+    post_costly(&mut e, request.as_bytes(), false);
+    assert_eq!(e.host.works_started, 0);
+    assert!(e.upstream.ended);
+}
+
+#[test]
+fn a_costly_body_that_is_bad_refused_or_panics_ends_in_its_envelope() {
+    let refused = |e: &FakeEnvoy| {
+        let reply = e.client.reply.clone().expect("an envelope");
+        let body: Value = serde_json::from_slice(&reply.body).unwrap();
+        assert!(e.upstream.headers.is_none(), "nothing went upstream");
+        (
+            reply.status,
+            body["error"]["code"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    // Not gzip at all: decoded on the work thread, refused there.
+    let mut e = envoy();
+    post_costly(&mut e, b"not gzip at all", true);
+    assert_eq!(e.host.works_started, 1);
+    assert_eq!(refused(&e), (400, "invalid_encoded_body".to_owned()));
+    e.complete();
+    e.assert_fail_closed("/v1/chat/completions");
+    // The work threads' queue is full: a 503 to retry.
+    let mut e = envoy();
+    e.host.refuse_work = true;
+    post_costly(&mut e, &gzip(b"{}"), true);
+    assert_eq!(refused(&e), (503, "server_is_overloaded".to_owned()));
+    e.complete();
+    // The work panicked: the exchange fails, the worker is untouched.
+    let mut e = envoy();
+    e.hold_work = true;
+    post_costly(&mut e, &gzip(b"{}"), true);
+    assert!(e.finish_work_as(true));
+    assert_eq!(refused(&e), (500, "internal_error".to_owned()));
+    e.complete();
+    e.assert_fail_closed("/v1/chat/completions");
+}
+
+#[test]
+fn a_stream_that_ends_while_its_body_is_read_takes_no_result() {
+    let mut e = envoy();
+    e.hold_work = true;
+    post_costly(&mut e, &gzip(br#"{"model":"m","input":"hi"}"#), true);
+    e.complete();
+    assert!(e.finish_work(), "the work ran");
+    assert!(e.upstream.headers.is_none() && e.client.reply.is_none());
+    let m = fake::config("{}").metrics;
+    let cut = (
+        m.id(Metric::Exchanges).0,
+        vec![
+            "create".to_string(),
+            "false".into(),
+            "cut".into(),
+            "".into(),
+        ],
+    );
+    assert_eq!(e.host.counters.get(&cut), Some(&1), "{:?}", e.host.counters);
+    // A late result delivered all the same (a scheduler event racing the end) changes nothing.
+    let mut e = envoy();
+    e.hold_work = true;
+    post_costly(&mut e, &gzip(br#"{"model":"m","input":"hi"}"#), true);
+    e.complete();
+    let work = e.host.work.take().unwrap();
+    e.filter.work_done(&mut e.host, Some(work.run()));
+    assert!(e.upstream.headers.is_none() && e.host.replies.is_empty() && !e.host.continued);
+}
+
 #[test]
 fn the_filters_own_reply_passes_its_response_hooks() {
     let mut e = envoy();

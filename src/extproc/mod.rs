@@ -124,10 +124,6 @@ impl ExternalProcessor for Processor {
 }
 
 /// One exchange's gRPC stream: Envoy's messages in, the session's answers out.
-/// A request body at least this large is translated off the runtime's thread (see
-/// [`Driver::costly`]).
-const OFF_THREAD_BYTES: usize = 1 << 20;
-
 struct Driver {
     inbound: Streaming<ProcessingRequest>,
     session: Session,
@@ -309,15 +305,14 @@ impl Driver {
         self.answered(answered);
     }
 
-    /// A request body whose translation may hold a thread for long: a compressed one (its
-    /// decoding may take up to the decoding budget's time, docs/limits-and-failures.md), or
-    /// one of [`OFF_THREAD_BYTES`] or more (tens of milliseconds at the cap).
+    /// A request body whose translation may hold a thread for long (the core's rule:
+    /// `Exchange::is_costly`).
     fn costly(&self, req: &ProcessingRequest) -> bool {
         use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
         let Some(Request::RequestBody(body)) = &req.request else {
             return false;
         };
-        body.body.len() >= OFF_THREAD_BYTES || self.session.decodes_request()
+        self.session.is_costly(body.body.len())
     }
 
     /// Never a clean end after a failure: it would let Envoy carry on without us and pass

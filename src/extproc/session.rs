@@ -155,9 +155,13 @@ impl<E: Environment> Session<E> {
         self.driver.is_ours()
     }
 
-    /// Its request body is decoded as it comes (a compressed body).
-    pub fn decodes_request(&self) -> bool {
-        self.driver.exchange().is_some_and(|e| e.decodes_request())
+    /// Whether a request body piece of `len` bytes may hold a thread for long
+    /// ([`Exchange::is_costly`](responses_core::exchange::Exchange::is_costly)).
+    pub fn is_costly(&self, len: usize) -> bool {
+        match self.driver.exchange() {
+            Some(exchange) => exchange.is_costly(len),
+            None => len >= responses_core::exchange::COSTLY_BODY_BYTES,
+        }
     }
 
     /// `x-request-id` of the exchange (empty before the request headers), for logs.
@@ -330,7 +334,12 @@ impl<E: Environment> Session<E> {
     }
 
     /// The driver's action as the answer to a message.
-    fn carry(&mut self, at: Message, action: Action) -> Vec<ProcessingResponse> {
+    fn carry(&mut self, at: Message, mut action: Action) -> Vec<ProcessingResponse> {
+        // This driver does not offload (a costly message is handled on a blocking thread
+        // whole, `crate::extproc`): work it asks for anyway is done here.
+        while let Action::Work(work) = action {
+            action = self.driver.work_done(Instant::now(), work.run());
+        }
         if let Trace::Open(span) = &self.trace {
             if span.wants_content() {
                 match &action {
@@ -355,6 +364,7 @@ impl<E: Environment> Session<E> {
                 return Vec::new();
             }
             Action::Reply { error, cause } => return vec![self.reply(&error, cause)],
+            Action::Work(_) => unreachable!("done above"),
             // Envoy resets a stream whose head went out when it is answered this way.
             Action::Reset { error, .. } => return vec![self.reply(&error, Cause::Answer)],
             Action::Pass | Action::Hold if at == Message::ResponseTrailers => {

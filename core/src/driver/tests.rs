@@ -936,3 +936,98 @@ proptest! {
         prop_assert!(ours == 0 || matches!(events.last(), Some(Event::Finished(_))));
     }
 }
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+#[test]
+fn an_offloading_host_reads_a_costly_body_through_work_and_only_then() {
+    let offloading = || Test {
+        d: Driver::new(Arc::new(Settings::default()), Fixed, Gathering::Pieces).offloading(),
+        t0: Instant::now(),
+    };
+    let gzipped = [
+        (":method", "POST"),
+        (":path", "/v1/responses"),
+        ("content-encoding", "gzip"),
+    ];
+    let request = br#"{"model":"m","input":"hi"}"#;
+    let encoded = gzip(request);
+    let (first, rest) = encoded.split_at(encoded.len() / 2);
+
+    // Compressed: gathered encoded, then handed over whole; the request holds meanwhile.
+    let mut t = offloading();
+    assert!(matches!(t.head(0, &gzipped, false), Action::ReadBody(_)));
+    assert!(matches!(t.body(1, &[first], false), Action::Hold));
+    let Action::Work(work) = t.body(2, &[rest], true) else {
+        panic!("a compressed body is work")
+    };
+    assert_eq!(work.len(), encoded.len(), "held encoded");
+    let now = t.at(3);
+    assert!(matches!(t.d.request_trailers(now), Action::Hold));
+    assert!(matches!(t.body(3, &[b"more"], true), Action::Hold));
+    let worked = std::thread::spawn(move || work.run()).join().unwrap();
+    let now = t.at(4);
+    let Action::Forward { request: up, .. } = t.d.work_done(now, worked) else {
+        panic!("forwarded once read")
+    };
+    let chat: Value = serde_json::from_slice(&up.body).unwrap();
+    assert_eq!(chat["messages"][0]["content"], "hi");
+
+    // The exchange ends while its body is read: the result is no one's, the exchange was cut.
+    let mut t = offloading();
+    t.head(0, &gzipped, false);
+    let Action::Work(work) = t.body(1, &[&encoded], true) else {
+        panic!("work")
+    };
+    let now = t.at(2);
+    t.d.closed(now);
+    let now = t.at(3);
+    assert!(matches!(t.d.work_done(now, work.run()), Action::Hold));
+    let events = t.events(3);
+    let ends = finished(&events);
+    assert_eq!(ends.len(), 1);
+    assert!(ends[0].cut);
+
+    // Plain: small is read in place, 1 MiB or more is work.
+    let mut t = offloading();
+    t.post(0);
+    assert!(matches!(
+        t.body(1, &[request], true),
+        Action::Forward { .. }
+    ));
+    let large = json!({"model": "m", "input": "x".repeat(exchange::COSTLY_BODY_BYTES)});
+    let mut t = offloading();
+    t.post(0);
+    let Action::Work(work) = t.body(1, &[large.to_string().as_bytes()], true) else {
+        panic!("a large body is work")
+    };
+    let now = t.at(2);
+    assert!(matches!(
+        t.d.work_done(now, work.run()),
+        Action::Forward { .. }
+    ));
+
+    // Refused: a 503 to retry, and nothing more of the request passes.
+    let mut t = offloading();
+    t.head(0, &gzipped, false);
+    assert!(matches!(t.body(1, &[&encoded], true), Action::Work(_)));
+    let now = t.at(2);
+    let Action::Reply { error, cause } = t.d.work_refused(now) else {
+        panic!("an envelope")
+    };
+    assert_eq!((error.status(), cause), (503, Cause::Request));
+    assert_eq!(code(&error), "server_is_overloaded");
+
+    // A host that does not offload reads it in place (the processor, on its blocking pool).
+    let mut t = Test::new(Gathering::Pieces);
+    t.head(0, &gzipped, false);
+    assert!(matches!(
+        t.body(1, &[&encoded], true),
+        Action::Forward { .. }
+    ));
+}

@@ -114,7 +114,8 @@ pub enum ErrorCode {
     ServerError,
     /// An upstream's 502.
     BadGateway,
-    /// An upstream's 503 with a JSON error body: a model server overloaded or loading.
+    /// An upstream's 503 with a JSON error body: a model server overloaded or loading; or too
+    /// many costly request bodies waiting for the host's work threads.
     ServerIsOverloaded,
     /// An upstream's 503 without one (Envoy's own: no healthy upstream, connection refused),
     /// or an upstream the WebSocket transport cannot reach.

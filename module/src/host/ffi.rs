@@ -21,6 +21,7 @@ pub use super::abi::{
     TRAILERS_STOP_ITERATION,
 };
 pub use super::timer::{DRAIN_EVENT, TIMER_EVENT};
+pub use super::work::WORK_EVENT;
 
 use super::abi::{self, ModuleBuffer};
 use super::{CalloutId, CalloutReset, Envoy, HostState, MetricId};

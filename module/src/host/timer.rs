@@ -322,6 +322,15 @@ impl<S: Scheduler + 'static> Registration<S> {
         state.entries.get(self.key.index)?.as_ref()?.deadline
     }
 
+    /// A handle that commits an event of this registration's scheduler from any thread, for
+    /// as long as the registration lives (a work thread's result: `super::work`).
+    pub fn waker(&self) -> Waker<S> {
+        Waker {
+            service: Arc::clone(&self.service),
+            key: self.key,
+        }
+    }
+
     /// From now on the scheduler commits [`DRAIN_EVENT`] when Envoy starts draining. True if
     /// it already has (no event then: the caller knows).
     pub fn watch_drain(&self) -> bool {
@@ -333,6 +342,28 @@ impl<S: Scheduler + 'static> Registration<S> {
             }
         }
         draining
+    }
+}
+
+/// Commits events of one registration's scheduler (see [`Registration::waker`]).
+pub struct Waker<S: Scheduler + 'static> {
+    service: Arc<Service<S>>,
+    key: Key,
+}
+
+impl<S: Scheduler + 'static> Waker<S> {
+    /// Commits `event_id` if the registration still lives (its filter is there); under the
+    /// lock its drop deletes the scheduler under. Returns whether it did.
+    pub fn wake(&self, event_id: u64) -> bool {
+        let mut state = self.service.lock();
+        match state.entries.get(self.key.index) {
+            Some(Some(entry)) if entry.generation == self.key.generation => {
+                entry.scheduler.commit(event_id);
+                state.fired += 1;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -454,6 +485,29 @@ mod tests {
         // A deadline already passed fires at once.
         regs[3].arm(now);
         assert_eq!(rx.recv_timeout(LONG).unwrap().0, 3);
+        service.stop();
+    }
+
+    #[test]
+    fn a_waker_commits_while_its_filter_lives_and_never_after() {
+        let (service, rx, make) = service();
+        let (a, a_deleted) = make.make(1);
+        let a = service.register(a);
+        let waker = a.waker();
+        assert!(waker.wake(7));
+        assert_eq!(rx.recv_timeout(LONG).map(|(id, e, _)| (id, e)), Ok((1, 7)));
+        drop(a);
+        assert!(a_deleted.load(Ordering::SeqCst));
+        // A new registration takes the same slot; the old key wakes neither it nor the
+        // deleted scheduler (whose probe would panic), from another thread as a work
+        // thread's would.
+        let (b, _) = make.make(2);
+        let b = service.register(b);
+        assert_eq!(b.key.index, 0);
+        let late = std::thread::scope(|s| s.spawn(|| waker.wake(7)).join().unwrap());
+        assert!(!late);
+        assert!(rx.recv_timeout(Duration::from_millis(30)).is_err());
+        drop(b);
         service.stop();
     }
 
