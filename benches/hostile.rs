@@ -281,22 +281,18 @@ impl Normals {
         self.failed += usize::from(!ok);
     }
 
-    /// `n, p50 / p99 / max`, or without the p99.
-    fn cells(&self, p99: bool) -> String {
+    /// `n, p50 / p99 / max`.
+    fn cells(&self) -> String {
         let failed = if self.failed > 0 {
             format!(" ({} not 200)", self.failed)
         } else {
             String::new()
         };
-        let p99 = if p99 {
-            format!(" / {}", ms(percentile(&self.times, 0.99)))
-        } else {
-            String::new()
-        };
         format!(
-            "{}{failed}, {}{p99} / {}",
+            "{}{failed}, {} / {} / {}",
             self.times.len(),
             ms(percentile(&self.times, 0.5)),
+            ms(percentile(&self.times, 0.99)),
             ms(percentile(&self.times, 1.0))
         )
     }
@@ -412,10 +408,9 @@ fn main() {
         .map(|(_, s)| s.envoy.url("/v1/responses"))
         .collect();
     let client = common::client();
-    // One row per case, the modes side by side; in module mode only the median and the
-    // maximum of the requests beside (there are few: they wait for the body).
+    // One row per case, the modes side by side.
     println!(
-        "| case | bodies | encoded | answers | ext_proc: worst time to the answer | beside: n, p50 / p99 / max | module: worst time to the answer | beside: n, p50 / max |"
+        "| case | bodies | encoded | answers | ext_proc: worst time to the answer | beside: n, p50 / p99 / max | module: worst time to the answer | beside: n, p50 / p99 / max |"
     );
     println!("|---|---:|---:|---|---:|---|---:|---|");
     let row = |name: &str, cells: [String; 3], per_mode: &[(String, &Normals)]| {
@@ -426,7 +421,7 @@ fn main() {
                 Some(i) => {
                     let (worst, normals) = &per_mode[i];
                     columns.push(worst.clone());
-                    columns.push(normals.cells(mode == Mode::ExtProc));
+                    columns.push(normals.cells());
                 }
                 None => columns.extend(["—".to_owned(), "—".to_owned()]),
             }
