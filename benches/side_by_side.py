@@ -39,6 +39,8 @@ traffic). Nothing here asserts speed; it measures.
 The realistic scenarios (benches/fixtures/README.md): "Codex turn" posts a real Codex CLI 0.169
 turn (40 KB, `stream: true`) as is, "400 KB turn" the same grown to a long agent session; both
 are answered by the 64-event stream, and bare Envoy gets the same bytes on the Chat route.
+Their ", gzip" variants post the same turns gzipped (`content-encoding: gzip`), which each mode
+reads off the thread that serves the others (compared with bare Envoy given the plain turn).
 "500-chunk trickled stream" is a trickle scenario: a second demo upstream replays
 benches/fixtures/chat_500.sse (500 token-sized vLLM deltas and usage), each event written on
 its own, BENCH_REPLAY_DELAY_MS apart.
@@ -55,6 +57,7 @@ exchange with traces off and on. For "off costs nothing", compare the untraced r
 older build: BENCH_PROCESSOR_BIN=/path/to/it BENCH_ONLY="ext_proc, /v1" BENCH_SKIP=traced.
 """
 
+import gzip
 import json
 import os
 import re
@@ -146,6 +149,9 @@ class Scenario:
     trickle: bool = False
     # Traces on: the processor exports a span per exchange to an OTLP sink.
     traced: bool = False
+    # The body posted gzipped (`content-encoding: gzip`): a compressed body is read off the
+    # thread that serves the others (the processor's blocking pool, the module's work threads).
+    gzip: bool = False
 
 
 SCENARIOS = [
@@ -192,6 +198,16 @@ SCENARIOS = [
              "bare Envoy, 400 KB turn", "event: response.completed"),
     Scenario("module, 400 KB turn", MODULE_CONFIG, "sse", "/v1/responses", LONG_TURN, False,
              "bare Envoy, 400 KB turn", "event: response.completed", module=True),
+    Scenario("ext_proc, Codex turn, gzip", FILTER_CONFIG, "sse", "/v1/responses", CODEX_TURN,
+             True, "bare Envoy, Codex turn", "event: response.completed", gzip=True),
+    Scenario("module, Codex turn, gzip", MODULE_CONFIG, "sse", "/v1/responses", CODEX_TURN,
+             False, "bare Envoy, Codex turn", "event: response.completed", module=True,
+             gzip=True),
+    Scenario("ext_proc, 400 KB turn, gzip", FILTER_CONFIG, "sse", "/v1/responses", LONG_TURN,
+             True, "bare Envoy, 400 KB turn", "event: response.completed", gzip=True),
+    Scenario("module, 400 KB turn, gzip", MODULE_CONFIG, "sse", "/v1/responses", LONG_TURN,
+             False, "bare Envoy, 400 KB turn", "event: response.completed", module=True,
+             gzip=True),
     Scenario("bare Envoy, trickle SSE", "benches/envoy-bare.yaml", "trickle",
              "/v1/chat/completions", TRICKLE_CHAT, False, "bare Envoy, trickle SSE",
              "data: [DONE]", trickle=True),
@@ -217,8 +233,18 @@ def body_bytes(scenario):
     """What a scenario posts: its JSON object, or a fixture's bytes as they are."""
     if isinstance(scenario.body, str):
         with open(scenario.body, "rb") as f:
-            return f.read()
-    return json.dumps(scenario.body).encode()
+            body = f.read()
+    else:
+        body = json.dumps(scenario.body).encode()
+    return gzip.compress(body, 6) if scenario.gzip else body
+
+
+def request_headers(scenario):
+    """The headers of each request: openai-python's, and the body's coding."""
+    headers = {"content-type": "application/json", **CLIENT_HEADERS}
+    if scenario.gzip:
+        headers["content-encoding"] = "gzip"
+    return headers
 
 
 @dataclass
@@ -409,9 +435,6 @@ def envoy_config(scenario, tmp, listen, admin, extproc, upstream, socket_path):
             ("port_value: 9901", f"port_value: {admin}"), ("port_value: 18080", f"port_value: {upstream}")]
     if scenario.processor and not scenario.uds:
         subs.append(("port_value: 50051", f"port_value: {extproc}"))
-    if scenario.module:
-        # The WebSocket cluster is not used here; keep it off the fixed port.
-        subs.append(("port_value: 50052", f"port_value: {free_port()}"))
     if scenario.uds:
         subs.append(("path: /run/responses-extproc/extproc.sock", f"path: {socket_path}"))
     if scenario.filter_everywhere:
@@ -434,8 +457,8 @@ def wrk_script(tmp, scenario):
     path = os.path.join(tmp, "post.lua")
     with open(path, "w") as f:
         f.write(f'local file = io.open("{body}", "rb")\nwrk.body = file:read("*a")\nfile:close()\n'
-                f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n')
-        for name, value in CLIENT_HEADERS.items():
+                f'wrk.method = "POST"\n')
+        for name, value in request_headers(scenario).items():
             f.write(f'wrk.headers["{name}"] = "{value}"\n')
     return path
 
@@ -458,8 +481,7 @@ def run_wrk(url, script, seconds, connections):
 
 
 def check_answer(url, scenario):
-    req = urllib.request.Request(url, data=body_bytes(scenario),
-                                 headers={"content-type": "application/json", **CLIENT_HEADERS})
+    req = urllib.request.Request(url, data=body_bytes(scenario), headers=request_headers(scenario))
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             status, body = resp.status, resp.read().decode()
