@@ -291,9 +291,10 @@ pub enum RequestStep {
     Work(Box<Work>),
 }
 
-/// A request body at least this large is costly to translate (tens of milliseconds at the
-/// cap), as a compressed one is (up to the decoding budget's time, [`request_encoding`]): its
-/// host translates it off its event loop ([`Exchange::is_costly`], [`Exchange::offload`]).
+/// A request body at least this large is costly to translate (about a millisecond per MiB
+/// of agent turn, measured: up to ~15 ms at the default cap), as a compressed one is (up to
+/// the decoding budget's time, [`request_encoding`]): its host translates it off its event
+/// loop ([`Exchange::is_costly`], [`Exchange::offload`]).
 pub const COSTLY_BODY_BYTES: usize = 1 << 20;
 
 /// The costly part of reading a request (decoding, parsing, translating), apart from its
