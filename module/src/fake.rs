@@ -543,14 +543,21 @@ impl Terminal for FakeHost {
         child.finished = true;
     }
 
+    /// The stream's own span is `…-00000000000000ff`, the `i`th child `…-{i + 1}`.
     fn span_ids(&self, span: SpanRef) -> Option<(String, String)> {
-        let child = span.fake_child_index()?;
-        Some((
-            "0af7651916cd43dd8448eb211c80319c".to_owned(),
-            format!("{:016x}", child + 1),
-        ))
+        let id = match span.fake_child_index() {
+            Some(child) => child + 1,
+            None => {
+                self.span.as_ref()?;
+                0xff
+            }
+        };
+        Some((FAKE_TRACE_ID.to_owned(), format!("{id:016x}")))
     }
 }
+
+/// The trace id of every fake span.
+pub const FAKE_TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 
 /// What went upstream.
 #[derive(Debug, Default, Clone)]

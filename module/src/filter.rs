@@ -32,6 +32,7 @@ use responses_core::metadata;
 use responses_core::metrics;
 use responses_core::telemetry::{self, Transport};
 
+use crate::callout::CallHead;
 use crate::config::FilterConfig;
 use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, Terminal, WorkResult};
 use crate::report::{log, log_line, tag_span, Stats};
@@ -378,24 +379,18 @@ impl<E: Environment + Clone> Filter<E> {
         timeout: Duration,
     ) -> bool {
         self.log(host, &log::called(self.driver.summary(), &call));
-        let forwarded = call::forwarded(|name| host.header(Side::Request, name));
+        let mut call = call;
+        call.headers
+            .extend(call::forwarded(|name| host.header(Side::Request, name)));
         let authority = host
             .header(Side::Request, ":authority")
             .unwrap_or_default()
             .to_owned();
-        let length = call.body.len().to_string();
-        let mut headers: Vec<(&str, &str)> = vec![
-            (":method", "POST"),
-            (":path", &call.path),
-            (":authority", &authority),
-            ("content-length", &length),
-        ];
-        headers.extend(
-            call.headers
-                .iter()
-                .chain(&forwarded)
-                .map(|(name, value)| (name.as_ref(), value.as_str())),
-        );
+        // The call continues the exchange's span (Envoy's for the stream, which the exchange's
+        // attributes tag), as the processor's continues its own.
+        let span = host.active_span();
+        let head = CallHead::new(host, &call, &authority, span);
+        let headers = head.headers();
         let cluster = &self.config.socket.upstream_cluster;
         let callout = Callout {
             cluster,

@@ -25,6 +25,8 @@
 
 pub mod bootstrap;
 #[forbid(unsafe_code)]
+pub mod callout;
+#[forbid(unsafe_code)]
 pub mod config;
 #[forbid(unsafe_code)]
 pub mod drain;

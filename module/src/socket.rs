@@ -37,6 +37,7 @@ use responses_core::openresponses::{ApiError, Code};
 use responses_core::telemetry::{self, Transport};
 use responses_core::websocket::handshake::{self, Version};
 
+use crate::callout::CallHead;
 use crate::config::FilterConfig;
 use crate::host::{
     Callout, CalloutId, CalloutRefused, CalloutReset, Level, Side, SpanRef, Terminal,
@@ -270,31 +271,9 @@ impl<E: Environment + Clone> Socket<E> {
                 CallAction::Start(call) => {
                     let summary = self.conn.exchange().map(|e| e.summary());
                     self.log(host, &log::called(summary, &call));
-                    // The Chat request continues the response's span (Envoy's span for it, on
-                    // the listener it loops back to, is its child).
-                    let trace = self
-                        .span
-                        .and_then(|span| host.span_ids(span))
-                        .and_then(|(trace, span)| telemetry::traceparent(&trace, &span));
-                    let length = call.body.len().to_string();
-                    let mut headers: Vec<(&str, &str)> = vec![
-                        (":method", "POST"),
-                        (":path", &call.path),
-                        (":authority", &self.authority),
-                        ("content-length", &length),
-                    ];
-                    let replaced = |name: &str| {
-                        trace.is_some() && (name == "traceparent" || name == "tracestate")
-                    };
-                    headers.extend(
-                        call.headers
-                            .iter()
-                            .filter(|(name, _)| !replaced(name))
-                            .map(|(name, value)| (name.as_ref(), value.as_str())),
-                    );
-                    if let Some(traceparent) = &trace {
-                        headers.push(("traceparent", traceparent));
-                    }
+                    // The Chat request continues the response's span.
+                    let head = CallHead::new(host, &call, &self.authority, self.span);
+                    let headers = head.headers();
                     let callout = Callout {
                         cluster: &self.config.socket.upstream_cluster,
                         headers: &headers,

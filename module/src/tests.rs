@@ -1015,10 +1015,29 @@ fn post_compacting(e: &mut FakeEnvoy, stream: bool) {
             ("authorization", "Bearer sk-client"),
             ("cookie", "session=secret"),
             ("x-request-id", "req-1"),
+            ("traceparent", CLIENT_TRACEPARENT),
+            ("tracestate", "client=1"),
         ],
         false,
     );
     e.request_body(compacting(stream).to_string().as_bytes(), true);
+}
+
+const CLIENT_TRACEPARENT: &str = "00-11111111111111111111111111111111-2222222222222222-01";
+
+#[test]
+fn an_untraced_side_call_carries_the_clients_trace_context() {
+    let mut e = envoy();
+    post_compacting(&mut e, false);
+    let call = e.host.callouts.values().next().expect("a callout");
+    let head = |name: &str| {
+        call.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(head("traceparent"), Some(CLIENT_TRACEPARENT));
+    assert_eq!(head("tracestate"), Some("client=1"));
 }
 
 #[test]
@@ -1042,6 +1061,10 @@ fn a_due_compaction_is_a_callout_then_the_compacted_turn_goes_upstream() {
     assert_eq!(head(":authority"), Some("api.example"));
     assert_eq!(head("authorization"), Some("Bearer sk-client"));
     assert_eq!(head("cookie"), None);
+    // It continues the exchange's span (Envoy's for the stream), not the client's.
+    let stream_span = format!("00-{}-00000000000000ff-01", fake::FAKE_TRACE_ID);
+    assert_eq!(head("traceparent"), Some(stream_span.as_str()));
+    assert_eq!(head("tracestate"), None);
     let length = call.body.len().to_string();
     assert_eq!(head("content-length"), Some(length.as_str()));
     let chat: Value = serde_json::from_slice(&call.body).unwrap();

@@ -372,6 +372,54 @@ async fn a_compactions_side_call_is_an_event_and_a_child_span() {
         .is_some_and(|t| t.contains(&client_span.trace_id)));
 }
 
+/// Module mode: an automatic compaction is a `compaction` event on Envoy's span for the
+/// request, and its side call (a callout into the internal listener) carries that span's
+/// context, so Envoy's span for it is the request span's child, as in ext_proc mode the call
+/// is the processor span's.
+#[tokio::test]
+async fn the_modules_side_call_is_a_child_of_envoys_request_span() {
+    if !common::only_module("the module's side call (ext_proc: the processor's span)") {
+        return;
+    }
+    let stack = TracedModule::start();
+    let summary = json!({"id": "s", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "A summary."}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 3, "total_tokens": 53}});
+    stack.upstream.push(Reply::json(200, &summary));
+    stack.upstream.push(Reply::json(200, &completion("m")));
+    let client_span = ClientSpan::new();
+    let (status, body) = stack
+        .post(
+            &client_span,
+            json!({"model": "m", "context_management": [{"type": "compaction", "compact_threshold": 10}],
+                "input": [
+                    {"role": "user", "content": "Tell me a long story about cats and their whiskers."},
+                    {"role": "assistant", "content": "Once upon a time there was a cat."},
+                    {"role": "user", "content": "Go on."}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let request = stack.request_span(&client_span);
+    assert!(
+        request.events.iter().any(|(name, _)| name == "compaction"),
+        "{request:#?}"
+    );
+    let side = stack
+        .receiver
+        .wait_for("Envoy's span for the side call", WAIT, |s| {
+            s.parent_span_id == request.span_id
+        });
+    assert_eq!(side.trace_id, client_span.trace_id);
+    let requests = stack.upstream.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0].header("traceparent"),
+        Some(format!("00-{}-{}-01", client_span.trace_id, side.span_id).as_str()),
+        "the summarising request continues Envoy's span for it"
+    );
+}
+
 #[tokio::test]
 async fn http_exchanges_are_spans_under_envoys_ext_proc_span_with_the_answers_values() {
     if !only_ext_proc(SKIP) {
