@@ -219,14 +219,15 @@ fn exchange_as(data: &[u8], operation: responses_core::exchange::Operation) {
 }
 
 /// Arbitrary bytes as a script of Envoy hooks into the in-process module's filter (the module
-/// crate's fake Envoy, small caps): request pieces, answer heads of any status and content type,
-/// body pieces, trailers and panics, in any order, for `/v1/responses` and
+/// crate's fake Envoy, small caps): request pieces (compressed or not), answer heads of any
+/// status and content type, body pieces, trailers, panics and the end of a compressed
+/// request's reading (off the worker), in any order, for `/v1/responses` and
 /// `/v1/responses/compact`. Never a panic, and after every step nothing untranslated has
 /// reached the upstream or the client (`responses_module::fake::FakeEnvoy::assert_fail_closed`).
 pub fn module(data: &[u8]) {
-    let (headers_end, steps) = responses_module::fake::script(data);
+    let script = responses_module::fake::script(data);
     for path in ["/v1/responses", "/v1/responses/compact?x=1"] {
-        responses_module::fake::run_script(path, headers_end, &steps);
+        responses_module::fake::run_script(path, &script);
     }
 }
 

@@ -577,11 +577,16 @@ impl<E: Environment> Driver<E> {
         self.life.enter(now);
         let unix = self.env.now();
         let (ex, stage) = match &mut self.phase {
-            Phase::Ours(ex, stage @ (Stage::Request | Stage::Forwarded | Stage::Answering))
-                if !ex.is_finished() =>
-            {
-                (ex, *stage)
-            }
+            // Envoy's own reply while the request is still ours (read, worked on, or held for
+            // a call) is gathered as an upstream's answer is: its trailers end it.
+            Phase::Ours(
+                ex,
+                stage @ (Stage::Request
+                | Stage::Working
+                | Stage::Calling(_)
+                | Stage::Forwarded
+                | Stage::Answering),
+            ) if !ex.is_finished() => (ex, *stage),
             _ => return Action::Pass,
         };
         let action = match ex.response_body(&[], true, unix) {

@@ -1087,6 +1087,20 @@ pub enum Step {
     },
     ResponseTrailers,
     Panic,
+    /// The work the filter started (a compressed request's reading) is done now; until then
+    /// (in a compressed script) it waits, whatever else happens.
+    Work,
+}
+
+/// A script of Envoy hooks for one exchange.
+#[derive(Debug, Clone, Default)]
+pub struct Script {
+    /// The request head ends the request (no body).
+    pub headers_end: bool,
+    /// The request says `content-encoding: gzip`: its reading is work, held until
+    /// [`Step::Work`].
+    pub compressed: bool,
+    pub steps: Vec<Step>,
 }
 
 /// Typical bodies of both sides, for scripts.
@@ -1098,6 +1112,11 @@ pub const BODIES: &[&[u8]] = &[
     br#"{"choices":[{"index":0,"finish_reason":"stop","message":{"content":"yo"}}]}"#,
     br#"{"error":{"message":"busy"}}"#,
 ];
+/// The first two of [`BODIES`] gzipped: a compressed script's requests.
+pub const GZIPPED: &[&[u8]] = &[
+    b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\xab\x56\xca\xcd\x4f\x49\xcd\x51\xb2\x52\xca\x55\xd2\x51\xca\xcc\x2b\x28\x2d\x01\xb2\x33\x32\x95\x6a\x01\x18\x50\x9e\x1e\x1a\x00\x00\x00",
+    b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\xab\x56\xca\xcd\x4f\x49\xcd\x51\xb2\x52\xca\x55\xd2\x51\xca\xcc\x2b\x28\x2d\x01\xb2\x33\x32\x81\x9c\xe2\x92\xa2\xd4\xc4\x5c\x25\xab\x92\xa2\xd2\xd4\x5a\x00\x78\xe5\x7b\x0a\x28\x00\x00\x00",
+];
 pub const CONTENT_TYPES: &[&str] = &["application/json", "text/event-stream", "text/plain", ""];
 pub const STATUSES: &[u16] = &[200, 200, 201, 400, 413, 429, 500, 503, 504];
 
@@ -1107,13 +1126,19 @@ pub const SMALL_CAPS: &str = r#"{"max_body_bytes": 300, "max_request_bytes": 300
     "reasoning_keys": "k:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="}"#;
 
 /// Runs a script against a `POST path` exchange and checks it failed closed.
-pub fn run_script(path: &str, skip_request_end: bool, steps: &[Step]) -> FakeEnvoy {
+pub fn run_script(path: &str, script: &Script) -> FakeEnvoy {
+    let steps = &script.steps;
     let config = config(SMALL_CAPS);
     let chat_path = config.settings.chat_path.clone();
     let mut envoy = FakeEnvoy::new(config.clone());
     // Traced: whatever the sequence, Envoy's span is tagged at most once, and in time.
     envoy.host.span = Some(FakeSpan::default());
-    envoy.request_headers(&[(":method", "POST"), (":path", path)], skip_request_end);
+    let mut head = vec![(":method", "POST"), (":path", path)];
+    if script.compressed {
+        head.push(("content-encoding", "gzip"));
+        envoy.hold_work = true;
+    }
+    envoy.request_headers(&head, script.headers_end);
     for step in steps {
         match step.clone() {
             Step::RequestBody { bytes, end } => envoy.request_body(&bytes, end),
@@ -1126,10 +1151,15 @@ pub fn run_script(path: &str, skip_request_end: bool, steps: &[Step]) -> FakeEnv
             Step::ResponseBody { bytes, end } => envoy.response_body(&bytes, end),
             Step::ResponseTrailers => envoy.response_trailers(),
             Step::Panic => envoy.panic(),
+            Step::Work => {
+                envoy.finish_work();
+            }
         }
         envoy.assert_fail_closed(&chat_path);
     }
     envoy.complete();
+    // A work still running ends after the stream: its result is no one's.
+    envoy.finish_work();
     envoy.assert_fail_closed(&chat_path);
     let span = envoy.host.span.as_ref().expect("traced");
     assert!(span.tag_calls <= 1 && span.lost == 0, "{span:?}");
@@ -1147,13 +1177,19 @@ pub fn run_script(path: &str, skip_request_end: bool, steps: &[Step]) -> FakeEnv
     envoy
 }
 
-/// Arbitrary bytes as a script (the fuzz target's decoding).
-pub fn script(data: &[u8]) -> (bool, Vec<Step>) {
+/// Arbitrary bytes as a script (the fuzz target's decoding): the first byte says whether the
+/// head ends the request (bit 0) and whether it is compressed (bit 1), then two bytes a step.
+pub fn script(data: &[u8]) -> Script {
     let mut bytes = data.iter().copied();
-    let skip = bytes.next().is_some_and(|b| b & 1 == 1);
+    let first = bytes.next().unwrap_or(0);
+    let compressed = first & 2 == 2;
     let mut steps = Vec::new();
     while let Some(op) = bytes.next() {
         let arg = bytes.next().unwrap_or(0);
+        // A compressed script's typical requests are gzipped.
+        let gzipped = (compressed && arg & 0x80 == 0)
+            .then(|| GZIPPED.get(usize::from(arg) % BODIES.len()))
+            .flatten();
         let mut body = |arg: u8| -> Vec<u8> {
             if arg & 0x80 == 0 {
                 BODIES[usize::from(arg) % BODIES.len()].to_vec()
@@ -1163,7 +1199,7 @@ pub fn script(data: &[u8]) -> (bool, Vec<Step>) {
         };
         steps.push(match op % 7 {
             0 | 1 => Step::RequestBody {
-                bytes: body(arg),
+                bytes: gzipped.map_or_else(|| body(arg), |g| g.to_vec()),
                 end: arg & 0x40 != 0,
             },
             2 => Step::ResponseHeaders {
@@ -1178,13 +1214,18 @@ pub fn script(data: &[u8]) -> (bool, Vec<Step>) {
             5 if arg & 1 == 0 => Step::RequestTrailers,
             5 => Step::ResponseTrailers,
             _ if arg & 0x0f == 0 => Step::Panic,
+            _ if arg & 0x0f == 1 => Step::Work,
             _ => Step::ResponseBody {
                 bytes: body(arg),
                 end: true,
             },
         });
     }
-    (skip, steps)
+    Script {
+        headers_end: first & 1 == 1,
+        compressed,
+        steps,
+    }
 }
 
 // ---- WebSocket sessions ----

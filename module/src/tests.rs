@@ -590,6 +590,7 @@ fn the_filters_own_reply_passes_its_response_hooks() {
 fn step() -> impl Strategy<Value = Step> {
     let body = prop_oneof![
         (0..fake::BODIES.len()).prop_map(|i| fake::BODIES[i].to_vec()),
+        (0..fake::GZIPPED.len()).prop_map(|i| fake::GZIPPED[i].to_vec()),
         proptest::collection::vec(any::<u8>(), 0..400),
     ];
     prop_oneof![
@@ -608,6 +609,7 @@ fn step() -> impl Strategy<Value = Step> {
         Just(Step::RequestTrailers),
         Just(Step::ResponseTrailers),
         Just(Step::Panic),
+        Just(Step::Work),
     ]
 }
 
@@ -620,32 +622,54 @@ proptest! {
     fn prop_nothing_untranslated_passes(
         compact in any::<bool>(),
         headers_end in any::<bool>(),
+        compressed in any::<bool>(),
         steps in proptest::collection::vec(step(), 0..12),
     ) {
         let path = if compact { "/v1/responses/compact" } else { "/v1/responses?x=1" };
-        fake::run_script(path, headers_end, &steps);
+        fake::run_script(path, &fake::Script { headers_end, compressed, steps });
     }
 }
 
 /// The fuzz target's decoding (`fake::script`), on the seeds of `fuzz/corpus/module`.
 #[test]
 fn fuzz_scripts_decode_into_whole_exchanges() {
-    let (end, steps) = fake::script(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x03, 0x45]);
-    let e = fake::run_script("/v1/responses", end, &steps);
+    let run = |data: &[u8]| {
+        let script = fake::script(data);
+        let e = fake::run_script("/v1/responses", &script);
+        (e, script.steps)
+    };
+    let (e, steps) = run(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x03, 0x45]);
     let text = String::from_utf8(e.client.body.clone()).unwrap();
     assert!(
         text.contains("event: response.completed\n"),
         "{steps:?}: {text}"
     );
-    let (end, steps) = fake::script(&[0x00, 0x00, 0x42, 0x02, 0x05, 0x03, 0x41]);
-    let e = fake::run_script("/v1/responses", end, &steps);
+    let (e, steps) = run(&[0x00, 0x00, 0x42, 0x02, 0x05, 0x03, 0x41]);
     assert_eq!(e.client.reply.map(|r| r.status), Some(429), "{steps:?}");
-    let (end, steps) = fake::script(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x06, 0x00]);
-    let e = fake::run_script("/v1/responses", end, &steps);
+    let (e, steps) = run(&[0x00, 0x00, 0x43, 0x02, 0x12, 0x03, 0x02, 0x06, 0x00]);
     let text = String::from_utf8(e.client.body.clone()).unwrap();
     assert!(
         text.contains("event: response.failed\n"),
         "{steps:?}: {text}"
+    );
+    // Compressed (bit 1): the gzipped stream request is read as work, then answered.
+    let (e, steps) = run(&[
+        0x02, 0x00, 0x43, 0x06, 0x01, 0x02, 0x12, 0x03, 0x02, 0x03, 0x45,
+    ]);
+    assert_eq!(e.host.works_started, 1, "{steps:?}");
+    assert!(matches!(steps[1], fake::Step::Work), "{steps:?}");
+    let text = String::from_utf8(e.client.body.clone()).unwrap();
+    assert!(
+        text.contains("event: response.completed\n"),
+        "{steps:?}: {text}"
+    );
+    // The answer's head before the work is done: Envoy's own reply, never translated.
+    let (e, steps) = run(&[0x02, 0x00, 0x43, 0x02, 0x12, 0x06, 0x01]);
+    assert!(e.upstream.headers.is_none(), "{steps:?}");
+    assert!(
+        e.client.reply.is_some() || e.client.reset,
+        "{steps:?}: {:?}",
+        e.client
     );
 }
 

@@ -1031,3 +1031,28 @@ fn an_offloading_host_reads_a_costly_body_through_work_and_only_then() {
         Action::Forward { .. }
     ));
 }
+
+#[test]
+fn envoys_reply_while_the_body_is_worked_on_ended_by_trailers_is_an_envelope() {
+    let mut t = Test {
+        d: Driver::new(Arc::new(Settings::default()), Fixed, Gathering::Pieces).offloading(),
+        t0: Instant::now(),
+    };
+    let head = [
+        (":method", "POST"),
+        (":path", "/v1/responses"),
+        ("content-encoding", "gzip"),
+    ];
+    t.head(0, &head, false);
+    let Action::Work(work) = t.body(1, &[&gzip(br#"{"model":"m","input":"hi"}"#)], true) else {
+        panic!("work")
+    };
+    assert!(matches!(
+        t.answer_head(2, "200", "application/json", false),
+        Action::ReadBody(_)
+    ));
+    let now = t.at(3);
+    assert!(matches!(t.d.response_trailers(now), Action::Reply { .. }));
+    let now = t.at(4);
+    assert!(matches!(t.d.work_done(now, work.run()), Action::Hold));
+}

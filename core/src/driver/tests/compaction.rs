@@ -558,3 +558,27 @@ fn the_compaction_item_is_bound_to_the_exchanges_tenant() {
         }
     }
 }
+
+/// Envoy's own reply while the request is held for the call (a timeout, another filter's
+/// reply), ended by trailers: an envelope, never the reply passing as it is (the module's
+/// fake found it ending by trailers passed).
+#[test]
+fn envoys_reply_during_the_call_ended_by_trailers_is_an_envelope() {
+    let mut t = Test::with(keyed(), Gathering::Pieces);
+    let (call, _) = calling(&mut t, &long(false, 10));
+    assert!(matches!(
+        t.answer_head(2, "200", "application/json", false),
+        Action::ReadBody(_)
+    ));
+    let now = t.at(3);
+    let Action::Reply { error, cause } = t.d.response_trailers(now) else {
+        panic!("an envelope")
+    };
+    assert_eq!(cause, Cause::Answer);
+    assert_eq!((error.status(), code(&error)), (502, json!("bad_gateway")));
+    // The call's answer, late, is no one's.
+    assert!(matches!(
+        call_answer(&mut t, call.id, 4, 200, SUMMARY),
+        Action::Hold
+    ));
+}
