@@ -321,6 +321,25 @@ fn stream_reply() -> Reply {
     ])
 }
 
+/// A request whose estimate crosses its `compact_threshold`.
+fn compacting() -> Value {
+    json!({"model": "m", "context_management": [{"type": "compaction", "compact_threshold": 10}],
+        "input": [
+            {"role": "user", "content": "Tell me a long story about cats and their whiskers."},
+            {"role": "assistant", "content": "Once upon a time there was a cat."},
+            {"role": "user", "content": "Go on."}]})
+}
+
+/// The upstream's answers to [`compacting`]: the summary (50 input tokens), then the turn.
+fn compaction_answers(upstream: &ScriptedUpstream) {
+    let summary = json!({"id": "s", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "A summary."}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 3, "total_tokens": 53}});
+    upstream.push(Reply::json(200, &summary));
+    upstream.push(Reply::json(200, &completion("m")));
+}
+
 /// An automatic compaction (`context_management`): the processor's span has a `compaction`
 /// event at its summarising call and the compaction's attributes, and the call's own Envoy
 /// span (back through Envoy's listener) is the processor span's child.
@@ -330,23 +349,9 @@ async fn a_compactions_side_call_is_an_event_and_a_child_span() {
         return;
     }
     let stack = TracedStack::start(&[], &[]);
-    let summary = json!({"id": "s", "object": "chat.completion", "model": "m",
-        "choices": [{"index": 0, "finish_reason": "stop",
-            "message": {"role": "assistant", "content": "A summary."}}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 3, "total_tokens": 53}});
-    stack.upstream.push(Reply::json(200, &summary));
-    stack.upstream.push(Reply::json(200, &completion("m")));
+    compaction_answers(&stack.upstream);
     let client_span = ClientSpan::new();
-    let (status, body) = post(
-        &stack,
-        &client_span,
-        json!({"model": "m", "context_management": [{"type": "compaction", "compact_threshold": 10}],
-            "input": [
-                {"role": "user", "content": "Tell me a long story about cats and their whiskers."},
-                {"role": "assistant", "content": "Once upon a time there was a cat."},
-                {"role": "user", "content": "Go on."}]}),
-    )
-    .await;
+    let (status, body) = post(&stack, &client_span, compacting()).await;
     assert_eq!(status, 200, "{body}");
     // Envoy: the request, its ext_proc stream, the side call's request.
     let trace = stack.trace(&client_span.trace_id, 1, 3);
@@ -382,23 +387,9 @@ async fn the_modules_side_call_is_a_child_of_envoys_request_span() {
         return;
     }
     let stack = TracedModule::start();
-    let summary = json!({"id": "s", "object": "chat.completion", "model": "m",
-        "choices": [{"index": 0, "finish_reason": "stop",
-            "message": {"role": "assistant", "content": "A summary."}}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 3, "total_tokens": 53}});
-    stack.upstream.push(Reply::json(200, &summary));
-    stack.upstream.push(Reply::json(200, &completion("m")));
+    compaction_answers(&stack.upstream);
     let client_span = ClientSpan::new();
-    let (status, body) = stack
-        .post(
-            &client_span,
-            json!({"model": "m", "context_management": [{"type": "compaction", "compact_threshold": 10}],
-                "input": [
-                    {"role": "user", "content": "Tell me a long story about cats and their whiskers."},
-                    {"role": "assistant", "content": "Once upon a time there was a cat."},
-                    {"role": "user", "content": "Go on."}]}),
-        )
-        .await;
+    let (status, body) = stack.post(&client_span, compacting()).await;
     assert_eq!(status, 200, "{body}");
     let request = stack.request_span(&client_span);
     assert!(
