@@ -133,6 +133,11 @@ impl Envoy {
 
     /// Starts Envoy with a full bootstrap (its listener and admin must use port 0).
     pub fn start_with_config(config: &str) -> Envoy {
+        Envoy::start_with_env(config, &[])
+    }
+
+    /// [`Envoy::start_with_config`] with these variables in Envoy's environment.
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Envoy {
         let dir = TempDir::new("envoy");
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, config).expect("write envoy config");
@@ -140,6 +145,7 @@ impl Envoy {
         let log = dir.path().join("envoy.log");
         let log_file = std::fs::File::create(&log).expect("create envoy log");
         let mut command = Command::new(envoy_binary());
+        command.envs(env.iter().copied());
         if config.contains("envoy.filters.http.dynamic_modules") {
             // Where Envoy finds libresponses_module.so (module mode, tests/common/stack.rs).
             command.env(

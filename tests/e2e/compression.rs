@@ -224,6 +224,99 @@ async fn the_cap_holds_on_the_decoded_size() {
     }
     // Only the requests under the cap went upstream.
     assert_eq!(upstream.requests().len(), CODINGS_SENT.len());
+
+    // The encoded bytes count against the same cap (module mode gathers them before decoding
+    // them on a work thread): gzip's stored blocks make a body of the cap's size a little
+    // larger encoded; just under, both sizes are within.
+    let stored = |body: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+        std::io::Write::write_all(&mut e, body).unwrap();
+        e.finish().unwrap()
+    };
+    let under = stored(&request_of(CAP - 64));
+    assert!(under.len() <= CAP, "{} bytes", under.len());
+    let just_over = stored(&request_of(CAP));
+    assert!(just_over.len() > CAP, "{} bytes", just_over.len());
+    let far_over = stored(&request_of(4 * CAP));
+    upstream.push(Reply::json(200, &completion("ok")));
+    let answer = post(stack.envoy.port(), &[("content-encoding", "gzip")], under).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    for (what, body) in [("just over", just_over), ("far over", far_over)] {
+        let answer = post(stack.envoy.port(), &[("content-encoding", "gzip")], body).await;
+        assert_eq!(answer.status, 413, "{what}");
+        assert_eq!(
+            answer.json()["error"]["code"],
+            "request_too_large",
+            "{what}"
+        );
+    }
+    assert_eq!(upstream.requests().len(), CODINGS_SENT.len() + 1);
+    let chat = upstream.requests().last().unwrap().json();
+    assert_eq!(
+        chat["model"], "m",
+        "the one under the cap went upstream translated"
+    );
+}
+
+/// Module mode, with no room for waiting work (`RESPONSES_MODULE_WORK_QUEUE=0`): a costly
+/// body (compressed, or of 1 MiB or more) is refused with a 503 the client may retry, never
+/// read on Envoy's worker nor sent upstream; other requests go on.
+#[tokio::test]
+async fn with_the_work_threads_full_a_costly_body_is_a_503() {
+    if !common::only_module("the module's work threads (ext_proc: tokio's blocking pool)") {
+        return;
+    }
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| Reply::json(200, &completion("ok")));
+    let config = common::stack::module_bootstrap(
+        "{}",
+        common::envoy::Ports {
+            upstream: upstream.port(),
+            extproc: 0,
+            listener: 0,
+            ws: 1,
+        },
+    );
+    let envoy = common::Envoy::start_with_env(&config, &[("RESPONSES_MODULE_WORK_QUEUE", "0")]);
+    let small = json!({"model": "m", "input": "hi"})
+        .to_string()
+        .into_bytes();
+    for (what, headers, body) in [
+        (
+            "gzip",
+            vec![("content-encoding", "gzip")],
+            compress("gzip", &small),
+        ),
+        ("1 MiB plain", vec![], request_of(1 << 20)),
+    ] {
+        let answer = post(envoy.port(), &headers, body).await;
+        assert_eq!(
+            answer.status,
+            503,
+            "{what}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(
+            answer.json()["error"]["code"],
+            "server_is_overloaded",
+            "{what}"
+        );
+    }
+    assert!(upstream.requests().is_empty(), "{:?}", upstream.requests());
+    // Just under the costly size, plain: read on the worker, translated.
+    let answer = post(envoy.port(), &[], request_of((1 << 20) - 1)).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(upstream.requests().len(), 1);
 }
 
 /// A JSON request whose text is `size` bytes of one character, compressed in pieces (never

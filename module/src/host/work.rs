@@ -8,9 +8,9 @@
 //! ([`WORK_EVENT`], committed under the timer service's lock: never after the filter is gone,
 //! see [`super::timer`]).
 //!
-//! Bounds: [`THREADS`] threads (started on the first job), and at most [`MAX_QUEUED`] jobs
-//! waiting; beyond that a body is refused with a 503 the client may retry, rather than read on
-//! the worker. A waiting job holds only its body, which its stream held already.
+//! Bounds: [`threads`] threads (started on the first job), and at most [`max_queued`] jobs
+//! waiting (both may be set in Envoy's environment); beyond that a body is refused with a 503
+//! the client may retry, rather than read on the worker. A waiting job holds only its body, which its stream held already.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
@@ -18,23 +18,40 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 /// The event id of a job's result ready for its filter.
 pub const WORK_EVENT: u64 = 3;
 
-/// Jobs waiting for a thread, at most: a burst of costly bodies waits here (each is bounded
-/// in time), a flood is refused.
+/// Jobs waiting for a thread, at most, by default: a burst of costly bodies waits here (each
+/// is bounded in time), a flood is refused.
 pub const MAX_QUEUED: usize = 1024;
 
-/// How many work threads: as many as the machine's cores, at most [`MAX_THREADS`]; they
-/// compete with Envoy's workers for the cores only while costly bodies are read.
+/// The most work threads by default, whatever the machine.
+pub const MAX_THREADS: usize = 8;
+
+/// Envoy's environment variable that sets the number of work threads (1 or more).
+pub const THREADS_VAR: &str = "RESPONSES_MODULE_WORK_THREADS";
+/// ... and the most jobs waiting (0: every costly body is refused, for tests).
+pub const QUEUE_VAR: &str = "RESPONSES_MODULE_WORK_QUEUE";
+
+/// How many work threads: [`THREADS_VAR`], else as many as the machine's cores, at most
+/// [`MAX_THREADS`]; they compete with Envoy's workers for the cores only while costly bodies
+/// are read.
 pub fn threads() -> usize {
-    static THREADS: OnceLock<usize> = OnceLock::new();
-    *THREADS.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .clamp(1, MAX_THREADS)
-    })
+    from_env(THREADS_VAR).map_or_else(
+        || {
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(1, MAX_THREADS)
+        },
+        |n| n.max(1),
+    )
 }
 
-/// The most work threads, whatever the machine.
-pub const MAX_THREADS: usize = 8;
+/// The most jobs waiting: [`QUEUE_VAR`], else [`MAX_QUEUED`].
+pub fn max_queued() -> usize {
+    from_env(QUEUE_VAR).unwrap_or(MAX_QUEUED)
+}
+
+fn from_env(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
 
 /// One job: the body's reading and the delivery of its result.
 pub type Job = Box<dyn FnOnce() + Send>;
@@ -151,7 +168,7 @@ impl Pool {
 /// The module's pool.
 pub fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| Pool::new(threads(), MAX_QUEUED, super::pin_module))
+    POOL.get_or_init(|| Pool::new(threads(), max_queued(), super::pin_module))
 }
 
 #[cfg(test)]
