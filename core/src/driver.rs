@@ -409,22 +409,21 @@ impl<E: Environment> Driver<E> {
 
     /// The result of [`Action::Work`]'s work: the request goes on as if read in place.
     pub fn work_done(&mut self, now: Instant, worked: Worked) -> Action {
-        self.life.enter(now);
-        let Some(ex) = self.working() else {
-            return Action::Hold;
-        };
-        let step = ex.request_worked(worked);
-        self.set_stage(Stage::Request);
-        self.request_step(step, false)
+        self.worked(now, |ex| ex.request_worked(worked))
     }
 
     /// The host could not run [`Action::Work`]'s work: the exchange ends with a 503.
     pub fn work_refused(&mut self, now: Instant) -> Action {
+        self.worked(now, Exchange::work_refused)
+    }
+
+    /// The end of the work the exchange waits for, if it still does (else it is no one's).
+    fn worked(&mut self, now: Instant, step: impl FnOnce(&mut Exchange) -> RequestStep) -> Action {
         self.life.enter(now);
         let Some(ex) = self.working() else {
             return Action::Hold;
         };
-        let step = ex.work_refused();
+        let step = step(ex);
         self.set_stage(Stage::Request);
         self.request_step(step, false)
     }

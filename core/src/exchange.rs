@@ -337,7 +337,7 @@ impl Work {
         }
     }
 
-    /// The body's bytes as they came (for the host's accounting).
+    /// The body's size as it came (encoded, if it is).
     pub fn len(&self) -> usize {
         self.body.len()
     }

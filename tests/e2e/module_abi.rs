@@ -212,15 +212,19 @@ async fn a_callout_streams_its_answer_chunk_by_chunk_and_the_socket_stays_open()
     assert_eq!(requests[0].header("host"), Some("upstream"));
 }
 
+/// An upstream whose one answer, a stream of two events, pauses after the first until `gate`
+/// is released.
+fn paused_after_one(gate: &Gate) -> ScriptedUpstream {
+    ScriptedUpstream::with_replies([Reply::sse([event("one"), event("two")]).pause_after(1, gate)])
+}
+
 #[tokio::test]
 async fn callout_resets_refusals_and_unknown_clusters_are_reported() {
     if !only_module(WHY) {
         return;
     }
     let gate = Gate::new();
-    let upstream = ScriptedUpstream::with_replies([
-        Reply::sse([event("one"), event("two")]).pause_after(1, &gate)
-    ]);
+    let upstream = paused_after_one(&gate);
     let envoy = start(&upstream, true);
     let mut socket = connect(&envoy).await;
 
@@ -265,9 +269,7 @@ async fn a_client_gone_mid_callout_ends_it_upstream_without_an_event() {
         return;
     }
     let gate = Gate::new();
-    let upstream = ScriptedUpstream::with_replies([
-        Reply::sse([event("one"), event("two")]).pause_after(1, &gate)
-    ]);
+    let upstream = paused_after_one(&gate);
     let envoy = start(&upstream, true);
     let mut socket = connect(&envoy).await;
     say(&mut socket, "call upstream").await;

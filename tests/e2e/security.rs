@@ -341,56 +341,37 @@ async fn envoy_refuses_a_processor_certificate_of_another_ca_or_for_another_name
     let pki = Pki::new();
     let upstream = ScriptedUpstream::start();
 
-    // The processor's certificate is fine, but Envoy trusts another CA.
-    let processor = extproc(
-        Listen::Tcp,
-        &[
-            "--tls-cert",
-            &pki.arg("server.pem"),
-            "--tls-key",
-            &pki.arg("server.key"),
-        ],
-        &[],
-    );
-    let envoy = Envoy::start_with_config(&example_config(
-        "extproc-tls.yaml",
-        upstream.port(),
-        Some(processor.port()),
-        &[("ca.pem", &pki.path("other-ca.pem"))],
-    ));
-    assert_refused(
-        &envoy,
-        &upstream,
-        "processor certificate of another CA",
-        "unable_to_get_local_issuer_certificate",
-    )
-    .await;
-    drop(envoy);
-
-    // Signed by the trusted CA, but for another host name: match_typed_subject_alt_names.
-    let processor = extproc(
-        Listen::Tcp,
-        &[
-            "--tls-cert",
-            &pki.arg("wrong-name.pem"),
-            "--tls-key",
-            &pki.arg("wrong-name.key"),
-        ],
-        &[],
-    );
-    let envoy = Envoy::start_with_config(&example_config(
-        "extproc-tls.yaml",
-        upstream.port(),
-        Some(processor.port()),
-        &[("ca.pem", &pki.path("ca.pem"))],
-    ));
-    assert_refused(
-        &envoy,
-        &upstream,
-        "processor certificate for another name",
-        "SAN_matcher",
-    )
-    .await;
+    // The processor's certificate is fine, but Envoy trusts another CA; then signed by the
+    // trusted CA, but for another host name (match_typed_subject_alt_names).
+    for (cert, key, ca, what, why) in [
+        (
+            "server.pem",
+            "server.key",
+            "other-ca.pem",
+            "processor certificate of another CA",
+            "unable_to_get_local_issuer_certificate",
+        ),
+        (
+            "wrong-name.pem",
+            "wrong-name.key",
+            "ca.pem",
+            "processor certificate for another name",
+            "SAN_matcher",
+        ),
+    ] {
+        let processor = extproc(
+            Listen::Tcp,
+            &["--tls-cert", &pki.arg(cert), "--tls-key", &pki.arg(key)],
+            &[],
+        );
+        let envoy = Envoy::start_with_config(&example_config(
+            "extproc-tls.yaml",
+            upstream.port(),
+            Some(processor.port()),
+            &[("ca.pem", &pki.path(ca))],
+        ));
+        assert_refused(&envoy, &upstream, what, why).await;
+    }
 }
 
 // ---- mTLS ----

@@ -254,9 +254,9 @@ fn common_attributes(span: &RecordedSpan, model: Option<&str>, operation: &str) 
     );
 }
 
-/// The usage attributes equal the usage the client got.
-fn usage_attributes(span: &RecordedSpan, usage: &Value) {
-    for (attr, field) in [
+/// Each usage attribute (or tag) and the field of the client's `usage` it equals.
+fn usage_fields(usage: &Value) -> [(&'static str, &Value); 4] {
+    [
         ("gen_ai.usage.input_tokens", &usage["input_tokens"]),
         ("gen_ai.usage.output_tokens", &usage["output_tokens"]),
         (
@@ -267,7 +267,12 @@ fn usage_attributes(span: &RecordedSpan, usage: &Value) {
             "gen_ai.usage.reasoning.output_tokens",
             &usage["output_tokens_details"]["reasoning_tokens"],
         ),
-    ] {
+    ]
+}
+
+/// The usage attributes equal the usage the client got.
+fn usage_attributes(span: &RecordedSpan, usage: &Value) {
+    for (attr, field) in usage_fields(usage) {
         assert_eq!(
             Some(span.int(attr)),
             field.as_i64(),
@@ -947,18 +952,7 @@ fn module_common_tags(span: &RecordedSpan) {
 
 /// The usage tags equal the usage the client got.
 fn module_usage_tags(span: &RecordedSpan, usage: &Value) {
-    for (tag, field) in [
-        ("gen_ai.usage.input_tokens", &usage["input_tokens"]),
-        ("gen_ai.usage.output_tokens", &usage["output_tokens"]),
-        (
-            "gen_ai.usage.cache_read.input_tokens",
-            &usage["input_tokens_details"]["cached_tokens"],
-        ),
-        (
-            "gen_ai.usage.reasoning.output_tokens",
-            &usage["output_tokens_details"]["reasoning_tokens"],
-        ),
-    ] {
+    for (tag, field) in usage_fields(usage) {
         assert_eq!(
             Some(number::<i64>(span, tag)),
             field.as_i64(),
