@@ -14,6 +14,7 @@ The demo is deterministic:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -181,6 +182,18 @@ def check(cond: bool, what: str, seen: object = None) -> None:
 def check_eq(seen: object, expected: object, what: str) -> None:
     if seen != expected:
         raise Mismatch(f"{what}\n  expected: {expected!r}\n  seen:     {seen!r}")
+
+
+def check_sealed(blob: object, texts: list[str], what: str) -> None:
+    """An `encrypted_content` blob is sealed: URL-safe base64 (no padding) of a version byte, a
+    key id, a nonce and ciphertext (core/src/translate/seal.rs), none of whose bytes hold any
+    of `texts`. The decoded bytes are searched, not the base64: random base64 text holds any
+    two-character string often enough to fail by chance."""
+    check(isinstance(blob, str) and len(blob) > 40, what + ": a blob", blob)
+    raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
+    check(raw[0] in (1, 2), what + ": a sealed blob's version", raw[:1])
+    for text in texts:
+        check(text.encode() not in raw, what + ": opaque to " + repr(text), blob)
 
 
 def words(text: str) -> int:

@@ -15,7 +15,7 @@ import openai
 from openai import OpenAI
 from openai.types.responses import CompactedResponse, ResponseCompactionItem
 
-from _common import MODEL, check, check_eq, check_response, main
+from _common import MODEL, check, check_eq, check_response, check_sealed, main
 
 SUMMARY = "Ada wants the number 42 remembered."
 WINDOW = [
@@ -51,8 +51,7 @@ def run() -> None:
     check(isinstance(item, ResponseCompactionItem), "compact: typed compaction item", type(item).__name__)
     ResponseCompactionItem.model_validate(raw["output"][1])
     check_eq(item.type, "compaction", "compaction: type")
-    check(isinstance(item.encrypted_content, str) and len(item.encrypted_content) > 40, "compaction: sealed", item.encrypted_content)
-    check("42" not in item.encrypted_content and "Ada" not in item.encrypted_content, "compaction: opaque", item.encrypted_content)
+    check_sealed(item.encrypted_content, [SUMMARY], "compaction")
 
     # A new chain from the compacted window.
     items = [o.to_dict(mode="json", exclude_none=True, warnings=False) for o in compacted.output]
