@@ -63,7 +63,7 @@ fn init_logs(format: LogFormat) {
         .with_ansi(ansi);
     match format {
         LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(responses_extproc::logs::Logfmt).init(),
     }
 }
 

@@ -3,10 +3,12 @@
 //! (text or JSON), the module as one Envoy log line (`message key=value ...`), so both modes
 //! log alike.
 //!
-//! Client strings in them (the model, the request id) are escaped and cut ([`Logged`]): a
-//! newline cannot forge a line, a 16 MiB model name cannot write a 16 MiB line. Prompts and
+//! Client strings in them (the model, the request id) are escaped, quoted and cut
+//! ([`Logged`]): a newline cannot forge a line, a space or `=` cannot forge a field
+//! (`model="m outcome=forged"`), a 16 MiB model name cannot write a 16 MiB line. Prompts and
 //! completions are never among the fields.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::call::Call;
@@ -25,27 +27,58 @@ pub enum Level {
     Warn,
 }
 
-/// A client's string as it goes into a log: control characters, quotes and backslashes
-/// escaped as in Rust's `escape_debug` (`\n`, `\u{1b}`), at most [`MAX_LOGGED_BYTES`] of it.
+/// A client's string as it goes into a log line of `key=value` fields: at most
+/// [`MAX_LOGGED_BYTES`] of it (then `… (N bytes)`), written as a [`Quoted`] value.
 #[derive(Debug, Clone, Copy)]
 pub struct Logged<'a>(pub &'a str);
 
-impl fmt::Display for Logged<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl<'a> Logged<'a> {
+    /// The string cut to [`MAX_LOGGED_BYTES`] (and its length said), neither escaped nor
+    /// quoted: for structured logs, whose format quotes and escapes each value itself.
+    pub fn cut(self) -> Cow<'a, str> {
         let s = self.0;
         let mut cut = s.len().min(MAX_LOGGED_BYTES);
         while !s.is_char_boundary(cut) {
             cut -= 1;
         }
-        for c in s[..cut].chars() {
+        if cut == s.len() {
+            Cow::Borrowed(s)
+        } else {
+            Cow::Owned(format!("{}… ({} bytes)", &s[..cut], s.len()))
+        }
+    }
+}
+
+impl fmt::Display for Logged<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Quoted(&self.cut()).fmt(f)
+    }
+}
+
+/// A value of a `key=value` log line, written so that it reads as one value (logfmt's rule):
+/// control characters, quotes and backslashes escaped as in Rust's `escape_debug` (`\n`,
+/// `\u{1b}`), and the whole in double quotes when it holds a space, `=` or a quote, or is
+/// empty. So a newline cannot forge a line, nor a space or `=` a field
+/// (`model="m outcome=forged"`).
+#[derive(Debug, Clone, Copy)]
+pub struct Quoted<'a>(pub &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        let quoted = s.is_empty() || s.contains([' ', '=', '"']);
+        if quoted {
+            f.write_str("\"")?;
+        }
+        for c in s.chars() {
             if c.is_control() || c == '"' || c == '\\' {
                 write!(f, "{}", c.escape_debug())?;
             } else {
                 f.write_fmt(format_args!("{c}"))?;
             }
         }
-        if cut < s.len() {
-            write!(f, "… ({} bytes)", s.len())?;
+        if quoted {
+            f.write_str("\"")?;
         }
         Ok(())
     }
@@ -191,15 +224,83 @@ mod tests {
     #[test]
     fn client_strings_cannot_forge_or_flood_a_line() {
         assert_eq!(Logged("m").to_string(), "m");
+        assert_eq!(Logged("gpt-4o:v1.2/x_y").to_string(), "gpt-4o:v1.2/x_y");
         assert_eq!(
-            Logged("m\nx-evil: 1\r\u{0}\"\\").to_string(),
-            "m\\nx-evil: 1\\r\\0\\\"\\\\"
+            Logged("m\nx-evil:1\r\u{0}\\").to_string(),
+            "m\\nx-evil:1\\r\\0\\\\"
         );
         let huge = "é".repeat(1 << 20);
         let logged = Logged(&huge).to_string();
         assert!(logged.len() < MAX_LOGGED_BYTES + 32, "{}", logged.len());
-        assert!(logged.ends_with(&format!("… ({} bytes)", huge.len())));
+        assert!(logged.ends_with(&format!("… ({} bytes)\"", huge.len())));
         assert!(!logged.contains('\n'));
+        assert_eq!(
+            Logged(&huge).cut(),
+            format!(
+                "{}… ({} bytes)",
+                "é".repeat(MAX_LOGGED_BYTES / 2),
+                huge.len()
+            )
+        );
+        assert!(matches!(Logged("m x").cut(), Cow::Borrowed("m x")));
+    }
+
+    #[test]
+    fn a_space_an_equals_sign_or_a_quote_cannot_forge_a_field() {
+        assert_eq!(
+            Logged("m outcome=forged status=299").to_string(),
+            "\"m outcome=forged status=299\""
+        );
+        assert_eq!(Logged("a=b").to_string(), "\"a=b\"");
+        assert_eq!(Logged("say \"hi\"").to_string(), "\"say \\\"hi\\\"\"");
+        assert_eq!(Logged("\"").to_string(), "\"\\\"\"");
+        assert_eq!(Logged("").to_string(), "\"\"");
+        // Every field of a line, read back as logfmt does: the model is one value.
+        let request = UpstreamRequest {
+            body: bytes::Bytes::from_static(b"{}"),
+            model: "m outcome=forged status=299 x=\"y".into(),
+            chat_model: "m".into(),
+            stream: false,
+        };
+        let line = forwarded(None, &request).to_string();
+        assert_eq!(
+            line,
+            "translated request model=\"m outcome=forged status=299 x=\\\"y\" stream=false \
+             body_bytes=2"
+        );
+        assert_eq!(
+            logfmt_keys(&line),
+            ["model", "stream", "body_bytes"],
+            "{line}"
+        );
+    }
+
+    /// The keys of a `message key=value ...` line, read as logfmt readers do: a value in
+    /// double quotes runs to the next unescaped quote.
+    fn logfmt_keys(line: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut rest = line;
+        while let Some(eq) = rest.find('=') {
+            let key = rest[..eq].rsplit(' ').next().unwrap_or_default();
+            keys.push(key.to_owned());
+            let value = &rest[eq + 1..];
+            rest = if let Some(quoted) = value.strip_prefix('"') {
+                let mut escaped = false;
+                let end = quoted
+                    .char_indices()
+                    .find(|&(_, c)| {
+                        let end = c == '"' && !escaped;
+                        escaped = c == '\\' && !escaped;
+                        end
+                    })
+                    .map(|(i, _)| i + 1)
+                    .expect("a closing quote");
+                &quoted[end..]
+            } else {
+                value.find(' ').map_or("", |space| &value[space..])
+            };
+        }
+        keys
     }
 
     #[test]
@@ -212,7 +313,7 @@ mod tests {
         };
         assert_eq!(
             forwarded(None, &request).to_string(),
-            "translated request model=gpt\\nfake=1 stream=true body_bytes=2"
+            "translated request model=\"gpt\\nfake=1\" stream=true body_bytes=2"
         );
     }
 }

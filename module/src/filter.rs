@@ -229,7 +229,7 @@ impl<E: Environment + Clone> Filter<E> {
         log(host, Level::Error, || {
             format!(
                 "panic while translating an exchange; failing it request_id={}",
-                self.request_id
+                log::Logged(&self.request_id)
             )
         });
         if let Some(side) = self.running() {
@@ -335,7 +335,7 @@ impl<E: Environment + Clone> Filter<E> {
                 log(host, Level::Error, || {
                     format!(
                         "panic while reading a request body; failing the exchange request_id={}",
-                        self.request_id
+                        log::Logged(&self.request_id)
                     )
                 });
                 self.driver.fail(Instant::now(), Failure::Panic)
@@ -415,7 +415,7 @@ impl<E: Environment + Clone> Filter<E> {
             Err(why) => {
                 let message = socket::refused(why, cluster);
                 log(host, Level::Warn, || {
-                    format!("{message} request_id={}", self.request_id)
+                    format!("{message} request_id={}", log::Logged(&self.request_id))
                 });
                 let action =
                     self.driver
@@ -517,7 +517,7 @@ impl<E: Environment + Clone> Filter<E> {
         log(host, Level::Warn, || {
             format!(
                 "the compaction's call failed: {message} request_id={}",
-                self.request_id
+                log::Logged(&self.request_id)
             )
         });
         let action =
@@ -564,7 +564,8 @@ impl<E: Environment + Clone> Filter<E> {
         log(host, Level::Warn, || {
             format!(
                 "an event of callout {} this exchange did not start; resetting it request_id={}",
-                id.0, self.request_id
+                id.0,
+                log::Logged(&self.request_id)
             )
         });
         host.reset_callout(id);
@@ -601,7 +602,7 @@ impl<E: Environment + Clone> Filter<E> {
                 log(host, Level::Warn, || {
                     format!(
                         "too many request bodies waiting for the work threads; refusing this one request_id={}",
-                        self.request_id
+                        log::Logged(&self.request_id)
                     )
                 });
                 let action = self.driver.work_refused(Instant::now());
@@ -663,7 +664,7 @@ impl<E: Environment + Clone> Filter<E> {
         log(host, Level::Error, || {
             format!(
                 "Envoy refused a header edit; failing the exchange request_id={}",
-                self.request_id
+                log::Logged(&self.request_id)
             )
         });
         let action = self.driver.fail(Instant::now(), Failure::Refused);

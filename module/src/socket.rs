@@ -331,8 +331,9 @@ impl<E: Environment + Clone> Socket<E> {
                         host,
                         Level::Debug,
                         &format!(
-                            "WebSocket connection closing code={} reason={reason}",
-                            code.0
+                            "WebSocket connection closing code={} reason={}",
+                            code.0,
+                            log::Quoted(reason)
                         ),
                     );
                 }

@@ -23,6 +23,7 @@ use crate::upstream::{self, Upstream, UpstreamEvent};
 use responses_core::call::CallId;
 use responses_core::driver::CallFailure;
 use responses_core::exchange;
+use responses_core::log::Logged;
 use responses_core::translate::seal::Keyring;
 pub use session::{Environment, Session, System};
 
@@ -250,7 +251,11 @@ impl Driver {
             let failed = CallFailure::Failed("this processor has no upstream for its own calls.");
             return self.call_step(|s, id| s.call_failed(id, failed));
         };
-        tracing::debug!(request_id = %self.session.request_id(), model = %call.model, "compaction call");
+        tracing::debug!(
+            request_id = &*Logged(self.session.request_id()).cut(),
+            model = &*Logged(&call.model).cut(),
+            "compaction call"
+        );
         self.calling = Some(Calling {
             id,
             call: client.call(call, &self.session.trace_headers()),

@@ -577,7 +577,12 @@ fn headers(edits: Edits) -> Headers {
 
 /// Logs a body only when the operator asked for content logging (`--log-content`).
 fn log_content(request_id: &str, what: &str, body: &[u8]) {
-    tracing::debug!(request_id = %request_id, content = %String::from_utf8_lossy(body), "{what}");
+    // String values: the format quotes and escapes them (a body's newlines forge no line).
+    tracing::debug!(
+        request_id = &*log::Logged(request_id).cut(),
+        content = &*String::from_utf8_lossy(body),
+        "{what}"
+    );
 }
 
 fn clear_body() -> CommonResponse {

@@ -457,5 +457,10 @@ impl Telemetry {
 
 /// `--log-content` only: the text holds prompts and completions.
 fn log_content(what: &str, body: &[u8]) {
-    tracing::debug!(transport = "websocket", content = %String::from_utf8_lossy(body), "{what}");
+    // A string value: the format quotes and escapes it (a message's newlines forge no line).
+    tracing::debug!(
+        transport = "websocket",
+        content = &*String::from_utf8_lossy(body),
+        "{what}"
+    );
 }

@@ -594,3 +594,88 @@ async fn module_logs_carry_the_request_id_but_never_the_prompt() {
         "the prompt reached Envoy's log:\n{logs}"
     );
 }
+
+// ---- forged log fields ----
+
+/// The `key=value` fields of a log line from its `message` on, read as logfmt readers do: a
+/// value in double quotes runs to the next unescaped quote (`\"` and `\\` inside it read as
+/// `"` and `\`).
+fn logfmt_fields(line: &str, message: &str) -> Vec<(String, String)> {
+    let start = line.find(message).expect("the message") + message.len();
+    let mut rest = &line[start..];
+    let mut fields = Vec::new();
+    while let Some(eq) = rest.find('=') {
+        let key = rest[..eq].trim().to_owned();
+        let mut value = String::new();
+        let after = &rest[eq + 1..];
+        rest = if let Some(quoted) = after.strip_prefix('"') {
+            let mut chars = quoted.char_indices();
+            let mut end = quoted.len();
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => value.extend(chars.next().map(|(_, c)| c)),
+                    '"' => {
+                        end = i + 1;
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            &quoted[end..]
+        } else {
+            let end = after.find(' ').unwrap_or(after.len());
+            value.push_str(&after[..end]);
+            &after[end..]
+        };
+        fields.push((key, value));
+    }
+    fields
+}
+
+/// A model name and a request id holding spaces, `=` and quotes are each one field in the
+/// translator's log lines (the processor's text log, Envoy's log in module mode): they forge
+/// no `outcome` or `status`.
+#[tokio::test]
+async fn a_model_or_request_id_forges_no_field_in_the_log() {
+    let demo = DemoUpstream::start();
+    let stack = common::Stack::start(demo.port(), &[]);
+    let model = "m outcome=forged status=299 \"x=1";
+    let request_id = "sec-forge status=298";
+    let (status, body) = post(
+        &stack.envoy,
+        request_id,
+        &json!({"model": model, "input": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let logs = common::wait_until("the answer's log line", Duration::from_secs(10), || {
+        let logs = stack.translator_logs();
+        logs.contains("answer translated").then_some(logs)
+    });
+    for message in ["translated request", "answer translated"] {
+        let line = logs
+            .lines()
+            .find(|l| l.contains(message) && l.contains("sec-forge"))
+            .unwrap_or_else(|| panic!("no {message:?} line for the request:\n{logs}"));
+        let fields = logfmt_fields(line, message);
+        let get = |key: &str| -> Vec<&str> {
+            fields
+                .iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+                .collect()
+        };
+        assert_eq!(get("model"), [model], "{line}");
+        assert_eq!(get("request_id"), [request_id], "{line}");
+        for (key, value) in &fields {
+            assert!(
+                key != "x" && !["forged", "299", "298"].contains(&value.as_str()),
+                "{key}={value} forged in {line}"
+            );
+        }
+        if message == "answer translated" {
+            assert_eq!(get("outcome"), ["translated"], "{line}");
+            assert_eq!(get("status"), ["200"], "{line}");
+        }
+    }
+}
