@@ -23,6 +23,12 @@ core/src/settings.rs (a test checks copies it broke on purpose).
   exempt: the module's own Chat requests enter there with the headers it set); each Istio EnvoyFilter that inserts the filter has a NETWORK_FILTER
   patch adding it for the same context; each Gateway an Envoy Gateway policy translates for
   has a ClientTrafficPolicy with earlyRequestHeaders removing them.
+* Paths are normalised: every connection manager a client reaches before the translation
+  (the same ones as above) sets normalize_path, merge_slashes and an escaped-slash action
+  other than KEEP_UNCHANGED, so that no spelling of /v1/responses (/v1/%72esponses,
+  //v1/responses, /v1%2Fresponses) steps around the Responses routes; each Gateway an Envoy
+  Gateway policy translates for has a ClientTrafficPolicy saying so (path.escapedSlashesAction,
+  merged slashes not disabled; Envoy Gateway always sets normalize_path).
 * Module mode needs nothing beside Envoy: each module manifest (MODULE_FILES) runs no
   processor and routes nothing to one, takes the WebSocket upgrade on a route where the
   filter is enabled, and defines the cluster its settings name for the transport's Chat
@@ -94,6 +100,11 @@ MODEL_HEADERS = ["x-responses-model", "x-responses-upstream-model"]
 # The HTTP filters that translate: ext_proc (the processor) and the dynamic module.
 TRANSLATING_FILTERS = {"envoy.filters.http.ext_proc", "envoy.filters.http.dynamic_modules"}
 HCM = "envoy.filters.network.http_connection_manager"
+# What a connection manager a client reaches sets so that every spelling of a path is one.
+PATH_SETTINGS = {"normalize_path": True, "merge_slashes": True}
+ESCAPED_SLASHES = "path_with_escaped_slashes_action"
+SAFE_ESCAPED_SLASHES = {"UNESCAPE_AND_REDIRECT", "UNESCAPE_AND_FORWARD", "REJECT_REQUEST"}
+SAFE_EG_ESCAPED_SLASHES = {"UnescapeAndRedirect", "UnescapeAndForward", "RejectRequest"}
 
 
 def expected_envoy(source, subs):
@@ -206,6 +217,14 @@ def kept_model_headers(hcm):
     return [h for h in MODEL_HEADERS if h not in removed]
 
 
+def unnormalised_paths(hcm):
+    """The path settings an HTTP connection manager's typed_config lacks (empty: none)."""
+    missing = [k for k, v in PATH_SETTINGS.items() if hcm.get(k) is not v]
+    if hcm.get(ESCAPED_SLASHES) not in SAFE_ESCAPED_SLASHES:
+        missing.append(ESCAPED_SLASHES)
+    return missing
+
+
 def check_bootstrap_removes_model_header(name, text):
     """Every HTTP connection manager of a bootstrap a client reaches removes the model headers
     early (an internal listener is reached from inside Envoy only)."""
@@ -223,6 +242,10 @@ def check_bootstrap_removes_model_header(name, text):
                         sys.exit(f"manifests: {name}: listener {listener.get('name')} does not "
                                  f"remove {', '.join(kept)} before routing "
                                  "(early_header_mutation_extensions)")
+                    missing = unnormalised_paths(f.get("typed_config", {}))
+                    if missing:
+                        sys.exit(f"manifests: {name}: listener {listener.get('name')} does not "
+                                 f"normalise paths: {', '.join(missing)}")
     if not found:
         sys.exit(f"manifests: {name}: no HTTP connection manager")
 
@@ -250,6 +273,14 @@ def check_envoyfilter_removes_model_header(file, doc):
             sys.exit(f"manifests: {file}: EnvoyFilter {doc['metadata']['name']} translates in "
                      f"{context} but does not remove {', '.join(sorted(kept))} there before "
                      "routing (a NETWORK_FILTER patch with early_header_mutation_extensions)")
+        missing = set(unnormalised_paths({}))
+        for p in patches:
+            if p["applyTo"] == "NETWORK_FILTER" and p["match"].get("context") == context:
+                missing &= set(unnormalised_paths(p["patch"]["value"].get("typed_config", {})))
+        if missing:
+            sys.exit(f"manifests: {file}: EnvoyFilter {doc['metadata']['name']} translates in "
+                     f"{context} but does not normalise paths there: {', '.join(sorted(missing))} "
+                     "(a NETWORK_FILTER patch)")
 
 
 def check_gateways_remove_model_header():
@@ -280,6 +311,14 @@ def check_gateways_remove_model_header():
             if kept:
                 sys.exit(f"manifests: {file}: Gateway {gateway} translates but no ClientTrafficPolicy "
                          f"removes {', '.join(sorted(kept))} before routing (headers.earlyRequestHeaders)")
+            if not any(d.get("kind") == "ClientTrafficPolicy"
+                       and any(r.get("kind") == "Gateway" and r.get("name") == gateway
+                               for r in d["spec"]["targetRefs"])
+                       and get(d, "spec.path.escapedSlashesAction") in SAFE_EG_ESCAPED_SLASHES
+                       and get(d, "spec.path.disableMergeSlashes") is not True
+                       for d in file_docs):
+                sys.exit(f"manifests: {file}: Gateway {gateway} translates but no ClientTrafficPolicy "
+                         "normalises its paths (path.escapedSlashesAction, path.disableMergeSlashes)")
 
 
 def check_module_alone():

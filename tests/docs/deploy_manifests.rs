@@ -120,6 +120,32 @@ fn copy_checked_files(root: &std::path::Path) {
     .unwrap();
 }
 
+/// `text` with the `nth` occurrence (from 0) of `pattern` replaced by `with`.
+fn replace_nth(text: &str, pattern: &str, with: &str, nth: usize) -> String {
+    let (at, _) = text
+        .match_indices(pattern)
+        .nth(nth)
+        .expect("the occurrence");
+    format!("{}{with}{}", &text[..at], &text[at + pattern.len()..])
+}
+
+/// `manifests.py check` over the checked files with `file` replaced by `broken`: its error
+/// output when it fails, `None` when it passes.
+fn check_broken(file: &str, broken: &str) -> Option<String> {
+    let root = TempDir::new("manifests-root");
+    copy_checked_files(root.path());
+    std::fs::write(root.path().join(file), broken).unwrap();
+    let out_dir = TempDir::new("manifests-out");
+    let out = Command::new(venv("python"))
+        .arg(repo_root().join("tests/deploy/manifests.py"))
+        .arg("check")
+        .arg(out_dir.path())
+        .arg(root.path())
+        .output()
+        .unwrap();
+    (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 /// A manifest that lets a client's `x-responses-model` or `x-responses-upstream-model` reach
 /// routing fails the check: each file that removes them, with one removal turned into one of
 /// another header (a ConfigMap is checked for it before it is compared with
@@ -150,32 +176,62 @@ fn a_manifest_that_keeps_a_clients_model_header_fails_the_check() {
             );
             // Each occurrence alone (the Istio file has the gateway's and the sidecar's).
             for nth in 0..count {
-                let root = TempDir::new("manifests-root");
-                copy_checked_files(root.path());
-                let broken = shipped.split(&removal).enumerate().fold(
-                    String::new(),
-                    |mut text, (i, part)| {
-                        if i > 0 {
-                            text.push_str(if i - 1 == nth { &other } else { &removal });
-                        }
-                        text.push_str(part);
-                        text
-                    },
-                );
-                std::fs::write(root.path().join(file), &broken).unwrap();
-                let out_dir = TempDir::new("manifests-out");
-                let out = Command::new(venv("python"))
-                    .arg(repo_root().join("tests/deploy/manifests.py"))
-                    .arg("check")
-                    .arg(out_dir.path())
-                    .arg(root.path())
-                    .output()
-                    .unwrap();
-                let text = String::from_utf8_lossy(&out.stderr);
+                let text = check_broken(file, &replace_nth(&shipped, &removal, &other, nth));
                 assert!(
-                    !out.status.success() && text.contains(header),
+                    text.as_deref().is_some_and(|text| text.contains(header)),
                     "{file} (occurrence {nth}) without the removal of {header} passed the \
-                     check: {text}"
+                     check: {text:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A manifest that lets some spelling of `/v1/responses` step around the Responses routes
+/// fails the check: each file that normalises paths, with one of its settings turned off (a
+/// ConfigMap is checked for it before it is compared with `envoy/envoy.yaml`).
+#[test]
+fn a_manifest_that_does_not_normalise_paths_fails_the_check() {
+    // Each file, a setting as it is written there, what turns it off, and how many times.
+    let hcm = [
+        ("merge_slashes: true\n", "merge_slashes: false\n"),
+        ("normalize_path: true\n", "normalize_path: false\n"),
+        (
+            "path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT\n",
+            "path_with_escaped_slashes_action: KEEP_UNCHANGED\n",
+        ),
+    ];
+    let gateway = [
+        (
+            "escapedSlashesAction: UnescapeAndRedirect\n",
+            "escapedSlashesAction: KeepUnchanged\n",
+        ),
+        (
+            "disableMergeSlashes: false\n",
+            "disableMergeSlashes: true\n",
+        ),
+    ];
+    let files: [(&str, &[(&str, &str)], usize); 9] = [
+        ("envoy/envoy.yaml", &hcm, 1),
+        ("envoy/envoy-module.yaml", &hcm, 1),
+        ("envoy/examples/extproc-mtls.yaml", &hcm, 1),
+        ("deploy/kubernetes/service.yaml", &hcm, 1),
+        ("deploy/kubernetes/module.yaml", &hcm, 1),
+        ("deploy/istio/envoyfilter.yaml", &hcm, 2),
+        ("deploy/istio/envoyfilter-module.yaml", &hcm, 1),
+        ("deploy/envoy-gateway/extension-policy.yaml", &gateway, 1),
+        ("deploy/envoy-gateway/module-policy.yaml", &gateway, 1),
+    ];
+    for (file, settings, count) in files {
+        let shipped = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        for (setting, off) in settings {
+            assert_eq!(shipped.matches(setting).count(), count, "{file}: {setting}");
+            for nth in 0..count {
+                let text = check_broken(file, &replace_nth(&shipped, setting, off, nth));
+                assert!(
+                    text.as_deref()
+                        .is_some_and(|text| text.contains("normalise")),
+                    "{file} (occurrence {nth}) with {off:?} passed the check: {text:?}"
                 );
             }
         }

@@ -17,6 +17,7 @@
 //! | [`metadata`] | the dynamic metadata and access-log fields |
 //! | [`metrics`] | both modes' metrics, and the dashboard's queries in a real Prometheus |
 //! | [`module_abi`] | what Envoy 1.40's dynamic-module ABI gives a filter serving a WebSocket (module mode) |
+//! | [`paths`] | every spelling of the Responses paths meets their routes (path normalisation) |
 //! | [`rate_limit`] | Envoy's rate limit service in front of the translation |
 //! | [`security`] | the processor's secured listeners (TLS, mTLS) and what it writes in its logs |
 //! | [`surface`] | the request surface: every field of every case, through Envoy |
@@ -40,6 +41,7 @@ mod llama_compaction;
 mod metadata;
 mod metrics;
 mod module_abi;
+mod paths;
 mod rate_limit;
 mod security;
 mod surface;
