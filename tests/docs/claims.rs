@@ -187,3 +187,23 @@ fn max_message_timeout_grants_the_compactions_time() {
         "{row}"
     );
 }
+
+/// The manifests' gRPC probes name no service, so they ask for the overall status, which the
+/// processor turns NOT_SERVING when it drains (`tests/e2e/drain.rs`, docs/operations.md).
+#[test]
+fn the_grpc_probes_ask_for_the_overall_status() {
+    let mut probes = 0;
+    for file in [
+        "deploy/kubernetes/sidecar.yaml",
+        "deploy/kubernetes/service.yaml",
+    ] {
+        for line in read(file)
+            .lines()
+            .filter(|l| l.trim_start().starts_with("grpc: {"))
+        {
+            assert_eq!(line.trim(), "grpc: {port: 50051}", "{file}");
+            probes += 1;
+        }
+    }
+    assert_eq!(probes, 4, "readiness and liveness in both manifests");
+}

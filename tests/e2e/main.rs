@@ -32,6 +32,7 @@ mod clients;
 mod compact;
 mod compression;
 mod context_management;
+mod drain;
 mod faults;
 mod grpc_reflection;
 mod harness_smoke;
