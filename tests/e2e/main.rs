@@ -28,6 +28,7 @@
 mod common;
 
 mod bad_requests;
+mod circuit_breakers;
 mod clients;
 mod compact;
 mod compression;
