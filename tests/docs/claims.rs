@@ -207,3 +207,88 @@ fn the_grpc_probes_ask_for_the_overall_status() {
     }
     assert_eq!(probes, 4, "readiness and liveness in both manifests");
 }
+
+/// A size as the docs write it: `16 MiB`, `1 KiB`, `4096`, `8,192`.
+fn size(text: &str) -> u64 {
+    let text = text.replace(',', "");
+    let (n, unit) = text.split_once(' ').unwrap_or((&text, ""));
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("a size: {text}"));
+    match unit.split_whitespace().next().unwrap_or("") {
+        "MiB" => n << 20,
+        "KiB" => n << 10,
+        _ => n,
+    }
+}
+
+/// docs/limits-and-failures.md's table of limits: each default is the code's (the settings'
+/// defaults, the fixed caps, the derived gRPC limit, the shipped circuit breakers).
+#[test]
+fn the_limits_table_states_the_codes_defaults() {
+    use responses_core::translate::request::MAX_MODEL_BYTES;
+    use responses_core::translate::stream::CALL_SLOT_BYTES;
+    let d = ExchangeConfig::default();
+    let page = "docs/limits-and-failures.md";
+    let default = |first: &str| -> u64 {
+        let row = row(page, first);
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        size(cells[2])
+    };
+    for (first, value) in [
+        ("request body |", d.max_request_bytes),
+        ("one content part", d.max_part_bytes),
+        ("input items |", d.max_input_items),
+        ("an answer read whole", d.max_body_bytes),
+        ("one upstream SSE event", d.max_sse_frame_bytes),
+        ("a stream's text, arguments", d.max_output_bytes),
+    ] {
+        assert_eq!(default(first), value as u64, "{page}: {first}");
+    }
+    let model = row(page, "`model` |");
+    assert!(
+        model.contains(&format!("{} KiB is far above", MAX_MODEL_BYTES >> 10)),
+        "{model}"
+    );
+    let output = row(page, "a stream's text, arguments");
+    assert!(
+        output.contains(&format!(
+            "counts {CALL_SLOT_BYTES} bytes beside its name, id and arguments: {} empty calls",
+            format_thousands((d.max_output_bytes / CALL_SLOT_BYTES) as u64)
+        )),
+        "{output}"
+    );
+    let grpc = row(page, "one ext_proc message from Envoy");
+    let limit = (d.max_request_bytes.max(d.max_body_bytes) * 2 + (1 << 20)) >> 20;
+    assert!(grpc.contains(&format!("({limit} MiB)")), "{grpc}");
+    // The shipped circuit breakers, every threshold of every cluster.
+    let breakers = default("concurrent exchanges");
+    let envoy = read("envoy/envoy.yaml");
+    let thresholds: Vec<u64> = envoy
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            [
+                "max_connections: ",
+                "max_pending_requests: ",
+                "max_requests: ",
+            ]
+            .iter()
+            .find_map(|k| l.strip_prefix(k))
+        })
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    assert_eq!(thresholds.len(), 9, "three clusters, three thresholds");
+    assert!(thresholds.iter().all(|t| *t == breakers), "{thresholds:?}");
+}
+
+/// 65536 → "65,536".
+fn format_thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
