@@ -428,7 +428,7 @@ async fn on_the_websocket_the_compaction_leads_the_response() {
 #[tokio::test]
 async fn the_summarising_call_takes_the_turns_route_by_model() {
     let small = ScriptedUpstream::start();
-    let big = ScriptedUpstream::with_replies([summary(), answer(), streamed_answer()]);
+    let big = ScriptedUpstream::with_replies([summary(), answer()]);
     let big_port = big.port();
     let stack = Stack::with_websocket_edited(small.port(), &[], move |c| {
         crate::common::envoy::with_model_route(c, big_port)
@@ -445,30 +445,6 @@ async fn the_summarising_call_takes_the_turns_route_by_model() {
         assert_eq!(r.header("x-responses-model"), Some("big-model"));
     }
     assert!(texts(&got[0].json()).contains(PROMPT_START));
-
-    // The WebSocket transport's Chat request takes the same way (docs/deploying.md, routing
-    // by model).
-    use futures_util::SinkExt;
-    use tokio_tungstenite::tungstenite::Message;
-    let (mut ws, _) = tokio_tungstenite::connect_async(stack.ws_url())
-        .await
-        .expect("upgrade");
-    let ask = json!({"type": "response.create", "model": "big-model", "input": "hi"});
-    ws.send(Message::text(ask.to_string())).await.expect("send");
-    loop {
-        let event = crate::common::websocket::recv(&mut ws).await;
-        assert!(
-            event["type"] != "error" && event["type"] != "response.failed",
-            "{event}"
-        );
-        if event["type"] == "response.completed" {
-            break;
-        }
-    }
-    assert!(small.requests().is_empty(), "{:?}", small.requests());
-    let got = big.requests();
-    assert_eq!(got.len(), 3);
-    assert_eq!(got[2].header("x-responses-model"), Some("big-model"));
 }
 
 /// The processor asks Envoy for `--compaction-timeout` + 2 s on the request body
