@@ -16,7 +16,8 @@
 # the WebSocket transport included: no processor runs, nothing but Envoy (and the upstream).
 # Logs: target/demo/{upstream,processor,envoy}.log; Envoy's access log: target/demo/access.log.
 # Ports: 10000 (Envoy), 9901 (Envoy admin), 18080 (demo upstream), and in ext_proc mode
-# 50051 (processor), 50052 (its WebSocket listener), 9464 (its metrics); they must be free.
+# 10001 (Envoy's listener for the processor's own calls), 50051 (processor), 50052 (its
+# WebSocket listener), 9464 (its metrics); they must be free.
 # UPSTREAM_URL must be http://host[:port] (https is not supported here: the upstream cluster
 # in envoy/envoy.yaml has no TLS transport socket).
 # OTLP_ENDPOINT=host:port (an OTLP/gRPC receiver: an OpenTelemetry Collector, Jaeger, ...)
@@ -129,7 +130,7 @@ if [ -n "${OTLP_ENDPOINT:-}" ]; then
 fi
 
 PORTS=(10000 9901)
-[ "$MODE" = module ] || PORTS+=(50051 50052 9464)
+[ "$MODE" = module ] || PORTS+=(10001 50051 50052 9464)
 [ -n "$UPSTREAM_HOST" ] || PORTS+=(18080)
 for port in "${PORTS[@]}"; do
   if listening "$port"; then

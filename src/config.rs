@@ -121,11 +121,13 @@ pub struct Config {
     #[arg(long, env = "RESPONSES_EXTPROC_WS_LISTEN")]
     pub ws_listen: Option<SocketAddr>,
 
-    /// Where the WebSocket transport sends its Chat requests (+ --chat-path): back through
-    /// Envoy's own listener, so that its routes, load balancing and rate limits apply.
+    /// Where the processor sends its own Chat requests (+ --chat-path: the WebSocket
+    /// transport's, an automatic compaction's): back into Envoy, so that its routes, load
+    /// balancing and rate limits apply; envoy/envoy.yaml's loopback listener
+    /// `responses_calls`, which keeps their model headers for the routes by model.
     #[arg(
         long,
-        default_value = "http://127.0.0.1:10000",
+        default_value = "http://127.0.0.1:10001",
         env = "RESPONSES_EXTPROC_WS_UPSTREAM"
     )]
     pub ws_upstream: String,

@@ -208,13 +208,17 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         () = shutdown_signal() => {}
     }
     // Drain: report NOT_SERVING so health-checking Envoys move away, stop accepting, and
-    // let in-flight exchanges finish within the drain period.
+    // let in-flight exchanges finish within the drain period. The overall status ("") too:
+    // it is what a probe naming no service asks (the shipped manifests' grpc probes).
     tracing::info!(
         drain_seconds = config.drain_seconds.as_secs(),
         "shutting down: draining"
     );
     reporter
         .set_not_serving::<ExternalProcessorServer<Processor>>()
+        .await;
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
     let _ = stop_tx.send(());
     // WebSocket connections finish their response in flight (up to the drain period), then

@@ -388,7 +388,12 @@ impl ExchangeConfig {
             ("max_input_items", self.max_input_items),
             ("max_part_bytes", self.max_part_bytes),
             ("max_body_bytes", self.max_body_bytes),
+            ("metrics_max_models", self.metrics_max_models),
             ("ws_max_connections", self.ws_max_connections),
+            ("ws_max_context_bytes", self.ws_max_context_bytes),
+            // 0 s would end every socket at once.
+            ("ws_max_age", self.ws_max_age as usize),
+            ("ws_idle_timeout", self.ws_idle_timeout as usize),
             ("ws_max_unread_bytes", self.ws_max_unread_bytes),
             (
                 "ws_max_connections_per_key",

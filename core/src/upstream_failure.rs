@@ -34,7 +34,7 @@ pub const MAX_KEPT_HEADERS: usize = 16;
 pub const MAX_KEPT_VALUE: usize = 256;
 
 /// The longest upstream code kept as is (longer ones are replaced by the status's code).
-const MAX_WORD: usize = 64;
+pub const MAX_WORD: usize = 64;
 
 /// A response header an upstream's error keeps for the client (name lowercase).
 #[derive(Debug, Clone, PartialEq, Eq)]

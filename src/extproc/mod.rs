@@ -148,7 +148,7 @@ struct Calling {
 /// What Envoy is asked to wait for the request body's answer beyond the call's own timeout:
 /// the turn's translation after it (`override_message_timeout`, at most Envoy's
 /// `max_message_timeout`).
-const CALL_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+pub const CALL_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Driver {
     /// Reads one message and queues its answers, or ends the stream; while the exchange's own

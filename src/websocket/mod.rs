@@ -89,9 +89,16 @@ impl Server {
         });
         let app = Router::new().route(&path, any(upgrade)).with_state(shared);
         let mut stop = draining;
+        let open = admission.clone();
         tokio::spawn(async move {
+            // The listener keeps taking upgrades while sockets drain, so that each gets the
+            // admission's 503 `server_shutting_down` envelope (a closed port would give Envoy's
+            // plain 503); it closes once the last socket has.
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|d| *d).await;
+                while lock(&open).open() > 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             });
             if let Err(e) = serve.await {
                 tracing::error!(error = %e, "WebSocket listener failed");

@@ -69,6 +69,7 @@ pub fn substitute(config: &str, source: &str, upstream_port: u16, extproc_port: 
             listener: 0,
             // No WebSocket listener: upgrades find the port closed (port 1 is never served).
             ws: 1,
+            calls: 0,
         },
     )
 }
@@ -82,6 +83,9 @@ pub struct Ports {
     pub listener: u16,
     /// The processor's WebSocket listener (cluster `responses_ws`, if the file has it).
     pub ws: u16,
+    /// Envoy's loopback listener for the processor's own Chat requests (`responses_calls`, if
+    /// the file has it: its `--ws-upstream`); 0: Envoy picks one, which no one calls.
+    pub calls: u16,
 }
 
 /// [`substitute`] with every port given.
@@ -112,6 +116,11 @@ pub fn substitute_ports(config: &str, source: &str, ports: Ports) -> String {
             "port_value: 18080",
             format!("port_value: {}", ports.upstream),
             false,
+        ),
+        (
+            "port_value: 10001",
+            format!("port_value: {}", ports.calls),
+            true,
         ),
     ] {
         let count = config.matches(from).count();

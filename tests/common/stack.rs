@@ -198,6 +198,7 @@ impl Stack {
                         extproc: 0,
                         listener: 0,
                         ws: 1,
+                        calls: 0,
                     },
                 );
                 Stack {
@@ -239,8 +240,9 @@ impl Stack {
         }
         let listener = free_port();
         let ws = free_port();
+        let calls = free_port();
         let ws_listen = format!("127.0.0.1:{ws}");
-        let ws_upstream = format!("http://127.0.0.1:{listener}");
+        let ws_upstream = format!("http://127.0.0.1:{calls}");
         let mut all = vec!["--ws-listen", &ws_listen, "--ws-upstream", &ws_upstream];
         all.extend_from_slice(args);
         let processor = Processor::start(&all);
@@ -249,6 +251,7 @@ impl Stack {
             extproc: processor.port(),
             listener,
             ws,
+            calls,
         };
         let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
             .expect("read envoy/envoy.yaml");

@@ -64,6 +64,10 @@ CONFIGMAPS = {
         ("  - name: responses_ws\n    type: STATIC\n", "  - name: responses_ws\n    type: STRICT_DNS\n", 1),
         ("                address: 127.0.0.1\n                port_value: 50052",
          f"                address: {PROCESSOR}\n                port_value: 50052", 1),
+        # The listener for the processor's own calls, reached from the processor's pods (the
+        # NetworkPolicy responses-envoy lets no other pod reach it).
+        ("        address: 127.0.0.1\n        port_value: 10001",
+         "        address: 0.0.0.0\n        port_value: 10001", 1),
     ]),
     # The module: nothing beside Envoy; the replicas share the sealing keys (a Secret).
     ("deploy/kubernetes/module.yaml", "responses-envoy-module"): ("envoy/envoy-module.yaml", [
@@ -225,14 +229,44 @@ def unnormalised_paths(hcm):
     return missing
 
 
-def check_bootstrap_removes_model_header(name, text):
+# The listener of the processor's own Chat requests (envoy/envoy.yaml), which keeps their model
+# headers: a client must not reach it.
+CALLS_LISTENER = "responses_calls"
+CALLS_PORT = 10001
+
+
+def guards_calls_listener(file_docs):
+    """A NetworkPolicy of the Envoy pods lets only the processor's pods reach CALLS_PORT."""
+    for d in file_docs:
+        if d.get("kind") != "NetworkPolicy":
+            continue
+        rules = get(d, "spec.ingress") or []
+        opening = [r for r in rules if any(p.get("port") == CALLS_PORT for p in r.get("ports", []))]
+        if opening and all(
+            r.get("from") == [{"podSelector": {"matchLabels": {"app": "responses-extproc"}}}]
+            for r in opening
+        ) and all(r.get("ports") for r in rules):
+            return True
+    return False
+
+
+def check_bootstrap_removes_model_header(name, text, calls_guarded=False):
     """Every HTTP connection manager of a bootstrap a client reaches removes the model headers
-    early (an internal listener is reached from inside Envoy only)."""
+    early (an internal listener is reached from inside Envoy only; the processor's listener
+    only on loopback, or where a NetworkPolicy admits the processor's pods alone)."""
     listeners = (yaml.safe_load(text).get("static_resources") or {}).get("listeners") or []
     found = 0
     for listener in listeners:
         if "internal_listener" in listener:
             continue
+        if listener.get("name") == CALLS_LISTENER:
+            address = get(listener, "address.socket_address") or {}
+            if address.get("port_value") != CALLS_PORT:
+                sys.exit(f"manifests: {name}: listener {CALLS_LISTENER} is not on port {CALLS_PORT}")
+            if address.get("address") == "127.0.0.1" or calls_guarded:
+                continue
+            sys.exit(f"manifests: {name}: listener {CALLS_LISTENER} keeps the model headers and "
+                     "is reachable beyond loopback without a NetworkPolicy for the processor alone")
         for chain in listener.get("filter_chains") or []:
             for f in chain.get("filters") or []:
                 if f.get("name") == HCM:
@@ -419,7 +453,9 @@ def check(out):
             key = (file, name)
             if key not in CONFIGMAPS:
                 sys.exit(f"manifests: {file}: ConfigMap {name} is not known to manifests.py")
-            check_bootstrap_removes_model_header(f"{file}: ConfigMap {name}", doc["data"]["envoy.yaml"])
+            file_docs = [d for d in yaml.safe_load_all((ROOT / file).read_text()) if d]
+            check_bootstrap_removes_model_header(f"{file}: ConfigMap {name}", doc["data"]["envoy.yaml"],
+                                                 guards_calls_listener(file_docs))
             source, subs = CONFIGMAPS[key]
             if doc["data"]["envoy.yaml"] != expected_envoy(source, subs):
                 sys.exit(f"manifests: {file}: ConfigMap {name} differs from {source} "

@@ -167,3 +167,31 @@ fn defaults_are_read_as_written() {
     assert!(!states_default("`/v1/chat`", Some("/v1/responses")));
     assert!(!states_default("`x`", None));
 }
+
+/// "Both modes refuse … a cap of 0" (the page's module section): every number among the
+/// shared settings, set to 0 alone, is refused by the one validation both adapters run (the
+/// processor at startup, the module when Envoy loads its config).
+#[test]
+fn every_numeric_setting_refuses_zero() {
+    let defaults = serde_json::to_value(ExchangeConfig::default()).expect("settings as JSON");
+    let numeric: Vec<&String> = defaults
+        .as_object()
+        .expect("an object")
+        .iter()
+        .filter(|(_, v)| v.is_number())
+        .map(|(k, _)| k)
+        .collect();
+    assert!(numeric.len() > 10, "{numeric:?}");
+    let accepted: Vec<&&String> = numeric
+        .iter()
+        .filter(|key| {
+            let config: ExchangeConfig =
+                serde_json::from_value(serde_json::json!({ key.as_str(): 0 })).expect(key);
+            config.validate().is_ok()
+        })
+        .collect();
+    assert!(
+        accepted.is_empty(),
+        "{PAGE}: a 0 is accepted for {accepted:?}"
+    );
+}

@@ -91,7 +91,7 @@ fn kubernetes_manifests_match_the_kubernetes_schemas() {
     let out = run(Command::new(venv("kubernetes-validate"))
         .args(["--strict", "--kubernetes-version", "1.37.0"])
         .args(&manifests));
-    assert_eq!(out.matches(" passed for resource ").count(), 17, "{out}");
+    assert_eq!(out.matches(" passed for resource ").count(), 19, "{out}");
 }
 
 /// The files `manifests.py check` reads, copied into `root` (the shipped Envoy configs, the
@@ -236,4 +236,57 @@ fn a_manifest_that_does_not_normalise_paths_fails_the_check() {
             }
         }
     }
+}
+
+/// The listener of the processor's own calls (`responses_calls`) keeps the model headers, so a
+/// client must not reach it: bound beyond loopback it fails the check, unless a NetworkPolicy
+/// admits the processor's pods alone (service.yaml's, which the check finds; without it, or
+/// with it open to every pod, the check fails).
+#[test]
+fn the_calls_listener_is_reached_by_the_processor_alone() {
+    let check = |edit: &dyn Fn(&std::path::Path)| {
+        let root = TempDir::new("manifests-root");
+        copy_checked_files(root.path());
+        edit(root.path());
+        let out_dir = TempDir::new("manifests-out");
+        let out = Command::new(venv("python"))
+            .arg(repo_root().join("tests/deploy/manifests.py"))
+            .arg("check")
+            .arg(out_dir.path())
+            .arg(root.path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let replace = |root: &std::path::Path, file: &str, from: &str, to: &str| {
+        let path = root.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.matches(from).count(), 1, "{file}: {from}");
+        std::fs::write(&path, text.replace(from, to)).unwrap();
+    };
+    let (ok, err) = check(&|_| {});
+    assert!(ok, "{err}");
+    // envoy/envoy.yaml with the listener on every address.
+    let (ok, err) = check(&|root| {
+        replace(
+            root,
+            "envoy/envoy.yaml",
+            "        address: 127.0.0.1\n        port_value: 10001",
+            "        address: 0.0.0.0\n        port_value: 10001",
+        )
+    });
+    assert!(!ok && err.contains("responses_calls"), "{err}");
+    // service.yaml's NetworkPolicy open to every pod.
+    let (ok, err) = check(&|root| {
+        replace(
+            root,
+            "deploy/kubernetes/service.yaml",
+            "  - from:\n    - podSelector:\n        matchLabels: {app: responses-extproc}\n    ports:\n    - {port: 10001, protocol: TCP}\n",
+            "  - ports:\n    - {port: 10001, protocol: TCP}\n",
+        )
+    });
+    assert!(!ok && err.contains("responses_calls"), "{err}");
 }

@@ -4,6 +4,7 @@
 //! | module | what it keeps in step |
 //! |---|---|
 //! | [`links`] | every relative link and anchor of `README.md` and `docs/` |
+//! | [`claims`] | numbers and names the docs state and the code defines |
 //! | [`configuration`] | `docs/configuration.md`'s settings table and the CLI and JSON keys |
 //! | [`error_codes`] | the docs' error-code table and `ErrorCode` |
 //! | [`readme_fields`] | `docs/request-mapping.md`'s request fields and the translation |
@@ -14,6 +15,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod claims;
 mod configuration;
 mod deploy_manifests;
 mod error_codes;

@@ -36,14 +36,16 @@ fn long(stream: bool, threshold: u64) -> Value {
     })
 }
 
+fn summary_body() -> String {
+    json!({"id": "s", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "The user asked about cats and whiskers."}}],
+        "usage": {"prompt_tokens": 90, "completion_tokens": 9, "total_tokens": 99}})
+    .to_string()
+}
+
 fn summary() -> Reply {
-    Reply::json(
-        200,
-        &json!({"id": "s", "object": "chat.completion", "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                "message": {"role": "assistant", "content": "The user asked about cats and whiskers."}}],
-            "usage": {"prompt_tokens": 90, "completion_tokens": 9, "total_tokens": 99}}),
-    )
+    Reply::raw(200, "application/json", summary_body())
 }
 
 fn answer() -> Reply {
@@ -416,4 +418,102 @@ async fn on_the_websocket_the_compaction_leads_the_response() {
         "{sent}"
     );
     assert!(!sent.contains("whiskers?"), "{sent}");
+}
+
+/// docs/compaction.md: the summarising call carries `x-responses-model`, "so Envoy's routes
+/// ... apply to it as to the turn". A turn routed by model to a second upstream gets its
+/// summary from that upstream too (ext_proc: the processor's call enters through the loopback
+/// listener `responses_calls`, which keeps the model headers; the module's through its
+/// internal listener), and the catch-all upstream gets nothing.
+#[tokio::test]
+async fn the_summarising_call_takes_the_turns_route_by_model() {
+    let small = ScriptedUpstream::start();
+    let big = ScriptedUpstream::with_replies([summary(), answer()]);
+    let big_port = big.port();
+    let stack = Stack::with_websocket_edited(small.port(), &[], move |c| {
+        crate::common::envoy::with_model_route(c, big_port)
+    });
+    let mut body = long(false, 50);
+    body["model"] = json!("big-model");
+    let (status, _, text) = post(&stack, &body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(json_of(&text)["output"][0]["type"], "compaction", "{text}");
+    assert!(small.requests().is_empty(), "{:?}", small.requests());
+    let got = big.requests();
+    assert_eq!(got.len(), 2, "the summarising call and the turn");
+    for r in &got {
+        assert_eq!(r.header("x-responses-model"), Some("big-model"));
+    }
+    assert!(texts(&got[0].json()).contains(PROMPT_START));
+}
+
+/// The processor asks Envoy for `--compaction-timeout` + 2 s on the request body
+/// (`override_message_timeout`) and Envoy grants it up to `max_message_timeout`: a summary
+/// slower than the shipped `message_timeout` still compacts (without the grant, Envoy's 504
+/// `processor_timeout`). The module has no message clock: the same summary compacts there.
+#[tokio::test]
+async fn a_summary_slower_than_the_message_timeout_still_compacts() {
+    let config = std::fs::read_to_string(crate::common::repo_root().join("envoy/envoy.yaml"))
+        .expect("envoy/envoy.yaml");
+    let message_timeout: u64 = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("message_timeout: "))
+        .and_then(|v| v.strip_suffix('s')?.parse().ok())
+        .expect("envoy/envoy.yaml's message_timeout in seconds");
+    let (head, tail) = {
+        let whole = summary_body();
+        let (a, b) = whole.split_at(whole.len() / 2);
+        (a.to_owned(), b.to_owned())
+    };
+    let slow = Reply::sse([head, tail])
+        .with_delay(Duration::from_secs(message_timeout + 1))
+        .header("content-type", "application/json");
+    let upstream = ScriptedUpstream::with_replies([slow, answer()]);
+    let stack = Stack::with_websocket(upstream.port(), &["--compaction-timeout", "10"]);
+    let started = Instant::now();
+    let (status, _, text) = post(&stack, &long(false, 50)).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        took > Duration::from_secs(message_timeout),
+        "the summary outlasted message_timeout: {took:?}"
+    );
+    let v = json_of(&text);
+    assert_eq!(v["output"][0]["type"], "compaction", "{v}");
+    assert_eq!(v["output"][1]["content"][0]["text"], "Dogs are loyal.");
+    assert_eq!(upstream.requests().len(), 2);
+}
+
+/// docs/deploying.md, keeping the client's credentials from the processor: with the four
+/// credential lines deleted from `forward_rules`, the processor never gets them, the turn
+/// still reaches the upstream with the client's `authorization` (Envoy's header map) and the
+/// summarising call carries none.
+#[tokio::test]
+async fn without_the_credentials_forwarded_the_summarising_call_carries_none() {
+    if !crate::common::only_ext_proc("forward_rules: what Envoy sends the processor") {
+        return;
+    }
+    let upstream = ScriptedUpstream::with_replies([summary(), answer()]);
+    let stack = Stack::with_websocket_edited(upstream.port(), &[], |config| {
+        let mut config = config;
+        for header in [
+            "authorization",
+            "x-api-key",
+            "openai-organization",
+            "openai-project",
+        ] {
+            let line = format!("                  - exact: \"{header}\"\n");
+            assert_eq!(config.matches(&line).count(), 1, "{line}");
+            config = config.replace(&line, "");
+        }
+        config
+    });
+    let (status, _, text) = post(&stack, &long(false, 50)).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(json_of(&text)["output"][0]["type"], "compaction", "{text}");
+    let got = upstream.requests();
+    assert_eq!(got.len(), 2);
+    assert!(texts(&got[0].json()).contains(PROMPT_START));
+    assert_eq!(got[0].header("authorization"), None, "the summarising call");
+    assert_eq!(got[1].header("authorization"), Some("Bearer sk-client"));
 }

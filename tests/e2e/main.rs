@@ -29,10 +29,12 @@
 mod common;
 
 mod bad_requests;
+mod circuit_breakers;
 mod clients;
 mod compact;
 mod compression;
 mod context_management;
+mod drain;
 mod faults;
 mod grpc_reflection;
 mod harness_smoke;

@@ -196,8 +196,23 @@ async fn assert_translated(envoy: &Envoy, id_prefix: &str, input: &str) {
     );
 }
 
-/// The request must fail in Envoy (its 5xx, no translated answer) and never reach `upstream`,
-/// because the TLS handshake with the processor failed with `tls_error` (BoringSSL's words).
+/// What envoy/examples/README.md says a client gets when the handshake with the processor
+/// fails: the status and the error code, its sentence's first two code spans.
+fn documented_refusal() -> (u16, String) {
+    let readme = std::fs::read_to_string(repo_root().join("envoy/examples/README.md")).unwrap();
+    let sentence = readme
+        .split("When the handshake fails,")
+        .nth(1)
+        .expect("envoy/examples/README.md says what a failed handshake gives");
+    let spans: Vec<&str> = sentence.split('`').skip(1).step_by(2).collect();
+    // `failure_mode_allow: false`, then the status, then the code.
+    assert_eq!(spans[0], "failure_mode_allow: false", "{sentence}");
+    (spans[1].parse().expect("a status"), spans[2].to_owned())
+}
+
+/// The request must fail in Envoy with the documented status and envelope (no translated
+/// answer) and never reach `upstream`, because the TLS handshake with the processor failed
+/// with `tls_error` (BoringSSL's words).
 async fn assert_refused(envoy: &Envoy, upstream: &ScriptedUpstream, what: &str, tls_error: &str) {
     let (status, body) = post(
         envoy,
@@ -205,9 +220,14 @@ async fn assert_refused(envoy: &Envoy, upstream: &ScriptedUpstream, what: &str, 
         &json!({"model": "m", "input": "must not be answered"}),
     )
     .await;
-    assert!(
-        matches!(status, 500 | 502 | 503 | 504),
-        "{what}: expected Envoy's 5xx, got {status}: {body}\nEnvoy log:\n{}",
+    let (documented_status, documented_code) = documented_refusal();
+    let code = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
+    assert_eq!(
+        (status, code.as_deref()),
+        (documented_status, Some(documented_code.as_str())),
+        "{what}: {body}\nEnvoy log:\n{}",
         envoy.logs()
     );
     assert!(

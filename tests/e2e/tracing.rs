@@ -82,10 +82,11 @@ impl TracedStack {
         let upstream = ScriptedUpstream::start();
         let listener = free_port();
         let ws = free_port();
+        let calls = free_port();
         let metrics = format!("127.0.0.1:{}", free_port());
         let endpoint = receiver.endpoint();
         let ws_listen = format!("127.0.0.1:{ws}");
-        let ws_upstream = format!("http://127.0.0.1:{listener}");
+        let ws_upstream = format!("http://127.0.0.1:{calls}");
         let mut args = vec![
             "--otlp-endpoint",
             &endpoint,
@@ -110,7 +111,19 @@ impl TracedStack {
                 extproc: processor.port(),
                 listener,
                 ws,
+                calls,
             },
+        );
+        // The listener the processor's own Chat requests enter traces them too.
+        let config = splice(
+            config,
+            "          stat_prefix: responses_calls\n",
+            &piece(
+                &std::fs::read_to_string(repo_root().join("envoy/examples/tracing.yaml")).unwrap(),
+                "hcm_tracing",
+                10,
+            ),
+            false,
         );
         let envoy = Envoy::start_with_config(&traced_config(config, receiver.port()));
         TracedStack {
@@ -884,6 +897,7 @@ impl TracedModule {
                 extproc: 0,
                 listener: 0,
                 ws: 1,
+                calls: 0,
             },
         );
         // The internal listener the module's own Chat requests enter traces them too.

@@ -10,10 +10,8 @@
 //!
 //! The same table of cases runs against the core's connection (`core/src/connection/tests.rs`,
 //! plain bytes), the module's carrying of it (`module/src/socket/tests.rs`, the fake Envoy)
-//! and here through Envoy. What differs by mode is said where it does: the model headers
-//! (the processor's Chat request comes back through the listener, which removes a client's;
-//! the module's enters the internal listener and keeps them), the process a SIGTERM drains,
-//! and what only one mode has (HTTP/2's extended CONNECT, a panic's 1011: the module).
+//! and here through Envoy. What differs by mode is said where it does: the process a SIGTERM
+//! drains, and what only one mode has (HTTP/2's extended CONNECT, a panic's 1011: the module).
 //! openai-python's `responses.connect()` is driven in `e2e_clients.rs`.
 
 use crate::common;
@@ -110,13 +108,6 @@ async fn completed(socket: &mut Socket) -> Value {
     last
 }
 
-/// The model header the upstream sees on the transport's Chat request: none in ext_proc mode
-/// (the processor's request comes back through the listener, which removes a client's), the
-/// translator's in module mode (the internal listener keeps it).
-fn model_header(value: &str) -> Option<&str> {
-    (common::mode() == common::Mode::Module).then_some(value)
-}
-
 fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
@@ -171,14 +162,13 @@ async fn create_then_continue_with_previous_response_id() {
     );
     // What the upstream got: Chat requests through Envoy's Chat route, the second with the
     // whole context and the client's credentials. Both translators name the model in the
-    // model header; the processor's request comes back through Envoy's listener as a
-    // client's does, and loses it there (Envoy removes a client's before routing), the
-    // module's enters Envoy's internal listener and keeps it (routed by model).
+    // model header, and Envoy keeps it: the processor's request enters through the loopback
+    // listener responses_calls, the module's through the internal listener (routed by model).
     let requests = upstream.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].header("authorization"), Some("Bearer sk-test"));
-    assert_eq!(requests[1].header("x-responses-model"), model_header("m"));
+    assert_eq!(requests[1].header("x-responses-model"), Some("m"));
     let chat = requests[1].json();
     assert_eq!(chat["stream"], true);
     assert_eq!(
@@ -214,11 +204,9 @@ async fn a_model_that_cannot_be_a_header_is_refused_and_the_socket_goes_on() {
 
 /// The model map on the WebSocket: each response's Chat request names the mapped model (a
 /// name the map does not match passes unchanged), every event names the model asked for, and
-/// a continuation too. In module mode the Chat request reaches the upstream with both model
-/// headers, the name asked for and the name sent, as the HTTP path does. In ext_proc mode it
-/// loses them through Envoy (it comes back through the listener as a client's does:
-/// docs/websocket.md); sent straight to the upstream, as from a listener of the processor's
-/// own, it carries both.
+/// a continuation too. The Chat request reaches the upstream with both model headers, the name
+/// asked for and the name sent, as the HTTP path does (ext_proc: through Envoy's listener
+/// responses_calls, or sent straight to the upstream).
 #[tokio::test]
 async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one() {
     let demo = common::RecordingDemo::start();
@@ -250,11 +238,8 @@ async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one(
         previous = last_response(&events)["id"].as_str().map(str::to_owned);
         let request = demo.requests().pop().expect("a Chat request");
         assert_eq!(request.json()["model"], sent, "{asked}");
-        assert_eq!(request.header("x-responses-model"), model_header(asked));
-        assert_eq!(
-            request.header("x-responses-upstream-model"),
-            model_header(sent)
-        );
+        assert_eq!(request.header("x-responses-model"), Some(asked));
+        assert_eq!(request.header("x-responses-upstream-model"), Some(sent));
     }
     if common::mode() == common::Mode::Module {
         return;
@@ -1160,9 +1145,9 @@ async fn configuration_updates_set_the_turn_on_every_transport_and_across_contin
 /// Routing by model: with the shipped config's route by `x-responses-model` enabled
 /// (`big-model` to a second upstream), a WebSocket response for `big-model` reaches that
 /// upstream in module mode, as an HTTP exchange does (its Chat request enters Envoy's internal
-/// listener, which keeps the model headers). In ext_proc mode the processor's Chat request
-/// comes back through the listener like a client's and loses them: it takes the Chat route
-/// (docs/deploying.md, routing by model).
+/// listener, which keeps the model headers), and in ext_proc mode (the processor's enters the
+/// loopback listener responses_calls, which keeps them too: docs/deploying.md, routing by
+/// model).
 #[tokio::test]
 async fn websocket_responses_are_routed_by_model() {
     let small = ScriptedUpstream::start();
@@ -1180,20 +1165,11 @@ async fn websocket_responses_are_routed_by_model() {
     let small_answer = completed(&mut ws).await;
     let text = |r: &Value| r["output"][0]["content"][0]["text"].clone();
     assert_eq!(text(&small_answer), "small");
-    match common::mode() {
-        common::Mode::Module => {
-            assert_eq!(text(&big_answer), "big");
-            let at_big = big.requests();
-            assert_eq!(at_big.len(), 1);
-            assert_eq!(at_big[0].header("x-responses-model"), Some("big-model"));
-            assert_eq!(small.requests().len(), 1);
-        }
-        common::Mode::ExtProc => {
-            assert_eq!(text(&big_answer), "small");
-            assert!(big.requests().is_empty());
-            assert_eq!(small.requests().len(), 2);
-        }
-    }
+    assert_eq!(text(&big_answer), "big");
+    let at_big = big.requests();
+    assert_eq!(at_big.len(), 1);
+    assert_eq!(at_big[0].header("x-responses-model"), Some("big-model"));
+    assert_eq!(small.requests().len(), 1);
     // A client's own model header on the upgrade steers nothing.
     let mut request = stack.ws_url().into_client_request().expect("request");
     request
