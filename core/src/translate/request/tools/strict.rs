@@ -204,10 +204,7 @@ impl<'s> Walk<'s> {
                 ("anyOf", _) => typed.is_none() && !reference && !enumerated && !constant,
                 ("$ref", _) => typed.is_none() && !enumerated && !constant,
                 ("pattern", Some(Type::String)) => value.get().starts_with('"'),
-                ("format", Some(Type::String)) => {
-                    let format: &str = serde_json::from_str(value.get()).map_err(|_| Loose)?;
-                    FORMATS.contains(&format)
-                }
+                ("format", Some(Type::String)) => FORMATS.contains(&read_str(value)?.as_ref()),
                 (
                     "multipleOf" | "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum",
                     Some(Type::Number | Type::Integer),
@@ -270,11 +267,12 @@ impl<'s> Walk<'s> {
                 ..
             })
         );
-        let names = if object {
-            self.property_names(&fields)?
+        let properties = if object {
+            self.properties(&fields)?
         } else {
             Vec::new()
         };
+        let names: Vec<Key<'s>> = properties.iter().map(|(k, _)| k.clone()).collect();
         let required = if object {
             required(&fields, &names)?
         } else {
@@ -322,15 +320,15 @@ impl<'s> Walk<'s> {
                 "items" => self.node(value, depth + 1, objects, false)?,
                 "properties" if object => {
                     self.out.push('{');
-                    for (j, (name, schema)) in object_fields(value)?.into_iter().enumerate() {
+                    for (j, (name, schema)) in properties.iter().enumerate() {
                         if j > 0 {
                             self.out.push(',');
                         }
-                        write_key(&mut self.out, &name);
+                        write_key(&mut self.out, name);
                         self.out.push(':');
                         let optional = match &required {
                             Some(Required::Complete) => false,
-                            Some(Required::Partial(listed)) => !listed.contains(&name),
+                            Some(Required::Partial(listed)) => !listed.contains(name),
                             None => true,
                         };
                         self.node(schema, depth + 1, objects, optional)?;
@@ -401,23 +399,23 @@ impl<'s> Walk<'s> {
         Ok(())
     }
 
-    /// An object's property names, counted against the limits.
-    fn property_names(&mut self, fields: &[(Key<'s>, &'s RawValue)]) -> Walked<Vec<Key<'s>>> {
+    /// An object's properties, counted against the limits.
+    fn properties(
+        &mut self,
+        fields: &[(Key<'s>, &'s RawValue)],
+    ) -> Walked<Vec<(Key<'s>, &'s RawValue)>> {
         let Some((_, properties)) = fields.iter().find(|(k, _)| k.as_ref() == "properties") else {
             return Ok(Vec::new());
         };
-        let names: Vec<Key<'s>> = object_fields(properties)?
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
-        self.properties += names.len();
+        let properties = object_fields(properties)?;
+        self.properties += properties.len();
         if self.properties > MAX_PROPERTIES {
             return Err(Loose);
         }
-        for name in &names {
+        for (name, _) in &properties {
             self.count_string(name.len())?;
         }
-        Ok(names)
+        Ok(properties)
     }
 
     fn count_string(&mut self, chars: usize) -> Walked {
@@ -441,7 +439,8 @@ impl<'s> Walk<'s> {
 
     /// A `$ref` to the root (`#`) or to one of its definitions.
     fn check_reference(&self, value: &RawValue) -> Walked {
-        let target: Cow<'_, str> = serde_json::from_str(value.get()).map_err(|_| Loose)?;
+        let target = read_str(value)?;
+        let target = target.as_ref();
         if target == "#" {
             return Ok(());
         }
@@ -489,11 +488,7 @@ fn required<'s>(
     };
     let listed: Vec<Key<'s>> = array(value)?
         .into_iter()
-        .map(|name| {
-            serde_json::from_str::<KeySeed>(name.get())
-                .map(|k| k.0)
-                .map_err(|_| Loose)
-        })
+        .map(read_str)
         .collect::<Walked<_>>()?;
     // A required name with no property could never be given: strict mode cannot say it.
     if listed.iter().any(|l| !names.contains(l)) {
@@ -529,12 +524,12 @@ fn type_of(fields: &[(Key<'_>, &RawValue)]) -> Walked<Option<Typed>> {
     };
     let text = value.get();
     if text.starts_with('"') {
-        let name: Cow<'_, str> = serde_json::from_str(text).map_err(|_| Loose)?;
-        let ty = Type::named(&name).ok_or(Loose)?;
+        let name = read_str(value)?;
+        let ty = Type::named(name.as_ref()).ok_or(Loose)?;
         return Ok(Some(Typed { ty, or_null: false }));
     }
-    let names: Vec<Cow<'_, str>> = serde_json::from_str(text).map_err(|_| Loose)?;
-    let mut types = names.iter().map(|n| Type::named(n).ok_or(Loose));
+    let names: Vec<KeySeed<'_>> = serde_json::from_str(text).map_err(|_| Loose)?;
+    let mut types = names.iter().map(|n| Type::named(n.0.as_ref()).ok_or(Loose));
     match (types.next(), types.next(), types.next()) {
         (Some(ty), None, None) => Ok(Some(Typed {
             ty: ty?,
@@ -683,6 +678,13 @@ impl<'de> serde::Deserialize<'de> for Fields<'de> {
         }
         d.deserialize_map(V)
     }
+}
+
+/// A string, borrowed unless it has escapes.
+fn read_str(raw: &RawValue) -> Walked<Key<'_>> {
+    serde_json::from_str::<KeySeed<'_>>(raw.get())
+        .map(|k| k.0)
+        .map_err(|_| Loose)
 }
 
 /// A schema: an object (a boolean schema has no strict form).
