@@ -10,14 +10,16 @@
 //! `additionalProperties: false` and lists all its properties in `required`, and a property
 //! that was optional is made nullable (`null` is how strict mode says "not given").
 //!
-//! The schema is read one object at a time, its values kept as the tokens they came as, and
-//! written out once as it is read: no tree is built. A schema that needs nothing is sent as
-//! it came.
+//! The schema is read in one pass: its subschemas (`properties`, `items`, `anyOf`, `$defs`)
+//! are parsed, every other keyword's value is kept as the token it came as. It is checked
+//! against the subset; if it needs nothing it is sent as it came, else it is written once,
+//! normalised, the kept tokens copied byte for byte.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::value::RawValue;
 
 /// What strict mode makes of a function's schema.
@@ -33,23 +35,28 @@ pub(crate) enum Strict {
 
 /// The Responses default applied to `schema` (a function's `parameters`).
 pub(crate) fn normalise(schema: &RawValue) -> Strict {
-    let mut walk = Walk {
-        out: String::with_capacity(schema.get().len() + 64),
-        changed: false,
+    let Ok(root) = serde_json::from_str::<Schema<'_>>(schema.get()) else {
+        return Strict::Loose;
+    };
+    let mut check = Check {
         defs: Vec::new(),
+        changed: false,
         properties: 0,
         enum_values: 0,
         string_chars: 0,
     };
-    if walk.root(schema).is_err() {
+    if check.root(&root).is_err() {
         return Strict::Loose;
     }
-    if !walk.changed {
+    if !check.changed {
         return Strict::AsItCame;
     }
-    // A check of what was written (a scan, no tree): a slip here sends the tool loose,
-    // never a body the upstream cannot read.
-    match RawValue::from_string(walk.out) {
+    let view = View {
+        schema: &root,
+        optional: false,
+        root: true,
+    };
+    match serde_json::value::to_raw_value(&view) {
         Ok(raw) => Strict::Normalised(raw),
         Err(_) => Strict::Loose,
     }
@@ -61,8 +68,6 @@ const MAX_OBJECT_DEPTH: usize = 10;
 const MAX_PROPERTIES: usize = 5000;
 const MAX_ENUM_VALUES: usize = 1000;
 const MAX_STRING_CHARS: usize = 120_000;
-/// Schemas inside one another (objects, items, `anyOf` branches): bounds the recursion.
-const MAX_SCHEMA_DEPTH: usize = 32;
 
 /// The string formats strict mode supports.
 const FORMATS: [&str; 9] = [
@@ -83,14 +88,48 @@ struct Loose;
 
 type Walked<T = ()> = Result<T, Loose>;
 
-struct Walk<'s> {
-    out: String,
-    changed: bool,
-    /// The names of the root's `$defs` (or `definitions`), for `$ref`s to resolve.
-    defs: Vec<(&'static str, Key<'s>)>,
-    properties: usize,
-    enum_values: usize,
-    string_chars: usize,
+/// A schema object: its keywords in document order.
+#[derive(Debug)]
+struct Schema<'s>(Vec<(Key<'s>, Keyword<'s>)>);
+
+/// A keyword's value.
+#[derive(Debug)]
+enum Keyword<'s> {
+    /// One subschema (`items`).
+    Schema(Schema<'s>),
+    /// Subschemas by name (`properties`, `$defs`, `definitions`).
+    Map(Vec<(Key<'s>, Schema<'s>)>),
+    /// A list of subschemas (`anyOf`).
+    List(Vec<Schema<'s>>),
+    /// Anything else, as its token.
+    Token(&'s RawValue),
+}
+
+impl<'s> Schema<'s> {
+    fn get(&self, name: &str) -> Option<&Keyword<'s>> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.as_ref() == name)
+            .map(|(_, v)| v)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    fn token(&self, name: &str) -> Option<&'s RawValue> {
+        match self.get(name) {
+            Some(Keyword::Token(raw)) => Some(raw),
+            _ => None,
+        }
+    }
+
+    fn map(&self, name: &str) -> &[(Key<'s>, Schema<'s>)] {
+        match self.get(name) {
+            Some(Keyword::Map(entries)) => entries,
+            _ => &[],
+        }
+    }
 }
 
 /// A schema's JSON type, as strict mode allows it: one type, or one and `null`.
@@ -139,79 +178,139 @@ struct Typed {
     or_null: bool,
 }
 
-impl<'s> Walk<'s> {
-    /// The parameters: an object, the only place for `$defs`.
-    fn root(&mut self, raw: &'s RawValue) -> Walked {
-        let fields = object(raw)?;
-        for (key, value) in &fields {
-            if let name @ ("$defs" | "definitions") = key.as_ref() {
-                let name = if name == "$defs" {
-                    "$defs"
-                } else {
-                    "definitions"
-                };
-                for (def, _) in object(value)? {
-                    self.count_string(def.len())?;
-                    self.defs.push((name, def));
-                }
+/// How an optional property is made nullable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nullable {
+    /// It takes `null` already (or it is required).
+    No,
+    /// `"type": "T"` becomes `["T", "null"]`, and `null` joins an `enum`.
+    TypeAndEnum,
+    /// `{"type": "null"}` joins the `anyOf`.
+    AnyOfBranch,
+    /// `{"anyOf": [<schema>, {"type": "null"}]}` (a `$ref` or a `const`).
+    Wrap,
+}
+
+/// An object's `required`, against its properties.
+#[derive(Debug)]
+enum Required<'s> {
+    /// Every property is listed.
+    Complete,
+    /// Some are (or none, `required` absent): these.
+    Partial(Vec<Key<'s>>),
+}
+
+/// What normalising does to one schema (the same when it is checked and when it is
+/// written).
+struct Plan<'s> {
+    typed: Option<Typed>,
+    nullable: Nullable,
+    /// For an object: its `required`.
+    required: Option<Required<'s>>,
+    /// For an object: `additionalProperties: false` is there.
+    closed: bool,
+}
+
+impl<'s> Schema<'s> {
+    fn plan(&self, optional: bool) -> Walked<Plan<'s>> {
+        let typed = type_of(self)?;
+        let nullable = if !optional || admits_null(self, typed)? {
+            Nullable::No
+        } else if self.has("anyOf") {
+            Nullable::AnyOfBranch
+        } else if (typed.is_some() || self.has("enum")) && !self.has("const") {
+            Nullable::TypeAndEnum
+        } else {
+            Nullable::Wrap
+        };
+        let object = matches!(
+            typed,
+            Some(Typed {
+                ty: Type::Object,
+                ..
+            })
+        );
+        let required = if object { Some(required(self)?) } else { None };
+        let closed = self
+            .token("additionalProperties")
+            .is_some_and(|v| v.get() == "false");
+        Ok(Plan {
+            typed,
+            nullable,
+            required,
+            closed,
+        })
+    }
+}
+
+/// The check of a schema against the subset, with OpenAI's limits.
+struct Check<'s> {
+    /// The root's `$defs` (or `definitions`) by section and name, for `$ref`s to resolve.
+    defs: Vec<(&'static str, Key<'s>)>,
+    /// Normalising changes something.
+    changed: bool,
+    properties: usize,
+    enum_values: usize,
+    string_chars: usize,
+}
+
+impl<'s> Check<'s> {
+    /// The parameters: an object (never a union, never nullable), the only place for `$defs`.
+    fn root(&mut self, root: &Schema<'s>) -> Walked {
+        for section in ["$defs", "definitions"] {
+            for (name, _) in root.map(section) {
+                self.count_string(name.len())?;
+                self.defs.push((section, name.clone()));
             }
         }
-        let typed = type_of(&fields)?;
         if !matches!(
-            typed,
+            type_of(root)?,
             Some(Typed {
                 ty: Type::Object,
                 or_null: false
             })
         ) {
-            // The root is an object (never a union, never nullable).
             return Err(Loose);
         }
-        self.schema(fields, 0, 0, false, true)
+        self.schema(root, 0, false, true)
     }
 
-    /// Writes one schema, normalised; `optional`: a property the client did not require,
-    /// made nullable.
-    fn node(&mut self, raw: &'s RawValue, depth: usize, objects: usize, optional: bool) -> Walked {
-        let fields = object(raw)?;
-        self.schema(fields, depth, objects, optional, false)
-    }
-
-    fn schema(
-        &mut self,
-        fields: Vec<(Key<'s>, &'s RawValue)>,
-        depth: usize,
-        objects: usize,
-        optional: bool,
-        root: bool,
-    ) -> Walked {
-        if depth > MAX_SCHEMA_DEPTH {
-            return Err(Loose);
-        }
-        let typed = type_of(&fields)?;
-        let has = |name: &str| fields.iter().any(|(k, _)| k.as_ref() == name);
+    fn schema(&mut self, s: &Schema<'s>, objects: usize, optional: bool, root: bool) -> Walked {
+        let plan = s.plan(optional)?;
+        let typed = plan.typed;
         let (any_of, reference, enumerated, constant) =
-            (has("anyOf"), has("$ref"), has("enum"), has("const"));
+            (s.has("anyOf"), s.has("$ref"), s.has("enum"), s.has("const"));
         // Every keyword must be one the subset knows for this kind of schema.
-        for (key, value) in &fields {
+        for (key, value) in &s.0 {
+            let token = match value {
+                Keyword::Token(raw) => Some(*raw),
+                _ => None,
+            };
             let known = match (key.as_ref(), typed.map(|t| t.ty)) {
-                (k, _) if annotation(k) => true,
-                ("$schema", _) => root,
+                (k, _) if annotation(k) => token.is_some(),
+                ("$schema", _) => root && token.is_some(),
                 ("$defs" | "definitions", _) => root,
                 ("type", _) => !any_of && !reference,
-                ("enum", _) => !any_of && !reference,
+                ("enum", _) => !any_of && !reference && token.is_some(),
                 ("const", _) => !any_of && !reference && !enumerated,
                 ("anyOf", _) => typed.is_none() && !reference && !enumerated && !constant,
                 ("$ref", _) => typed.is_none() && !enumerated && !constant,
-                ("pattern", Some(Type::String)) => value.get().starts_with('"'),
-                ("format", Some(Type::String)) => FORMATS.contains(&read_str(value)?.as_ref()),
+                ("pattern", Some(Type::String)) => token.is_some_and(|t| t.get().starts_with('"')),
+                ("format", Some(Type::String)) => match token {
+                    Some(t) => FORMATS.contains(&read_str(t)?.as_ref()),
+                    None => false,
+                },
                 (
                     "multipleOf" | "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum",
                     Some(Type::Number | Type::Integer),
-                ) => is_number(value),
-                ("items", Some(Type::Array)) => true,
-                ("minItems" | "maxItems", Some(Type::Array)) => is_number(value),
-                ("properties" | "required" | "additionalProperties", Some(Type::Object)) => true,
+                ) => token.is_some_and(is_number),
+                ("items", Some(Type::Array)) => matches!(value, Keyword::Schema(_)),
+                ("minItems" | "maxItems", Some(Type::Array)) => token.is_some_and(is_number),
+                ("properties", Some(Type::Object)) => matches!(value, Keyword::Map(_)),
+                ("required", Some(Type::Object)) => token.is_some(),
+                // Extra keys the client allows: closing the object would forbid what the
+                // schema lets the model send.
+                ("additionalProperties", Some(Type::Object)) => plan.closed,
                 _ => false,
             };
             if !known {
@@ -222,200 +321,75 @@ impl<'s> Walk<'s> {
             // Any value at all (`{}`): strict mode has no such schema.
             return Err(Loose);
         }
-        if enumerated {
-            self.count_enum(fields.iter().find(|(k, _)| k.as_ref() == "enum"))?;
+        if let Some(values) = s.token("enum") {
+            let values = array(values)?;
+            self.enum_values += values.len();
+            if self.enum_values > MAX_ENUM_VALUES {
+                return Err(Loose);
+            }
+            self.count_string(values.iter().map(|v| v.get().len()).sum())?;
         }
-        if constant {
-            let (_, value) = fields
-                .iter()
-                .find(|(k, _)| k.as_ref() == "const")
-                .ok_or(Loose)?;
+        if let Some(value) = s.get("const") {
+            let Keyword::Token(value) = value else {
+                return Err(Loose);
+            };
             self.count_string(value.get().len())?;
         }
-        let objects = match typed {
-            Some(Typed {
-                ty: Type::Object, ..
-            }) => objects + 1,
-            _ => objects,
-        };
-        if objects > MAX_OBJECT_DEPTH {
-            return Err(Loose);
+        if let Some(target) = s.get("$ref") {
+            let Keyword::Token(target) = target else {
+                return Err(Loose);
+            };
+            self.check_reference(target)?;
         }
-
-        // How an optional property is made nullable, if it does not take `null` already.
-        let nullable = if optional && !admits_null(&fields, typed)? {
+        if plan.nullable != Nullable::No {
             self.changed = true;
-            if any_of {
-                Nullable::AnyOfBranch
-            } else if (typed.is_some() || enumerated) && !constant {
-                Nullable::TypeAndEnum
-            } else {
-                // A `$ref` or a `const`.
-                Nullable::Wrap
-            }
-        } else {
-            Nullable::No
-        };
-        if nullable == Nullable::Wrap {
-            self.out.push_str(r#"{"anyOf":["#);
         }
-
-        let object = matches!(
-            typed,
-            Some(Typed {
-                ty: Type::Object,
-                ..
-            })
-        );
-        let properties = if object {
-            self.properties(&fields)?
-        } else {
-            Vec::new()
-        };
-        let names: Vec<Key<'s>> = properties.iter().map(|(k, _)| k.clone()).collect();
-        let required = if object {
-            required(&fields, &names)?
-        } else {
-            None
-        };
-        let mut wrote_required = false;
-        let mut closed = false;
-
-        self.out.push('{');
-        for (i, (key, value)) in fields.iter().enumerate() {
-            if i > 0 {
-                self.out.push(',');
-            }
-            write_key(&mut self.out, key);
-            self.out.push(':');
-            match key.as_ref() {
-                "type" if nullable == Nullable::TypeAndEnum => {
-                    let ty = typed.ok_or(Loose)?.ty;
-                    self.out.push_str(&format!(r#"["{}","null"]"#, ty.name()));
-                }
-                "enum" if nullable == Nullable::TypeAndEnum => {
-                    push_null_into_array(&mut self.out, value);
-                }
-                "anyOf" => {
-                    let branches = array(value)?;
+        for (_, value) in &s.0 {
+            match value {
+                Keyword::Schema(items) => self.schema(items, objects, false, false)?,
+                Keyword::List(branches) => {
                     if branches.is_empty() {
                         return Err(Loose);
                     }
-                    self.out.push('[');
-                    for (j, branch) in branches.into_iter().enumerate() {
-                        if j > 0 {
-                            self.out.push(',');
-                        }
-                        self.node(branch, depth + 1, objects, false)?;
-                    }
-                    if nullable == Nullable::AnyOfBranch {
-                        self.out.push_str(r#",{"type":"null"}"#);
-                    }
-                    self.out.push(']');
-                }
-                "$ref" => {
-                    self.check_reference(value)?;
-                    self.out.push_str(value.get());
-                }
-                "items" => self.node(value, depth + 1, objects, false)?,
-                "properties" if object => {
-                    self.out.push('{');
-                    for (j, (name, schema)) in properties.iter().enumerate() {
-                        if j > 0 {
-                            self.out.push(',');
-                        }
-                        write_key(&mut self.out, name);
-                        self.out.push(':');
-                        let optional = match &required {
-                            Some(Required::Complete) => false,
-                            Some(Required::Partial(listed)) => !listed.contains(name),
-                            None => true,
-                        };
-                        self.node(schema, depth + 1, objects, optional)?;
-                    }
-                    self.out.push('}');
-                }
-                "required" if object => {
-                    wrote_required = true;
-                    if matches!(required, Some(Required::Complete)) {
-                        self.out.push_str(value.get());
-                    } else {
-                        self.changed = true;
-                        write_names(&mut self.out, &names);
+                    for branch in branches {
+                        self.schema(branch, objects, false, false)?;
                     }
                 }
-                "additionalProperties" => {
-                    if value.get() != "false" {
-                        // Extra keys the client allows: closing the object would forbid
-                        // what the schema lets the model send.
-                        return Err(Loose);
-                    }
-                    closed = true;
-                    self.out.push_str("false");
-                }
-                "$defs" | "definitions" if root => {
-                    self.out.push('{');
-                    for (j, (name, schema)) in object_fields(value)?.into_iter().enumerate() {
-                        if j > 0 {
-                            self.out.push(',');
-                        }
-                        write_key(&mut self.out, &name);
-                        self.out.push(':');
-                        self.node(schema, depth + 1, 0, false)?;
-                    }
-                    self.out.push('}');
-                }
-                _ => self.out.push_str(value.get()),
+                Keyword::Map(_) | Keyword::Token(_) => {}
             }
         }
-        if object {
-            if !has("properties") && !has("additionalProperties") {
-                // `{"type": "object"}`: any object. Strict mode would allow only `{}`.
-                return Err(Loose);
-            }
-            let mut first = fields.is_empty();
-            let mut sep = |out: &mut String| {
-                if !first {
-                    out.push(',');
+        if root {
+            for section in ["$defs", "definitions"] {
+                for (_, def) in s.map(section) {
+                    self.schema(def, 0, false, false)?;
                 }
-                first = false;
-            };
-            if !wrote_required && !names.is_empty() {
-                self.changed = true;
-                sep(&mut self.out);
-                self.out.push_str(r#""required":"#);
-                write_names(&mut self.out, &names);
-            }
-            if !closed {
-                self.changed = true;
-                sep(&mut self.out);
-                self.out.push_str(r#""additionalProperties":false"#);
             }
         }
-        self.out.push('}');
-        if nullable == Nullable::Wrap {
-            self.out.push_str(r#",{"type":"null"}]}"#);
-        }
-        Ok(())
-    }
-
-    /// An object's properties, counted against the limits.
-    fn properties(
-        &mut self,
-        fields: &[(Key<'s>, &'s RawValue)],
-    ) -> Walked<Vec<(Key<'s>, &'s RawValue)>> {
-        let Some((_, properties)) = fields.iter().find(|(k, _)| k.as_ref() == "properties") else {
-            return Ok(Vec::new());
+        let Some(required) = &plan.required else {
+            return Ok(());
         };
-        let properties = object_fields(properties)?;
+        // An object.
+        let objects = objects + 1;
+        if objects > MAX_OBJECT_DEPTH {
+            return Err(Loose);
+        }
+        if !s.has("properties") && !plan.closed {
+            // `{"type": "object"}`: any object. Strict mode would allow only `{}`.
+            return Err(Loose);
+        }
+        let properties = s.map("properties");
         self.properties += properties.len();
         if self.properties > MAX_PROPERTIES {
             return Err(Loose);
         }
-        for (name, _) in &properties {
-            self.count_string(name.len())?;
+        if !plan.closed || matches!(required, Required::Partial(_)) && !properties.is_empty() {
+            self.changed = true;
         }
-        Ok(properties)
+        for (name, property) in properties {
+            self.count_string(name.len())?;
+            self.schema(property, objects, required.optional(name), false)?;
+        }
+        Ok(())
     }
 
     fn count_string(&mut self, chars: usize) -> Walked {
@@ -424,17 +398,6 @@ impl<'s> Walk<'s> {
             return Err(Loose);
         }
         Ok(())
-    }
-
-    fn count_enum(&mut self, field: Option<&(Key<'s>, &'s RawValue)>) -> Walked {
-        let (_, value) = field.ok_or(Loose)?;
-        let values = array(value)?;
-        self.enum_values += values.len();
-        if self.enum_values > MAX_ENUM_VALUES {
-            return Err(Loose);
-        }
-        let chars = values.iter().map(|v| v.get().len()).sum();
-        self.count_string(chars)
     }
 
     /// A `$ref` to the root (`#`) or to one of its definitions.
@@ -446,8 +409,7 @@ impl<'s> Walk<'s> {
         }
         let found = self.defs.iter().any(|(section, name)| {
             target
-                .strip_prefix('#')
-                .and_then(|t| t.strip_prefix('/'))
+                .strip_prefix("#/")
                 .and_then(|t| t.strip_prefix(section))
                 .and_then(|t| t.strip_prefix('/'))
                 .is_some_and(|t| t == name.as_ref())
@@ -460,44 +422,35 @@ impl<'s> Walk<'s> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Nullable {
-    No,
-    /// `"type": "T"` becomes `["T", "null"]` (and `null` joins an `enum`).
-    TypeAndEnum,
-    /// `{"type": "null"}` joins the `anyOf`.
-    AnyOfBranch,
-    /// `{"anyOf": [<schema>, {"type": "null"}]}`.
-    Wrap,
+impl Required<'_> {
+    /// Whether the property `name` was optional.
+    fn optional(&self, name: &Key<'_>) -> bool {
+        match self {
+            Required::Complete => false,
+            Required::Partial(listed) => !listed.contains(name),
+        }
+    }
 }
 
-/// An object's `required`, against its properties.
-enum Required<'s> {
-    /// Every property is listed.
-    Complete,
-    /// Some are: these.
-    Partial(Vec<Key<'s>>),
-}
-
-fn required<'s>(
-    fields: &[(Key<'s>, &'s RawValue)],
-    names: &[Key<'s>],
-) -> Walked<Option<Required<'s>>> {
-    let Some((_, value)) = fields.iter().find(|(k, _)| k.as_ref() == "required") else {
-        return Ok(None);
+/// An object's `required`, against its properties (a name without a property could never
+/// be given: strict mode cannot say it).
+fn required<'s>(s: &Schema<'s>) -> Walked<Required<'s>> {
+    let names = s.map("properties");
+    let listed: Vec<Key<'s>> = match s.get("required") {
+        None => Vec::new(),
+        Some(Keyword::Token(value)) => array(value)?
+            .into_iter()
+            .map(read_str)
+            .collect::<Walked<_>>()?,
+        Some(_) => return Err(Loose),
     };
-    let listed: Vec<Key<'s>> = array(value)?
-        .into_iter()
-        .map(read_str)
-        .collect::<Walked<_>>()?;
-    // A required name with no property could never be given: strict mode cannot say it.
-    if listed.iter().any(|l| !names.contains(l)) {
+    if listed.iter().any(|l| !names.iter().any(|(n, _)| n == l)) {
         return Err(Loose);
     }
-    if names.iter().all(|n| listed.contains(n)) {
-        Ok(Some(Required::Complete))
+    if names.iter().all(|(n, _)| listed.contains(n)) {
+        Ok(Required::Complete)
     } else {
-        Ok(Some(Required::Partial(listed)))
+        Ok(Required::Partial(listed))
     }
 }
 
@@ -518,9 +471,12 @@ fn annotation(key: &str) -> bool {
 }
 
 /// The schema's `type`, if it has one: one type name, or one and `"null"`.
-fn type_of(fields: &[(Key<'_>, &RawValue)]) -> Walked<Option<Typed>> {
-    let Some((_, value)) = fields.iter().find(|(k, _)| k.as_ref() == "type") else {
+fn type_of(s: &Schema<'_>) -> Walked<Option<Typed>> {
+    let Some(value) = s.get("type") else {
         return Ok(None);
+    };
+    let Keyword::Token(value) = value else {
+        return Err(Loose);
     };
     let text = value.get();
     if text.starts_with('"') {
@@ -546,75 +502,225 @@ fn type_of(fields: &[(Key<'_>, &RawValue)]) -> Walked<Option<Typed>> {
 }
 
 /// Whether the schema takes `null` already.
-fn admits_null(fields: &[(Key<'_>, &RawValue)], typed: Option<Typed>) -> Walked<bool> {
-    if let Some(t) = typed {
-        if t.or_null || t.ty == Type::Null {
+fn admits_null(s: &Schema<'_>, typed: Option<Typed>) -> Walked<bool> {
+    if typed.is_some_and(|t| t.or_null || t.ty == Type::Null) {
+        return Ok(true);
+    }
+    if let Some(values) = s.token("enum") {
+        if array(values)?.iter().any(|v| v.get() == "null") {
             return Ok(true);
         }
     }
-    for (key, value) in fields {
-        match key.as_ref() {
-            "enum" => {
-                if array(value)?.iter().any(|v| v.get() == "null") {
-                    return Ok(true);
-                }
+    if s.token("const").is_some_and(|v| v.get() == "null") {
+        return Ok(true);
+    }
+    if let Some(Keyword::List(branches)) = s.get("anyOf") {
+        for branch in branches {
+            if type_of(branch)?.is_some_and(|t| t.or_null || t.ty == Type::Null) {
+                return Ok(true);
             }
-            "const" if value.get() == "null" => return Ok(true),
-            "anyOf" => {
-                for branch in array(value)? {
-                    let branch = object(branch)?;
-                    if let Some(t) = type_of(&branch)? {
-                        if t.or_null || t.ty == Type::Null {
-                            return Ok(true);
-                        }
-                    }
-                }
-            }
-            _ => {}
         }
     }
     Ok(false)
 }
 
 fn is_number(value: &RawValue) -> bool {
-    serde_json::from_str::<serde::de::IgnoredAny>(value.get()).is_ok()
-        && value
-            .get()
-            .starts_with(|c: char| c == '-' || c.is_ascii_digit())
+    value
+        .get()
+        .starts_with(|c: char| c == '-' || c.is_ascii_digit())
 }
 
-/// `[... , null]`: an array token with `null` added at its end.
-fn push_null_into_array(out: &mut String, array: &RawValue) {
-    let text = array.get();
-    let inner = text[1..text.len() - 1].trim();
-    if inner.is_empty() {
-        out.push_str("[null]");
-    } else {
-        out.push_str(&text[..text.len() - 1]);
-        out.push_str(",null]");
+fn array(raw: &RawValue) -> Walked<Vec<&RawValue>> {
+    serde_json::from_str(raw.get()).map_err(|_| Loose)
+}
+
+/// A string, borrowed unless it has escapes.
+fn read_str(raw: &RawValue) -> Walked<Key<'_>> {
+    serde_json::from_str::<KeySeed<'_>>(raw.get())
+        .map(|k| k.0)
+        .map_err(|_| Loose)
+}
+
+/// A schema as it is written normalised (checked first: what cannot fail there is an
+/// error here only in theory).
+struct View<'t, 's> {
+    schema: &'t Schema<'s>,
+    optional: bool,
+    root: bool,
+}
+
+/// `{"type": "null"}`.
+struct NullSchema;
+
+impl Serialize for NullSchema {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry("type", "null")?;
+        map.end()
     }
 }
 
-fn write_names(out: &mut String, names: &[Key<'_>]) {
-    out.push('[');
-    for (i, name) in names.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
+/// A kept `enum` with `null` added at its end.
+struct WithNull<'s>(Vec<&'s RawValue>);
+
+impl Serialize for WithNull<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len() + 1))?;
+        for value in &self.0 {
+            seq.serialize_element(value)?;
         }
-        write_key(out, name);
+        seq.serialize_element(&())?;
+        seq.end()
     }
-    out.push(']');
 }
 
-/// A key as a JSON string: borrowed, it had no escapes, so it needs none.
-fn write_key(out: &mut String, key: &Key<'_>) {
-    match &key.0 {
-        Cow::Borrowed(text) => {
-            out.push('"');
-            out.push_str(text);
-            out.push('"');
+/// Subschemas by name, each written normalised (`optional` for properties the object did
+/// not require).
+struct MapView<'t, 's> {
+    entries: &'t [(Key<'s>, Schema<'s>)],
+    required: Option<&'t Required<'s>>,
+}
+
+impl Serialize for MapView<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.entries.len()))?;
+        for (name, schema) in self.entries {
+            let optional = self.required.is_some_and(|r| r.optional(name));
+            map.serialize_entry(
+                name,
+                &View {
+                    schema,
+                    optional,
+                    root: false,
+                },
+            )?;
         }
-        Cow::Owned(text) => out.push_str(&serde_json::to_string(text).unwrap_or_default()),
+        map.end()
+    }
+}
+
+/// `anyOf`'s branches, each written normalised, and `{"type": "null"}` after them.
+struct ListView<'t, 's> {
+    branches: &'t [Schema<'s>],
+    with_null: bool,
+}
+
+impl Serialize for ListView<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.branches.len() + 1))?;
+        for schema in self.branches {
+            seq.serialize_element(&View {
+                schema,
+                optional: false,
+                root: false,
+            })?;
+        }
+        if self.with_null {
+            seq.serialize_element(&NullSchema)?;
+        }
+        seq.end()
+    }
+}
+
+/// The property names of an object, for its `required`.
+struct Names<'t, 's>(&'t [(Key<'s>, Schema<'s>)]);
+
+impl Serialize for Names<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for (name, _) in self.0 {
+            seq.serialize_element(name)?;
+        }
+        seq.end()
+    }
+}
+
+impl Serialize for View<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let schema = self.schema;
+        let plan = schema
+            .plan(self.optional)
+            .map_err(|_| S::Error::custom("not in the strict subset"))?;
+        if plan.nullable == Nullable::Wrap {
+            let inner = View {
+                schema,
+                optional: false,
+                root: self.root,
+            };
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry("anyOf", &(&inner, &NullSchema))?;
+            return map.end();
+        }
+        let nullable = plan.nullable == Nullable::TypeAndEnum;
+        let object = plan.required.as_ref();
+        let mut map = s.serialize_map(None)?;
+        for (key, value) in &schema.0 {
+            match (key.as_ref(), value) {
+                ("type", Keyword::Token(_)) if nullable => {
+                    let ty = plan.typed.map_or("null", |t| t.ty.name());
+                    map.serialize_entry(key, &[ty, "null"])?;
+                }
+                ("enum", Keyword::Token(values)) if nullable => {
+                    let values = array(values).map_err(|_| S::Error::custom("enum"))?;
+                    map.serialize_entry(key, &WithNull(values))?;
+                }
+                ("required", Keyword::Token(raw)) if object.is_some() => match object {
+                    Some(Required::Partial(_)) => {
+                        map.serialize_entry(key, &Names(schema.map("properties")))?;
+                    }
+                    _ => map.serialize_entry(key, raw)?,
+                },
+                ("$defs" | "definitions", Keyword::Map(entries)) if self.root => {
+                    map.serialize_entry(
+                        key,
+                        &MapView {
+                            entries,
+                            required: None,
+                        },
+                    )?;
+                }
+                (_, Keyword::Map(entries)) => {
+                    map.serialize_entry(
+                        key,
+                        &MapView {
+                            entries,
+                            required: object,
+                        },
+                    )?;
+                }
+                (_, Keyword::Schema(items)) => {
+                    map.serialize_entry(
+                        key,
+                        &View {
+                            schema: items,
+                            optional: false,
+                            root: false,
+                        },
+                    )?;
+                }
+                (_, Keyword::List(branches)) => {
+                    map.serialize_entry(
+                        key,
+                        &ListView {
+                            branches,
+                            with_null: plan.nullable == Nullable::AnyOfBranch,
+                        },
+                    )?;
+                }
+                (_, Keyword::Token(raw)) => map.serialize_entry(key, raw)?,
+            }
+        }
+        if object.is_some() {
+            let properties = schema.map("properties");
+            if !schema.has("required") && !properties.is_empty() {
+                map.serialize_entry("required", &Names(properties))?;
+            }
+            if !plan.closed {
+                map.serialize_entry("additionalProperties", &false)?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -634,7 +740,13 @@ impl Key<'_> {
     }
 }
 
-/// A key read borrowed where it can be (serde's `Cow<str>` always copies).
+impl Serialize for Key<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// A string read borrowed where it can be (serde's `Cow<str>` always copies).
 struct KeySeed<'s>(Key<'s>);
 
 impl<'de> serde::Deserialize<'de> for KeySeed<'de> {
@@ -656,54 +768,56 @@ impl<'de> serde::Deserialize<'de> for KeySeed<'de> {
     }
 }
 
-/// An object's fields in document order, their values kept as tokens.
-struct Fields<'s>(Vec<(Key<'s>, &'s RawValue)>);
-
-impl<'de> serde::Deserialize<'de> for Fields<'de> {
+/// A schema: an object (a boolean schema has no strict form), read in one pass.
+impl<'de> serde::Deserialize<'de> for Schema<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Fields<'de>;
+            type Value = Schema<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object")
+                f.write_str("a schema object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut fields = Vec::new();
                 while let Some(KeySeed(key)) = map.next_key()? {
-                    let value: &'de RawValue = map.next_value()?;
+                    let value = match key.as_ref() {
+                        "properties" | "$defs" | "definitions" => {
+                            Keyword::Map(map.next_value::<Entries<'de>>()?.0)
+                        }
+                        "items" => Keyword::Schema(map.next_value()?),
+                        "anyOf" => Keyword::List(map.next_value()?),
+                        _ => Keyword::Token(map.next_value()?),
+                    };
                     fields.push((key, value));
                 }
-                Ok(Fields(fields))
+                Ok(Schema(fields))
             }
         }
         d.deserialize_map(V)
     }
 }
 
-/// A string, borrowed unless it has escapes.
-fn read_str(raw: &RawValue) -> Walked<Key<'_>> {
-    serde_json::from_str::<KeySeed<'_>>(raw.get())
-        .map(|k| k.0)
-        .map_err(|_| Loose)
-}
+/// Subschemas by name, in document order.
+struct Entries<'s>(Vec<(Key<'s>, Schema<'s>)>);
 
-/// A schema: an object (a boolean schema has no strict form).
-fn object(raw: &RawValue) -> Walked<Vec<(Key<'_>, &RawValue)>> {
-    if !raw.get().starts_with('{') {
-        return Err(Loose);
+impl<'de> serde::Deserialize<'de> for Entries<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Entries<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of schemas")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(KeySeed(key)) = map.next_key()? {
+                    entries.push((key, map.next_value()?));
+                }
+                Ok(Entries(entries))
+            }
+        }
+        d.deserialize_map(V)
     }
-    object_fields(raw)
-}
-
-/// A map of names to schemas (`properties`, `$defs`).
-fn object_fields(raw: &RawValue) -> Walked<Vec<(Key<'_>, &RawValue)>> {
-    serde_json::from_str::<Fields<'_>>(raw.get())
-        .map(|f| f.0)
-        .map_err(|_| Loose)
-}
-
-fn array(raw: &RawValue) -> Walked<Vec<&RawValue>> {
-    serde_json::from_str(raw.get()).map_err(|_| Loose)
 }
 
 #[cfg(test)]
@@ -920,6 +1034,34 @@ mod tests {
 
     fn with_enum(values: Vec<Value>) -> Value {
         json!({"type": "object", "properties": {"e": {"type": "integer", "enum": values}}})
+    }
+
+    #[test]
+    fn properties_named_like_keywords_and_an_enum_without_type() {
+        let out = normalised(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {
+                "properties": {"type": "string"},
+                "type": {"enum": ["a", "b"]},
+                "anyOf": {"type": "array", "items": {"type": "integer"}, "minItems": 1}
+            },
+            "required": ["properties"]
+        }));
+        assert_eq!(
+            out,
+            json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {
+                    "properties": {"type": "string"},
+                    "type": {"enum": ["a", "b", null]},
+                    "anyOf": {"type": ["array", "null"], "items": {"type": "integer"}, "minItems": 1}
+                },
+                "required": ["properties", "type", "anyOf"],
+                "additionalProperties": false
+            })
+        );
     }
 
     #[test]
