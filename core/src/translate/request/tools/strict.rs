@@ -823,6 +823,7 @@ impl<'de> serde::Deserialize<'de> for Entries<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::{json, Value};
 
     fn run(schema: Value) -> Strict {
@@ -1072,5 +1073,99 @@ mod tests {
             "definitions": {"b": {"type": "object", "properties": {"c": {"type": "boolean"}}}}
         }));
         assert!(is_as_it_came(once));
+    }
+
+    /// Schemas in and around the subset: objects, arrays, unions, references, and a few
+    /// keywords outside it.
+    fn schema_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(json!({"type": "string"})),
+            Just(json!({"type": "integer", "minimum": 1})),
+            Just(json!({"type": ["number", "null"]})),
+            Just(json!({"enum": ["a", "b"]})),
+            Just(json!({"type": "string", "enum": ["x", "y"], "description": "d"})),
+            Just(json!({"const": "c"})),
+            Just(json!({"type": "boolean", "default": false})),
+            Just(json!({"$ref": "#"})),
+            Just(json!({"type": "string", "minLength": 1})),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                (
+                    proptest::collection::vec(inner.clone(), 0..4),
+                    proptest::collection::vec(any::<bool>(), 4),
+                    any::<bool>(),
+                )
+                    .prop_map(|(props, req, closed)| {
+                        let mut properties = serde_json::Map::new();
+                        let mut required = Vec::new();
+                        for (i, p) in props.into_iter().enumerate() {
+                            properties.insert(format!("p{i}"), p);
+                            if req[i] {
+                                required.push(json!(format!("p{i}")));
+                            }
+                        }
+                        let mut o = json!({"type": "object", "properties": properties});
+                        if !required.is_empty() {
+                            o["required"] = Value::Array(required);
+                        }
+                        if closed {
+                            o["additionalProperties"] = json!(false);
+                        }
+                        o
+                    }),
+                inner
+                    .clone()
+                    .prop_map(|items| json!({"type": "array", "items": items, "maxItems": 3})),
+                proptest::collection::vec(inner, 1..3).prop_map(|b| json!({"anyOf": b})),
+            ]
+        })
+    }
+
+    /// Every object has `additionalProperties: false` and lists all its properties in
+    /// `required`, in their order.
+    fn all_closed_and_required(v: &Value) -> bool {
+        let Some(o) = v.as_object() else {
+            return true;
+        };
+        if let Some(Value::Object(properties)) = o.get("properties") {
+            let names: Vec<Value> = properties.keys().map(|k| json!(k)).collect();
+            let listed = o.get("required").cloned().unwrap_or(json!([]));
+            if o.get("additionalProperties") != Some(&json!(false)) || listed != json!(names) {
+                return false;
+            }
+            if !properties.values().all(all_closed_and_required) {
+                return false;
+            }
+        }
+        let below = ["items"].iter().filter_map(|k| o.get(*k));
+        let branches = o
+            .get("anyOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        below.chain(branches).all(all_closed_and_required)
+    }
+
+    proptest! {
+        #[test]
+        fn a_normalised_schema_is_closed_required_and_normalises_to_itself(
+            properties in proptest::collection::vec(schema_value(), 0..4),
+        ) {
+            let mut root = serde_json::Map::new();
+            for (i, p) in properties.into_iter().enumerate() {
+                root.insert(format!("p{i}"), p);
+            }
+            let schema = json!({"type": "object", "properties": root});
+            match run(schema.clone()) {
+                Strict::Normalised(raw) => {
+                    let out: Value = serde_json::from_str(raw.get()).unwrap();
+                    prop_assert!(all_closed_and_required(&out), "{}", out);
+                    prop_assert!(is_as_it_came(out.clone()), "{}", out);
+                }
+                Strict::AsItCame => prop_assert!(all_closed_and_required(&schema), "{}", schema),
+                Strict::Loose => {}
+            }
+        }
     }
 }
