@@ -23,6 +23,7 @@
 //! | [`surface`] | the request surface: every field of every case, through Envoy |
 //! | [`tracing`] | spans (OTLP over gRPC and HTTP, TLS) and Envoy's span tags |
 //! | [`upstream_errors`] | the recorded upstream failures, and a real llama-server overflowing |
+//! | [`vllm_strict`] | opt-in: function tools strict by default, forced calls against a real vLLM |
 //! | [`websocket`] | the WebSocket transport |
 
 #[path = "../common/mod.rs"]
@@ -49,4 +50,5 @@ mod security;
 mod surface;
 mod tracing;
 mod upstream_errors;
+mod vllm_strict;
 mod websocket;

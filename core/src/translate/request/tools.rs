@@ -1,8 +1,11 @@
 //! `tools` and `tool_choice` → Chat's function tools and choice (function, namespace, custom
 //! and client-executed built-in tools; hosted tools dropped or rejected).
 //!
-//! A function's schema goes upstream as the client wrote it, and the response echoes a copy
-//! of those bytes: it is never read, only checked to be an object.
+//! A function's schema goes upstream as the client wrote it, unless `strict` is absent: then
+//! the Responses default applies (`strict`: normalised into strict mode where it can be).
+//! The response echoes a copy of the schema that went, and the `strict` that applied.
+
+mod strict;
 
 use std::borrow::Cow;
 
@@ -43,7 +46,7 @@ pub(crate) fn tools<'a>(
         let kind = t.required_string("type")?.into_cow();
         match kind.as_ref() {
             "function" => {
-                let f = function_tool(t)?;
+                let f = strict_by_default(function_tool(t)?);
                 out.push(f, None, ToolKind::Function, Path::Text(&path))?;
             }
             // Free-text input (Codex's `apply_patch`): a Chat server only calls functions, so
@@ -68,7 +71,7 @@ pub(crate) fn tools<'a>(
                     let mut ft = Obj::new(f, fpath)?;
                     let fkind = ft.required_string("type")?.into_cow();
                     let (f, kind) = match fkind.as_ref() {
-                        "function" => (function_tool(ft)?, ToolKind::Function),
+                        "function" => (strict_by_default(function_tool(ft)?), ToolKind::Function),
                         "custom" => (custom_tool(ft)?, ToolKind::Custom),
                         _ => {
                             return Err(bad_value(
@@ -245,6 +248,27 @@ fn function_tool<'a>(mut t: Obj<'a, '_>) -> Result<FunctionTool<'a>, ApiError> {
     })
 }
 
+/// The Responses default for a function without `strict`: its schema normalised into strict
+/// mode where it can be (`strict`), sent `strict: true`; sent loose (no `strict`, Chat's
+/// default) otherwise. A function without parameters has nothing to normalise: loose.
+fn strict_by_default(mut f: FunctionTool<'_>) -> FunctionTool<'_> {
+    if f.strict.is_some() {
+        return f;
+    }
+    let Some(schema) = &f.parameters else {
+        return f;
+    };
+    match strict::normalise(schema) {
+        strict::Strict::AsItCame => f.strict = Some(true),
+        strict::Strict::Normalised(schema) => {
+            f.parameters = Some(Cow::Owned(schema));
+            f.strict = Some(true);
+        }
+        strict::Strict::Loose => {}
+    }
+    f
+}
+
 /// A `custom` tool as the Chat function that stands for it: one required string parameter,
 /// the input; the input's format (a grammar) goes into the descriptions, since a Chat
 /// server cannot constrain a function's arguments with one.
@@ -369,7 +393,9 @@ impl<'a> Tools<'a, '_> {
                 name: f.name.clone().into_owned(),
                 description: f.description.as_ref().map(Description::echoed),
                 parameters: f.parameters.as_deref().map(echoed),
-                strict: f.strict,
+                // What applied: `false` for a function sent loose, as OpenAI shows a
+                // fallback from the default.
+                strict: Some(f.strict == Some(true)),
             });
         } else {
             self.offered.push(OfferedTool {
