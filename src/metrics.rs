@@ -11,7 +11,7 @@ use prometheus::{
 
 use responses_core::connection;
 use responses_core::life::Event;
-use responses_core::metrics::{self, Kind, LabelPolicy, Labels, Metric, Recorder};
+use responses_core::metrics::{self, prometheus_name, Kind, LabelPolicy, Labels, Metric, Recorder};
 
 /// Where the schema's families are in the processor's export: `responses_extproc_<name>`
 /// (the module's are `envoy_<metrics_namespace>_<name>`).
@@ -51,15 +51,18 @@ impl Metrics {
             .map(|m| {
                 let f = m.family();
                 let opts = Opts::new(format!("{PREFIX}{}", f.name), f.help);
+                // `gen_ai.request.model` is `gen_ai_request_model` here, as in Envoy's output.
+                let labels: Vec<String> = f.labels.iter().map(|l| prometheus_name(l)).collect();
+                let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
                 let series = match f.kind {
                     Kind::Counter => {
-                        Series::Counter(IntCounterVec::new(opts, f.labels).expect("valid counter"))
+                        Series::Counter(IntCounterVec::new(opts, &labels).expect("valid counter"))
                     }
                     Kind::Gauge => Series::Gauge(IntGauge::with_opts(opts).expect("valid gauge")),
                     Kind::Histogram => Series::Histogram(
                         HistogramVec::new(
                             HistogramOpts::from(opts).buckets(f.buckets.to_vec()),
-                            f.labels,
+                            &labels,
                         )
                         .expect("valid histogram"),
                     ),

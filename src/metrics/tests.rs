@@ -92,6 +92,33 @@ fn the_schema_is_exported_under_the_prefix() {
     )
     .unwrap();
     assert!(tpot.ends_with(" 100000"), "{tpot}");
+    // The conventions' instruments, their attributes with `_` for `.`.
+    let usage = line(
+        &text,
+        "responses_extproc_gen_ai_client_token_usage_sum",
+        &[
+            "gen_ai_operation_name=\"chat\"",
+            "gen_ai_provider_name=\"openai\"",
+            "gen_ai_token_type=\"output\"",
+            "gen_ai_request_model=\"m1\"",
+        ],
+    )
+    .unwrap();
+    assert!(usage.ends_with(" 11"), "{usage}");
+    let ttft = line(
+        &text,
+        "responses_extproc_gen_ai_server_time_to_first_token_microseconds_sum",
+        &["gen_ai_response_model=\"upstream-m\""],
+    )
+    .unwrap();
+    assert!(ttft.ends_with(" 200000"), "{ttft}");
+    let duration = line(
+        &text,
+        "responses_extproc_gen_ai_server_request_duration_microseconds_bucket",
+        &["error_type=\"\"", "le=\"1280000\""],
+    )
+    .unwrap();
+    assert!(duration.ends_with(" 1"), "{duration}");
     let in_flight = line(&text, "responses_extproc_streams_in_flight", &[]).unwrap();
     assert!(in_flight.ends_with(" 1"), "{in_flight}");
 }
