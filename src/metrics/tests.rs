@@ -38,7 +38,7 @@ fn line<'a>(text: &'a str, name: &str, labels: &[&str]) -> Option<&'a str> {
 
 #[test]
 fn the_schema_is_exported_under_the_prefix() {
-    let m = Metrics::new(LabelPolicy::default());
+    let m = Metrics::new(LabelPolicy::default(), None);
     let timing = Timing {
         total: Duration::from_millis(1200),
         first_output: Some(Duration::from_millis(200)),
@@ -125,7 +125,7 @@ fn the_schema_is_exported_under_the_prefix() {
 
 #[test]
 fn failures_count_their_code_and_caps() {
-    let m = Metrics::new(LabelPolicy::default());
+    let m = Metrics::new(LabelPolicy::default(), None);
     let code = Some(ErrorCode::ResponseTooLarge);
     m.tell(&finished("m", Outcome::Failed, code, Timing::default()));
     m.tell(&finished("m", Outcome::Open, None, Timing::default()));
