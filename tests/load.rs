@@ -112,6 +112,7 @@ fn envoy_config(settings: &Settings, upstream_port: u16, extproc_port: Option<u1
             extproc: 0,
             listener: 0,
             ws: 1,
+            otlp: 1,
         };
         assert!(
             settings.envoy_config.is_none(),

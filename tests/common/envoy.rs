@@ -69,6 +69,7 @@ pub fn substitute(config: &str, source: &str, upstream_port: u16, extproc_port: 
             listener: 0,
             // No WebSocket listener: upgrades find the port closed (port 1 is never served).
             ws: 1,
+            otlp: 1,
         },
     )
 }
@@ -82,6 +83,9 @@ pub struct Ports {
     pub listener: u16,
     /// The processor's WebSocket listener (cluster `responses_ws`, if the file has it).
     pub ws: u16,
+    /// The OTLP collector the stat sink pushes to (cluster `otel_metrics`, if the file has it:
+    /// `envoy/envoy-module.yaml`); 1: none (the pushes fail quietly).
+    pub otlp: u16,
 }
 
 /// [`substitute`] with every port given.
@@ -112,6 +116,11 @@ pub fn substitute_ports(config: &str, source: &str, ports: Ports) -> String {
             "port_value: 18080",
             format!("port_value: {}", ports.upstream),
             false,
+        ),
+        (
+            "port_value: 4317",
+            format!("port_value: {}", ports.otlp),
+            true,
         ),
     ] {
         let count = config.matches(from).count();

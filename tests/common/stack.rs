@@ -198,6 +198,7 @@ impl Stack {
                         extproc: 0,
                         listener: 0,
                         ws: 1,
+                        otlp: 1,
                     },
                 );
                 Stack {
@@ -249,6 +250,7 @@ impl Stack {
             extproc: processor.port(),
             listener,
             ws,
+            otlp: 1,
         };
         let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
             .expect("read envoy/envoy.yaml");

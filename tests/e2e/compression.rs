@@ -280,6 +280,7 @@ async fn with_the_work_threads_full_a_costly_body_is_a_503() {
             extproc: 0,
             listener: 0,
             ws: 1,
+            otlp: 1,
         },
     );
     let envoy = common::Envoy::start_with_env(&config, &[("RESPONSES_MODULE_WORK_QUEUE", "0")]);

@@ -40,6 +40,7 @@ mod llama_compaction;
 mod metadata;
 mod metrics;
 mod module_abi;
+mod otlp_metrics;
 mod rate_limit;
 mod security;
 mod surface;

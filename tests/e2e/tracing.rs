@@ -110,6 +110,7 @@ impl TracedStack {
                 extproc: processor.port(),
                 listener,
                 ws,
+                otlp: 1,
             },
         );
         let envoy = Envoy::start_with_config(&traced_config(config, receiver.port()));
@@ -884,6 +885,7 @@ impl TracedModule {
                 extproc: 0,
                 listener: 0,
                 ws: 1,
+                otlp: 1,
             },
         );
         // The internal listener the module's own Chat requests enter traces them too.
