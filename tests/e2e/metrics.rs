@@ -664,7 +664,8 @@ fn the_dashboard_answers_in_prometheus_on_both_exports() {
                 }
             })
             .collect();
-        let prometheus = Prometheus::start(&targets);
+        let alerts = common::repo_root().join("deploy/prometheus/alerts.yaml");
+        let prometheus = Prometheus::start_with_rules(&targets, &[&alerts]);
         for rounds in 1..=2 {
             for running in &modes {
                 running.round().await;
@@ -746,6 +747,46 @@ fn the_dashboard_answers_in_prometheus_on_both_exports() {
                         "{title}: {filled} answers no value above zero: {samples:?}"
                     );
                 }
+            }
+        }
+
+        // The alert rules (deploy/prometheus/alerts.yaml): each evaluated without error, and
+        // each name it selects in both exports.
+        let jobs: BTreeSet<String> = targets.iter().map(|t| t.job.to_owned()).collect();
+        let mut evaluated = Vec::new();
+        for _ in 0..100 {
+            evaluated = prometheus.rules().await;
+            if !evaluated.is_empty()
+                && evaluated.iter().all(|r| {
+                    !r["lastEvaluation"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("0001")
+                })
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(evaluated.len() >= 6, "{evaluated:?}");
+        for rule in &evaluated {
+            let name = rule["name"].as_str().unwrap_or("");
+            assert_eq!(rule["health"], "ok", "{name}: {rule}");
+            let query = rule["query"].as_str().expect("a query");
+            let names: Vec<&str> = query
+                .split("__name__=~\"")
+                .skip(1)
+                .map(|rest| rest.split('"').next().unwrap())
+                .collect();
+            assert!(!names.is_empty(), "{name}: {query}");
+            for pattern in names {
+                let found: BTreeSet<String> = prometheus
+                    .query(&format!("count by (job) ({{__name__=~\"{pattern}\"}})"))
+                    .await
+                    .iter()
+                    .filter_map(|s| s.labels.get("job")?.as_str().map(str::to_owned))
+                    .collect();
+                assert_eq!(found, jobs, "{name}: {pattern}");
             }
         }
     });
