@@ -1,8 +1,8 @@
 //! The metrics every adapter exports, defined once: each family's name, type, unit, help,
-//! label names and histogram buckets ([`Metric`], [`Family`]), the OpenTelemetry instrument
-//! it is pushed as ([`Instrument`]), what an exchange records in them ([`record`], from the
-//! driver's [`Event`]s), and the bound on label values that come from clients and upstreams
-//! ([`Labels`]).
+//! label names and histogram buckets ([`Metric`], [`Family`]), the semantic conventions'
+//! instrument it is over OTLP, if it is one ([`Instrument`]), what an exchange records in
+//! them ([`record`], from the driver's [`Event`]s), and the bound on label values that come
+//! from clients and upstreams ([`Labels`]).
 //!
 //! Four families are the OpenTelemetry GenAI semantic conventions' instruments
 //! (`gen_ai.client.token.usage`, `gen_ai.server.request.duration`,
@@ -102,9 +102,9 @@ impl Instrument {
 }
 
 impl Family {
-    /// Its buckets in the instrument's unit: the conventions' boundaries for the GenAI
-    /// families, its own for the others.
-    pub fn semconv_buckets(&self) -> Vec<f64> {
+    /// Its buckets as pushed over OTLP, in the instrument's unit: the conventions' boundaries
+    /// for the GenAI families, its own for the others.
+    pub fn otlp_buckets(&self) -> Vec<f64> {
         let per = self.semconv.map_or(1.0, |i| i.per);
         self.buckets.iter().map(|b| b / per).collect()
     }

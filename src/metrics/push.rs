@@ -110,7 +110,7 @@ impl Push {
                             .f64_histogram(name)
                             .with_unit(unit)
                             .with_description(f.help)
-                            .with_boundaries(f.semconv_buckets())
+                            .with_boundaries(f.otlp_buckets())
                             .build(),
                     ),
                 }
@@ -188,30 +188,9 @@ fn millis(name: &str, default: u64) -> Duration {
 /// compression, timeout, temporality, the endpoint without the flag) are read by
 /// opentelemetry-otlp itself; over HTTP it posts to `/v1/metrics` under `--otlp-endpoint`.
 fn build_exporter(to: &Destination) -> Result<MetricExporter, String> {
-    use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
     let built = match to.protocol {
-        Protocol::Grpc => {
-            let mut b = MetricExporter::builder().with_tonic();
-            if let Some(e) = &to.flag {
-                b = b.with_endpoint(e);
-            }
-            if let Some(tls) = &to.tls {
-                b = b.with_tls_config(tls.tonic());
-            }
-            b.build()
-        }
-        Protocol::HttpProtobuf => {
-            let mut b = MetricExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
-            if let Some(url) = to.http_url() {
-                b = b.with_endpoint(url);
-            }
-            if let Some(tls) = &to.tls {
-                b = b.with_http_client(tls.http_client(to.timeout())?);
-            }
-            b.build()
-        }
+        Protocol::Grpc => to.grpc(MetricExporter::builder().with_tonic()).build(),
+        Protocol::HttpProtobuf => to.http(MetricExporter::builder().with_http())?.build(),
     };
     built.map_err(|e| {
         format!("the OTLP metrics exporter (--otlp-endpoint, OTEL_EXPORTER_OTLP_*): {e}")

@@ -9,6 +9,7 @@ pub mod tls;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 
 /// The OTLP protocol (`OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`).
@@ -145,6 +146,31 @@ impl Destination {
         .iter()
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
         .map_or(Duration::from_secs(10), Duration::from_millis)
+    }
+
+    /// An OTLP/gRPC exporter's builder (spans' or metrics'), pointed here: `--otlp-endpoint`
+    /// (else the exporter reads the standard variables itself), with the TLS settings.
+    pub fn grpc<B: WithExportConfig + WithTonicConfig>(&self, mut builder: B) -> B {
+        if let Some(e) = &self.flag {
+            builder = builder.with_endpoint(e);
+        }
+        if let Some(tls) = &self.tls {
+            builder = builder.with_tls_config(tls.tonic());
+        }
+        builder
+    }
+
+    /// An OTLP/HTTP exporter's builder, pointed here: protobuf, posted under `--otlp-endpoint`
+    /// ([`Destination::http_url`]), over TLS with the hyper client of [`tls`] for `https://`.
+    pub fn http<B: WithExportConfig + WithHttpConfig>(&self, builder: B) -> Result<B, String> {
+        let mut builder = builder.with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+        if let Some(url) = self.http_url() {
+            builder = builder.with_endpoint(url);
+        }
+        if let Some(tls) = &self.tls {
+            builder = builder.with_http_client(tls.http_client(self.timeout())?);
+        }
+        Ok(builder)
     }
 
     /// What verifies the collector, for the startup log.

@@ -160,31 +160,11 @@ fn build_exporter(
     to: &Destination,
     resource: &opentelemetry_sdk::Resource,
 ) -> Result<opentelemetry_otlp::SpanExporter, String> {
-    use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
+    use opentelemetry_otlp::SpanExporter;
     use opentelemetry_sdk::trace::SpanExporter as _;
     let built = match to.protocol {
-        Protocol::Grpc => {
-            let mut b = SpanExporter::builder().with_tonic();
-            if let Some(e) = &to.flag {
-                b = b.with_endpoint(e);
-            }
-            if let Some(tls) = &to.tls {
-                b = b.with_tls_config(tls.tonic());
-            }
-            b.build()
-        }
-        Protocol::HttpProtobuf => {
-            let mut b = SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
-            if let Some(url) = to.http_url() {
-                b = b.with_endpoint(url);
-            }
-            if let Some(tls) = &to.tls {
-                b = b.with_http_client(tls.http_client(to.timeout())?);
-            }
-            b.build()
-        }
+        Protocol::Grpc => to.grpc(SpanExporter::builder().with_tonic()).build(),
+        Protocol::HttpProtobuf => to.http(SpanExporter::builder().with_http())?.build(),
     };
     let mut exporter = built
         .map_err(|e| format!("the OTLP exporter (--otlp-endpoint, OTEL_EXPORTER_OTLP_*): {e}"))?;

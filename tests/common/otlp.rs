@@ -169,6 +169,14 @@ fn attributes(kvs: &[KeyValue]) -> BTreeMap<String, Attr> {
         .collect()
 }
 
+/// The sender's `service.name` (empty when its resource names none).
+fn service_name(resource: Option<&opentelemetry_proto::tonic::resource::v1::Resource>) -> String {
+    resource
+        .and_then(|r| attributes(&r.attributes).remove("service.name"))
+        .and_then(|a| a.str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 #[tonic::async_trait]
 impl TraceService for Recorder {
     async fn export(
@@ -205,16 +213,7 @@ impl Recorder {
         let export = points.0;
         points.0 += 1;
         for rm in request.resource_metrics {
-            let resource = rm
-                .resource
-                .as_ref()
-                .map(|r| attributes(&r.attributes))
-                .unwrap_or_default();
-            let service = resource
-                .get("service.name")
-                .and_then(Attr::str)
-                .unwrap_or_default()
-                .to_owned();
+            let service = service_name(rm.resource.as_ref());
             for sm in rm.scope_metrics {
                 for m in sm.metrics {
                     let point = |attrs: &[KeyValue], point: Point| RecordedPoint {
@@ -272,16 +271,7 @@ impl Recorder {
     fn record(&self, request: ExportTraceServiceRequest) {
         let mut out = Vec::new();
         for rs in request.resource_spans {
-            let resource = rs
-                .resource
-                .as_ref()
-                .map(|r| attributes(&r.attributes))
-                .unwrap_or_default();
-            let service = resource
-                .get("service.name")
-                .and_then(Attr::str)
-                .unwrap_or_default()
-                .to_owned();
+            let service = service_name(rs.resource.as_ref());
             for ss in rs.scope_spans {
                 for s in ss.spans {
                     out.push(RecordedSpan {
@@ -392,50 +382,20 @@ impl OtlpReceiver {
     }
 
     fn start_http_with(tls: Option<&ReceiverTls>) -> OtlpReceiver {
-        use axum::body::Bytes;
-        use axum::http::StatusCode;
-        use prost::Message;
         let recorder = Recorder::default();
-        let service = recorder.clone();
+        let (traces, metrics) = (recorder.clone(), recorder.clone());
         let acceptor = tls.map(tls_acceptor);
-        let metrics = recorder.clone();
         let (server, port) =
             ServerThread::spawn("otlp-http-receiver", move |listener| async move {
                 let app = axum::Router::new()
                     .route(
                         "/v1/traces",
-                        axum::routing::post(move |body: Bytes| {
-                            let service = service.clone();
-                            async move {
-                                match ExportTraceServiceRequest::decode(body) {
-                                    Ok(request) => {
-                                        service.record(request);
-                                        (
-                                            StatusCode::OK,
-                                            ExportTraceServiceResponse::default().encode_to_vec(),
-                                        )
-                                    }
-                                    Err(_) => (StatusCode::BAD_REQUEST, Vec::new()),
-                                }
-                            }
-                        }),
+                        export_route::<_, ExportTraceServiceResponse>(move |r| traces.record(r)),
                     )
                     .route(
                         "/v1/metrics",
-                        axum::routing::post(move |body: Bytes| {
-                            let metrics = metrics.clone();
-                            async move {
-                                match ExportMetricsServiceRequest::decode(body) {
-                                    Ok(request) => {
-                                        metrics.record_metrics(request);
-                                        (
-                                            StatusCode::OK,
-                                            ExportMetricsServiceResponse::default().encode_to_vec(),
-                                        )
-                                    }
-                                    Err(_) => (StatusCode::BAD_REQUEST, Vec::new()),
-                                }
-                            }
+                        export_route::<_, ExportMetricsServiceResponse>(move |r| {
+                            metrics.record_metrics(r)
                         }),
                     );
                 match acceptor {
@@ -538,6 +498,30 @@ impl OtlpReceiver {
             std::thread::sleep(Duration::from_millis(25));
         }
     }
+}
+
+/// An OTLP/HTTP export (`POST`, `application/x-protobuf`): the request decoded and handed to
+/// `record`, the empty response of its kind; a body that does not decode is a 400.
+fn export_route<Req, Resp>(
+    record: impl Fn(Req) + Clone + Send + Sync + 'static,
+) -> axum::routing::MethodRouter
+where
+    Req: prost::Message + Default + 'static,
+    Resp: prost::Message + Default,
+{
+    use axum::http::StatusCode;
+    axum::routing::post(move |body: axum::body::Bytes| {
+        let record = record.clone();
+        async move {
+            match Req::decode(body) {
+                Ok(request) => {
+                    record(request);
+                    (StatusCode::OK, Resp::default().encode_to_vec())
+                }
+                Err(_) => (StatusCode::BAD_REQUEST, Vec::new()),
+            }
+        }
+    })
 }
 
 /// A rustls (ring) acceptor with the receiver's certificate (no client certificates asked).

@@ -137,6 +137,29 @@ struct Seen {
     least_first: Duration,
 }
 
+impl Seen {
+    /// A [`paused_stream`] the client saw: the usage of its completed response, its clocks.
+    fn stream(
+        model: &'static str,
+        upstream_model: &'static str,
+        usage: &Value,
+        total: Duration,
+        first_output: Option<Duration>,
+    ) -> Seen {
+        Seen {
+            model,
+            upstream_model,
+            input_tokens: usage["input_tokens"].as_u64().unwrap(),
+            output_tokens: usage["output_tokens"].as_u64().unwrap(),
+            total,
+            first_output,
+            // The terminal event comes after `[DONE]`, five pauses after the first chunk.
+            least_total: PAUSE * 5,
+            least_first: PAUSE,
+        }
+    }
+}
+
 fn chunk(model: &str, delta: Value, finish: Value) -> String {
     format!(
         "data: {}\n\n",
@@ -230,16 +253,7 @@ async fn exchanges(p: &Pushed) -> Vec<Seen> {
         .unwrap_or_else(|| panic!("a response.completed event: {text}"));
     let completed: Value = serde_json::from_str(completed).unwrap();
     let usage = &completed["response"]["usage"];
-    seen.push(Seen {
-        model: "sse-m",
-        upstream_model: "up-sse",
-        input_tokens: usage["input_tokens"].as_u64().unwrap(),
-        output_tokens: usage["output_tokens"].as_u64().unwrap(),
-        total,
-        first_output,
-        least_total: PAUSE * 5,
-        least_first: PAUSE,
-    });
+    seen.push(Seen::stream("sse-m", "up-sse", usage, total, first_output));
 
     // An upstream's refusal: its duration, with its error.
     p.upstream.push(Reply::json(
@@ -280,16 +294,7 @@ async fn exchanges(p: &Pushed) -> Vec<Seen> {
     };
     let total = started.elapsed();
     let usage = &completed["response"]["usage"];
-    seen.push(Seen {
-        model: "ws-m",
-        upstream_model: "up-ws",
-        input_tokens: usage["input_tokens"].as_u64().unwrap(),
-        output_tokens: usage["output_tokens"].as_u64().unwrap(),
-        total,
-        first_output,
-        least_total: PAUSE * 5,
-        least_first: PAUSE,
-    });
+    seen.push(Seen::stream("ws-m", "up-ws", usage, total, first_output));
     socket.close(None).await.unwrap();
     seen
 }
@@ -480,7 +485,7 @@ fn assert_bucket(p: &RecordedPoint, mode: Mode, metric: Metric, value: u64) {
     };
     let f = metric.family();
     let want = match mode {
-        Mode::ExtProc => f.semconv_buckets(),
+        Mode::ExtProc => f.otlp_buckets(),
         Mode::Module => f.buckets.to_vec(),
     };
     assert_eq!(bounds, &want, "{}", p.metric);

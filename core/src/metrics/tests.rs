@@ -521,7 +521,7 @@ fn the_genai_families_are_the_conventions_instruments() {
         assert_eq!((semconv.name, semconv.unit), (name, unit));
         assert_eq!(f.kind, Kind::Histogram);
         assert_eq!(f.labels, labels, "{name}");
-        assert_eq!(f.semconv_buckets(), bounds, "{name}");
+        assert_eq!(f.otlp_buckets(), bounds, "{name}");
     }
     let genai: Vec<_> = Metric::ALL
         .iter()
