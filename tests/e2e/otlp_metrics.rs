@@ -527,3 +527,51 @@ async fn the_processor_pushes_over_otlp_http_too() {
         .await
         .unwrap();
 }
+
+/// The processor's last export, at its shutdown: with an interval far longer than the test, a
+/// JSON exchange's token usage reaches the receiver only because SIGTERM exports what is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_processor_exports_what_is_left_when_it_stops() {
+    if !common::only_ext_proc("the processor's own push") {
+        return;
+    }
+    let receiver = OtlpReceiver::start();
+    let upstream = ScriptedUpstream::start();
+    let endpoint = receiver.endpoint();
+    let mut processor = Processor::start_with_env(
+        &["--otlp-endpoint", &endpoint, "--drain-seconds", "1"],
+        &[("OTEL_METRIC_EXPORT_INTERVAL", "600000")],
+    );
+    let envoy = Envoy::start(upstream.port(), processor.port());
+    upstream.push(Reply::json(
+        200,
+        &json!({"id": "c1", "object": "chat.completion", "model": "up",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "yo"}}],
+            "usage": {"prompt_tokens": 13, "completion_tokens": 2, "total_tokens": 15}}),
+    ));
+    let response = client()
+        .post(envoy.url("/v1/responses"))
+        .json(&json!({"model": "last-m", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // Ten minutes to the first export: nothing yet.
+    assert!(receiver.latest(TOKEN_USAGE).is_empty());
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &processor.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    tokio::task::spawn_blocking(move || {
+        common::wait_until("the processor to stop", WAIT, || {
+            (!processor.is_running()).then_some(())
+        });
+        let input = point(&receiver, TOKEN_USAGE, "last-m", Some("input"))
+            .unwrap_or_else(|| panic!("no token usage at the shutdown: {:?}", receiver.points()));
+        assert_eq!(input.histogram(), (1, 13.0));
+    })
+    .await
+    .unwrap();
+}
