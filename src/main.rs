@@ -10,7 +10,7 @@ use std::future::Future;
 
 use responses_extproc::config::{Cli, Config, KeySource, Listen, LogFormat};
 use responses_extproc::extproc::{Processor, Settings};
-use responses_extproc::metrics::Metrics;
+use responses_extproc::metrics::{Metrics, Push};
 use responses_extproc::traces::Traces;
 use responses_extproc::upstream::Upstream;
 use responses_extproc::websocket::{Server as WsServer, WsSettings};
@@ -91,12 +91,16 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         &config.ws_upstream,
         &settings.exchange.chat_path,
     )?));
-    if let Some(addr) = config.metrics_listen {
-        let metrics = Arc::new(Metrics::new(config.exchange.label_policy()));
+    // Metrics: scraped (--metrics-listen), pushed over OTLP (--otlp-endpoint, or the standard
+    // OTEL_EXPORTER_OTLP_* variables; the exporter runs on this runtime), or both.
+    let push = Push::start(&config)?;
+    if config.metrics_listen.is_some() || push.is_some() {
+        settings.metrics = Some(Arc::new(Metrics::new(config.exchange.label_policy(), push)));
+    }
+    if let (Some(addr), Some(metrics)) = (config.metrics_listen, &settings.metrics) {
         let listener = TcpListener::bind(addr).await?;
         tracing::info!(url = %format!("http://{addr}/metrics"), "serving metrics");
         tokio::spawn(serve_metrics(listener, metrics.clone()));
-        settings.metrics = Some(metrics);
     }
     // Traces (--otlp-endpoint, or the standard OTEL_EXPORTER_OTLP_* variables); the exporter
     // runs on this runtime.
@@ -125,6 +129,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         }
         None => None,
     };
+    let settings_metrics = settings.metrics.clone();
     let processor = Processor::new(settings);
 
     let mut builder = tonic::transport::Server::builder();
@@ -239,9 +244,12 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     if let Listen::Unix(path) = &config.listen {
         let _ = std::fs::remove_file(path);
     }
-    // The spans of the last exchanges, if the collector takes them quickly.
+    // The spans and metrics of the last exchanges, if the collector takes them quickly.
     if let Some(traces) = &traces {
         traces.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+    if let Some(metrics) = &settings_metrics {
+        metrics.shutdown(std::time::Duration::from_secs(5)).await;
     }
     tracing::info!("stopped");
     Ok(())

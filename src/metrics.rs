@@ -1,8 +1,13 @@
-//! The processor's Prometheus metrics: the core's schema (`responses_core::metrics`, the same
-//! families, labels and buckets the module records in Envoy's stats) under the prefix
-//! [`PREFIX`], plus what only the processor has (its WebSocket connections, its span
-//! exporter). Adapters hand the driver's events to [`Metrics::tell`]; `/metrics` renders the
-//! registry ([`Metrics::render`]).
+//! The processor's metrics: the core's schema (`responses_core::metrics`, the same families,
+//! labels and buckets the module records in Envoy's stats) as Prometheus series under the
+//! prefix [`PREFIX`], plus what only the processor has (its span exporter's counts); and,
+//! with `--otlp-endpoint`, the same families pushed over OTLP ([`Push`]). Adapters hand the
+//! driver's events to [`Metrics::tell`]; `/metrics` renders the registry
+//! ([`Metrics::render`]).
+
+mod push;
+
+pub use push::Push;
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
@@ -11,7 +16,7 @@ use prometheus::{
 
 use responses_core::connection;
 use responses_core::life::Event;
-use responses_core::metrics::{self, Kind, LabelPolicy, Labels, Metric, Recorder};
+use responses_core::metrics::{self, prometheus_name, Kind, LabelPolicy, Labels, Metric, Recorder};
 
 /// Where the schema's families are in the processor's export: `responses_extproc_<name>`
 /// (the module's are `envoy_<metrics_namespace>_<name>`).
@@ -38,10 +43,13 @@ pub struct Metrics {
     labels: Labels,
     spans_exported: IntCounter,
     spans_dropped: IntCounterVec,
+    /// `--otlp-endpoint`: the same calls, onto OpenTelemetry instruments.
+    push: Option<Push>,
 }
 
 impl Metrics {
-    pub fn new(labels: LabelPolicy) -> Self {
+    /// The registry, and the OTLP push if there is one.
+    pub fn new(labels: LabelPolicy, push: Option<Push>) -> Self {
         let registry = Registry::new();
         let register = |c: Box<dyn prometheus::core::Collector>| {
             registry.register(c).expect("registered once");
@@ -51,15 +59,18 @@ impl Metrics {
             .map(|m| {
                 let f = m.family();
                 let opts = Opts::new(format!("{PREFIX}{}", f.name), f.help);
+                // `gen_ai.request.model` is `gen_ai_request_model` here, as in Envoy's output.
+                let labels: Vec<String> = f.labels.iter().map(|l| prometheus_name(l)).collect();
+                let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
                 let series = match f.kind {
                     Kind::Counter => {
-                        Series::Counter(IntCounterVec::new(opts, f.labels).expect("valid counter"))
+                        Series::Counter(IntCounterVec::new(opts, &labels).expect("valid counter"))
                     }
                     Kind::Gauge => Series::Gauge(IntGauge::with_opts(opts).expect("valid gauge")),
                     Kind::Histogram => Series::Histogram(
                         HistogramVec::new(
                             HistogramOpts::from(opts).buckets(f.buckets.to_vec()),
-                            f.labels,
+                            &labels,
                         )
                         .expect("valid histogram"),
                     ),
@@ -94,6 +105,14 @@ impl Metrics {
             labels: Labels::new(labels),
             spans_exported,
             spans_dropped,
+            push,
+        }
+    }
+
+    /// Exports what the push holds (for at most `timeout`) and stops it.
+    pub async fn shutdown(&self, timeout: std::time::Duration) {
+        if let Some(push) = &self.push {
+            push.shutdown(timeout).await;
         }
     }
 
@@ -137,11 +156,17 @@ impl Recorder for &Metrics {
             Series::Histogram(h) => h.with_label_values(labels).observe(value as f64),
             Series::Gauge(_) => debug_assert!(false, "{metric:?} is a gauge"),
         }
+        if let Some(push) = &self.push {
+            push.record(metric, labels, value);
+        }
     }
 
     fn gauge_add(&mut self, metric: Metric, delta: i64) {
         if let Series::Gauge(g) = &self.schema[metric.index()] {
             g.add(delta);
+        }
+        if let Some(push) = &self.push {
+            push.gauge_add(metric, delta);
         }
     }
 }

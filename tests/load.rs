@@ -113,6 +113,7 @@ fn envoy_config(settings: &Settings, upstream_port: u16, extproc_port: Option<u1
             listener: 0,
             ws: 1,
             calls: 0,
+            otlp: 1,
         };
         assert!(
             settings.envoy_config.is_none(),

@@ -1,24 +1,37 @@
 //! The metrics every adapter exports, defined once: each family's name, type, unit, help,
-//! label names and histogram buckets ([`Metric`], [`Family`]), what an exchange records in
+//! label names and histogram buckets ([`Metric`], [`Family`]), the semantic conventions'
+//! instrument it is over OTLP, if it is one ([`Instrument`]), what an exchange records in
 //! them ([`record`], from the driver's [`Event`]s), and the bound on label values that come
 //! from clients and upstreams ([`Labels`]).
+//!
+//! Four families are the OpenTelemetry GenAI semantic conventions' instruments
+//! (`gen_ai.client.token.usage`, `gen_ai.server.request.duration`,
+//! `gen_ai.server.time_to_first_token`, `gen_ai.server.time_per_output_token`), with their
+//! attributes and bucket boundaries; the others are ours, for what the conventions do not
+//! cover (exchanges by outcome, caps, compactions, sockets, closes, exact token counts).
 //!
 //! Names have no prefix here: the processor exports `responses_extproc_<name>` on its
 //! `/metrics`; the module defines `<name>` in Envoy's stats under the filter's
 //! `metrics_namespace`, which Envoy's Prometheus output prints as
-//! `envoy_<namespace>_<name>`. Everything else (type, label names, buckets, values) is the
-//! same in both exports.
+//! `envoy_<namespace>_<name>`. Label names are OpenTelemetry attribute names
+//! (`gen_ai.request.model`): Prometheus writes each `.` as `_` ([`prometheus_name`]), Envoy's
+//! output as the processor's. Everything else (type, label names, buckets, values) is the
+//! same in both exports. Over OTLP each family is its [`Instrument`]: the processor pushes it
+//! itself, the module through Envoy's OpenTelemetry stat sink, whose shipped configs rename
+//! the four GenAI stats to the conventions' names.
 //!
 //! Values are whole numbers in the family's unit, because Envoy's histograms take integers:
-//! a request's times in milliseconds, the translation and the time per token in microseconds.
-//! Envoy takes histogram buckets from its bootstrap (`stats_config.histogram_bucket_settings`),
-//! not from the module: the shipped Envoy configs set [`Family::buckets`] (checked by
-//! `tests/docs/telemetry_schema.rs`). Each bound has two significant digits, the resolution of
-//! Envoy's log-linear histograms, so that below 100 both modes count every value in the same
-//! bucket (above, Envoy files values by their first two digits).
+//! a request's times in milliseconds or microseconds (the conventions' seconds, as
+//! microseconds), tokens as they are. Envoy takes histogram buckets from its bootstrap
+//! (`stats_config.histogram_bucket_settings`), not from the module: the shipped Envoy configs
+//! set [`Family::buckets`] (checked by `tests/docs/telemetry_schema.rs`). Our families' bounds
+//! have two significant digits, the resolution of Envoy's log-linear histograms, so that below
+//! 100 both modes count every value in the same bucket (above, Envoy files values by their
+//! first two digits); the GenAI families take the conventions' boundaries as they are.
 //!
 //! The adapters only carry the calls: each implements [`Recorder`] over its registry (the
-//! processor's Prometheus vectors, the module's Envoy stats) and hands it every event.
+//! processor's Prometheus vectors and OpenTelemetry instruments, the module's Envoy stats) and
+//! hands it every event.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -28,6 +41,7 @@ use crate::connection;
 use crate::exchange::{Outcome, Summary};
 use crate::life::{Event, Timing};
 use crate::openresponses::{Code, Usage};
+use crate::telemetry;
 
 /// What kind of series a family is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,9 +71,57 @@ pub struct Family {
     /// The unit of its values (UCUM, as OpenTelemetry writes them): `ms`, `us`, `{token}`...
     pub unit: &'static str,
     pub help: &'static str,
+    /// As OpenTelemetry attributes (`gen_ai.request.model`); Prometheus writes them with `_`
+    /// ([`prometheus_name`]).
     pub labels: &'static [&'static str],
     /// Histograms: the upper bounds of the buckets, in the unit (`+Inf` is implied).
     pub buckets: &'static [f64],
+    /// The conventions' instrument it is, over OTLP (the four GenAI families); `None`: ours,
+    /// pushed as `<prefix>.<name>` in its own unit.
+    pub semconv: Option<Instrument>,
+    /// A family kept for one release beside the one that replaces it (docs/changelog.md).
+    pub replaced_by: Option<Metric>,
+}
+
+/// An OpenTelemetry semantic conventions' instrument: its name, its unit, and how many of the
+/// family's units make one of its own (1e6: the family counts microseconds, the conventions
+/// seconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Instrument {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub per: f64,
+}
+
+impl Instrument {
+    /// A value of the family, in the instrument's unit. A division, so that whole microseconds
+    /// give the nearest double to the decimal seconds (80,000 µs is `0.08`, the boundary).
+    pub fn value(&self, value: u64) -> f64 {
+        value as f64 / self.per
+    }
+}
+
+impl Family {
+    /// Its buckets as pushed over OTLP, in the instrument's unit: the conventions' boundaries
+    /// for the GenAI families, its own for the others.
+    pub fn otlp_buckets(&self) -> Vec<f64> {
+        let per = self.semconv.map_or(1.0, |i| i.per);
+        self.buckets.iter().map(|b| b / per).collect()
+    }
+}
+
+/// A label (or an OTLP metric) name as Prometheus writes it: every character other than an
+/// ASCII letter, digit or `_` becomes `_` (what Envoy's Prometheus output does to its tags).
+pub fn prometheus_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The label names.
@@ -75,18 +137,25 @@ pub mod label {
     /// The error code of the size cap an exchange ended at.
     pub const CAP: &str = "cap";
     /// The request's `model`, as the client asked for it (before the model map; bounded).
-    pub const REQUEST_MODEL: &str = "gen_ai_request_model";
+    pub const REQUEST_MODEL: &str = crate::telemetry::key::REQUEST_MODEL;
     /// The model the upstream says answered (bounded with the request's), empty if it did not say.
-    pub const RESPONSE_MODEL: &str = "gen_ai_response_model";
-    /// `input`, `output`, `cached` or `reasoning`.
-    pub const TOKEN_TYPE: &str = "gen_ai_token_type";
+    pub const RESPONSE_MODEL: &str = crate::telemetry::key::RESPONSE_MODEL;
+    /// `input`, `output` (and in `tokens_total`, `cached` or `reasoning`).
+    pub const TOKEN_TYPE: &str = "gen_ai.token.type";
+    /// `chat`: a Responses request is answered by a chat completion (as on the span).
+    pub const OPERATION_NAME: &str = crate::telemetry::key::OPERATION_NAME;
+    /// `openai`: the upstream speaks OpenAI's Chat Completions (as on the span).
+    pub const PROVIDER_NAME: &str = crate::telemetry::key::PROVIDER_NAME;
+    /// A failed exchange's error code (bounded as [`ERROR_CODE`]), `_OTHER` without one, `cut`
+    /// when Envoy ended it first; empty (no attribute over OTLP) when it was translated.
+    pub const ERROR_TYPE: &str = crate::telemetry::key::ERROR_TYPE;
     /// A WebSocket close code (`1000`, `1001`, ...; `1006`: the transport ended without one).
     pub const CLOSE_CODE: &str = "code";
 }
 
 use label::{
-    CAP, CLOSE_CODE, ERROR_CODE, OPERATION, OUTCOME, REQUEST_MODEL, RESPONSE_MODEL, STREAM,
-    TOKEN_TYPE,
+    CAP, CLOSE_CODE, ERROR_CODE, ERROR_TYPE, OPERATION, OPERATION_NAME, OUTCOME, PROVIDER_NAME,
+    REQUEST_MODEL, RESPONSE_MODEL, STREAM, TOKEN_TYPE,
 };
 
 /// A request's times, in milliseconds (5 ms to 10 minutes).
@@ -104,6 +173,102 @@ const TRANSLATION_MICROSECONDS: &[f64] = &[
     1000000.0,
 ];
 
+/// `gen_ai.client.token.usage`: the conventions' boundaries, in tokens.
+const TOKEN_COUNTS: &[f64] = &[
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
+];
+/// `gen_ai.server.request.duration`: the conventions' boundaries (0.01 s to 81.92 s), in µs.
+const GENAI_REQUEST_MICROSECONDS: &[f64] = &[
+    10000.0, 20000.0, 40000.0, 80000.0, 160000.0, 320000.0, 640000.0, 1280000.0, 2560000.0,
+    5120000.0, 10240000.0, 20480000.0, 40960000.0, 81920000.0,
+];
+/// `gen_ai.server.time_to_first_token`: the conventions' boundaries (1 ms to 10 s), in µs.
+const GENAI_FIRST_TOKEN_MICROSECONDS: &[f64] = &[
+    1000.0, 5000.0, 10000.0, 20000.0, 40000.0, 60000.0, 80000.0, 100000.0, 250000.0, 500000.0,
+    750000.0, 1000000.0, 2500000.0, 5000000.0, 7500000.0, 10000000.0,
+];
+/// `gen_ai.server.time_per_output_token`: the conventions' boundaries (10 ms to 2.5 s), in µs.
+const GENAI_PER_TOKEN_MICROSECONDS: &[f64] = &[
+    10000.0, 25000.0, 50000.0, 75000.0, 100000.0, 150000.0, 200000.0, 300000.0, 400000.0, 500000.0,
+    750000.0, 1000000.0, 2500000.0,
+];
+/// Microseconds in one of the conventions' seconds.
+const MICROS_PER_SECOND: f64 = 1e6;
+
+/// The attributes of the conventions' server instruments (the time to first token and per
+/// output token are recorded for answers that went well, without `error.type`).
+const GENAI_SERVER: &[&str] = &[OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL, RESPONSE_MODEL];
+
+const TOKEN_USAGE: Family = Family {
+    name: "gen_ai_client_token_usage",
+    kind: Kind::Histogram,
+    unit: "{token}",
+    help: "gen_ai.client.token.usage: input and output tokens the upstream reported for each exchange (streams: its trailing usage chunk).",
+    labels: &[
+        OPERATION_NAME,
+        PROVIDER_NAME,
+        REQUEST_MODEL,
+        RESPONSE_MODEL,
+        TOKEN_TYPE,
+    ],
+    buckets: TOKEN_COUNTS,
+    semconv: Some(Instrument {
+        name: "gen_ai.client.token.usage",
+        unit: "{token}",
+        per: 1.0,
+    }),
+    replaced_by: None,
+};
+const SERVER_REQUEST_DURATION: Family = Family {
+    name: "gen_ai_server_request_duration_microseconds",
+    kind: Kind::Histogram,
+    unit: "us",
+    help: "gen_ai.server.request.duration, in microseconds: time from the request to the end of its answer (streams: to the terminal event), for exchanges whose model was read.",
+    labels: &[
+        OPERATION_NAME,
+        PROVIDER_NAME,
+        REQUEST_MODEL,
+        RESPONSE_MODEL,
+        ERROR_TYPE,
+    ],
+    buckets: GENAI_REQUEST_MICROSECONDS,
+    semconv: Some(Instrument {
+        name: "gen_ai.server.request.duration",
+        unit: "s",
+        per: MICROS_PER_SECOND,
+    }),
+    replaced_by: None,
+};
+const SERVER_TIME_TO_FIRST_TOKEN: Family = Family {
+    name: "gen_ai_server_time_to_first_token_microseconds",
+    kind: Kind::Histogram,
+    unit: "us",
+    help: "gen_ai.server.time_to_first_token, in microseconds: streams, time from the request to the first output event (text, reasoning, a tool call) sent to the client.",
+    labels: GENAI_SERVER,
+    buckets: GENAI_FIRST_TOKEN_MICROSECONDS,
+    semconv: Some(Instrument {
+        name: "gen_ai.server.time_to_first_token",
+        unit: "s",
+        per: MICROS_PER_SECOND,
+    }),
+    replaced_by: None,
+};
+const SERVER_TIME_PER_OUTPUT_TOKEN: Family = Family {
+    name: "gen_ai_server_time_per_output_token_microseconds",
+    kind: Kind::Histogram,
+    unit: "us",
+    help: "gen_ai.server.time_per_output_token, in microseconds: completed streams, time after the first output over the output tokens after the first.",
+    labels: GENAI_SERVER,
+    buckets: GENAI_PER_TOKEN_MICROSECONDS,
+    semconv: Some(Instrument {
+        name: "gen_ai.server.time_per_output_token",
+        unit: "s",
+        per: MICROS_PER_SECOND,
+    }),
+    replaced_by: None,
+};
+
 const EXCHANGES: Family = Family {
     name: "exchanges_total",
     kind: Kind::Counter,
@@ -111,6 +276,8 @@ const EXCHANGES: Family = Family {
     help: "Exchanges the translator owned, by how they ended: translated, failed (with the error code) or cut (Envoy ended them first).",
     labels: &[OPERATION, STREAM, OUTCOME, ERROR_CODE],
     buckets: &[],
+    semconv: None,
+    replaced_by: None,
 };
 const CAPS_HIT: Family = Family {
     name: "caps_hit_total",
@@ -119,38 +286,48 @@ const CAPS_HIT: Family = Family {
     help: "Exchanges that ended at a size cap, by the cap's error code.",
     labels: &[CAP],
     buckets: &[],
+    semconv: None,
+    replaced_by: None,
 };
 const TOKENS: Family = Family {
     name: "tokens_total",
     kind: Kind::Counter,
     unit: "{token}",
-    help: "Tokens the upstream reported, by model and type (input, output, cached, reasoning); a type appears once some exchange reported tokens of it.",
+    help: "Tokens the upstream reported, by model and type (input, output, cached, reasoning), exact sums; a type appears once some exchange reported tokens of it.",
     labels: &[REQUEST_MODEL, RESPONSE_MODEL, TOKEN_TYPE],
     buckets: &[],
+    semconv: None,
+    replaced_by: None,
 };
 const REQUEST_DURATION: Family = Family {
     name: "request_duration_milliseconds",
     kind: Kind::Histogram,
     unit: "ms",
-    help: "Time from the request to the end of its answer (streams: to the terminal event), for exchanges whose model was read.",
+    help: "Deprecated, replaced by gen_ai_server_request_duration_microseconds (removed in the next release): time from the request to the end of its answer (streams: to the terminal event), for exchanges whose model was read.",
     labels: &[REQUEST_MODEL, RESPONSE_MODEL, STREAM, OUTCOME],
     buckets: MILLISECONDS,
+    semconv: None,
+    replaced_by: Some(Metric::ServerRequestDuration),
 };
 const TIME_TO_FIRST_TOKEN: Family = Family {
     name: "time_to_first_token_milliseconds",
     kind: Kind::Histogram,
     unit: "ms",
-    help: "Streams: time from the request to the first output event (text, reasoning, a tool call) sent to the client.",
+    help: "Deprecated, replaced by gen_ai_server_time_to_first_token_microseconds (removed in the next release): streams: time from the request to the first output event (text, reasoning, a tool call) sent to the client.",
     labels: &[REQUEST_MODEL, RESPONSE_MODEL],
     buckets: MILLISECONDS,
+    semconv: None,
+    replaced_by: Some(Metric::ServerTimeToFirstToken),
 };
 const TIME_PER_OUTPUT_TOKEN: Family = Family {
     name: "time_per_output_token_microseconds",
     kind: Kind::Histogram,
     unit: "us",
-    help: "Completed streams: time after the first output over the output tokens after the first.",
+    help: "Deprecated, replaced by gen_ai_server_time_per_output_token_microseconds (removed in the next release): completed streams: time after the first output over the output tokens after the first.",
     labels: &[REQUEST_MODEL, RESPONSE_MODEL],
     buckets: TOKEN_MICROSECONDS,
+    semconv: None,
+    replaced_by: Some(Metric::ServerTimePerOutputToken),
 };
 const TRANSLATION: Family = Family {
     name: "translation_microseconds",
@@ -159,6 +336,8 @@ const TRANSLATION: Family = Family {
     help: "Time spent translating an exchange (validation, mapping, events), excluding waits.",
     labels: &[STREAM],
     buckets: TRANSLATION_MICROSECONDS,
+    semconv: None,
+    replaced_by: None,
 };
 const STREAMS_IN_FLIGHT: Family = Family {
     name: "streams_in_flight",
@@ -167,6 +346,8 @@ const STREAMS_IN_FLIGHT: Family = Family {
     help: "Streamed answers being translated now.",
     labels: &[],
     buckets: &[],
+    semconv: None,
+    replaced_by: None,
 };
 
 const COMPACTIONS: Family = Family {
@@ -176,6 +357,8 @@ const COMPACTIONS: Family = Family {
     help: "Automatic compactions (context_management) by outcome: compacted, failed (the exchange ended with the summarising call's error) or cut (Envoy ended the exchange during the call).",
     labels: &[OUTCOME],
     buckets: &[],
+    semconv: None,
+    replaced_by: None,
 };
 
 const WEBSOCKET_CONNECTIONS: Family = Family {
@@ -185,6 +368,8 @@ const WEBSOCKET_CONNECTIONS: Family = Family {
     help: "WebSocket connections open now.",
     labels: &[],
     buckets: &[],
+    semconv: None,
+    replaced_by: None,
 };
 const WEBSOCKET_CLOSES: Family = Family {
     name: "websocket_closes_total",
@@ -194,6 +379,8 @@ const WEBSOCKET_CLOSES: Family = Family {
         "WebSocket connections that ended, by close code (1006: the transport ended without one).",
     labels: &[CLOSE_CODE],
     buckets: &[],
+    semconv: None,
+    replaced_by: None,
 };
 
 /// Every family of the schema.
@@ -210,11 +397,15 @@ pub enum Metric {
     Compactions,
     WebsocketConnections,
     WebsocketCloses,
+    TokenUsage,
+    ServerRequestDuration,
+    ServerTimeToFirstToken,
+    ServerTimePerOutputToken,
 }
 
 impl Metric {
     /// Every metric, in declaration order: `Metric::ALL[m.index()] == m`.
-    pub const ALL: [Metric; 11] = [
+    pub const ALL: [Metric; 15] = [
         Metric::Exchanges,
         Metric::CapsHit,
         Metric::Tokens,
@@ -226,6 +417,10 @@ impl Metric {
         Metric::Compactions,
         Metric::WebsocketConnections,
         Metric::WebsocketCloses,
+        Metric::TokenUsage,
+        Metric::ServerRequestDuration,
+        Metric::ServerTimeToFirstToken,
+        Metric::ServerTimePerOutputToken,
     ];
 
     pub fn family(self) -> &'static Family {
@@ -241,6 +436,10 @@ impl Metric {
             Metric::Compactions => &COMPACTIONS,
             Metric::WebsocketConnections => &WEBSOCKET_CONNECTIONS,
             Metric::WebsocketCloses => &WEBSOCKET_CLOSES,
+            Metric::TokenUsage => &TOKEN_USAGE,
+            Metric::ServerRequestDuration => &SERVER_REQUEST_DURATION,
+            Metric::ServerTimeToFirstToken => &SERVER_TIME_TO_FIRST_TOKEN,
+            Metric::ServerTimePerOutputToken => &SERVER_TIME_PER_OUTPUT_TOKEN,
         }
     }
 
@@ -327,31 +526,51 @@ fn finished(rec: &mut impl Recorder, labels: &Labels, s: &Summary, t: &Timing) {
     let Some(models) = labels.models(s) else {
         return;
     };
+    let [request, response] = models;
+    let genai = [telemetry::OPERATION, telemetry::PROVIDER, request, response];
+    // The conventions' error.type, its upstream codes bounded as error_code's.
+    let error_type = match (s.outcome, &s.error_code) {
+        (Outcome::Failed, Some(_)) => code,
+        _ => telemetry::error_type(s).unwrap_or(""),
+    };
+    rec.record(
+        Metric::ServerRequestDuration,
+        &[genai[0], genai[1], request, response, error_type],
+        micros(t.total),
+    );
     rec.record(
         Metric::RequestDuration,
-        &[models[0], models[1], stream, outcome],
+        &[request, response, stream, outcome],
         millis(t.total),
     );
     if let Some(usage) = &s.usage {
+        for (kind, n) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+        ] {
+            rec.record(
+                Metric::TokenUsage,
+                &[genai[0], genai[1], request, response, kind],
+                n,
+            );
+        }
         for (kind, n) in token_counts(usage) {
             // Adding nothing would only cost Envoy a stat lookup.
             if n > 0 {
-                rec.record(Metric::Tokens, &[models[0], models[1], kind], n);
+                rec.record(Metric::Tokens, &[request, response, kind], n);
             }
         }
     }
     let (true, Some(first)) = (s.stream, t.first_output) else {
         return;
     };
+    rec.record(Metric::ServerTimeToFirstToken, &genai, micros(first));
     rec.record(Metric::TimeToFirstToken, &models, millis(first));
     let output_tokens = s.usage.map_or(0, |u| u.output_tokens);
     if output_tokens > 1 && s.outcome == Outcome::Translated {
-        let after_first = micros(t.total.saturating_sub(first));
-        rec.record(
-            Metric::TimePerOutputToken,
-            &models,
-            after_first / (output_tokens - 1),
-        );
+        let per_token = micros(t.total.saturating_sub(first)) / (output_tokens - 1);
+        rec.record(Metric::ServerTimePerOutputToken, &genai, per_token);
+        rec.record(Metric::TimePerOutputToken, &models, per_token);
     }
 }
 

@@ -38,7 +38,7 @@ fn line<'a>(text: &'a str, name: &str, labels: &[&str]) -> Option<&'a str> {
 
 #[test]
 fn the_schema_is_exported_under_the_prefix() {
-    let m = Metrics::new(LabelPolicy::default());
+    let m = Metrics::new(LabelPolicy::default(), None);
     let timing = Timing {
         total: Duration::from_millis(1200),
         first_output: Some(Duration::from_millis(200)),
@@ -92,13 +92,40 @@ fn the_schema_is_exported_under_the_prefix() {
     )
     .unwrap();
     assert!(tpot.ends_with(" 100000"), "{tpot}");
+    // The conventions' instruments, their attributes with `_` for `.`.
+    let usage = line(
+        &text,
+        "responses_extproc_gen_ai_client_token_usage_sum",
+        &[
+            "gen_ai_operation_name=\"chat\"",
+            "gen_ai_provider_name=\"openai\"",
+            "gen_ai_token_type=\"output\"",
+            "gen_ai_request_model=\"m1\"",
+        ],
+    )
+    .unwrap();
+    assert!(usage.ends_with(" 11"), "{usage}");
+    let ttft = line(
+        &text,
+        "responses_extproc_gen_ai_server_time_to_first_token_microseconds_sum",
+        &["gen_ai_response_model=\"upstream-m\""],
+    )
+    .unwrap();
+    assert!(ttft.ends_with(" 200000"), "{ttft}");
+    let duration = line(
+        &text,
+        "responses_extproc_gen_ai_server_request_duration_microseconds_bucket",
+        &["error_type=\"\"", "le=\"1280000\""],
+    )
+    .unwrap();
+    assert!(duration.ends_with(" 1"), "{duration}");
     let in_flight = line(&text, "responses_extproc_streams_in_flight", &[]).unwrap();
     assert!(in_flight.ends_with(" 1"), "{in_flight}");
 }
 
 #[test]
 fn failures_count_their_code_and_caps() {
-    let m = Metrics::new(LabelPolicy::default());
+    let m = Metrics::new(LabelPolicy::default(), None);
     let code = Some(ErrorCode::ResponseTooLarge);
     m.tell(&finished("m", Outcome::Failed, code, Timing::default()));
     m.tell(&finished("m", Outcome::Open, None, Timing::default()));

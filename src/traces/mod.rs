@@ -14,7 +14,6 @@
 //! Off (no endpoint), none of this runs: the adapters hold `None`.
 
 mod export;
-mod tls;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -25,10 +24,10 @@ use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer 
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, Span};
-use opentelemetry_sdk::Resource;
 
 use crate::config::Config;
 use crate::metrics::{Metrics, Timing};
+use crate::otlp::{self, Destination, Protocol, Signal};
 use responses_core::exchange::{Outcome, Summary};
 use responses_core::life::CallTiming;
 use responses_core::openresponses::Code;
@@ -40,13 +39,6 @@ const MAX_CONTENT_BYTES: usize = 64 * 1024;
 /// The processor's own attributes (never on Envoy's span): `--trace-content`'s bodies.
 const REQUEST_BODY_ATTR: &str = "responses_extproc.request.body";
 const RESPONSE_BODY_ATTR: &str = "responses_extproc.response.body";
-
-/// The OTLP protocol (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
-    Grpc,
-    HttpProtobuf,
-}
 
 /// The tracer of the process, shared by every adapter.
 #[derive(Debug)]
@@ -65,61 +57,13 @@ impl Traces {
     /// `OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT` variables, or `OTEL_SDK_DISABLED=true`, or
     /// `OTEL_TRACES_EXPORTER=none`. `metrics`: where dropped spans are counted.
     pub fn start(config: &Config, metrics: Option<Arc<Metrics>>) -> Result<Option<Traces>, String> {
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let endpoint = config
-            .otlp_endpoint
-            .clone()
-            .filter(|e| !e.trim().is_empty());
-        let from_env = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
-            .is_some();
-        let disabled = env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
-            || env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
-        if disabled || (endpoint.is_none() && !from_env) {
+        let Some(destination) =
+            Destination::resolve(config.otlp_endpoint.as_deref(), Signal::Traces, otlp::env)?
+        else {
             return Ok(None);
-        }
-        let protocol = match env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
-            .as_deref()
-        {
-            None | Some("grpc") => Protocol::Grpc,
-            Some("http/protobuf") => Protocol::HttpProtobuf,
-            Some(other) => {
-                return Err(format!(
-                    "OTEL_EXPORTER_OTLP_PROTOCOL={other}: this server exports traces over grpc or http/protobuf"
-                ))
-            }
         };
-        // The endpoint in use: the flag's, else the standard variables' (read by the exporter
-        // too); its scheme says whether the export is over TLS.
-        let (used, source) = match &endpoint {
-            Some(e) => (e.clone(), "--otlp-endpoint"),
-            None => match env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-                Some(e) => (e, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-                None => (
-                    env("OTEL_EXPORTER_OTLP_ENDPOINT").unwrap_or_default(),
-                    "OTEL_EXPORTER_OTLP_ENDPOINT",
-                ),
-            },
-        };
-        let tls = if used.starts_with("https://") {
-            Some(tls::ExportTls::from_env(env)?)
-        } else if used.starts_with("http://") {
-            if tls::VARIABLES.iter().any(|v| env(v).is_some()) {
-                tracing::warn!(
-                    endpoint = %used,
-                    "OTEL_EXPORTER_OTLP_*CERTIFICATE/_CLIENT_KEY are set but the OTLP endpoint \
-                     is http://: they are not used"
-                );
-            }
-            None
-        } else {
-            return Err(format!(
-                "{source} {used}: expected http://host:port or https://host:port"
-            ));
-        };
-        let resource = resource();
-        let exporter = build_exporter(protocol, endpoint.as_deref(), &resource, tls.as_ref())?;
+        let resource = otlp::resource();
+        let exporter = build_exporter(&destination, &resource)?;
         let (processor, handle) =
             export::BatchExport::start(exporter, export::Limits::from_env(), metrics);
         // The sampler honours OTEL_TRACES_SAMPLER (default: parent-based, always on): an
@@ -135,9 +79,9 @@ impl Traces {
                 .build(),
         );
         tracing::info!(
-            endpoint = %used,
-            protocol = ?protocol,
-            tls = tls.as_ref().map_or_else(|| "off".to_owned(), tls::ExportTls::describe),
+            endpoint = %destination.used,
+            protocol = ?destination.protocol,
+            tls = destination.describe_tls(),
             content = config.trace_content,
             "exporting traces over OTLP"
         );
@@ -208,73 +152,24 @@ impl Traces {
     }
 }
 
-/// `service.name` (`responses-extproc` unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES`
-/// names it), `service.version`, and whatever `OTEL_RESOURCE_ATTRIBUTES` adds.
-fn resource() -> Resource {
-    let named = std::env::var_os("OTEL_SERVICE_NAME").is_some()
-        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name="));
-    let mut builder = Resource::builder()
-        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
-    if !named {
-        builder = builder.with_service_name(env!("CARGO_PKG_NAME"));
-    }
-    builder.build()
-}
-
 /// The OTLP exporter; the standard `OTEL_EXPORTER_OTLP_*` variables (headers, timeout,
 /// compression, the endpoint when `--otlp-endpoint` is not given) are read by
-/// opentelemetry-otlp itself, the TLS ones by [`tls`] (`tls`: the endpoint is `https://`).
-/// `--otlp-endpoint` is a base URL, like `OTEL_EXPORTER_OTLP_ENDPOINT`: over HTTP the exporter
-/// posts to `/v1/traces` under it.
+/// opentelemetry-otlp itself, the TLS ones by [`otlp::tls`]. `--otlp-endpoint` is a base URL,
+/// like `OTEL_EXPORTER_OTLP_ENDPOINT`: over HTTP the exporter posts to `/v1/traces` under it.
 fn build_exporter(
-    protocol: Protocol,
-    endpoint: Option<&str>,
-    resource: &Resource,
-    tls: Option<&tls::ExportTls>,
+    to: &Destination,
+    resource: &opentelemetry_sdk::Resource,
 ) -> Result<opentelemetry_otlp::SpanExporter, String> {
-    use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
+    use opentelemetry_otlp::SpanExporter;
     use opentelemetry_sdk::trace::SpanExporter as _;
-    let built = match protocol {
-        Protocol::Grpc => {
-            let mut b = SpanExporter::builder().with_tonic();
-            if let Some(e) = endpoint {
-                b = b.with_endpoint(e);
-            }
-            if let Some(tls) = tls {
-                b = b.with_tls_config(tls.tonic());
-            }
-            b.build()
-        }
-        Protocol::HttpProtobuf => {
-            let mut b = SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
-            if let Some(e) = endpoint {
-                b = b.with_endpoint(format!("{}/v1/traces", e.trim_end_matches('/')));
-            }
-            if let Some(tls) = tls {
-                b = b.with_http_client(tls.http_client(export_timeout())?);
-            }
-            b.build()
-        }
+    let built = match to.protocol {
+        Protocol::Grpc => to.grpc(SpanExporter::builder().with_tonic()).build(),
+        Protocol::HttpProtobuf => to.http(SpanExporter::builder().with_http())?.build(),
     };
     let mut exporter = built
         .map_err(|e| format!("the OTLP exporter (--otlp-endpoint, OTEL_EXPORTER_OTLP_*): {e}"))?;
     exporter.set_resource(resource);
     Ok(exporter)
-}
-
-/// The longest one export request may take (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`,
-/// `OTEL_EXPORTER_OTLP_TIMEOUT`, in ms; 10 s), as opentelemetry-otlp reads it: for the HTTP
-/// client of an https:// export, which the exporter does not build itself.
-fn export_timeout() -> Duration {
-    [
-        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-        "OTEL_EXPORTER_OTLP_TIMEOUT",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
-    .map_or(Duration::from_secs(10), Duration::from_millis)
 }
 
 /// The span of one exchange, open until [`ExchangeSpan::finish`].

@@ -70,6 +70,7 @@ pub fn substitute(config: &str, source: &str, upstream_port: u16, extproc_port: 
             // No WebSocket listener: upgrades find the port closed (port 1 is never served).
             ws: 1,
             calls: 0,
+            otlp: 1,
         },
     )
 }
@@ -86,6 +87,9 @@ pub struct Ports {
     /// Envoy's loopback listener for the processor's own Chat requests (`responses_calls`, if
     /// the file has it: its `--ws-upstream`); 0: Envoy picks one, which no one calls.
     pub calls: u16,
+    /// The OTLP collector the stat sink pushes to (cluster `otel_metrics`, if the file has it:
+    /// `envoy/envoy-module.yaml`); 1: none (the pushes fail quietly).
+    pub otlp: u16,
 }
 
 /// [`substitute`] with every port given.
@@ -120,6 +124,11 @@ pub fn substitute_ports(config: &str, source: &str, ports: Ports) -> String {
         (
             "port_value: 10001",
             format!("port_value: {}", ports.calls),
+            true,
+        ),
+        (
+            "port_value: 4317",
+            format!("port_value: {}", ports.otlp),
             true,
         ),
     ] {

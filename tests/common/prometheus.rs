@@ -49,10 +49,21 @@ fn binary() -> PathBuf {
 impl Prometheus {
     /// Starts scraping `targets` every second; returns once its API answers.
     pub fn start(targets: &[Target<'_>]) -> Prometheus {
+        Prometheus::start_with_rules(targets, &[])
+    }
+
+    /// [`Prometheus::start`] with these rule files, evaluated every second.
+    pub fn start_with_rules(targets: &[Target<'_>], rule_files: &[&std::path::Path]) -> Prometheus {
         let dir = TempDir::new("prometheus");
-        let mut config = String::from(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n",
-        );
+        let mut config =
+            String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n");
+        if !rule_files.is_empty() {
+            config.push_str("rule_files:\n");
+            for f in rule_files {
+                config.push_str(&format!("  - {}\n", f.display()));
+            }
+        }
+        config.push_str("scrape_configs:\n");
         for t in targets {
             config.push_str(&format!(
                 "  - job_name: {}\n    metrics_path: {}\n    static_configs:\n      - targets: [\"127.0.0.1:{}\"]\n",
@@ -140,6 +151,18 @@ impl Prometheus {
             .expect("values")
             .iter()
             .map(|v| v.as_str().expect("a string").to_owned())
+            .collect()
+    }
+
+    /// Every rule of its rule files, as `/api/v1/rules` describes it (name, query, health,
+    /// lastError, lastEvaluation, ...).
+    pub async fn rules(&self) -> Vec<Value> {
+        let data = self.api("/api/v1/rules", &[]).await;
+        data["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
             .collect()
     }
 

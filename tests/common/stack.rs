@@ -199,6 +199,7 @@ impl Stack {
                         listener: 0,
                         ws: 1,
                         calls: 0,
+                        otlp: 1,
                     },
                 );
                 Stack {
@@ -252,6 +253,7 @@ impl Stack {
             listener,
             ws,
             calls,
+            otlp: 1,
         };
         let config = std::fs::read_to_string(repo_root().join("envoy/envoy.yaml"))
             .expect("read envoy/envoy.yaml");

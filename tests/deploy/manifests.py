@@ -47,6 +47,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DIRS = ["deploy/kubernetes", "deploy/istio", "deploy/envoy-gateway"]
 UPSTREAM = "chat-upstream.default.svc.cluster.local"
 PROCESSOR = "responses-extproc.default.svc.cluster.local"
+COLLECTOR = "otel-collector.default.svc.cluster.local"
 
 # ConfigMap (file, name) -> (the shipped bootstrap it is, substitutions applied to it, each
 # (old, new, count)).
@@ -75,6 +76,9 @@ CONFIGMAPS = {
          f"                address: {UPSTREAM}\n                port_value: 8000", 1),
         ("                value: |\n                  {}\n",
          "                value: |\n                  {\"reasoning_keys_file\": \"/etc/responses-extproc/keys\"}\n", 1),
+        # The stat sink's collector (an OpenTelemetry Collector's OTLP/gRPC Service).
+        ("                address: 127.0.0.1\n                port_value: 4317",
+         f"                address: {COLLECTOR}\n                port_value: 4317", 1),
     ]),
 }
 
@@ -483,6 +487,8 @@ def check(out):
                     b = bootstrap(route_extra=value)
                 elif p["applyTo"] == "NETWORK_FILTER" and p["match"]["listener"]["filterChain"]["filter"]["name"] == HCM:
                     b = bootstrap(hcm_extra=value["typed_config"])
+                elif p["applyTo"] == "BOOTSTRAP" and p["patch"]["operation"] == "MERGE":
+                    b = merged(bootstrap(), value)
                 else:
                     sys.exit(f"manifests: {file}: patch {i} applies to {p['applyTo']}, not checked")
                 target = out / f"{pathlib.Path(file).stem}-{name}-{i}.json"

@@ -53,10 +53,11 @@ fn every_envoy_config_in_the_manifests_is_valid_and_in_step() {
         .arg(dir.path()));
     let files: Vec<&str> = out.lines().filter(|l| l.starts_with('/')).collect();
     // 3 ConfigMaps (2 ext_proc, 1 module), 5 EnvoyFilter patches (ext_proc: 2 of them the
-    // model header's removal), 5 (the module: 1 the removal, 1 the WebSocket transport's
-    // loopback cluster, 2 its routes), 1 EnvoyProxy bootstrap (the module's drain extension,
-    // loopback cluster and histogram buckets).
-    assert_eq!(files.len(), 14, "{out}");
+    // model header's removal), 6 (the module: 1 the removal, 1 the WebSocket transport's
+    // loopback cluster, 2 its routes, 1 the bootstrap's OTLP stat sink), 1 EnvoyProxy
+    // bootstrap (the module's drain extension, loopback cluster, histogram buckets and OTLP
+    // stat sink).
+    assert_eq!(files.len(), 15, "{out}");
     for kind in [
         "\"EnvoyFilter\": 3",
         "\"EnvoyExtensionPolicy\": 2",

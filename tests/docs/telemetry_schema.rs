@@ -1,3 +1,6 @@
+//! The metrics schema where the code cannot be: the metrics table of docs/operations.md, and
+//! the module's buckets in Envoy's bootstrap.
+//!
 //! The module's histograms take their buckets from Envoy's bootstrap, not from the module
 //! (`stats_config.histogram_bucket_settings`, matched on the stat's full name): every shipped
 //! Envoy config of the module sets the buckets of the metrics schema
@@ -73,5 +76,55 @@ fn no_histograms_prefix_matches_another_family() {
             let (a, b) = (a.family().name, b.family().name);
             assert!(a == b || !b.starts_with(a), "{a} is a prefix of {b}");
         }
+    }
+}
+
+/// The metrics table of docs/operations.md lists exactly the schema's families, each with the
+/// instrument it is over OTLP, its type, its buckets and, for a replaced family, that it is
+/// deprecated.
+#[test]
+fn the_operations_page_lists_the_schemas_families() {
+    let page = std::fs::read_to_string(common::repo_root().join("docs/operations.md"))
+        .expect("docs/operations.md");
+    let rows: Vec<Vec<String>> = page
+        .lines()
+        .skip_while(|l| !l.starts_with("| family (after the prefix) | over OTLP |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), Metric::ALL.len(), "one row per family");
+    for metric in Metric::ALL {
+        let f = metric.family();
+        let row = rows
+            .iter()
+            .find(|r| r[0] == format!("`{}`", f.name))
+            .unwrap_or_else(|| panic!("no row for {}", f.name));
+        let otlp = f
+            .semconv
+            .map_or_else(|| "ours".to_owned(), |i| format!("`{}`", i.name));
+        assert_eq!(row[1], otlp, "{}", f.name);
+        assert_eq!(row[2], f.kind.as_str(), "{}", f.name);
+        if f.kind == Kind::Histogram {
+            let buckets: Vec<String> = f.buckets.iter().map(|b| b.to_string()).collect();
+            let listed = buckets.join(", ");
+            assert!(
+                row[5].ends_with(&listed) || row[5] == "as above",
+                "{}: {} is not {listed}",
+                f.name,
+                row[5]
+            );
+        }
+        assert_eq!(
+            row[6].starts_with("**deprecated**"),
+            f.replaced_by.is_some(),
+            "{}",
+            f.name
+        );
     }
 }

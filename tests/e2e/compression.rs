@@ -281,6 +281,7 @@ async fn with_the_work_threads_full_a_costly_body_is_a_503() {
             listener: 0,
             ws: 1,
             calls: 0,
+            otlp: 1,
         },
     );
     let envoy = common::Envoy::start_with_env(&config, &[("RESPONSES_MODULE_WORK_QUEUE", "0")]);

@@ -1,8 +1,10 @@
 //! Metrics end to end, through the real Envoy: the same exchanges (JSON, a stream, an upstream
 //! error, a refused request, a cap, a compaction, a model past the label bound, a WebSocket
-//! connection with one response, closed by the client) in either mode show the same families (`responses_core::metrics`), under the mode's prefix: the
-//! processor's Prometheus endpoint (`--metrics-listen`, `responses_extproc_*`), or Envoy's own
-//! stats in module mode (`/stats/prometheus`, `envoy_responses_module_*`).
+//! connection with one response, closed by the client) in either mode show the same families
+//! (`responses_core::metrics`: the GenAI conventions' instruments and ours), under the mode's
+//! prefix: the processor's Prometheus endpoint (`--metrics-listen`, `responses_extproc_*`), or
+//! Envoy's own stats in module mode (`/stats/prometheus`, `envoy_responses_module_*`). What
+//! the same instruments push over OTLP is `tests/e2e/otlp_metrics.rs`.
 //!
 //! Then both modes side by side: the two exports carry the same families with the same types,
 //! label names, buckets, counts and token sums; and the Grafana dashboard
@@ -19,7 +21,7 @@ use common::prometheus::{Prometheus, Target};
 use common::websocket::recv;
 use common::{client, free_port, wait_until, Mode, Reply, ScriptedUpstream, Stack};
 use futures_util::{SinkExt, StreamExt};
-use responses_core::metrics::{Kind, Metric};
+use responses_core::metrics::{prometheus_name, Kind, Metric};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -347,19 +349,73 @@ async fn metrics_count_tokens_outcomes_and_stream_timings() {
         ),
         6.0
     );
+    // The conventions' instruments: one token observation per type and exchange with usage
+    // (JSON, stream, compaction, the third model, the socket: 5 each), the 429's error type on
+    // its duration, each stream's first token and time per token.
+    let genai = |family: &str, labels: &[(&str, &str)]| -> f64 {
+        export
+            .series(&name(family))
+            .filter(|s| {
+                labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|s| s.value)
+            .sum()
+    };
+    for kind in ["input", "output"] {
+        assert_eq!(
+            genai(
+                "gen_ai_client_token_usage_count",
+                &[
+                    ("gen_ai_token_type", kind),
+                    ("gen_ai_operation_name", "chat"),
+                    ("gen_ai_provider_name", "openai"),
+                ]
+            ),
+            5.0,
+            "{kind}"
+        );
+    }
+    assert_eq!(
+        genai(
+            "gen_ai_server_request_duration_microseconds_count",
+            &[("error_type", "rate_limited")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        genai(
+            "gen_ai_server_request_duration_microseconds_count",
+            &[("error_type", "")]
+        ),
+        5.0
+    );
+    assert_eq!(
+        genai(
+            "gen_ai_server_time_to_first_token_microseconds_count",
+            &[("gen_ai_request_model", "m")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        genai(
+            "gen_ai_server_time_per_output_token_microseconds_count",
+            &[]
+        ),
+        2.0
+    );
     // The schema's buckets, whichever mode (Envoy's from the bootstrap).
-    let le: BTreeSet<String> = export
-        .series(&name("request_duration_milliseconds_bucket"))
-        .map(|s| s.labels["le"].clone())
-        .collect();
-    let mut expected: BTreeSet<String> = Metric::RequestDuration
-        .family()
-        .buckets
-        .iter()
-        .map(|b| b.to_string())
-        .collect();
-    expected.insert("+Inf".into());
-    assert_eq!(le, expected);
+    for metric in [Metric::RequestDuration, Metric::ServerRequestDuration] {
+        let f = metric.family();
+        let le: BTreeSet<String> = export
+            .series(&name(&format!("{}_bucket", f.name)))
+            .map(|s| s.labels["le"].clone())
+            .collect();
+        let mut expected: BTreeSet<String> = f.buckets.iter().map(|b| b.to_string()).collect();
+        expected.insert("+Inf".into());
+        assert_eq!(le, expected, "{}", f.name);
+    }
 }
 
 /// Garbage model names cannot squat the labels: 60 distinct made-up names, which the upstream
@@ -517,7 +573,8 @@ fn both_modes_export_the_same_families() {
         for series in e.series.keys() {
             let mut names: Vec<&str> = series.keys().map(String::as_str).collect();
             names.sort_unstable();
-            let mut schema = f.labels.to_vec();
+            // `gen_ai.request.model` is `gen_ai_request_model` in both exports.
+            let mut schema: Vec<String> = f.labels.iter().map(|l| prometheus_name(l)).collect();
             schema.sort_unstable();
             assert_eq!(names, schema, "{}: the schema's labels", f.name);
         }
@@ -607,7 +664,8 @@ fn the_dashboard_answers_in_prometheus_on_both_exports() {
                 }
             })
             .collect();
-        let prometheus = Prometheus::start(&targets);
+        let alerts = common::repo_root().join("deploy/prometheus/alerts.yaml");
+        let prometheus = Prometheus::start_with_rules(&targets, &[&alerts]);
         for rounds in 1..=2 {
             for running in &modes {
                 running.round().await;
@@ -689,6 +747,46 @@ fn the_dashboard_answers_in_prometheus_on_both_exports() {
                         "{title}: {filled} answers no value above zero: {samples:?}"
                     );
                 }
+            }
+        }
+
+        // The alert rules (deploy/prometheus/alerts.yaml): each evaluated without error, and
+        // each name it selects in both exports.
+        let jobs: BTreeSet<String> = targets.iter().map(|t| t.job.to_owned()).collect();
+        let mut evaluated = Vec::new();
+        for _ in 0..100 {
+            evaluated = prometheus.rules().await;
+            if !evaluated.is_empty()
+                && evaluated.iter().all(|r| {
+                    !r["lastEvaluation"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("0001")
+                })
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(evaluated.len() >= 6, "{evaluated:?}");
+        for rule in &evaluated {
+            let name = rule["name"].as_str().unwrap_or("");
+            assert_eq!(rule["health"], "ok", "{name}: {rule}");
+            let query = rule["query"].as_str().expect("a query");
+            let names: Vec<&str> = query
+                .split("__name__=~\"")
+                .skip(1)
+                .map(|rest| rest.split('"').next().unwrap())
+                .collect();
+            assert!(!names.is_empty(), "{name}: {query}");
+            for pattern in names {
+                let found: BTreeSet<String> = prometheus
+                    .query(&format!("count by (job) ({{__name__=~\"{pattern}\"}})"))
+                    .await
+                    .iter()
+                    .filter_map(|s| s.labels.get("job")?.as_str().map(str::to_owned))
+                    .collect();
+                assert_eq!(found, jobs, "{name}: {pattern}");
             }
         }
     });

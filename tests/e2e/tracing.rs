@@ -112,6 +112,7 @@ impl TracedStack {
                 listener,
                 ws,
                 calls,
+                otlp: 1,
             },
         );
         // The listener the processor's own Chat requests enter traces them too.
@@ -898,6 +899,7 @@ impl TracedModule {
                 listener: 0,
                 ws: 1,
                 calls: 0,
+                otlp: 1,
             },
         );
         // The internal listener the module's own Chat requests enter traces them too.

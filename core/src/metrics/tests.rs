@@ -88,8 +88,20 @@ fn a_json_exchange_counts_once_with_its_tokens_and_times() {
     );
     assert_eq!(calls.of(Metric::Translation), [(vec!["false"], 80)]);
     assert_eq!(
+        calls.of(Metric::ServerRequestDuration),
+        [(vec!["chat", "openai", "m1", "upstream-m", ""], 1_234_000)]
+    );
+    assert_eq!(
         calls.of(Metric::RequestDuration),
         [(vec!["m1", "upstream-m", "false", "translated"], 1234)]
+    );
+    // The conventions' token usage: input and output, one observation each.
+    assert_eq!(
+        calls.of(Metric::TokenUsage),
+        [
+            (vec!["chat", "openai", "m1", "upstream-m", "input"], 7),
+            (vec!["chat", "openai", "m1", "upstream-m", "output"], 11),
+        ]
     );
     // Reasoning tokens: none reported, nothing added.
     assert_eq!(
@@ -104,6 +116,8 @@ fn a_json_exchange_counts_once_with_its_tokens_and_times() {
         Metric::CapsHit,
         Metric::TimeToFirstToken,
         Metric::TimePerOutputToken,
+        Metric::ServerTimeToFirstToken,
+        Metric::ServerTimePerOutputToken,
         Metric::StreamsInFlight,
     ] {
         assert!(calls.of(none).is_empty(), "{none:?}");
@@ -137,17 +151,32 @@ fn a_stream_is_in_flight_and_has_its_token_times() {
         calls.of(Metric::TimeToFirstToken),
         [(vec!["m", "upstream-m"], 200)]
     );
+    assert_eq!(
+        calls.of(Metric::ServerTimeToFirstToken),
+        [(vec!["chat", "openai", "m", "upstream-m"], 200_000)]
+    );
     // (1200 ms - 200 ms) over the 10 output tokens after the first.
     assert_eq!(
         calls.of(Metric::TimePerOutputToken),
         [(vec!["m", "upstream-m"], 100_000)]
     );
-    // A cut stream has a first token, but no time per token: its count is not final.
+    assert_eq!(
+        calls.of(Metric::ServerTimePerOutputToken),
+        [(vec!["chat", "openai", "m", "upstream-m"], 100_000)]
+    );
+    // A cut stream has a first token, but no time per token: its count is not final; its
+    // duration says `cut`.
     let mut calls = Calls::default();
     let cut = summary(Some("m"), true, Outcome::Open);
     record(&mut calls, &labels, &finished(cut, timing));
     assert_eq!(calls.of(Metric::TimeToFirstToken).len(), 1);
+    assert_eq!(calls.of(Metric::ServerTimeToFirstToken).len(), 1);
     assert!(calls.of(Metric::TimePerOutputToken).is_empty());
+    assert!(calls.of(Metric::ServerTimePerOutputToken).is_empty());
+    assert_eq!(
+        calls.of(Metric::ServerRequestDuration),
+        [(vec!["chat", "openai", "m", "upstream-m", "cut"], 1_200_000)]
+    );
     assert_eq!(
         calls.of(Metric::Exchanges),
         [(vec!["create", "true", "cut", ""], 1)]
@@ -173,6 +202,33 @@ fn failures_count_their_code_and_caps() {
     );
     assert_eq!(calls.of(Metric::CapsHit), [(vec!["response_too_large"], 1)]);
     assert!(calls.of(Metric::Tokens).is_empty());
+    assert!(calls.of(Metric::TokenUsage).is_empty());
+    // error.type: the code, an upstream's bounded as error_code; `_OTHER` without one.
+    let error_types = |calls: &Calls| -> Vec<String> {
+        calls
+            .of(Metric::ServerRequestDuration)
+            .iter()
+            .map(|(l, _)| l[4].to_owned())
+            .collect()
+    };
+    assert_eq!(
+        error_types(&calls),
+        ["response_too_large", "rate_limit_exceeded"]
+    );
+    let mut calls = Calls::default();
+    let bounded = Labels::default();
+    for i in 0..=MAX_UPSTREAM_CODES {
+        let mut s = summary(Some("m"), false, Outcome::Failed);
+        s.error_code = Some(Code::upstream(&format!("code_{i}")));
+        record(&mut calls, &bounded, &finished(s, Timing::default()));
+    }
+    let mut s = summary(Some("m"), false, Outcome::Failed);
+    s.error_code = None;
+    record(&mut calls, &bounded, &finished(s, Timing::default()));
+    let got = error_types(&calls);
+    assert_eq!(got[0], "code_0");
+    assert_eq!(got[MAX_UPSTREAM_CODES], OTHER);
+    assert_eq!(got[MAX_UPSTREAM_CODES + 1], "_OTHER");
 }
 
 #[test]
@@ -184,6 +240,24 @@ fn a_request_refused_before_its_model_counts_only_as_an_exchange() {
     record(&mut calls, &labels, &finished(s, Timing::default()));
     let families: Vec<Metric> = calls.0.iter().map(|(m, ..)| *m).collect();
     assert_eq!(families, [Metric::Exchanges, Metric::Translation]);
+    // A token count of 0 is an observation of the conventions' histogram (not of the counter).
+    let mut calls = Calls::default();
+    let mut s = summary(Some("m"), false, Outcome::Translated);
+    s.usage = Some(Usage {
+        input_tokens: 5,
+        ..Usage::default()
+    });
+    record(&mut calls, &labels, &finished(s, Timing::default()));
+    let usage: Vec<(&str, i64)> = calls
+        .of(Metric::TokenUsage)
+        .iter()
+        .map(|(l, n)| (l[4], *n))
+        .collect();
+    assert_eq!(usage, [("input", 5), ("output", 0)]);
+    assert_eq!(
+        calls.of(Metric::Tokens),
+        [(vec!["m", "upstream-m", "input"], 5)]
+    );
 }
 
 /// The model labels of one finished exchange, as recorded.
@@ -344,29 +418,123 @@ fn the_schema_is_well_formed() {
             "{}",
             f.name
         );
-        let labels: HashSet<_> = f.labels.iter().collect();
+        let labels: HashSet<_> = f.labels.iter().map(|l| prometheus_name(l)).collect();
         assert_eq!(labels.len(), f.labels.len(), "{}: a label twice", f.name);
-        assert!(f.labels.iter().all(|l| is_name(l) && *l != "le"));
+        assert!(labels.iter().all(|l| is_name(l) && l != "le"));
         if f.kind == Kind::Histogram {
             assert!(f.buckets.windows(2).all(|w| w[0] < w[1]), "{}", f.name);
-            assert!(f.buckets.iter().copied().all(two_digits), "{}", f.name);
+            // Ours have two significant digits; the conventions' are theirs.
+            if f.semconv.is_none() {
+                assert!(f.buckets.iter().copied().all(two_digits), "{}", f.name);
+            }
             let unit = f.name.rsplit('_').next().unwrap();
-            assert_eq!(
-                f.unit,
-                match unit {
-                    "milliseconds" => "ms",
-                    "microseconds" => "us",
-                    other => panic!(
-                        "{}: a histogram's name ends with its unit, not {other}",
-                        f.name
-                    ),
-                }
-            );
+            let named = match unit {
+                "milliseconds" => "ms",
+                "microseconds" => "us",
+                // An annotation ({token}) is no unit: Prometheus names carry none.
+                _ if f.unit.starts_with('{') => f.unit,
+                other => panic!(
+                    "{}: a histogram's name ends with its unit, not {other}",
+                    f.name
+                ),
+            };
+            assert_eq!(f.unit, named, "{}", f.name);
         } else {
             assert!(f.buckets.is_empty(), "{}", f.name);
         }
+        if let Some(semconv) = f.semconv {
+            // The Prometheus name is the instrument's, with its unit when it is scaled.
+            assert!(
+                f.name.starts_with(&prometheus_name(semconv.name)),
+                "{}",
+                f.name
+            );
+            assert!(semconv.name.starts_with("gen_ai."), "{}", f.name);
+        }
+        if let Some(new) = f.replaced_by {
+            assert!(new.family().semconv.is_some(), "{}", f.name);
+            assert!(f.help.starts_with("Deprecated, replaced by "), "{}", f.name);
+            assert!(f.help.contains(new.family().name), "{}", f.name);
+        }
     }
     assert!(!two_digits(1280.0) && two_digits(2500.0) && !two_digits(0.5));
+}
+
+/// The GenAI families are the conventions' instruments: their names, units, attributes and
+/// bucket boundaries as the OpenTelemetry semantic conventions give them.
+#[test]
+fn the_genai_families_are_the_conventions_instruments() {
+    let server = [
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+    ];
+    let with = |extra: &'static str| {
+        let mut l = server.to_vec();
+        l.push(extra);
+        l
+    };
+    for (metric, name, unit, labels, bounds) in [
+        (
+            Metric::TokenUsage,
+            "gen_ai.client.token.usage",
+            "{token}",
+            with("gen_ai.token.type"),
+            &[
+                1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+                4194304.0, 16777216.0, 67108864.0,
+            ][..],
+        ),
+        (
+            Metric::ServerRequestDuration,
+            "gen_ai.server.request.duration",
+            "s",
+            with("error.type"),
+            &[
+                0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+                81.92,
+            ][..],
+        ),
+        (
+            Metric::ServerTimeToFirstToken,
+            "gen_ai.server.time_to_first_token",
+            "s",
+            server.to_vec(),
+            &[
+                0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0,
+            ][..],
+        ),
+        (
+            Metric::ServerTimePerOutputToken,
+            "gen_ai.server.time_per_output_token",
+            "s",
+            server.to_vec(),
+            &[
+                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+            ][..],
+        ),
+    ] {
+        let f = metric.family();
+        let semconv = f.semconv.expect("a conventions' instrument");
+        assert_eq!((semconv.name, semconv.unit), (name, unit));
+        assert_eq!(f.kind, Kind::Histogram);
+        assert_eq!(f.labels, labels, "{name}");
+        assert_eq!(f.otlp_buckets(), bounds, "{name}");
+    }
+    let genai: Vec<_> = Metric::ALL
+        .iter()
+        .filter(|m| m.family().semconv.is_some())
+        .collect();
+    assert_eq!(genai.len(), 4);
+    assert_eq!(
+        prometheus_name("gen_ai.request.model"),
+        "gen_ai_request_model"
+    );
+    let seconds = Metric::ServerRequestDuration.family().semconv.unwrap();
+    assert_eq!(seconds.value(1_280_000), 1.28);
+    assert_eq!(seconds.value(80_000), 0.08);
 }
 
 /// An automatic compaction counts once by its outcome, a cut one as `cut`; the same summary

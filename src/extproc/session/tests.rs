@@ -691,7 +691,10 @@ mod fail_closed {
                 StreamBodyMode::Streamed
             },
             // Recorded too: no message sequence may upset the metrics either.
-            metrics: Some(Arc::new(crate::metrics::Metrics::new(Default::default()))),
+            metrics: Some(Arc::new(crate::metrics::Metrics::new(
+                Default::default(),
+                None,
+            ))),
             traces: None,
             upstream: None,
         }

@@ -76,7 +76,7 @@ async fn until(what: &str, done: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn a_full_queue_drops_and_counts_without_waiting() {
-    let metrics = Arc::new(Metrics::new(Default::default()));
+    let metrics = Arc::new(Metrics::new(Default::default(), None));
     let exporter = Gated::new(0, false);
     let (processor, handle) =
         BatchExport::start(exporter.clone(), limits(2, 1, 5), Some(metrics.clone()));
@@ -99,7 +99,7 @@ async fn a_full_queue_drops_and_counts_without_waiting() {
 
 #[tokio::test]
 async fn failed_exports_count_their_spans() {
-    let metrics = Arc::new(Metrics::new(Default::default()));
+    let metrics = Arc::new(Metrics::new(Default::default(), None));
     let (processor, handle) = BatchExport::start(
         Gated::new(10, true),
         limits(16, 2, 5),

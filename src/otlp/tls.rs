@@ -1,10 +1,11 @@
 //! The export's TLS, for an `https://` collector: the standard OTLP variables, read and checked
 //! at startup (a bad file stops the processor then, rather than failing every export later).
 //!
-//! * `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE`: the CA bundle
-//!   (PEM) that verifies the collector, and only it; without one, the system's roots
-//!   (`rustls-native-certs`: the OS store, or `SSL_CERT_FILE` / `SSL_CERT_DIR`).
-//! * `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (the `_TRACES_` forms first): the client
+//! * `OTEL_EXPORTER_OTLP_<SIGNAL>_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE` (the signal:
+//!   `TRACES` or `METRICS`): the CA bundle (PEM) that verifies the collector, and only it;
+//!   without one, the system's roots (`rustls-native-certs`: the OS store, or `SSL_CERT_FILE` /
+//!   `SSL_CERT_DIR`).
+//! * `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY` (the signal's forms first): the client
 //!   certificate chain and key the processor presents (mTLS); both or neither.
 //!
 //! Both protocols use rustls with ring, as the processor's own listener does: over gRPC through
@@ -19,20 +20,24 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
-/// The variables read here (they apply to `https://` endpoints only).
-pub const VARIABLES: [&str; 6] = [
-    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
-    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-];
+use super::Signal;
+
+/// What the variables name, after `OTEL_EXPORTER_OTLP_` (and the signal's `<SIGNAL>_`).
+const FILES: [&str; 3] = ["CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"];
+
+/// The variables read for `signal` (they apply to `https://` endpoints only), the signal's own
+/// before each shared one.
+pub fn variables(signal: Signal) -> Vec<String> {
+    FILES
+        .iter()
+        .flat_map(|f| [signal.var(f), format!("OTEL_EXPORTER_OTLP_{f}")])
+        .collect()
+}
 
 /// Where the TLS settings come from, for error messages: the variable, and the file it names.
 #[derive(Debug, Clone)]
 struct Source {
-    var: &'static str,
+    var: String,
     path: String,
 }
 
@@ -53,12 +58,18 @@ pub struct ExportTls {
 }
 
 impl ExportTls {
-    /// The settings of the standard variables (read by `env`), their files read and checked.
-    pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<ExportTls, String> {
-        let var = |traces: &'static str, all: &'static str| -> Result<Option<Pem>, String> {
-            let Some((var, path)) = env(traces)
-                .map(|p| (traces, p))
-                .or_else(|| env(all).map(|p| (all, p)))
+    /// The settings of the standard variables for `signal` (read by `env`), their files read
+    /// and checked.
+    pub fn from_env(
+        signal: Signal,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ExportTls, String> {
+        let var = |what: &str| -> Result<Option<Pem>, String> {
+            let own = signal.var(what);
+            let all = format!("OTEL_EXPORTER_OTLP_{what}");
+            let Some((var, path)) = env(&own)
+                .map(|p| (own, p))
+                .or_else(|| env(&all).map(|p| (all, p)))
             else {
                 return Ok(None);
             };
@@ -69,18 +80,9 @@ impl ExportTls {
                 bytes,
             }))
         };
-        let ca = var(
-            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
-            "OTEL_EXPORTER_OTLP_CERTIFICATE",
-        )?;
-        let cert = var(
-            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
-            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-        )?;
-        let key = var(
-            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
-            "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-        )?;
+        let ca = var("CERTIFICATE")?;
+        let cert = var("CLIENT_CERTIFICATE")?;
+        let key = var("CLIENT_KEY")?;
         let client = match (cert, key) {
             (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,
@@ -88,7 +90,7 @@ impl ExportTls {
                 return Err(format!(
                     "{}: a client certificate needs its key and the key its certificate \
                      (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY, \
-                     or their _TRACES_ forms)",
+                     or their _TRACES_ / _METRICS_ forms)",
                     one.source.var
                 ))
             }
