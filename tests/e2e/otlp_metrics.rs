@@ -54,9 +54,10 @@ impl Pushed {
         let upstream = ScriptedUpstream::start();
         let stack = match mode {
             Mode::ExtProc => {
-                let (listener, ws) = (free_port(), free_port());
+                let (listener, ws, calls) = (free_port(), free_port(), free_port());
                 let ws_listen = format!("127.0.0.1:{ws}");
-                let ws_upstream = format!("http://127.0.0.1:{listener}");
+                // The processor's own Chat requests enter Envoy's listener responses_calls.
+                let ws_upstream = format!("http://127.0.0.1:{calls}");
                 let endpoint = receiver.endpoint();
                 let mut env = vec![("OTEL_METRIC_EXPORT_INTERVAL", "250")];
                 if receiver.is_http() {
@@ -83,6 +84,7 @@ impl Pushed {
                         extproc: processor.port(),
                         listener,
                         ws,
+                        calls,
                         otlp: 1,
                     },
                 );
@@ -99,6 +101,7 @@ impl Pushed {
                         extproc: 0,
                         listener: 0,
                         ws: 1,
+                        calls: 0,
                         otlp: receiver.port(),
                     },
                 );
