@@ -377,9 +377,15 @@ impl<E: Environment> Session<E> {
             // The message's answer waits for the call (the stream's driver makes it).
             Action::Call { mut call, timeout } => {
                 if let Some(head) = self.head.take() {
+                    // The operator's forward_headers arrive if Envoy forwards them too
+                    // (its forward_rules), as its tenant header does.
+                    let extra = &self.settings.exchange.forward_headers;
                     call.headers.extend(responses_core::call::forwarded(
-                        |name| read(&head, name),
-                        &self.settings.exchange.forward_headers,
+                        |name| match extra.iter().any(|h| h == name) {
+                            true => header(&head, name),
+                            false => read(&head, name),
+                        },
+                        extra,
                     ));
                 }
                 self.call = Some((call, timeout));

@@ -853,6 +853,8 @@ fn a_compaction_call_holds_the_body_answer_until_it_ends() {
                     (":method", "POST"),
                     (":path", "/v1/responses"),
                     ("authorization", "Bearer k"),
+                    // forward_headers' (when Envoy's forward_rules let it through).
+                    ("x-client-id", "alice"),
                 ],
                 false,
             )),
@@ -871,6 +873,10 @@ fn a_compaction_call_holds_the_body_answer_until_it_ends() {
             .headers
             .iter()
             .any(|(n, v)| n == "authorization" && v == "Bearer k"));
+        assert!(call
+            .headers
+            .iter()
+            .any(|(n, v)| n == "x-client-id" && v == "alice"));
         assert_eq!(s.call_in_flight(), Some(call.id));
         let answers = if ok {
             let ct = |name: &str| (name == "content-type").then_some("application/json");
