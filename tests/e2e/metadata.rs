@@ -324,4 +324,26 @@ async fn each_turn_of_a_socket_is_one_access_log_line_with_what_its_client_got()
     assert_eq!(failed["status"], error["status"], "{failed}");
     assert_eq!(failed["error_code"], error["error"]["code"], "{failed}");
     assert_eq!(failed["total_tokens"], Value::Null);
+
+    // A client's guess at a record's path: 404, nothing set, nothing upstream.
+    let before = upstream.requests().len();
+    let guess = client()
+        .post(stack.envoy.url(&format!("/v1/responses/turns/{:032x}", 7)))
+        .header("x-request-id", "guess-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(guess.status(), 404);
+    let body: Value = guess.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_found", "{body}");
+    let line = wait_until("the guess's line", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|l| l["request_id"] == "guess-1")
+    });
+    for key in FIELDS {
+        assert_eq!(line[key], Value::Null, "{key}: {line}");
+    }
+    assert_eq!(upstream.requests().len(), before);
 }
