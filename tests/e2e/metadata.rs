@@ -32,7 +32,9 @@ const FIELDS: &[&str] = &[
 /// The shipped config (either mode's) with a JSON access log of our metadata written to `path`
 /// (module mode: the internal listener's lines too, where the module's own requests go).
 fn with_access_log(config: String, path: &std::path::Path) -> String {
-    let mut format = String::from("                    request_id: \"%REQ(X-REQUEST-ID)%\"\n");
+    let mut format = String::from(
+        "                    request_id: \"%REQ(X-REQUEST-ID)%\"\n                    path: \"%REQ(:PATH)%\"\n",
+    );
     for f in FIELDS {
         format.push_str(&format!(
             "                    {f}: \"%DYNAMIC_METADATA(responses_extproc:{f})%\"\n"
@@ -324,6 +326,22 @@ async fn each_turn_of_a_socket_is_one_access_log_line_with_what_its_client_got()
     assert_eq!(failed["status"], error["status"], "{failed}");
     assert_eq!(failed["error_code"], error["error"]["code"], "{failed}");
     assert_eq!(failed["total_tokens"], Value::Null);
+
+    // The socket itself: one line, its upgrade's, when it ends, with no keys of ours.
+    socket.close(None).await.unwrap();
+    let upgrade = wait_until("the upgrade's line", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        let lines: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["request_id"] == "socket-1" && l["path"] == "/v1/responses")
+            .collect();
+        (!lines.is_empty()).then_some(lines)
+    });
+    assert_eq!(upgrade.len(), 1, "{upgrade:?}");
+    for key in FIELDS {
+        assert_eq!(upgrade[0][key], Value::Null, "{key}: {upgrade:?}");
+    }
 
     // A client's guess at a record's path: 404, nothing set, nothing upstream.
     let before = upstream.requests().len();

@@ -289,6 +289,14 @@ async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one(
         assert_eq!(request.header("x-responses-model"), Some(asked));
         assert_eq!(request.header("x-responses-upstream-model"), Some(sent));
     }
+    // No Envoy took the turns' records (the upstream answered them 404): the processor says
+    // so, since their access log lines and charges are lost.
+    common::wait_until("the records' warning", TIMEOUT, || {
+        processor
+            .logs()
+            .contains("a turn's record was not taken")
+            .then_some(())
+    });
     drop(processor);
 }
 

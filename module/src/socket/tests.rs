@@ -742,3 +742,22 @@ fn each_ended_turn_is_recorded_through_the_internal_listener_before_the_stream_e
     e.complete();
     e.assert_socket_sound("/v1/chat/completions");
 }
+
+#[test]
+fn a_record_envoy_does_not_take_is_a_warning() {
+    use crate::host::Level;
+    let _alone = fake::sockets_alone();
+    let mut e = socket("{}");
+    e.host.hold_records = true;
+    e.client(&create(json!({"model": "m", "input": "x"})));
+    answer(&mut e, "hi");
+    // No filter on its route took it (another config): Envoy's route answers 404.
+    e.host.records[0].fields = None;
+    e.release_records();
+    let warned = e.host.logs.borrow().iter().any(|(level, line)| {
+        *level == Level::Warn && line.contains("record was not taken") && line.contains("404")
+    });
+    assert!(warned, "{:?}", e.host.logs.borrow());
+    e.complete();
+    e.assert_socket_sound("/v1/chat/completions");
+}
