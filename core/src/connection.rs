@@ -128,7 +128,7 @@ pub struct Connection<E = System> {
     tenant: crate::translate::seal::Tenant,
     /// The opening request's headers that go on to each call.
     forwarded: Vec<(Cow<'static, str>, String)>,
-    /// The socket's id in its turns' records: the upgrade's `x-request-id`.
+    /// The socket's id in its turns' records: the upgrade's `x-request-id` (or one made up).
     socket_id: String,
     decoder: Decoder,
     phase: Phase,
@@ -363,12 +363,6 @@ impl<E: Environment> Connection<E> {
     /// The exchange in flight, for logs.
     pub fn exchange(&self) -> Option<&Exchange> {
         self.turn.as_ref().map(|t| &t.exchange)
-    }
-
-    /// The socket's id (the upgrade's `x-request-id`, or one made up): its turns' records
-    /// carry it.
-    pub fn socket_id(&self) -> &str {
-        &self.socket_id
     }
 
     /// The summary of the last response that ended, for logs.
