@@ -165,8 +165,9 @@ else
   [ -x "$BIN" ] || die "no responses-extproc in $BIN_DIR"
   cp "$ROOT/envoy/envoy.yaml" "$CONFIG"
 fi
-# An access log of every request, with what the processor reports for translated ones (its
-# dynamic metadata, docs/operations.md): one JSON line each.
+# An access log of every request, with what the translator reports for translated ones (its
+# dynamic metadata, docs/operations.md): one JSON line each; a WebSocket turn's is its
+# record's, with its socket's id (module mode: the internal listener's requests too).
 ACCESS_LOG="$LOG_DIR/access.log"
 : >"$ACCESS_LOG"
 python3 - "$CONFIG" "$ACCESS_LOG" <<'PY'
@@ -180,9 +181,10 @@ fields = {"time": '"%START_TIME%"', "method": '"%REQ(:METHOD)%"',
           "upstream_path": '"%REQ(:PATH)%"', "status": '"%RESPONSE_CODE%"',
           "duration_ms": '"%DURATION%"'}
 for k in ["response_id", "model", "outcome", "error_code", "input_tokens", "output_tokens",
-          "total_tokens", "cached_tokens", "reasoning_tokens"]:
+          "total_tokens", "cached_tokens", "reasoning_tokens", "socket_id"]:
     fields[k] = md(k)
-block = anchor + f"""          access_log:
+def block(anchor):
+    return anchor + f"""          access_log:
           - name: envoy.access_loggers.file
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
@@ -190,7 +192,13 @@ block = anchor + f"""          access_log:
               log_format:
                 json_format:
 """ + "".join(f"                  {k}: {v}\n" for k, v in fields.items())
-open(path, "w").write(config.replace(anchor, block))
+config = config.replace(anchor, block(anchor))
+# Module mode: the internal listener the module's own requests (a turn's Chat request and
+# record) enter Envoy through.
+loopback = "          stat_prefix: responses_loopback\n"
+if config.count(loopback) == 1:
+    config = config.replace(loopback, block(loopback))
+open(path, "w").write(config)
 PY
 if [ -n "$OTLP_HOST" ]; then
   # envoy/examples/tracing.yaml's two pieces, pointed at the collector.
@@ -332,17 +340,28 @@ while True:
 print(" ".join(types), file=sys.stderr)
 print(json.dumps(event, separators=(",", ":")))
 send(8, struct.pack(">H", 1000))
+# The server closes the connection after its close frame (RFC 6455 §7.1.1): wait for it.
+try:
+    while s.recv(65536):
+        pass
+except OSError:
+    pass
 PY
 echo
 
-# Envoy writes access log lines in batches (about once a second).
+# Envoy writes access log lines in batches (about once a second): the two HTTP exchanges'
+# and the socket's turn's (its record's line, with its socket's id).
 for _ in $(seq 1 40); do
-  [ "$(grep -c '"response_id":"resp_' "$ACCESS_LOG")" -ge 2 ] && break
+  [ "$(grep -c '"response_id":"resp_' "$ACCESS_LOG")" -ge 3 ] && break
   sleep 0.25
 done
 say ""
 say "demo: Envoy's access log ($ACCESS_LOG), with the translator's usage metadata:"
-grep '"response_id":"resp_' "$ACCESS_LOG" >&2 || cat "$ACCESS_LOG" >&2
+grep '"response_id":"resp_' "$ACCESS_LOG" | grep -v '"socket_id":"[^"]' >&2 || cat "$ACCESS_LOG" >&2
+say ""
+say "demo: the WebSocket turn's line (its record's: the turn's usage and its socket's id):"
+grep '"socket_id":"[^"]' "$ACCESS_LOG" >&2 || die "no access log line for the WebSocket turn"
+
 say ""
 if [ "$MODE" = module ]; then
   say "demo: the module's stats, in Envoy's: http://127.0.0.1:9901/stats/prometheus (tokens):"

@@ -551,6 +551,10 @@ pub fn connection(data: &[u8]) {
                     open_calls.push(call.id);
                 }
                 CallAction::Cancel(id) => open_calls.retain(|c| *c != id),
+                // A response's record: nothing comes back for it.
+                CallAction::Record(record) => {
+                    assert!(record.path.contains("/turns/"), "{}", record.path);
+                }
             }
         }
         while let Some(event) = conn.poll_event(now) {

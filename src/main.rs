@@ -118,6 +118,7 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
                 metrics: settings.metrics.clone(),
                 traces: settings.traces.clone(),
                 log_content: config.log_content,
+                records: settings.records.clone(),
             };
             tracing::info!(
                 listen = %addr,

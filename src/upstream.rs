@@ -10,6 +10,10 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
 use responses_core::call::Call as CoreCall;
+use responses_core::metadata::record::Record;
+
+/// How long a turn's record may take: Envoy answers it itself, after one ext_proc message.
+const RECORD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The HTTP client of the calls (one pool for all of them).
 #[derive(Debug)]
@@ -78,6 +82,33 @@ impl Upstream {
             builder = builder.header(name.clone(), value.clone());
         }
         Call::Waiting(Box::pin(builder.body(call.body).send()))
+    }
+}
+
+impl Upstream {
+    /// Sends a WebSocket turn's record back through Envoy (its metadata is filed under its
+    /// token already): the status Envoy answered, or why there was none.
+    pub fn record(&self, record: &Record) -> impl Future<Output = Result<u16, String>> + Send {
+        let mut builder = self
+            .client
+            .post(format!("{}{}", self.base, record.path))
+            .timeout(RECORD_TIMEOUT);
+        for (name, value) in &record.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                builder = builder.header(name, value);
+            }
+        }
+        let sent = builder.header("content-length", "0").send();
+        async move {
+            let response = sent.await.map_err(|e| error_chain(&e))?;
+            let status = response.status().as_u16();
+            // Read to its end, so that the connection goes back to the pool.
+            let _ = response.bytes().await;
+            Ok(status)
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 
 use crate::exchange::{Settings, UpstreamRequest, EVENT_STREAM, JSON};
+use crate::metadata::record::Record;
 
 /// One call, among the calls of its connection: events of a call the core gave up on are told
 /// apart from those of the next one.
@@ -40,11 +41,15 @@ pub enum CallAction {
     Start(Call),
     /// Stop the call (reset it): its answer is no longer read. Nothing more is told of it.
     Cancel(CallId),
+    /// A response ended: file its record in the host's ledger and send it to Envoy
+    /// ([`crate::metadata::record`]); nothing is told back.
+    Record(Record),
 }
 
 /// Headers of a connection's opening request that go on to each of its calls: credentials,
-/// tracing, the client's name. Everything else of the handshake (cookies, `sec-websocket-*`)
-/// stays behind.
+/// tracing, the client's name; then the operator's `forward_headers` (the identity Envoy's
+/// rate limits key on, `x-client-id` by default). Everything else of the handshake (cookies,
+/// `sec-websocket-*`) stays behind.
 pub const FORWARDED_HEADERS: &[&str] = &[
     "authorization",
     "x-api-key",
@@ -56,13 +61,40 @@ pub const FORWARDED_HEADERS: &[&str] = &[
     "user-agent",
 ];
 
-/// The headers of [`FORWARDED_HEADERS`] that the opening request has (`header` looks one up
-/// by its lowercase name).
-pub fn forwarded<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Vec<(Cow<'static, str>, String)> {
-    FORWARDED_HEADERS
+/// Headers a call sets itself (or its host does for its transport): no `forward_headers`
+/// names one.
+pub const SET_BY_THE_CALL: &[&str] = &[
+    "content-type",
+    "accept",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "host",
+    "connection",
+    "upgrade",
+    "te",
+    "keep-alive",
+];
+
+/// The headers of [`FORWARDED_HEADERS`], then of `extra` (the settings' `forward_headers`),
+/// that the opening request has (`header` looks one up by its lowercase name), each once.
+pub fn forwarded<'h>(
+    header: impl Fn(&str) -> Option<&'h str>,
+    extra: &[String],
+) -> Vec<(Cow<'static, str>, String)> {
+    let mut out: Vec<(Cow<'static, str>, String)> = FORWARDED_HEADERS
         .iter()
         .filter_map(|&name| Some((Cow::Borrowed(name), header(name)?.to_owned())))
-        .collect()
+        .collect();
+    for name in extra {
+        if out.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if let Some(value) = header(name) {
+            out.push((Cow::Owned(name.clone()), value.to_owned()));
+        }
+    }
+    out
 }
 
 /// The call that sends a translated request upstream: its body, the type it is and the one it
@@ -101,9 +133,10 @@ mod tests {
             "authorization" => Some("Bearer k"),
             "cookie" => Some("secret"),
             "traceparent" => Some("00-1-2-01"),
+            "x-client-id" => Some("alice"),
             _ => None,
         };
-        let forwarded = forwarded(handshake);
+        let forwarded = forwarded(handshake, &Settings::default().forward_headers);
         let up = UpstreamRequest {
             body: Bytes::from_static(b"{}"),
             model: "m".into(),
@@ -127,7 +160,38 @@ mod tests {
                 ("x-responses-upstream-model", "served"),
                 ("authorization", "Bearer k"),
                 ("traceparent", "00-1-2-01"),
+                ("x-client-id", "alice"),
             ]
         );
+    }
+
+    #[test]
+    fn the_operators_forward_headers_follow_the_credentials_each_once() {
+        let handshake = |name: &str| match name {
+            "authorization" => Some("Bearer k"),
+            "x-tenant" => Some("t1"),
+            "x-client-id" => Some("alice"),
+            _ => None,
+        };
+        let extra = [
+            "x-tenant".to_owned(),
+            "authorization".to_owned(),
+            "x-absent".to_owned(),
+        ];
+        let names: Vec<(String, String)> = forwarded(handshake, &extra)
+            .into_iter()
+            .map(|(n, v)| (n.into_owned(), v))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("authorization".to_owned(), "Bearer k".to_owned()),
+                ("x-tenant".to_owned(), "t1".to_owned()),
+            ]
+        );
+        // Without the setting, the client's identity stays behind.
+        assert!(forwarded(handshake, &[])
+            .iter()
+            .all(|(n, _)| n != "x-client-id"));
     }
 }

@@ -50,6 +50,7 @@ use crate::exchange::{
     ResponseHead, Settings, Summary,
 };
 use crate::life::{self, Life};
+use crate::metadata::{self, record::Record};
 use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode, Events};
 use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
@@ -127,6 +128,8 @@ pub struct Connection<E = System> {
     tenant: crate::translate::seal::Tenant,
     /// The opening request's headers that go on to each call.
     forwarded: Vec<(Cow<'static, str>, String)>,
+    /// The socket's id in its turns' records: the upgrade's `x-request-id` (or one made up).
+    socket_id: String,
     decoder: Decoder,
     phase: Phase,
     /// Set once the connection must end after the response in flight.
@@ -253,6 +256,8 @@ struct Turn {
     input_bytes: usize,
     /// Its call is an automatic compaction's summarising request, given up on at this time.
     compacting: Option<Instant>,
+    /// The model headers of its last call, which its record carries too.
+    model_headers: Vec<(Cow<'static, str>, String)>,
 }
 
 /// Fields of `POST /v1/responses` that belong to the HTTP transport, with the one value that
@@ -282,10 +287,15 @@ impl<E: Environment> Connection<E> {
     ) -> Self {
         let reasoning_events =
             crate::client::reasoning_events(settings.reasoning_events, &handshake);
+        let socket_id = match handshake("x-request-id") {
+            Some(id) if !id.is_empty() => id.to_owned(),
+            _ => format!("ws_{:032x}", env.id_seed()),
+        };
         Connection {
+            socket_id,
             tenant: crate::exchange::tenant(&settings, &handshake),
             decoder: Decoder::new(limits.max_message_bytes),
-            forwarded: call::forwarded(&handshake),
+            forwarded: call::forwarded(&handshake, &settings.forward_headers),
             settings,
             limits,
             env,
@@ -877,6 +887,11 @@ impl<E: Environment> Connection<E> {
         self.next_call += 1;
         if let Some(turn) = &mut self.turn {
             turn.call = Some(id);
+            turn.model_headers = up
+                .model_headers(&self.settings)
+                .into_iter()
+                .map(|(name, value)| (Cow::Owned(name.to_owned()), value.to_owned()))
+                .collect();
         }
         let call = call::chat(id, &self.settings, up, &self.forwarded);
         self.calls.push_back(CallAction::Start(call));
@@ -1029,6 +1044,7 @@ impl<E: Environment> Connection<E> {
             input,
             input_bytes,
             compacting: None,
+            model_headers: Vec::new(),
         });
         Ok(if generate {
             Begun::Call(up, compacting)
@@ -1165,6 +1181,7 @@ impl<E: Environment> Connection<E> {
             return;
         };
         let summary = turn.exchange.summary().clone();
+        self.record(&turn, &summary);
         if let Some(id) = turn.call {
             if summary.outcome == Outcome::Translated {
                 // The terminal event is out; the upstream's `[DONE]` and end are on their way.
@@ -1182,6 +1199,17 @@ impl<E: Environment> Connection<E> {
         }
         self.last = Some(summary);
         self.settle();
+    }
+
+    /// The ended response's record, for Envoy's access log and rate limit: its summary and
+    /// the socket's id, on a request with its call's headers (a response cut with its
+    /// connection has none, as an HTTP exchange Envoy cut has no metadata).
+    fn record(&mut self, turn: &Turn, summary: &Summary) {
+        let mut headers = turn.model_headers.clone();
+        headers.extend(self.forwarded.iter().cloned());
+        let fields = metadata::turn(summary, &self.socket_id);
+        let record = Record::new(&self.settings, self.env.id_seed(), headers, fields);
+        self.calls.push_back(CallAction::Record(record));
     }
 
     /// Ends the response in flight as failed (a drain's deadline, a reader too slow).

@@ -54,6 +54,8 @@ pub const DEFAULT_CHAT_PATH: &str = "/v1/chat/completions";
 pub const DEFAULT_MODEL_HEADER: &str = "x-responses-model";
 /// Default of `upstream_model_header`.
 pub const DEFAULT_UPSTREAM_MODEL_HEADER: &str = "x-responses-upstream-model";
+/// Default of `forward_headers`: the client's identity in envoy/examples/token-rate-limit.yaml.
+pub const DEFAULT_FORWARD_HEADERS: &str = "x-client-id";
 /// Default of `max_body_bytes`: 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 /// Default of `compaction_timeout`, in seconds.
@@ -76,6 +78,10 @@ pub struct Settings {
     /// Request header whose value is the tenant sealed items are bound to (lowercase; `None`:
     /// blobs are bound to no tenant). See [`tenant`].
     pub seal_tenant_header: Option<String>,
+    /// Headers of a client's request its own calls carry on beside
+    /// [`call::FORWARDED_HEADERS`](crate::call::FORWARDED_HEADERS) (lowercase): those Envoy's
+    /// rate limits or routes key on (`x-client-id`).
+    pub forward_headers: Vec<String>,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
     /// How long an automatic compaction's summarising call may take (the host enforces it).
@@ -95,6 +101,7 @@ impl Default for Settings {
             model_header: DEFAULT_MODEL_HEADER.to_owned(),
             upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.to_owned(),
             seal_tenant_header: None,
+            forward_headers: vec![DEFAULT_FORWARD_HEADERS.to_owned()],
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             compaction_timeout: Duration::from_secs(DEFAULT_COMPACTION_TIMEOUT),
             reasoning_events: ReasoningEventsPolicy::default(),

@@ -1,5 +1,6 @@
 //! An exchange's summary as Envoy's dynamic metadata (docs/operations.md): what the access
-//! log and the token rate limit read, written once for both Envoy adapters.
+//! log and the token rate limit read, written once for both Envoy adapters; a WebSocket
+//! turn's the same, with its socket's id, on a request of its own ([`record`]).
 
 use crate::exchange::Summary;
 
@@ -63,3 +64,17 @@ pub fn metadata(s: &Summary) -> Vec<(&'static str, MetadataValue)> {
     }
     fields
 }
+
+/// Key of a WebSocket turn's socket: the upgrade's `x-request-id`, the same on each of the
+/// socket's turns.
+pub const SOCKET_ID: &str = "socket_id";
+
+/// A WebSocket turn's summary as dynamic metadata: [`metadata`]'s keys, and the socket's id
+/// ([`SOCKET_ID`]) that groups a socket's turns.
+pub fn turn(s: &Summary, socket_id: &str) -> Vec<(&'static str, MetadataValue)> {
+    let mut fields = metadata(s);
+    fields.push((SOCKET_ID, MetadataValue::Str(socket_id.to_owned())));
+    fields
+}
+
+pub mod record;

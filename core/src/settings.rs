@@ -23,8 +23,8 @@ use crate::translate::seal::{Keyring, Tenant};
 use crate::translate::{limits, DeveloperRole, HostedTools, Options, ReasoningEvents};
 
 pub use crate::exchange::{
-    DEFAULT_CHAT_PATH, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_HEADER, DEFAULT_RESPONSES_PATH,
-    DEFAULT_UPSTREAM_MODEL_HEADER,
+    DEFAULT_CHAT_PATH, DEFAULT_FORWARD_HEADERS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_HEADER,
+    DEFAULT_RESPONSES_PATH, DEFAULT_UPSTREAM_MODEL_HEADER,
 };
 
 /// The settings every adapter shares: routing, translation, caps, sealing keys and the bound
@@ -225,6 +225,22 @@ pub struct ExchangeConfig {
     #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_WS_KEY_HEADER, env = "RESPONSES_EXTPROC_WS_KEY_HEADER"))]
     pub ws_key_header: String,
 
+    /// Headers of a client's request that the translator's own Chat calls carry on, beside
+    /// its credentials and trace context (comma-separated): the headers Envoy's rate limits
+    /// or routes key on. Each WebSocket turn's call and record carry the handshake's, an
+    /// automatic compaction's summarising request the exchange's (ext_proc: only those Envoy
+    /// forwards to the processor, `forward_rules`).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_delimiter = ',',
+            default_value = DEFAULT_FORWARD_HEADERS,
+            env = "RESPONSES_EXTPROC_FORWARD_HEADERS"
+        )
+    )]
+    pub forward_headers: Vec<String>,
+
     /// `Origin`s allowed to open WebSocket connections (comma-separated); unset: any, and a
     /// client without `Origin` (an API client) is always allowed.
     #[cfg_attr(
@@ -309,6 +325,7 @@ impl Default for ExchangeConfig {
             ws_max_unread_bytes: connection::DEFAULT_MAX_UNREAD_BYTES,
             ws_max_connections_per_key: DEFAULT_WS_MAX_CONNECTIONS_PER_KEY,
             ws_key_header: DEFAULT_WS_KEY_HEADER.to_owned(),
+            forward_headers: vec![DEFAULT_FORWARD_HEADERS.to_owned()],
             ws_allowed_origins: Vec::new(),
             ws_max_socket_bytes: DEFAULT_WS_MAX_SOCKET_BYTES,
             ws_max_total_bytes: DEFAULT_WS_MAX_TOTAL_BYTES,
@@ -358,6 +375,21 @@ impl ExchangeConfig {
                 "upstream_model_header: `{}` is the model header already",
                 self.upstream_model_header
             ));
+        }
+        for header in &self.forward_headers {
+            if header.is_empty() || !header.chars().all(token) {
+                return Err(format!("forward_headers: `{header}` is not a header name"));
+            }
+            // The call sets these itself.
+            if [&self.model_header, &self.upstream_model_header]
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(header))
+                || crate::call::SET_BY_THE_CALL.contains(&header.to_ascii_lowercase().as_str())
+            {
+                return Err(format!(
+                    "forward_headers: `{header}` is a header the call sets"
+                ));
+            }
         }
         if let Some(header) = &self.seal_tenant_header {
             if header.is_empty() || !header.chars().all(token) {
@@ -449,6 +481,11 @@ impl ExchangeConfig {
                 .seal_tenant_header
                 .as_ref()
                 .map(|h| h.to_ascii_lowercase()),
+            forward_headers: self
+                .forward_headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
             max_body_bytes: self.max_body_bytes,
             compaction_timeout: Duration::from_secs(self.compaction_timeout),
             reasoning_events: self.reasoning_events,
@@ -581,6 +618,10 @@ mod tests {
             r#"{"seal_tenant_header":""}"#,
             r#"{"seal_tenant_header":"X-Responses-Model"}"#,
             r#"{"seal_accept_unbound":true}"#,
+            r#"{"forward_headers":["x client"]}"#,
+            r#"{"forward_headers":[""]}"#,
+            r#"{"forward_headers":["X-Responses-Model"]}"#,
+            r#"{"forward_headers":["Content-Length"]}"#,
         ] {
             let c: ExchangeConfig = serde_json::from_str(bad).unwrap();
             assert!(c.validate().is_err(), "{bad}");
@@ -588,6 +629,13 @@ mod tests {
         let c: ExchangeConfig = serde_json::from_str(r#"{"model_header":"X-Model"}"#).unwrap();
         assert!(c.validate().is_ok());
         assert_eq!(c.exchange_settings(None).model_header, "x-model");
+        let c: ExchangeConfig =
+            serde_json::from_str(r#"{"forward_headers":["X-Tenant","x-user"]}"#).unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(
+            c.exchange_settings(None).forward_headers,
+            ["x-tenant", "x-user"]
+        );
         let c: ExchangeConfig = serde_json::from_str(
             r#"{"seal_tenant_header":"X-Tenant-Id","seal_accept_unbound":true}"#,
         )

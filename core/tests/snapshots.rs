@@ -454,10 +454,12 @@ fn websocket(inputs: &Inputs) -> Outputs {
         let mut entry = Map::new();
         clock.set(NOW, SEED + i as u128);
         connection.handle_bytes(at, &client_frame(&text));
-        let call = match connection.poll_call() {
-            Some(responses_core::call::CallAction::Start(call)) => Some(call),
+        // The call started, if any (the last response's record, not snapshotted, may come
+        // first).
+        let call = std::iter::from_fn(|| connection.poll_call()).find_map(|a| match a {
+            responses_core::call::CallAction::Start(call) => Some(call),
             _ => None,
-        };
+        });
         let frames = match call {
             None => {
                 let frames = sent(&mut connection);

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use responses_core::environment::Environment;
+use responses_core::exchange::Settings;
 use responses_core::exchange::Work;
+use responses_core::metadata::record::{self, Answer, Fields};
 use responses_core::metadata::MetadataValue;
 use responses_testkit::answers::check_answer;
 
@@ -27,6 +29,7 @@ use crate::host::{
     Callout, CalloutId, CalloutRefused, CalloutReset, Host, Level, MetricId, Side, SpanRef,
     Terminal,
 };
+use crate::record::RECORDS;
 use crate::status::{BodyStatus, HeadersStatus, TrailersStatus};
 
 /// A fixed clock and id seed.
@@ -170,6 +173,36 @@ pub struct FakeHost {
     pub works_started: usize,
     /// Set: `start_work` is refused (the work threads' queue is full).
     pub refuse_work: bool,
+    /// The turns' records the filter sent: as Envoy's internal listener does with the
+    /// shipped config, the filter on their route takes each from the module's ledger and
+    /// Envoy answers 204 (told after the hook that sent it).
+    pub records: Vec<FakeRecord>,
+    /// Set: the records' answers wait for [`FakeEnvoy::release_records`].
+    pub hold_records: bool,
+}
+
+/// A turn's record the filter sent, and what the filter on its route took for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeRecord {
+    pub id: u64,
+    pub headers: Vec<(String, String)>,
+    /// The fields filed under its token (`None`: none were).
+    pub fields: Option<Fields>,
+    /// Envoy's answer is told (or queued to be).
+    pub answered: bool,
+}
+
+impl FakeHost {
+    /// Envoy's answer to a record's callout, told after the current hook.
+    fn answer_record(&mut self, id: u64, status: &str) {
+        self.reported.push_back(Deferred::CalloutHeaders {
+            id: CalloutId(id),
+            headers: vec![(":status".into(), status.into())],
+            end: true,
+        });
+        self.reported
+            .push_back(Deferred::CalloutComplete(CalloutId(id)));
+    }
 }
 
 /// The answer a filter sends itself ([`Terminal::send_headers`] and the rest).
@@ -433,7 +466,37 @@ impl Terminal for FakeHost {
         if !has(":method") || !has(":path") || !(has("host") || has(":authority")) {
             return Err(CalloutRefused::MissingHeaders);
         }
-        let id = self.callouts.keys().next_back().map_or(1, |last| last + 1);
+        let last = self.callouts.keys().next_back().copied();
+        let id = last
+            .max(self.records.last().map(|r| r.id))
+            .map_or(1, |last| last + 1);
+        let path = callout
+            .headers
+            .iter()
+            .find(|(k, _)| *k == ":path")
+            .map_or("", |(_, v)| *v);
+        if let Some(at) = path.find(record::PATH_SEGMENT) {
+            // Envoy's internal listener, its filter on the records' route, its direct 204.
+            let settings = Settings {
+                responses_path: path[..at].to_owned(),
+                ..Settings::default()
+            };
+            let fields = match record::answer(&settings, &RECORDS, "POST", path) {
+                Answer::Record(fields) => Some(fields),
+                _ => None,
+            };
+            let status = if fields.is_some() { "204" } else { "404" };
+            self.records.push(FakeRecord {
+                id,
+                headers: owned(callout.headers),
+                fields,
+                answered: !self.hold_records,
+            });
+            if !self.hold_records {
+                self.answer_record(id, status);
+            }
+            return Ok(CalloutId(id));
+        }
         self.callouts.insert(
             id,
             FakeCallout {
@@ -1332,6 +1395,27 @@ impl FakeEnvoy {
     /// Time passes (the fake clock, [`Fixed::instant`]).
     pub fn wait(&mut self, by: Duration) {
         advance_to(Fixed.instant() + by);
+    }
+
+    /// Envoy answers the records it held ([`FakeHost::hold_records`]).
+    pub fn release_records(&mut self) {
+        self.host.hold_records = false;
+        let held: Vec<(u64, bool)> = self
+            .host
+            .records
+            .iter_mut()
+            .filter(|r| !r.answered)
+            .map(|r| {
+                r.answered = true;
+                (r.id, r.fields.is_some())
+            })
+            .collect();
+        for (id, taken) in held {
+            self.host
+                .answer_record(id, if taken { "204" } else { "404" });
+        }
+        self.deliver_reported();
+        self.settle();
     }
 
     /// The client asks for the upgrade with [`UPGRADE`] and these headers besides.

@@ -28,13 +28,14 @@ use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
 use responses_core::log;
-use responses_core::metadata;
+use responses_core::metadata::{self, record, record::Answer};
 use responses_core::metrics;
 use responses_core::telemetry::{self, Transport};
 
 use crate::callout::CallHead;
 use crate::config::FilterConfig;
 use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, Terminal, WorkResult};
+use crate::record::RECORDS;
 use crate::report::{log, log_line, tag_span, Stats};
 use crate::socket::{self, Socket};
 use crate::status::{
@@ -85,7 +86,8 @@ enum Upgrade<E> {
     No,
     /// The connection, after the filter's 101.
     Socket(Box<Socket<E>>),
-    /// An upgrade the filter refused (its local reply is sent).
+    /// A request the filter refused itself, its local reply sent: an upgrade, or a turn's
+    /// record no socket filed.
     Refused,
 }
 
@@ -128,6 +130,23 @@ impl<E: Environment + Clone> Filter<E> {
                 None => Upgrade::Refused,
             };
             return HeadersStatus::Stop;
+        }
+        // A WebSocket turn's record: its summary on this stream (Envoy answers it), or, for a
+        // token no socket filed, a 404.
+        let answer = record::answer(
+            &self.config.settings,
+            &RECORDS,
+            host.header(Side::Request, ":method").unwrap_or_default(),
+            host.header(Side::Request, ":path").unwrap_or_default(),
+        );
+        match answer {
+            Answer::NotRecord => {}
+            Answer::Record(fields) => host.set_metadata(metadata::METADATA_NAMESPACE, &fields),
+            Answer::Unknown(error) => {
+                socket::refuse(host, &error, &[]);
+                self.upgrade = Upgrade::Refused;
+                return HeadersStatus::Stop;
+            }
         }
         let action = self.driver.request_headers(
             Instant::now(),
@@ -380,8 +399,10 @@ impl<E: Environment + Clone> Filter<E> {
     ) -> bool {
         self.log(host, &log::called(self.driver.summary(), &call));
         let mut call = call;
-        call.headers
-            .extend(call::forwarded(|name| host.header(Side::Request, name)));
+        call.headers.extend(call::forwarded(
+            |name| host.header(Side::Request, name),
+            &self.config.settings.forward_headers,
+        ));
         let authority = host
             .header(Side::Request, ":authority")
             .unwrap_or_default()

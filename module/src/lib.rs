@@ -13,6 +13,8 @@
 //!   with Envoy ([`host::ffi`]); the ABI's types and the Envoy callbacks used, declared by
 //!   hand, are private to it;
 //! - [`config`]: the filter's JSON config (the processor's settings) and its Envoy stats;
+//! - [`record`]: the ledger of the WebSocket turns' records, shared by the sockets and the
+//!   filter on the records' route;
 //! - `fake` (tests, and feature `testkit`): a fake Envoy, so the filter is tested (and fuzzed)
 //!   with plain bytes;
 //! - `probe` (feature `abi-probe`, tests only): a filter that exercises the host layer's
@@ -40,6 +42,8 @@ pub mod host;
 #[cfg(feature = "abi-probe")]
 #[forbid(unsafe_code)]
 pub mod probe;
+#[forbid(unsafe_code)]
+pub mod record;
 #[forbid(unsafe_code)]
 pub mod report;
 #[forbid(unsafe_code)]

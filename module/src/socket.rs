@@ -15,6 +15,9 @@
 //! - each call it asks for as a streaming callout to `upstream_cluster` (a loop back into
 //!   Envoy: the Chat request meets the route table like any other), its answer back, a cancel
 //!   as the callout's reset;
+//! - each turn's record ([`responses_core::metadata::record`]), filed in the module's
+//!   ledger ([`crate::record`]) and sent as a callout of its own to `upstream_cluster`, so
+//!   that Envoy logs and charges the turn (the stream ends only once its records are sent);
 //! - its timer (the module's timer service), Envoy's drain (the bootstrap extension), the
 //!   client's write buffer (watermarks), the stream's end;
 //! - what it tells: Envoy's stats (the core's schema), log lines (the core's), and for each
@@ -32,6 +35,7 @@ use responses_core::driver::DETAILS_REQUEST;
 use responses_core::environment::Environment;
 use responses_core::life;
 use responses_core::log;
+use responses_core::metadata::record::Record;
 use responses_core::metrics;
 use responses_core::openresponses::{ApiError, Code};
 use responses_core::telemetry::{self, Transport};
@@ -42,6 +46,7 @@ use crate::config::FilterConfig;
 use crate::host::{
     Callout, CalloutId, CalloutRefused, CalloutReset, Level, Side, SpanRef, Terminal,
 };
+use crate::record::{RECORDS, RECORD_TIMEOUT};
 use crate::report::{log_line, tag_span, Stats};
 use crate::status::BodyStatus;
 
@@ -51,6 +56,13 @@ struct InFlight {
     call: CallId,
     callout: CalloutId,
     head: bool,
+}
+
+/// A turn's record on its way: its callout, and the token it is filed under.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    callout: CalloutId,
+    token: u128,
 }
 
 /// One upgraded stream: the core's connection, carried.
@@ -65,6 +77,8 @@ pub struct Socket<E> {
     /// At most two: the response in flight's, and one whose terminal event is out but whose
     /// end is on its way.
     calls: Vec<InFlight>,
+    /// The records of ended turns whose callouts are on their way.
+    records: Vec<Sent>,
     /// The deadline the timer is armed for.
     armed: Option<Instant>,
     /// The answer ended (`end_stream` sent): nothing more goes to the client.
@@ -146,6 +160,7 @@ pub fn open<E: Environment + Clone>(
         clock: env,
         ticket: Some(ticket),
         calls: Vec::with_capacity(2),
+        records: Vec::new(),
         armed: None,
         ended: false,
         complete: false,
@@ -165,7 +180,7 @@ pub fn open<E: Environment + Clone>(
 
 /// An upgrade refused: the core's error envelope as Envoy's local reply, with the headers the
 /// refusal carries.
-fn refuse(host: &mut impl Terminal, error: &ApiError, headers: &[(&str, &str)]) {
+pub(crate) fn refuse(host: &mut impl Terminal, error: &ApiError, headers: &[(&str, &str)]) {
     host.send_reply(
         error.status,
         "application/json",
@@ -239,7 +254,9 @@ impl<E: Environment + Clone> Socket<E> {
                 break;
             }
         }
-        if self.conn.is_closed() && !self.ended {
+        // The stream ends once the last turns' records are sent: Envoy resets a filter's
+        // callouts with it.
+        if self.conn.is_closed() && !self.ended && self.records.is_empty() {
             self.ended = true;
             host.send_data(&[], true);
         }
@@ -305,9 +322,78 @@ impl<E: Environment + Clone> Socket<E> {
                         host.reset_callout(gone.callout);
                     }
                 }
+                CallAction::Record(record) => self.send_record(host, record),
             }
         }
         heard
+    }
+
+    /// Files a turn's record in the module's ledger and sends it to `upstream_cluster`, where
+    /// the filter on its route takes it (a direct 204: nothing goes upstream).
+    fn send_record(&mut self, host: &mut impl Terminal, mut record: Record) {
+        RECORDS.file(record.token, std::mem::take(&mut record.fields));
+        let mut headers: Vec<(&str, &str)> = vec![
+            (":method", "POST"),
+            (":path", &record.path),
+            (":authority", &self.authority),
+            ("content-length", "0"),
+        ];
+        headers.extend(record.headers.iter().map(|(n, v)| (n.as_ref(), v.as_str())));
+        let cluster = &self.config.socket.upstream_cluster;
+        let callout = Callout {
+            cluster,
+            headers: &headers,
+            body: &[],
+            end: true,
+            timeout: Some(RECORD_TIMEOUT),
+        };
+        match host.start_callout(&callout) {
+            Ok(callout) => self.records.push(Sent {
+                callout,
+                token: record.token,
+            }),
+            Err(why) => {
+                RECORDS.forget(record.token);
+                let message = format!(
+                    "a turn's record could not be sent: Envoy refused the callout to `{cluster}` ({why:?})"
+                );
+                self.log_line(host, Level::Warn, &message);
+            }
+        }
+    }
+
+    /// A record's callout told something: its answer's status (anything but 204 means no
+    /// filter took it: no access log line, no charge), or its end. True if it was a record's.
+    fn record_event(
+        &mut self,
+        host: &mut impl Terminal,
+        id: CalloutId,
+        event: RecordEvent,
+    ) -> bool {
+        let Some(i) = self.records.iter().position(|r| r.callout == id) else {
+            return false;
+        };
+        match event {
+            RecordEvent::Status(status) if status != "204" => {
+                let message = format!(
+                    "a turn's record was not taken (Envoy answered {status}): no route for it, or no translating filter on that route"
+                );
+                self.log_line(host, Level::Warn, &message);
+            }
+            RecordEvent::Status(_) => {}
+            RecordEvent::Over { reset } => {
+                let sent = self.records.swap_remove(i);
+                RECORDS.forget(sent.token);
+                if let Some(why) = reset {
+                    let message = format!("a turn's record was reset ({why:?})");
+                    self.log_line(host, Level::Warn, &message);
+                }
+                if !self.poisoned && !self.complete {
+                    self.pump(host);
+                }
+            }
+        }
+        true
     }
 
     /// What the connection tells, into Envoy's stats, log and spans.
@@ -381,6 +467,13 @@ impl<E: Environment + Clone> Socket<E> {
         headers: &[(&str, &str)],
         end: bool,
     ) {
+        let status = headers
+            .iter()
+            .find(|(k, _)| *k == ":status")
+            .map_or("none", |(_, v)| *v);
+        if self.record_event(host, id, RecordEvent::Status(status)) {
+            return;
+        }
         let Some(call) = self.in_flight(host, id) else {
             return;
         };
@@ -423,6 +516,9 @@ impl<E: Environment + Clone> Socket<E> {
         data: &[&[u8]],
         end: bool,
     ) {
+        if self.records.iter().any(|r| r.callout == id) {
+            return;
+        }
         let Some(call) = self.in_flight(host, id) else {
             return;
         };
@@ -439,6 +535,9 @@ impl<E: Environment + Clone> Socket<E> {
 
     /// A callout's answer trailers: its end.
     pub fn callout_trailers(&mut self, host: &mut impl Terminal, id: CalloutId) {
+        if self.records.iter().any(|r| r.callout == id) {
+            return;
+        }
         let Some(call) = self.in_flight(host, id) else {
             return;
         };
@@ -449,6 +548,9 @@ impl<E: Environment + Clone> Socket<E> {
 
     /// A callout is over both ways (its answer ended before, unless it had none).
     pub fn callout_complete(&mut self, host: &mut impl Terminal, id: CalloutId) {
+        if self.record_event(host, id, RecordEvent::Over { reset: None }) {
+            return;
+        }
         let Some(gone) = self.forget(id) else {
             return;
         };
@@ -462,6 +564,9 @@ impl<E: Environment + Clone> Socket<E> {
     /// A callout was reset: by Envoy (the upstream went, a timeout), or by the filter (a
     /// cancel, already forgotten).
     pub fn callout_reset(&mut self, host: &mut impl Terminal, id: CalloutId, why: CalloutReset) {
+        if self.record_event(host, id, RecordEvent::Over { reset: Some(why) }) {
+            return;
+        }
         let Some(gone) = self.forget(id) else {
             return;
         };
@@ -599,6 +704,15 @@ impl<E: Environment + Clone> Socket<E> {
             );
         }
     }
+}
+
+/// What a record's callout told.
+#[derive(Debug, Clone, Copy)]
+enum RecordEvent<'a> {
+    /// Its answer's `:status`.
+    Status(&'a str),
+    /// It is over: complete, or reset (why).
+    Over { reset: Option<CalloutReset> },
 }
 
 /// However the socket goes (a filter Envoy destroys without its stream's end too), its place

@@ -1233,3 +1233,51 @@ fn a_side_call_still_running_when_the_stream_ends_is_reset() {
     e.callout_headers(id, 200, &[("content-type", "application/json")], false);
     assert!(e.upstream.headers.is_none() && e.client.reply.is_none());
 }
+
+#[test]
+fn a_turns_record_gets_its_metadata_once_and_a_guess_gets_404() {
+    use responses_core::exchange::Settings;
+    use responses_core::metadata::record::Record;
+    use responses_core::metadata::MetadataValue;
+    let fields = vec![
+        ("total_tokens", MetadataValue::Num(18.0)),
+        ("socket_id", MetadataValue::Str("up-1".into())),
+    ];
+    let record = Record::new(&Settings::default(), uuid(), Vec::new(), fields);
+    crate::record::RECORDS.file(record.token, record.fields.clone());
+    // As the internal listener's filter gets it: the metadata set, the request passed on
+    // (Envoy's route answers it).
+    let mut e = envoy();
+    e.request_headers(&[(":method", "POST"), (":path", &record.path)], true);
+    assert!(e.upstream.ended, "passed on");
+    let md = |e: &FakeEnvoy, key: &str| {
+        e.host
+            .metadata
+            .get(&("responses_extproc".to_owned(), key.to_owned()))
+            .cloned()
+    };
+    assert_eq!(md(&e, "total_tokens"), Some(MetadataValue::Num(18.0)));
+    assert_eq!(md(&e, "socket_id"), Some(MetadataValue::Str("up-1".into())));
+    e.response_headers(204, "", true);
+    e.complete();
+    // Taken once: again, or a guess, is a 404 and nothing is set.
+    for path in [
+        record.path.clone(),
+        format!("/v1/responses/turns/{:032x}", uuid()),
+    ] {
+        let mut e = envoy();
+        e.request_headers(&[(":method", "POST"), (":path", &path)], true);
+        let reply = e.client.reply.clone().expect("a local reply");
+        assert_eq!(reply.status, 404);
+        let body: Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(body["error"]["code"], "not_found", "{body}");
+        assert!(e.host.metadata.is_empty());
+        assert!(e.upstream.headers.is_none(), "nothing passed on");
+    }
+}
+
+/// A token no other test files.
+fn uuid() -> u128 {
+    use responses_core::environment::{Environment, System};
+    System.id_seed()
+}

@@ -24,6 +24,7 @@ use responses_core::call::CallId;
 use responses_core::driver::CallFailure;
 use responses_core::exchange;
 use responses_core::log::Logged;
+use responses_core::metadata::record::Ledger;
 use responses_core::translate::seal::Keyring;
 pub use session::{Environment, Session, System};
 
@@ -43,6 +44,9 @@ pub struct Settings {
     /// The HTTP client of the processor's own calls (an automatic compaction's summarising
     /// request) back through Envoy (`--ws-upstream`); none: such a call fails (503).
     pub upstream: Option<Arc<Upstream>>,
+    /// The WebSocket turns' records the sockets filed, which their requests' exchanges take
+    /// (shared with the WebSocket listener).
+    pub records: Arc<Ledger>,
 }
 
 impl Settings {
@@ -55,6 +59,7 @@ impl Settings {
             metrics: None,
             traces: None,
             upstream: None,
+            records: Arc::default(),
         }
     }
 }

@@ -38,7 +38,7 @@ use responses_core::driver::{
 use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
 use responses_core::log;
-use responses_core::metadata;
+use responses_core::metadata::{self, record, record::Answer};
 
 pub use responses_core::environment::{Environment, System};
 
@@ -179,6 +179,21 @@ impl<E: Environment> Session<E> {
         let mut answers = match req {
             Request::RequestHeaders(h) => {
                 self.request_id = read(&h, "x-request-id").unwrap_or_default().to_owned();
+                // A WebSocket turn's record: its metadata on this stream, or a 404.
+                let method = read(&h, ":method").unwrap_or_default();
+                let path = read(&h, ":path").unwrap_or_default();
+                let fields = match record::answer(
+                    &self.settings.exchange,
+                    &self.settings.records,
+                    method,
+                    path,
+                ) {
+                    Answer::NotRecord => None,
+                    Answer::Record(fields) => Some(fields),
+                    Answer::Unknown(error) => {
+                        return vec![self.reply(&ErrorReply::new(error), Cause::Request)]
+                    }
+                };
                 // The operator's tenant header, if any, is read too (Envoy must forward it).
                 let tenant = self.settings.exchange.seal_tenant_header.as_deref();
                 let action = self.driver.request_headers(
@@ -189,7 +204,12 @@ impl<E: Environment> Session<E> {
                 if self.driver.is_ours() {
                     self.head = Some(h);
                 }
-                self.carry(Message::RequestHeaders, action)
+                let mut answers = self.carry(Message::RequestHeaders, action);
+                if let (Some(fields), Some(answer)) = (fields, answers.last_mut()) {
+                    answer.dynamic_metadata =
+                        Some(msg::dynamic_metadata(METADATA_NAMESPACE, fields));
+                }
+                answers
             }
             Request::RequestBody(b) => {
                 // BUFFERED (every shipped config): Envoy sends the whole body in this one
@@ -357,8 +377,16 @@ impl<E: Environment> Session<E> {
             // The message's answer waits for the call (the stream's driver makes it).
             Action::Call { mut call, timeout } => {
                 if let Some(head) = self.head.take() {
-                    call.headers
-                        .extend(responses_core::call::forwarded(|name| read(&head, name)));
+                    // The operator's forward_headers arrive if Envoy forwards them too
+                    // (its forward_rules), as its tenant header does.
+                    let extra = &self.settings.exchange.forward_headers;
+                    call.headers.extend(responses_core::call::forwarded(
+                        |name| match extra.iter().any(|h| h == name) {
+                            true => header(&head, name),
+                            false => read(&head, name),
+                        },
+                        extra,
+                    ));
                 }
                 self.call = Some((call, timeout));
                 return Vec::new();

@@ -34,6 +34,7 @@ use responses_core::environment::System;
 use responses_core::exchange::Settings;
 use responses_core::life;
 use responses_core::log;
+use responses_core::metadata::record::Ledger;
 use responses_core::openresponses::{ApiError, Code};
 use responses_core::websocket::handshake::{self, Version};
 
@@ -59,6 +60,9 @@ pub struct WsSettings {
     pub traces: Option<Arc<Traces>>,
     /// `--log-content`: client messages, Chat requests and upstream chunks at debug level.
     pub log_content: bool,
+    /// Where each turn's record is filed for the ext_proc exchange of its request to take
+    /// (the processor's one ledger).
+    pub records: Arc<Ledger>,
 }
 
 struct Shared {
@@ -277,6 +281,18 @@ where
                         call = None;
                     }
                 }
+                // Sent on its own: it outlives the socket, whose client may go at once.
+                CallAction::Record(mut record) => {
+                    let ledger = settings.records.clone();
+                    ledger.file(record.token, std::mem::take(&mut record.fields));
+                    let sent = shared.upstream.record(&record);
+                    let request_id = request_id.clone();
+                    tokio::spawn(async move {
+                        let answer = sent.await;
+                        ledger.forget(record.token);
+                        record_sent(answer, &request_id);
+                    });
+                }
             }
         }
         if conn.is_closed() {
@@ -340,6 +356,27 @@ where
         seconds = opened.elapsed().as_secs(),
         "WebSocket connection closed"
     );
+}
+
+/// What became of a turn's record: Envoy answers 204 once the record is taken; anything
+/// else means a route or filter is missing for it (its access log line and rate limit
+/// charge are lost), which an operator must hear of.
+fn record_sent(answer: Result<u16, String>, request_id: &str) {
+    match answer {
+        Ok(204) => {}
+        Ok(status) => tracing::warn!(
+            transport = TRANSPORT,
+            request_id,
+            status,
+            "a turn's record was not taken: Envoy has no route for it, or no translating filter on that route"
+        ),
+        Err(error) => tracing::warn!(
+            transport = TRANSPORT,
+            request_id,
+            %error,
+            "a turn's record could not be sent"
+        ),
+    }
 }
 
 /// After our FIN, reads and drops what the client still sends, until its own FIN or for

@@ -38,3 +38,14 @@ pub fn splice_first(config: String, anchor: &str, piece: &str, before: bool) -> 
     };
     config.replacen(anchor, &replacement, 1)
 }
+
+/// `config` with `piece` put after the first line that starts with `line`: the client's
+/// listener's `          http_filters:` (module mode: `http_filters: &filters`, the chain its
+/// internal listener shares), which comes first in both shipped configs.
+pub fn after_first_line(config: String, line: &str, piece: &str) -> String {
+    let at = config
+        .find(line)
+        .unwrap_or_else(|| panic!("no line starting with {line:?}"));
+    let end = at + config[at..].find('\n').expect("a line end") + 1;
+    format!("{}{piece}{}", &config[..end], &config[end..])
+}

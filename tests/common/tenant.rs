@@ -48,15 +48,11 @@ pub fn from_jwt(config: String) -> String {
     );
     let jwks =
         json!({"keys": [{"kty": "oct", "alg": "HS256", "k": URL_SAFE_NO_PAD.encode(SECRET)}]});
-    // The public listener's filters, the first list: module mode's internal listener (the
-    // filter's own Chat requests) has a second, which takes no client tokens.
-    let first = |config: String, anchor: &str, with: &str| {
-        assert!(config.contains(anchor), "{anchor:?}");
-        config.replacen(anchor, &format!("{anchor}{with}"), 1)
-    };
-    let config = first(
+    // The public listener's filters, the first list (module mode's internal listener, where
+    // the filter's own requests enter with the client's credentials, shares it).
+    let config = super::examples::after_first_line(
         config,
-        "          http_filters:\n",
+        "          http_filters:",
         &format!(
             r#"          - name: envoy.filters.http.jwt_authn
             typed_config:

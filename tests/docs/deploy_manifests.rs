@@ -193,7 +193,6 @@ fn a_manifest_that_keeps_a_clients_model_header_fails_the_check() {
 /// ConfigMap is checked for it before it is compared with `envoy/envoy.yaml`).
 #[test]
 fn a_manifest_that_does_not_normalise_paths_fails_the_check() {
-    // Each file, a setting as it is written there, what turns it off, and how many times.
     let hcm = [
         ("merge_slashes: true\n", "merge_slashes: false\n"),
         ("normalize_path: true\n", "normalize_path: false\n"),
@@ -212,7 +211,9 @@ fn a_manifest_that_does_not_normalise_paths_fails_the_check() {
             "disableMergeSlashes: true\n",
         ),
     ];
-    let files: [(&str, &[(&str, &str)], usize); 9] = [
+    // Each file, the settings it writes (as they are, and turned off), and how many times.
+    type Settings<'a> = &'a [(&'a str, &'a str)];
+    let files: [(&str, Settings, usize); 9] = [
         ("envoy/envoy.yaml", &hcm, 1),
         ("envoy/envoy-module.yaml", &hcm, 1),
         ("envoy/examples/extproc-mtls.yaml", &hcm, 1),

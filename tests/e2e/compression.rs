@@ -407,11 +407,9 @@ async fn answers_are_compressed_only_when_the_operator_adds_the_compressor() {
 
     let upstream = ScriptedUpstream::with_replies([Reply::json(200, &completion("squeezed"))]);
     let stack = Stack::start_with(upstream.port(), &[], |config| {
-        // The client's listener's chain, the first (module mode's internal listener has one
-        // too, after it).
-        let anchor = "          http_filters:\n";
-        assert!(config.contains(anchor));
-        config.replacen(anchor, &format!("{anchor}{COMPRESSOR}"), 1)
+        // The client's listener's chain, the first (module mode's internal listener shares
+        // it).
+        common::examples::after_first_line(config, "          http_filters:", COMPRESSOR)
     });
     let answer = post(stack.envoy.port(), &accept, request).await;
     assert_eq!(answer.status, 200);

@@ -1,8 +1,11 @@
 //! Token-based rate limiting with a stock Envoy filter, from the translator's usage metadata
-//! (either mode):
+//! (either mode), over HTTP and the WebSocket transport alike:
 //! `envoy/examples/token-rate-limit.yaml` spliced into the shipped config, with a rate limit
 //! service in the test that keeps a token budget per client. A client whose answers used up
-//! its tokens is refused with 429 (an error envelope); another client is not.
+//! its tokens is refused, over HTTP with 429 (an error envelope) and on its socket with a
+//! `rate_limit_exceeded` error event (the socket stays open), whichever transport spent them;
+//! a refused request or turn never reaches the upstream; another client is not refused; each
+//! charge is the answer's, or the turn's, total tokens.
 
 use crate::common;
 
@@ -11,13 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::examples::{piece, splice, splice_first};
+use common::websocket::{recv, Socket};
 use common::{client, repo_root, wait_until, Reply, ScriptedUpstream, ServerThread, Stack};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use futures_util::SinkExt;
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
 /// Tokens each client may use.
 const BUDGET: u64 = 30;
@@ -68,8 +74,81 @@ impl RateLimitService for TokenBudget {
     }
 }
 
+/// A socket of `client_id`'s (its handshake carries the header the descriptors read).
+async fn connect(stack: &Stack, client_id: &str) -> Socket {
+    let mut request = stack.ws_url().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("x-client-id", client_id.parse().unwrap());
+    let (socket, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .unwrap_or_else(|e| panic!("WebSocket upgrade through Envoy failed: {e}"));
+    assert_eq!(response.status(), 101);
+    socket
+}
+
+/// One `response.create` on the socket: its events, up to its terminal event or its error.
+async fn turn(socket: &mut Socket) -> Vec<Value> {
+    let create = json!({"type": "response.create", "model": "m", "input": "hi"});
+    socket
+        .send(Message::text(create.to_string()))
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    loop {
+        let event = recv(socket).await;
+        let kind = event["type"].as_str().unwrap_or_default().to_owned();
+        events.push(event);
+        if kind == "error"
+            || matches!(
+                kind.as_str(),
+                "response.completed" | "response.failed" | "response.incomplete"
+            )
+        {
+            return events;
+        }
+    }
+}
+
+/// The upstream's answer to a turn's (streamed) Chat request: PER_ANSWER tokens.
+fn streamed_answer() -> Reply {
+    Reply::sse([
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"},
+                    "finish_reason": "stop"}]})
+        ),
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [],
+                "usage": {"prompt_tokens": 10, "completion_tokens": PER_ANSWER - 10,
+                    "total_tokens": PER_ANSWER}})
+        ),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+/// A turn refused by the rate limit: one error event, 429 `rate_limit_exceeded`.
+fn assert_refused(events: &[Value]) {
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "error", "{events:?}");
+    assert_eq!(events[0]["status"], 429, "{events:?}");
+    assert_eq!(
+        events[0]["error"]["code"], "rate_limit_exceeded",
+        "{events:?}"
+    );
+}
+
+/// A turn that completed with PER_ANSWER tokens.
+fn assert_completed(events: &[Value]) {
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "response.completed", "{events:?}");
+    assert_eq!(last["response"]["usage"]["total_tokens"], PER_ANSWER);
+}
+
 #[tokio::test]
-async fn clients_are_refused_once_their_answers_used_up_their_tokens() {
+async fn clients_are_refused_once_their_answers_or_turns_used_up_their_tokens() {
     let budget = TokenBudget::default();
     let service = budget.clone();
     let (_rls, rls_port) = ServerThread::spawn("ratelimit", move |listener| async move {
@@ -93,8 +172,8 @@ async fn clients_are_refused_once_their_answers_used_up_their_tokens() {
     let example =
         std::fs::read_to_string(repo_root().join("envoy/examples/token-rate-limit.yaml")).unwrap();
     // The example spliced into either mode's shipped config: the metadata is the same.
-    let stack = Stack::start_with(upstream.port(), &[], |mut config| {
-        // The client's listener's chain (module mode: not the internal listener's).
+    let stack = Stack::with_websocket_edited(upstream.port(), &[], |mut config| {
+        // The client's listener's chain (module mode: the internal listener shares it).
         config = splice_first(
             config,
             "          - name: envoy.filters.http.router\n",
@@ -106,6 +185,12 @@ async fn clients_are_refused_once_their_answers_used_up_their_tokens() {
             "                # Translated requests arrive here with the filter already in their chain (it\n",
             &piece(&example, "route_rate_limits", 16),
             true,
+        );
+        config = splice(
+            config,
+            "                  # A turn's token charge: envoy/examples/token-rate-limit.yaml, record_rate_limits.\n",
+            &piece(&example, "record_rate_limits", 18),
+            false,
         );
         splice(
             config,
@@ -160,10 +245,44 @@ async fn clients_are_refused_once_their_answers_used_up_their_tokens() {
     // The refused request never reached the upstream.
     assert_eq!(upstream.requests().len(), 2);
 
-    // Another client has its own budget.
+    // Refused over HTTP, refused on a socket: each turn gets its error event, the socket
+    // stays open, and nothing reaches the upstream.
+    let mut alice = connect(&stack, "alice").await;
+    for _ in 0..2 {
+        assert_refused(&turn(&mut alice).await);
+    }
+    assert_eq!(upstream.requests().len(), 2);
+
+    // The other way round: turns use up carol's tokens, then her next turn and her HTTP
+    // request are refused.
+    let mut carol = connect(&stack, "carol").await;
+    for n in 1..=2 {
+        upstream.push(streamed_answer());
+        assert_completed(&turn(&mut carol).await);
+        charged("carol", n);
+    }
+    assert_refused(&turn(&mut carol).await);
+    let (status, body) = ask("carol").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    assert_eq!(upstream.requests().len(), 4);
+    let turn_calls = upstream.requests().split_off(2);
+    for r in &turn_calls {
+        assert_eq!(
+            r.header("x-client-id"),
+            Some("carol"),
+            "the handshake's identity"
+        );
+    }
+
+    // Another client has its own budget, on either transport.
     let (status, body) = ask("bob").await;
     assert_eq!(status, 200, "{body}");
     charged("bob", 1);
+    let mut bob = connect(&stack, "bob").await;
+    upstream.push(streamed_answer());
+    assert_completed(&turn(&mut bob).await);
+    charged("bob", 2);
 
     let calls = budget.calls.lock().unwrap().clone();
     assert_eq!(
@@ -172,7 +291,7 @@ async fn clients_are_refused_once_their_answers_used_up_their_tokens() {
             .filter(|(_, hits)| *hits > 0)
             .map(|(_, h)| *h)
             .collect::<Vec<_>>(),
-        vec![PER_ANSWER; 3],
-        "each answer charged its total tokens: {calls:?}"
+        vec![PER_ANSWER; 6],
+        "each answer and each turn charged its total tokens: {calls:?}"
     );
 }

@@ -245,7 +245,8 @@ async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one(
         return;
     }
 
-    // The processor's own Chat request, sent straight to the upstream.
+    // The processor's own Chat request, sent straight to the upstream (and so is each turn's
+    // record, which no Envoy takes here: only the Chat requests are looked at).
     let ws_port = common::free_port();
     let ws_listen = format!("127.0.0.1:{ws_port}");
     let ws_upstream = format!("http://127.0.0.1:{}", demo.port());
@@ -264,11 +265,23 @@ async fn the_model_map_renames_the_chat_model_and_the_events_keep_the_asked_one(
     for (asked, sent) in [("gpt-5.4", "qwen3-coder"), ("llama", "llama")] {
         ask(&mut direct, json!({"model": asked, "input": "hi"})).await;
         completed(&mut direct).await;
-        let request = demo.requests().pop().expect("a Chat request");
+        let request = demo
+            .requests()
+            .into_iter()
+            .rfind(|r| r.path == "/v1/chat/completions")
+            .expect("a Chat request");
         assert_eq!(request.json()["model"], sent);
         assert_eq!(request.header("x-responses-model"), Some(asked));
         assert_eq!(request.header("x-responses-upstream-model"), Some(sent));
     }
+    // No Envoy took the turns' records (the upstream answered them 404): the processor says
+    // so, since their access log lines and charges are lost.
+    common::wait_until("the records' warning", TIMEOUT, || {
+        processor
+            .logs()
+            .contains("a turn's record was not taken")
+            .then_some(())
+    });
     drop(processor);
 }
 

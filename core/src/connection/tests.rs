@@ -4,6 +4,7 @@
 use super::*;
 use crate::call::Call;
 use crate::life::Finished;
+use crate::metadata::MetadataValue;
 use serde_json::json;
 use std::cell::Cell;
 
@@ -51,6 +52,10 @@ struct Client {
     ms: u64,
     /// Frames received but not looked at yet (`texts` leaves the others here).
     unread: Vec<Frame>,
+    /// Records polled with the calls, not looked at yet.
+    records: Vec<Record>,
+    /// Calls polled by `records`, not looked at yet.
+    pending: Vec<CallAction>,
 }
 
 impl Client {
@@ -66,6 +71,8 @@ impl Client {
             t0,
             ms: 0,
             unread: Vec::new(),
+            records: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
@@ -108,8 +115,26 @@ impl Client {
         texts
     }
 
+    /// The calls to start or cancel; the records of the responses that ended are kept aside
+    /// (`records`).
     fn calls(&mut self) -> Vec<CallAction> {
-        std::iter::from_fn(|| self.conn.poll_call()).collect()
+        self.poll_calls();
+        std::mem::take(&mut self.pending)
+    }
+
+    /// The records of the responses that ended since the last look.
+    fn records(&mut self) -> Vec<Record> {
+        self.poll_calls();
+        std::mem::take(&mut self.records)
+    }
+
+    fn poll_calls(&mut self) {
+        while let Some(action) = self.conn.poll_call() {
+            match action {
+                CallAction::Record(record) => self.records.push(record),
+                action => self.pending.push(action),
+            }
+        }
     }
 
     /// Sends a message that becomes a Chat call; returns the call.
@@ -1422,7 +1447,7 @@ fn a_host_that_holds_input_reads_only_what_the_connection_wants() {
             .iter()
             .find_map(|a| match a {
                 CallAction::Start(call) => Some(call.clone()),
-                CallAction::Cancel(_) => None,
+                CallAction::Cancel(_) | CallAction::Record(_) => None,
             })
             .unwrap_or_else(|| panic!("turn {i}: {calls:?}"));
         assert_eq!(chat(&call)["messages"][0]["content"], format!("q{i}"));
@@ -1504,4 +1529,127 @@ fn only_websocket_upgrades_on_the_responses_path_open_the_transport() {
         (":path", "/v1/chat/completions"),
         ("upgrade", "websocket")
     ]));
+}
+
+/// The fields of a record, by key.
+fn field<'r>(record: &'r Record, key: &str) -> Option<&'r MetadataValue> {
+    record
+        .fields
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+fn text(s: &str) -> Option<MetadataValue> {
+    Some(MetadataValue::Str(s.to_owned()))
+}
+
+#[test]
+fn each_ended_response_is_recorded_with_its_summary_its_socket_and_its_calls_headers() {
+    use crate::metadata::MetadataValue::Num;
+    let settings = Arc::new(Settings::default());
+    let handshake = [
+        ("x-request-id", "upgrade-1"),
+        ("authorization", "Bearer k"),
+        ("x-client-id", "alice"),
+        ("cookie", "secret"),
+    ];
+    let mut c = Client::with(settings, limits(), &handshake);
+    let call = c.forward(&create(json!({"model": "m", "input": "hi"})));
+    assert!(c.records().is_empty(), "none before the response ends");
+    c.head(&call, 200, SSE);
+    let usage = json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
+        "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 8, "total_tokens": 18}});
+    let mut stream = chat_stream("hello");
+    stream.insert_str(
+        stream.find("data: [DONE]").unwrap(),
+        &format!("data: {usage}\n\n"),
+    );
+    c.data(&call, stream.as_bytes());
+    c.end(&call);
+    let events = c.texts();
+    assert_eq!(events.last().unwrap()["type"], "response.completed");
+    let id = id_of(&events);
+    let records = c.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!(r.path, format!("/v1/responses/turns/{:032x}", r.token));
+    let headers: Vec<(&str, &str)> = r
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_ref(), v.as_str()))
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("x-responses-model", "m"),
+            ("x-responses-upstream-model", "m"),
+            ("authorization", "Bearer k"),
+            ("x-request-id", "upgrade-1"),
+            ("x-client-id", "alice"),
+        ],
+        "the call's headers, the handshake's cookie left behind"
+    );
+    assert_eq!(field(r, "response_id"), text(&id).as_ref());
+    assert_eq!(field(r, "outcome"), text("translated").as_ref());
+    assert_eq!(field(r, "total_tokens"), Some(&Num(18.0)));
+    assert_eq!(field(r, "model"), text("m").as_ref());
+    assert_eq!(field(r, "socket_id"), text("upgrade-1").as_ref());
+
+    // A response the upstream's rate limit refused: recorded as failed, with no tokens, and
+    // the socket goes on.
+    let call = c.forward(&create(json!({"model": "m", "input": "again"})));
+    c.head(&call, 429, "text/plain");
+    c.end(&call);
+    let events = c.texts();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "error");
+    assert_eq!(events[0]["status"], 429);
+    assert_eq!(code(&events[0]), "rate_limit_exceeded");
+    let records = c.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let failed = &records[0];
+    assert_ne!(failed.token, r.token);
+    assert_eq!(field(failed, "outcome"), text("failed").as_ref());
+    assert_eq!(field(failed, "status"), Some(&Num(429.0)));
+    assert_eq!(
+        field(failed, "error_code"),
+        text("rate_limit_exceeded").as_ref()
+    );
+    assert_eq!(field(failed, "total_tokens"), None);
+    assert_eq!(field(failed, "socket_id"), text("upgrade-1").as_ref());
+    let call = c.forward(&create(json!({"model": "m", "input": "on"})));
+    c.answer(&call, "ok");
+    assert_eq!(c.records().len(), 1);
+}
+
+#[test]
+fn a_preload_is_recorded_and_a_response_cut_with_its_connection_is_not() {
+    // No x-request-id on the upgrade: the connection makes the socket's id up, once.
+    let mut c = Client::new();
+    c.send(&create(
+        json!({"model": "m", "input": "ctx", "generate": false}),
+    ));
+    assert!(c.calls().is_empty());
+    assert_eq!(c.texts().last().unwrap()["type"], "response.completed");
+    let records = c.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let socket = field(&records[0], "socket_id").cloned();
+    assert!(
+        matches!(&socket, Some(MetadataValue::Str(id)) if id.starts_with("ws_")),
+        "{socket:?}"
+    );
+    assert_eq!(field(&records[0], "outcome"), text("translated").as_ref());
+
+    let call = c.forward(&create(json!({"model": "m", "input": "hi"})));
+    c.answer(&call, "a");
+    let records = c.records();
+    assert_eq!(field(&records[0], "socket_id"), socket.as_ref());
+
+    // The client goes mid-response: the response is cut, as an HTTP exchange Envoy cut.
+    let call = c.forward(&create(json!({"model": "m", "input": "more"})));
+    c.head(&call, 200, SSE);
+    c.bytes(&masked(0x8, &1000u16.to_be_bytes()));
+    assert!(c.records().is_empty());
+    assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
 }

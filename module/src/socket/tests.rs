@@ -658,3 +658,106 @@ fn a_request_piece_the_filter_keeps_is_read_before_the_next() {
     assert_eq!(e.host.body(Side::Request).len(), 0);
     e.complete();
 }
+
+#[test]
+fn each_ended_turn_is_recorded_through_the_internal_listener_before_the_stream_ends() {
+    use responses_core::metadata::MetadataValue::{Num, Str};
+    let _alone = fake::sockets_alone();
+    let mut e = envoy("{}");
+    e.upgrade(&[("authorization", "Bearer sk-1"), ("x-client-id", "alice")]);
+    e.client(&create(json!({"model": "m", "input": "x"})));
+    assert!(e.host.records.is_empty(), "none while the turn runs");
+    let (id, _) = e.last_callout().unwrap();
+    e.callout_headers(id, 200, &[("content-type", SSE)], false);
+    let usage = json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
+        "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 8, "total_tokens": 18}});
+    let stream =
+        chat_stream("hi").replace("data: [DONE]", &format!("data: {usage}\n\ndata: [DONE]"));
+    e.callout_data(id, stream.as_bytes(), true);
+    e.callout_complete(id);
+    let response_id = e.events().last().unwrap()["response"]["id"].clone();
+    assert_eq!(e.host.records.len(), 1);
+    let record = e.host.records[0].clone();
+    let path = header(&record.headers, ":path").unwrap();
+    assert!(path.starts_with("/v1/responses/turns/"), "{path}");
+    for (name, value) in [
+        (":method", "POST"),
+        (":authority", "gateway.example"),
+        ("content-length", "0"),
+        ("x-responses-model", "m"),
+        ("authorization", "Bearer sk-1"),
+        ("x-client-id", "alice"),
+    ] {
+        assert_eq!(header(&record.headers, name), Some(value), "{name}");
+    }
+    // The filter on the records' route took the turn's summary, with the socket's id.
+    let fields = record.fields.expect("filed, and taken");
+    let field = |key: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(field("total_tokens"), Some(Num(18.0)));
+    assert_eq!(
+        field("response_id"),
+        response_id.as_str().map(|id| Str(id.into()))
+    );
+    assert_eq!(field("socket_id"), Some(Str("ws-1".into())));
+    assert!(crate::record::RECORDS.take(0).is_none());
+
+    // A refused turn (the Chat route's rate limit): recorded as failed, the socket goes on.
+    e.client(&create(json!({"model": "m", "input": "y"})));
+    let (id, _) = e.last_callout().unwrap();
+    e.callout_headers(id, 429, &[("x-envoy-ratelimited", "true")], true);
+    let event = e.events().last().unwrap().clone();
+    assert_eq!(event["error"]["code"], "rate_limit_exceeded", "{event}");
+    let fields = e.host.records[1].fields.clone().expect("taken");
+    let field = |key: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(field("error_code"), Some(Str("rate_limit_exceeded".into())));
+    assert_eq!(field("total_tokens"), None);
+    e.client(&create(json!({"model": "m", "input": "z"})));
+    // The client closes after its last turn: the stream ends once that turn's record is
+    // sent (Envoy resets a filter's callouts with its stream).
+    e.host.hold_records = true;
+    assert_eq!(
+        types(&answer(&mut e, "ok")).last(),
+        Some(&"response.completed")
+    );
+    assert_eq!(e.host.records.len(), 3);
+    e.client(&client_frame(0x8, &1000u16.to_be_bytes()));
+    assert!(matches!(
+        e.frames().last(),
+        Some(ServerFrame::Close(1000, _))
+    ));
+    assert!(!e.host.answer.ended, "the stream waits for the record");
+    e.release_records();
+    assert!(e.host.answer.ended);
+    assert!(e.host.records[2].fields.is_some());
+    e.complete();
+    e.assert_socket_sound("/v1/chat/completions");
+}
+
+#[test]
+fn a_record_envoy_does_not_take_is_a_warning() {
+    use crate::host::Level;
+    let _alone = fake::sockets_alone();
+    let mut e = socket("{}");
+    e.host.hold_records = true;
+    e.client(&create(json!({"model": "m", "input": "x"})));
+    answer(&mut e, "hi");
+    // No filter on its route took it (another config): Envoy's route answers 404.
+    e.host.records[0].fields = None;
+    e.release_records();
+    let warned = e.host.logs.borrow().iter().any(|(level, line)| {
+        *level == Level::Warn && line.contains("record was not taken") && line.contains("404")
+    });
+    assert!(warned, "{:?}", e.host.logs.borrow());
+    e.complete();
+    e.assert_socket_sound("/v1/chat/completions");
+}

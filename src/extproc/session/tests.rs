@@ -128,6 +128,48 @@ fn other_traffic_passes_through_without_body_buffering() {
 }
 
 #[test]
+fn a_turns_record_carries_its_metadata_once_and_a_guess_gets_404() {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    use responses_core::metadata::{record::Record, MetadataValue};
+    let settings = Arc::new(Settings::default());
+    let fields = vec![
+        ("total_tokens", MetadataValue::Num(18.0)),
+        ("socket_id", MetadataValue::Str("up-1".into())),
+    ];
+    let record = Record::new(&settings.exchange, 7, Vec::new(), fields);
+    settings.records.file(record.token, record.fields.clone());
+    let head = |path: &str| {
+        Request::RequestHeaders(headers(&[(":method", "POST"), (":path", path)], true))
+    };
+    let mut s = Session::new(settings.clone(), Fixed);
+    let r = send(&mut s, head(&record.path));
+    // Passed on (Envoy answers it), with the turn's summary for the access log and the charge.
+    let mode = r.mode_override.as_ref().expect("mode override");
+    assert_eq!(mode.request_body_mode, BodySendMode::None as i32);
+    assert!(common(&r).header_mutation.is_none());
+    let md = r.dynamic_metadata.expect("the record's metadata");
+    let Some(Kind::StructValue(ns)) = md.fields[METADATA_NAMESPACE].kind.clone() else {
+        panic!("a struct under {METADATA_NAMESPACE}");
+    };
+    let get = |k: &str| ns.fields.get(k).and_then(|v| v.kind.clone());
+    assert_eq!(get("total_tokens"), Some(Kind::NumberValue(18.0)));
+    assert_eq!(get("socket_id"), Some(Kind::StringValue("up-1".into())));
+    assert!(settings.records.is_empty(), "taken");
+    // Once only; a token it never filed is a guess.
+    for path in [
+        record.path.clone(),
+        format!("/v1/responses/turns/{:032x}", 8),
+    ] {
+        let mut s = Session::new(settings.clone(), Fixed);
+        let r = send(&mut s, head(&path));
+        assert!(r.dynamic_metadata.is_none());
+        let (status, body) = immediate(&r);
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["error"]["code"], "not_found");
+    }
+}
+
+#[test]
 fn translated_request_rewrites_path_length_model_and_route() {
     let mut s = session();
     let r = post(&mut s, json!({"model": "llama", "input": "hi"}));
@@ -697,6 +739,7 @@ mod fail_closed {
             ))),
             traces: None,
             upstream: None,
+            records: Arc::default(),
         }
     }
 
@@ -813,6 +856,8 @@ fn a_compaction_call_holds_the_body_answer_until_it_ends() {
                     (":method", "POST"),
                     (":path", "/v1/responses"),
                     ("authorization", "Bearer k"),
+                    // forward_headers' (when Envoy's forward_rules let it through).
+                    ("x-client-id", "alice"),
                 ],
                 false,
             )),
@@ -831,6 +876,10 @@ fn a_compaction_call_holds_the_body_answer_until_it_ends() {
             .headers
             .iter()
             .any(|(n, v)| n == "authorization" && v == "Bearer k"));
+        assert!(call
+            .headers
+            .iter()
+            .any(|(n, v)| n == "x-client-id" && v == "alice"));
         assert_eq!(s.call_in_flight(), Some(call.id));
         let answers = if ok {
             let ct = |name: &str| (name == "content-type").then_some("application/json");
