@@ -167,7 +167,7 @@ else
 fi
 # An access log of every request, with what the translator reports for translated ones (its
 # dynamic metadata, docs/operations.md): one JSON line each; a WebSocket turn's is its
-# record's, with its socket's id (module mode: the internal listener's requests too).
+# record's, with its socket's id (the listener of the translator's own requests too).
 ACCESS_LOG="$LOG_DIR/access.log"
 : >"$ACCESS_LOG"
 python3 - "$CONFIG" "$ACCESS_LOG" <<'PY'
@@ -193,11 +193,12 @@ def block(anchor):
                 json_format:
 """ + "".join(f"                  {k}: {v}\n" for k, v in fields.items())
 config = config.replace(anchor, block(anchor))
-# Module mode: the internal listener the module's own requests (a turn's Chat request and
-# record) enter Envoy through.
-loopback = "          stat_prefix: responses_loopback\n"
-if config.count(loopback) == 1:
-    config = config.replace(loopback, block(loopback))
+# The listener the translator's own requests (a turn's Chat request and record, a
+# compaction's summarising call) enter Envoy through: responses_calls (ext_proc mode), the
+# internal listener responses_loopback (module mode).
+for own in ["          stat_prefix: responses_calls\n", "          stat_prefix: responses_loopback\n"]:
+    if config.count(own) == 1:
+        config = config.replace(own, block(own))
 open(path, "w").write(config)
 PY
 if [ -n "$OTLP_HOST" ]; then
@@ -218,10 +219,11 @@ config = open(path).read()
 anchor = "          stat_prefix: responses\n"
 assert config.count(anchor) == 1, "envoy.yaml: stat_prefix line not found once"
 config = config.replace(anchor, anchor + piece("hcm_tracing", 10))
-# Module mode: the internal listener the WebSocket transport's Chat requests enter traces too.
-loopback = "          stat_prefix: responses_loopback\n"
-if config.count(loopback) == 1:
-    config = config.replace(loopback, loopback + piece("hcm_tracing", 10))
+# The listener the translator's own requests enter traces them too (responses_calls in
+# ext_proc mode, the internal listener responses_loopback in module mode).
+for own in ["          stat_prefix: responses_calls\n", "          stat_prefix: responses_loopback\n"]:
+    if config.count(own) == 1:
+        config = config.replace(own, own + piece("hcm_tracing", 10))
 cluster = piece("cluster", 2)
 assert cluster.count("address: 127.0.0.1") == 1 and cluster.count("port_value: 4317") == 1
 cluster = cluster.replace("address: 127.0.0.1", f"address: {host}").replace(

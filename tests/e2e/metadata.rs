@@ -30,7 +30,7 @@ const FIELDS: &[&str] = &[
 ];
 
 /// The shipped config (either mode's) with a JSON access log of our metadata written to `path`
-/// (module mode: the internal listener's lines too, where the module's own requests go).
+/// (and the listener of the translator's own requests: responses_calls, or responses_loopback in module mode).
 fn with_access_log(config: String, path: &std::path::Path) -> String {
     let mut format = String::from(
         "                    request_id: \"%REQ(X-REQUEST-ID)%\"\n                    path: \"%REQ(:PATH)%\"\n",
@@ -56,17 +56,17 @@ fn with_access_log(config: String, path: &std::path::Path) -> String {
         config.matches("          stat_prefix: responses\n").count(),
         1
     );
-    let loopback = "          stat_prefix: responses_loopback\n";
-    config
-        .replacen("          stat_prefix: responses\n", &access_log, 1)
-        .replacen(
-            loopback,
-            &access_log.replace(
-                "stat_prefix: responses\n",
-                "stat_prefix: responses_loopback\n",
-            ),
+    // The listener the translator's own requests (a turn's Chat request and record) enter:
+    // responses_calls (ext_proc mode), the internal listener responses_loopback (module mode).
+    let mut config = config.replacen("          stat_prefix: responses\n", &access_log, 1);
+    for own in ["responses_calls", "responses_loopback"] {
+        config = config.replacen(
+            &format!("          stat_prefix: {own}\n"),
+            &access_log.replace("stat_prefix: responses\n", &format!("stat_prefix: {own}\n")),
             1,
-        )
+        );
+    }
+    config
 }
 
 fn log_lines(path: &std::path::Path, n: usize) -> Vec<Value> {
