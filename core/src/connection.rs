@@ -1205,6 +1205,9 @@ impl<E: Environment> Connection<E> {
     /// the socket's id, on a request with its call's headers (a response cut with its
     /// connection has none, as an HTTP exchange Envoy cut has no metadata).
     fn record(&mut self, turn: &Turn, summary: &Summary) {
+        if !self.settings.turn_records {
+            return;
+        }
         let mut headers = turn.model_headers.clone();
         headers.extend(self.forwarded.iter().cloned());
         let fields = metadata::turn(summary, &self.socket_id);

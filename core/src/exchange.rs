@@ -82,6 +82,9 @@ pub struct Settings {
     /// [`call::FORWARDED_HEADERS`](crate::call::FORWARDED_HEADERS) (lowercase): those Envoy's
     /// rate limits or routes key on (`x-client-id`).
     pub forward_headers: Vec<String>,
+    /// A WebSocket connection asks its host to send each ended turn's record
+    /// ([`crate::metadata::record`]): off where Envoy's route table has no records' route.
+    pub turn_records: bool,
     /// Largest upstream answer gathered whole (JSON, error bodies, folded streams).
     pub max_body_bytes: usize,
     /// How long an automatic compaction's summarising call may take (the host enforces it).
@@ -102,6 +105,7 @@ impl Default for Settings {
             upstream_model_header: DEFAULT_UPSTREAM_MODEL_HEADER.to_owned(),
             seal_tenant_header: None,
             forward_headers: vec![DEFAULT_FORWARD_HEADERS.to_owned()],
+            turn_records: true,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             compaction_timeout: Duration::from_secs(DEFAULT_COMPACTION_TIMEOUT),
             reasoning_events: ReasoningEventsPolicy::default(),

@@ -241,6 +241,22 @@ pub struct ExchangeConfig {
     )]
     pub forward_headers: Vec<String>,
 
+    /// Each WebSocket turn's record: when a turn ends, the translator sends its summary to
+    /// Envoy's records' route (`POST /v1/responses/turns/<token>`), whose access-log line and
+    /// rate limit charge are the turn's. Off where the route table has no such route (a
+    /// record would reach the catch-all route, the model server): the shipped Istio and Envoy
+    /// Gateway manifests.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            default_value_t = true,
+            action = clap::ArgAction::Set,
+            env = "RESPONSES_EXTPROC_WS_TURN_RECORDS"
+        )
+    )]
+    pub ws_turn_records: bool,
+
     /// `Origin`s allowed to open WebSocket connections (comma-separated); unset: any, and a
     /// client without `Origin` (an API client) is always allowed.
     #[cfg_attr(
@@ -326,6 +342,7 @@ impl Default for ExchangeConfig {
             ws_max_connections_per_key: DEFAULT_WS_MAX_CONNECTIONS_PER_KEY,
             ws_key_header: DEFAULT_WS_KEY_HEADER.to_owned(),
             forward_headers: vec![DEFAULT_FORWARD_HEADERS.to_owned()],
+            ws_turn_records: true,
             ws_allowed_origins: Vec::new(),
             ws_max_socket_bytes: DEFAULT_WS_MAX_SOCKET_BYTES,
             ws_max_total_bytes: DEFAULT_WS_MAX_TOTAL_BYTES,
@@ -486,6 +503,7 @@ impl ExchangeConfig {
                 .iter()
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
+            turn_records: self.ws_turn_records,
             max_body_bytes: self.max_body_bytes,
             compaction_timeout: Duration::from_secs(self.compaction_timeout),
             reasoning_events: self.reasoning_events,

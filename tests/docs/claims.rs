@@ -276,7 +276,8 @@ fn the_limits_table_states_the_codes_defaults() {
         })
         .map(|v| v.parse().expect("a number"))
         .collect();
-    assert_eq!(thresholds.len(), 9, "three clusters, three thresholds");
+    // extproc, responses_ws, responses_records (the records' answer), upstream.
+    assert_eq!(thresholds.len(), 12, "four clusters, three thresholds each");
     assert!(thresholds.iter().all(|t| *t == breakers), "{thresholds:?}");
 }
 

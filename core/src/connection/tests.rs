@@ -1624,6 +1624,23 @@ fn each_ended_response_is_recorded_with_its_summary_its_socket_and_its_calls_hea
 }
 
 #[test]
+fn with_records_off_no_turn_asks_for_one() {
+    let settings = Arc::new(Settings {
+        turn_records: false,
+        ..Settings::default()
+    });
+    let mut c = Client::with(settings, limits(), &[("x-client-id", "alice")]);
+    let call = c.forward(&create(json!({"model": "m", "input": "hi"})));
+    c.answer(&call, "ok");
+    let call = c.forward(&create(json!({"model": "m", "input": "again"})));
+    c.head(&call, 429, "text/plain");
+    c.end(&call);
+    assert_eq!(c.texts()[0]["type"], "error");
+    assert!(c.records().is_empty(), "{:?}", c.records());
+    assert!(c.calls().is_empty());
+}
+
+#[test]
 fn a_preload_is_recorded_and_a_response_cut_with_its_connection_is_not() {
     // No x-request-id on the upgrade: the connection makes the socket's id up, once.
     let mut c = Client::new();
