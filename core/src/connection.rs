@@ -943,8 +943,6 @@ impl<E: Environment> Connection<E> {
     /// transport's own fields taken off, the continued context's items put at the head of
     /// `input` (read from the text it was kept as), and the request translated as it was read.
     fn begin(&mut self, text: &[u8], meta: Meta) -> Result<Begun, ApiError> {
-        // Declared first: the request read below borrows the continued context's text.
-        let continued: Option<Context>;
         let mut body = crate::translate::request::parse_request(text, &self.settings.options)?;
         match body.remove("type") {
             Some(Node::Str(t)) if t == *"response.create" => {}
@@ -969,7 +967,7 @@ impl<E: Environment> Connection<E> {
         }
         // A continuation takes the context it names: whatever happens next, a failure
         // leaves nothing to continue from.
-        continued = match body.remove("previous_response_id") {
+        let continued = match body.remove("previous_response_id") {
             None | Some(Node::Null) => None,
             Some(Node::Str(id)) => Some(self.take_context(&id.as_str())?),
             Some(_) => {
