@@ -13,12 +13,13 @@
 //! decoders stop there):
 //! - the encoded body and the decoded body are each at most `max_request_bytes`;
 //! - the work: what the decoders will do is counted before they do it, in units of about the
-//!   cheapest work a byte takes at its worst, and adds up to at most [`WORK_PER_CAP`] times the
-//!   cap. Every byte a decoder reads (the encoded body, and each layer between two decoders)
-//!   is a unit; a deflate block (gzip, deflate) is [`BLOCK_COST`] more, whatever it holds,
-//!   since its codes are built before its data is read; brotli's decoder is charged for
-//!   the bytes it writes and for the tables, maps and trees it allocates (what its meta-block
-//!   headers make it build), through the allocator it takes ([`Charged`]). Bytes that decode
+//!   cheapest work a byte takes at its worst, and adds up to at most [`work_budget`] (about
+//!   [`WORK_PER_CAP`] times the cap). Every byte a decoder reads (the encoded body, and each
+//!   layer between two decoders) is a unit, a brotli byte two ([`Coding::read_cost`]); a
+//!   deflate block (gzip, deflate) is [`BLOCK_COST`] more, whatever it holds, since its codes
+//!   are built before its data is read; brotli's decoder is charged a unit for each byte it
+//!   writes and for the tables, maps and trees it allocates (what its meta-block headers make
+//!   it build), through the allocator it takes ([`Charged`]). Bytes that decode
 //!   to nothing (empty gzip members and deflate blocks, zstd skippable frames, brotli metadata)
 //!   are read, so counted: a body of any shape costs a bounded time (benches/decode.rs keeps
 //!   the worst shapes found and measures them);
@@ -62,9 +63,9 @@ pub fn work_budget(limit: usize) -> usize {
 
 /// The units a deflate block costs besides its bytes, charged before each call of the
 /// decoder (which begins at most one block): a dynamic block of full codes (286 literal and
-/// length codes, 30 distance codes) is ~30 bytes and takes zlib-rs ~4 µs to build, about
-/// 160 units' worth (benches/decode.rs, "blocks of full codes").
-pub const BLOCK_COST: usize = 160;
+/// length codes, 30 distance codes) is ~30 bytes and takes zlib-rs 4 to 5 µs to build, about
+/// 200 units' worth (benches/decode.rs, "blocks of full codes").
+pub const BLOCK_COST: usize = 200;
 
 /// The largest brotli context map (64 contexts × 256 block types): brotli's byte allocations
 /// up to this size are its context maps and modes, read entry by entry (a map's inverse
@@ -100,6 +101,17 @@ impl Coding {
             Coding::Deflate => "deflate",
             Coding::Brotli => "br",
             Coding::Zstd => "zstd",
+        }
+    }
+
+    /// The units a byte read by this coding's decoder costs: a brotli byte two (its cheapest
+    /// hostile shape, one-byte metadata blocks, costs it 26 to 42 ns a byte, twice what a zstd
+    /// byte costs at worst, empty frames); the others one. What a decoder builds is charged
+    /// besides (a deflate block, brotli's tables and output).
+    pub fn read_cost(self) -> usize {
+        match self {
+            Coding::Gzip | Coding::Deflate | Coding::Zstd => 1,
+            Coding::Brotli => 2,
         }
     }
 
@@ -193,6 +205,7 @@ impl Decoder {
         for coding in codings {
             chain = Box::new(Metered {
                 decoder: stage(*coding, chain, limit, &work),
+                cost: coding.read_cost(),
                 work: Arc::clone(&work),
             });
         }
@@ -370,10 +383,12 @@ impl Work {
     }
 }
 
-/// A decoder whose reads count against the body's [`Work`], a unit a byte: refused before it
-/// reads a byte over the budget.
+/// A decoder whose reads count against the body's [`Work`]: refused before it reads a byte
+/// over the budget.
 struct Metered {
     decoder: Box<dyn Stage>,
+    /// What a byte read costs ([`Coding::read_cost`]).
+    cost: usize,
     work: Arc<Work>,
 }
 
@@ -381,9 +396,9 @@ impl Write for Metered {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // Counted before the decoder runs, so that the decoders inside, reading its output
         // within this write, see it; what it leaves unread is given back.
-        self.work.charge(buf.len())?;
+        self.work.charge(buf.len().saturating_mul(self.cost))?;
         let n = self.decoder.write(buf)?;
-        self.work.refund(buf.len() - n);
+        self.work.refund((buf.len() - n) * self.cost);
         Ok(n)
     }
 
@@ -414,7 +429,7 @@ enum Format {
 /// gzip, zlib or raw deflate, decoded by zlib-rs one block at a time
 /// ([`InflateFlush::Block`]): each call begins at most one block, whose codes it may build
 /// before its data (the costly part of a hostile body: a block of full codes is ~30 bytes and
-/// ~4 µs), so each is charged [`BLOCK_COST`] before it is made.
+/// 4 to 5 µs), so each is charged [`BLOCK_COST`] before it is made.
 struct Inflater {
     format: Format,
     /// `None` before the first call and between gzip members.
@@ -539,7 +554,8 @@ impl Stage for Inflater {
 }
 
 /// brotli's decoder, its allocations charged ([`Charged`]) and its output counted (a unit a
-/// byte: its commands and block switches cost per byte written, ~20 ns at worst).
+/// byte: its commands and block switches cost per byte written, ~24 ns at worst, a block
+/// switch before every symbol).
 struct Brotli(DecompressorWriterCustomAlloc<Output, BrotliBuffer, Charged, Charged, Charged>);
 
 type BrotliBuffer = <StandardAlloc as Allocator<u8>>::AllocatedMemory;
