@@ -16,13 +16,14 @@
 //! positions are serde_json's as before.
 //!
 //! What a read builds besides the text it borrows (nodes, fields, the keys a kept container's
-//! check holds, strings decoded) is counted against a [`Budget`] as it is allocated, before:
+//! check holds, strings decoded; each container is gathered on a scratch stack, then moved into
+//! a vector of exactly its size) is counted against a [`Budget`] as it is allocated, before:
 //! [`TREE_BYTES_PER_BYTE`] times the text, plus [`TREE_BYTES_FLOOR`]. A body whose values
 //! would take more (millions of tiny values: `[0,0,0,…]` is 32 bytes of nodes for every 2 of
 //! text) is refused as [`Refused::TooComplex`] where the count crosses it.
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::mem::size_of;
 use std::sync::OnceLock;
@@ -44,7 +45,7 @@ const PAIRWISE_KEYS: usize = 16;
 
 /// What a read may build besides its text, per byte of the text (see [`Budget`]). Requests
 /// as agents send them build less than one byte per byte (their texts are kept as tokens); a
-/// body of nothing but two-field messages of one word builds about 4.5.
+/// body of nothing but one-word messages builds about 5 at its peak.
 pub const TREE_BYTES_PER_BYTE: usize = 6;
 
 /// What a read may build whatever its size: small bodies are never refused for their shape.
@@ -128,13 +129,24 @@ pub(crate) fn push<T>(items: &mut Vec<T>, item: T, budget: &Budget) -> Result<()
     Ok(())
 }
 
-/// A finished vector shrunk to its items, its spare room given back.
-fn fit<T>(items: &mut Vec<T>, budget: &Budget) {
-    let spare = items.capacity() - items.len();
-    if spare > 0 {
-        items.shrink_to_fit();
-        budget.refund(spare * size_of::<T>());
-    }
+/// Where a read gathers the items of the containers open at once, before each is moved into a
+/// vector of exactly its count (one allocation a container, no spare room): reused, so they
+/// grow once. Their growth is counted in the budget, and kept (they live as long as the read).
+#[derive(Default)]
+struct Scratch<'a> {
+    items: RefCell<Vec<Node<'a>>>,
+    fields: RefCell<Fields<'a>>,
+}
+
+/// Moves the items gathered since `start` into a vector of their count, counted first.
+fn gathered<T>(
+    scratch: &RefCell<Vec<T>>,
+    start: usize,
+    budget: &Budget,
+) -> Result<Vec<T>, &'static str> {
+    let mut scratch = scratch.borrow_mut();
+    budget.charge((scratch.len() - start) * size_of::<T>())?;
+    Ok(scratch.drain(start..).collect())
 }
 
 /// What a finished read or check held goes back to its budget.
@@ -383,12 +395,14 @@ fn read<'a>(
             Refused::Invalid
         }
     };
+    let scratch = Scratch::default();
     let mut de = serde_json::Deserializer::from_str(text);
     let node = Seed {
         capture: Capture::Parse(kind),
         level: 0,
         checked,
         budget,
+        scratch: &scratch,
     }
     .deserialize(&mut de)
     .map_err(refused)?;
@@ -398,15 +412,23 @@ fn read<'a>(
 
 /// How to read the value at one position. `level`: the containers around it. `checked`:
 /// inside a kept container, which was checked whole when it was kept.
-#[derive(Clone, Copy)]
-struct Seed<'b> {
+struct Seed<'b, 'a> {
     capture: Capture,
     level: usize,
     checked: bool,
     budget: &'b Budget,
+    scratch: &'b Scratch<'a>,
 }
 
-impl<'de> DeserializeSeed<'de> for Seed<'_> {
+impl Clone for Seed<'_, '_> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl Copy for Seed<'_, '_> {}
+
+impl<'de> DeserializeSeed<'de> for Seed<'_, 'de> {
     type Value = Node<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Node<'de>, D::Error> {
@@ -416,6 +438,7 @@ impl<'de> DeserializeSeed<'de> for Seed<'_> {
                 level: self.level,
                 checked: self.checked,
                 budget: self.budget,
+                scratch: self.scratch,
             }),
             Capture::Keep(kind) => {
                 let raw = <&'de RawValue>::deserialize(d)?;
@@ -667,25 +690,27 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
 }
 
 /// Parses a value at a position captured as [`Capture::Parse`].
-struct Parse<'b> {
+struct Parse<'b, 'a> {
     kind: Kind,
     level: usize,
     checked: bool,
     budget: &'b Budget,
+    scratch: &'b Scratch<'a>,
 }
 
-impl<'b> Parse<'b> {
-    fn inside(&self, capture: Capture) -> Seed<'b> {
+impl<'b, 'a> Parse<'b, 'a> {
+    fn inside(&self, capture: Capture) -> Seed<'b, 'a> {
         Seed {
             capture,
             level: self.level + 1,
             checked: self.checked,
             budget: self.budget,
+            scratch: self.scratch,
         }
     }
 }
 
-impl<'de> Visitor<'de> for Parse<'_> {
+impl<'de> Visitor<'de> for Parse<'_, 'de> {
     type Value = Node<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -735,11 +760,12 @@ impl<'de> Visitor<'de> for Parse<'_> {
             return Err(de::Error::custom("nested too deep"));
         }
         let inside = self.inside(shape::element(self.kind));
-        let mut items = Vec::new();
+        let start = self.scratch.items.borrow().len();
         while let Some(item) = seq.next_element_seed(inside)? {
-            push(&mut items, item, self.budget).map_err(de::Error::custom)?;
+            push(&mut self.scratch.items.borrow_mut(), item, self.budget)
+                .map_err(de::Error::custom)?;
         }
-        fit(&mut items, self.budget);
+        let items = gathered(&self.scratch.items, start, self.budget).map_err(de::Error::custom)?;
         Ok(Node::Array(items))
     }
 
@@ -747,12 +773,18 @@ impl<'de> Visitor<'de> for Parse<'_> {
         if self.level + 1 > MAX_NESTING {
             return Err(de::Error::custom("nested too deep"));
         }
-        let mut fields: Fields<'de> = Vec::new();
+        let start = self.scratch.fields.borrow().len();
         while let Some(key) = map.next_key_seed(KeySeed(Some(self.budget)))? {
             let value = map.next_value_seed(self.inside(shape::child(self.kind, &key)))?;
-            push(&mut fields, (key, value), self.budget).map_err(de::Error::custom)?;
+            push(
+                &mut self.scratch.fields.borrow_mut(),
+                (key, value),
+                self.budget,
+            )
+            .map_err(de::Error::custom)?;
         }
-        fit(&mut fields, self.budget);
+        let fields =
+            gathered(&self.scratch.fields, start, self.budget).map_err(de::Error::custom)?;
         if !self.checked && has_duplicates_in(&fields, self.budget).map_err(de::Error::custom)? {
             return Err(de::Error::custom("a duplicate key"));
         }
