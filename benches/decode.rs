@@ -1,8 +1,10 @@
 //! The worst time a request body of each shape holds the translator's thread while it is
 //! decoded (core/src/request_encoding.rs): plain JSON at the cap in each coding, and the
 //! hostile shapes of tests/common/compressed.rs (bodies of nothing that a decoder must read
-//! through, small blocks each with its own codes, a layer of nothing inside another), each
-//! as large as the bounds let it be. Every body goes through the core's `Decoder` as the
+//! through, small blocks each with its own codes, deflate blocks of full codes, brotli
+//! meta-blocks declaring 256 block types and trees of each kind, a block switch before every
+//! brotli symbol, a layer of nothing inside another), each as large as the bounds let it be:
+//! the worst shapes found are kept here. Every body goes through the core's `Decoder` as the
 //! module gives it (64 KiB pieces) and as ext_proc does (whole), at the default
 //! `max_request_bytes` (16 MiB); each is decoded RUNS times and the worst is kept.
 //!
@@ -16,7 +18,7 @@ mod compressed;
 
 use std::time::{Duration, Instant};
 
-use compressed::EmptyBlock;
+use compressed::{BrotliHeader, EmptyBlock};
 use responses_core::request_encoding::{codings, Decoder};
 
 const CAP: usize = 16 << 20;
@@ -81,7 +83,7 @@ fn shapes() -> Vec<Shape> {
             compressed::compress(coding, &compressed::request_of_base64(CAP))
         }));
     }
-    let single: [Listed; 15] = [
+    let single: [Listed; 22] = [
         ("empty members", "gzip", || {
             compressed::gzip_empty_members(CAP)
         }),
@@ -94,6 +96,9 @@ fn shapes() -> Vec<Shape> {
         ("flushed every byte", "gzip", || {
             compressed::flushed("gzip", 1, CAP)
         }),
+        ("blocks of full codes", "gzip", || {
+            compressed::gzip_full_code_blocks(CAP)
+        }),
         ("empty stored blocks", "deflate", || {
             compressed::deflate_empty_blocks(EmptyBlock::Stored, CAP)
         }),
@@ -102,6 +107,9 @@ fn shapes() -> Vec<Shape> {
         }),
         ("empty dynamic blocks", "deflate", || {
             compressed::deflate_empty_blocks(EmptyBlock::Dynamic, CAP)
+        }),
+        ("blocks of full codes", "deflate", || {
+            compressed::deflate_full_code_blocks(CAP)
         }),
         ("empty frames", "zstd", || {
             compressed::zstd_empty_frames(CAP)
@@ -122,6 +130,30 @@ fn shapes() -> Vec<Shape> {
             compressed::flushed("br", 16, CAP)
         }),
         (
+            "256 block types a meta-block, 4 MiB (the issue's)",
+            "br",
+            || compressed::brotli_headers(BrotliHeader::BlockTypes, 4 << 20),
+        ),
+        ("256 block types a meta-block", "br", || {
+            compressed::brotli_headers(BrotliHeader::BlockTypes, CAP)
+        }),
+        ("256 trees of full codes a meta-block", "br", || {
+            compressed::brotli_headers(BrotliHeader::FullCodes, CAP)
+        }),
+        ("a block switch before every symbol", "br", || {
+            compressed::brotli_switches(CAP / 5)
+        }),
+        (
+            "the issue's, in gzip (20 KB on the wire)",
+            "br, gzip",
+            || {
+                compressed::compress(
+                    "gzip",
+                    &compressed::brotli_headers(BrotliHeader::BlockTypes, 4 << 20),
+                )
+            },
+        ),
+        (
             "skippable frame of 4 GiB in zstd (the issue's)",
             "zstd, zstd",
             || compressed::zstd_of_skippable(64 << 20),
@@ -133,10 +165,19 @@ fn shapes() -> Vec<Shape> {
     out.extend(single.map(|(name, content_encoding, body)| shape(name, content_encoding, body)));
     // A layer of the inner coding's costliest shape, made by zstd from little: larger than
     // the work budget lets the inner decoder read.
-    const OVER: usize = 2 * CAP + (1 << 20);
-    let stacked: [Listed; 5] = [
+    const OVER: usize = 2 * CAP + CAP / 8 + (1 << 20);
+    let stacked: [Listed; 8] = [
         ("metadata blocks", "br, zstd", || {
-            compressed::brotli_metadata_blocks(OVER / 8 + (1 << 20))
+            compressed::brotli_metadata_blocks(OVER)
+        }),
+        ("256 block types a meta-block", "br, zstd", || {
+            compressed::brotli_headers(BrotliHeader::BlockTypes, OVER)
+        }),
+        ("blocks of full codes", "gzip, zstd", || {
+            compressed::gzip_full_code_blocks(OVER)
+        }),
+        ("a block switch before every symbol", "br, zstd", || {
+            compressed::brotli_switches(CAP / 5)
         }),
         ("empty dynamic blocks", "gzip, zstd", || {
             compressed::gzip_empty_blocks(EmptyBlock::Dynamic, OVER)

@@ -23,7 +23,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::compressed::{self, compress, EmptyBlock};
+use common::compressed::{self, compress, BrotliHeader, EmptyBlock};
 use common::{Mode, Reply, ScriptedUpstream, Stack};
 use serde_json::json;
 
@@ -31,8 +31,9 @@ use serde_json::json;
 const CAP: usize = 16 << 20;
 /// Normal requests alone, before and after.
 const QUIET: usize = 200;
-/// Beyond the work budget (twice the cap): a layer of nothing the inner decoder would read.
-const OVER: usize = 2 * CAP + (1 << 20);
+/// Beyond the work budget (twice the cap and an eighth): a layer of nothing the inner decoder
+/// would read.
+const OVER: usize = 2 * CAP + CAP / 8 + (1 << 20);
 
 /// One row: bodies sent one at a time, each with normal requests beside it.
 struct Case {
@@ -98,7 +99,7 @@ fn cases() -> Vec<(String, Box<dyn Fn() -> Case>)> {
         }),
     );
     type Listed = (&'static str, &'static str, fn() -> Vec<u8>);
-    let single: [Listed; 10] = [
+    let single: [Listed; 15] = [
         ("empty members at the cap", "gzip", || {
             compressed::gzip_empty_members(CAP)
         }),
@@ -120,9 +121,40 @@ fn cases() -> Vec<(String, Box<dyn Fn() -> Case>)> {
         ("metadata blocks at the cap", "br", || {
             compressed::brotli_metadata_blocks(CAP)
         }),
-        ("meta-blocks of 16 bytes, the budget's", "br", || {
+        ("meta-blocks of 16 bytes", "br", || {
             compressed::flushed("br", 16, CAP / 4 + (1 << 20))
         }),
+        ("blocks of full codes at the cap", "gzip", || {
+            compressed::gzip_full_code_blocks(CAP)
+        }),
+        (
+            "256 block types a meta-block, 4 MiB in gzip (the issue's)",
+            "br, gzip",
+            || {
+                compress(
+                    "gzip",
+                    &compressed::brotli_headers(BrotliHeader::BlockTypes, 4 << 20),
+                )
+            },
+        ),
+        (
+            "256 trees of full codes a meta-block at the cap",
+            "br",
+            || compressed::brotli_headers(BrotliHeader::FullCodes, CAP),
+        ),
+        ("a block switch before every symbol", "br", || {
+            compressed::brotli_switches(CAP / 5)
+        }),
+        (
+            "256 block types a meta-block in zstd, beyond the budget",
+            "br, zstd",
+            || {
+                compressed::zstd_of(|w| {
+                    let layer = compressed::brotli_headers(BrotliHeader::BlockTypes, OVER);
+                    w.write_all(&layer).expect("zstd")
+                })
+            },
+        ),
         (
             "skippable frame of 4 GiB in zstd (the issue's)",
             "zstd, zstd",
@@ -152,6 +184,11 @@ fn cases() -> Vec<(String, Box<dyn Fn() -> Case>)> {
             "empty members in zstd, beyond the budget",
             "gzip, zstd",
             || compressed::gzip_empty_members(OVER),
+        ),
+        (
+            "blocks of full codes in zstd, beyond the budget",
+            "gzip, zstd",
+            || compressed::gzip_full_code_blocks(OVER),
         ),
     ] {
         add(

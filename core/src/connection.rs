@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
 
 use crate::call::{self, CallAction, CallId};
 use crate::environment::{Environment, System};
@@ -52,6 +52,8 @@ use crate::exchange::{
 use crate::life::{self, Life};
 use crate::metadata::{self, record::Record};
 use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode, Events};
+use crate::translate::json::document::{self, Node, Str};
+use crate::translate::json::shape::Kind;
 use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
 use crate::websocket::decode::{Decoder, Message};
@@ -210,11 +212,13 @@ enum Queued {
     TooLarge,
 }
 
+/// The last response that ended well, kept as the text it was sent and read as: nothing of it
+/// is a tree until a continuation reads it (counted at its size, [`Connection::held`]).
 #[derive(Debug)]
 struct Context {
     id: String,
-    /// Its whole input (its own continued context first).
-    input: Vec<Value>,
+    /// Its whole input (its own continued context first), a JSON array.
+    input: String,
     /// Its terminal event as sent (`response.completed` or `.incomplete`): the output is
     /// read from it only if the context is continued.
     terminal: Bytes,
@@ -222,25 +226,40 @@ struct Context {
 }
 
 impl Context {
-    /// The context as input items: its input, then its output.
-    fn into_items(self) -> Result<Vec<Value>, ApiError> {
+    /// The context as input items, borrowed from its text: its input, then its output.
+    fn items(&self) -> Result<Vec<Node<'_>>, ApiError> {
         #[derive(serde::Deserialize)]
-        struct Terminal {
-            response: Finished,
+        struct Terminal<'a> {
+            #[serde(borrow)]
+            response: Finished<'a>,
         }
         #[derive(serde::Deserialize)]
-        struct Finished {
-            output: Vec<Value>,
+        struct Finished<'a> {
+            #[serde(borrow)]
+            output: &'a RawValue,
         }
-        let terminal: Terminal = serde_json::from_slice(&self.terminal).map_err(|e| {
+        let unreadable = |why: &dyn std::fmt::Display| {
             ApiError::server(
                 500,
                 ErrorCode::InternalError,
-                format!("The kept response could not be read: {e}."),
+                format!("The kept response could not be read: {why}."),
             )
-        })?;
-        let mut items = self.input;
-        items.extend(terminal.response.output);
+        };
+        fn as_items<'a>(
+            read: Result<Node<'a>, document::Refused>,
+        ) -> Result<Vec<Node<'a>>, String> {
+            match read {
+                Ok(Node::Array(items)) => Ok(items),
+                Ok(other) => Err(format!("{} for items", other.type_name())),
+                Err(refused) => Err(format!("{refused:?}")),
+            }
+        }
+        let mut items =
+            as_items(document::parse(&self.input, Kind::Input)).map_err(|e| unreadable(&e))?;
+        let text = std::str::from_utf8(&self.terminal).map_err(|e| unreadable(&e))?;
+        let terminal: Terminal<'_> = serde_json::from_str(text).map_err(|e| unreadable(&e))?;
+        let output = document::open(terminal.response.output, Kind::Input);
+        items.extend(as_items(output).map_err(|e| unreadable(&e))?);
         Ok(items)
     }
 }
@@ -251,9 +270,11 @@ struct Turn {
     exchange: Exchange,
     /// Its call, while the upstream may still answer.
     call: Option<CallId>,
-    /// Its whole input (the continued context's items first), kept for the next context.
-    input: Vec<Value>,
-    input_bytes: usize,
+    /// Its whole input (the continued context's items first), a JSON array kept for the next
+    /// context.
+    input: String,
+    /// The last item of `input` is a `compaction_trigger`: its output stands for the rest.
+    compacted: bool,
     /// Its call is an automatic compaction's summarising request, given up on at this time.
     compacting: Option<Instant>,
     /// The model headers of its last call, which its record carries too.
@@ -335,16 +356,15 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Bytes the connection holds: its kept context and the input of the response in flight
-    /// (as JSON text, their parsed trees counted as much again), what the response in flight
-    /// has output so far (kept for its closing events), the queued messages, the message being
-    /// read, and the frames not yet handed to the host.
+    /// (JSON text: no tree of them is kept), what the response in flight has output so far
+    /// (kept for its closing events), the queued messages, the message being read, and the
+    /// frames not yet handed to the host.
     pub fn held(&self) -> usize {
-        let parsed = |json: usize| json.saturating_mul(2);
-        parsed(self.context_bytes())
+        self.context_bytes()
             + self
                 .turn
                 .as_ref()
-                .map_or(0, |t| parsed(t.input_bytes) + t.exchange.held_output())
+                .map_or(0, |t| t.input.len() + t.exchange.held_output())
             + self.queued_bytes
             + self.decoder.held()
             + self.out.len()
@@ -934,11 +954,14 @@ impl<E: Environment> Connection<E> {
         });
     }
 
+    /// A `response.create`, read once (as an HTTP body is, within the same caps): the
+    /// transport's own fields taken off, the continued context's items put at the head of
+    /// `input` (read from the text it was kept as), and the request translated as it was read.
     fn begin(&mut self, text: &[u8], meta: Meta) -> Result<Begun, ApiError> {
-        let mut body = crate::translate::request::parse_body(text, &self.settings.options)?.map;
+        let mut body = crate::translate::request::parse_request(text, &self.settings.options)?;
         match body.remove("type") {
-            Some(Value::String(t)) if t == "response.create" => {}
-            Some(Value::String(t)) => {
+            Some(Node::Str(t)) if t == *"response.create" => {}
+            Some(Node::Str(t)) => {
                 return Err(ApiError::invalid(
                     "type",
                     format!("Unknown event type '{t}'. This server accepts 'response.create'."),
@@ -960,8 +983,8 @@ impl<E: Environment> Connection<E> {
         // A continuation takes the context it names: whatever happens next, a failure
         // leaves nothing to continue from.
         let continued = match body.remove("previous_response_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(id)) => Some(self.take_context(&id)?),
+            None | Some(Node::Null) => None,
+            Some(Node::Str(id)) => Some(self.take_context(&id.as_str())?),
             Some(_) => {
                 return Err(ApiError::invalid(
                     "previous_response_id",
@@ -972,8 +995,8 @@ impl<E: Environment> Connection<E> {
         };
         for &(field, agrees) in TRANSPORT_FIELDS {
             match (body.remove(field), agrees) {
-                (None | Some(Value::Null), _) => {}
-                (Some(Value::Bool(v)), Some(ok)) if v == ok => {}
+                (None | Some(Node::Null), _) => {}
+                (Some(Node::Bool(v)), Some(ok)) if v == ok => {}
                 (Some(_), _) => {
                     return Err(ApiError::invalid(
                         field,
@@ -985,7 +1008,7 @@ impl<E: Environment> Connection<E> {
                 }
             }
         }
-        if body.get("stream_id").is_some_and(|v| !v.is_null()) {
+        if body.has("stream_id") {
             return Err(ApiError::invalid(
                 "stream_id",
                 "Lanes ('stream_id') are not supported: this server runs one response at a time per connection, in order.",
@@ -995,12 +1018,15 @@ impl<E: Environment> Connection<E> {
         // `generate: false` preloads a context (instructions, tools, input) without a model
         // call: answered at once, continued by the next request.
         let generate = match body.remove("generate") {
-            None | Some(Value::Null) => true,
-            Some(Value::Bool(b)) => b,
+            None | Some(Node::Null) => true,
+            Some(Node::Bool(b)) => b,
             Some(other) => {
                 return Err(ApiError::invalid(
                     "generate",
-                    format!("Invalid 'generate': expected a boolean, got {other}."),
+                    format!(
+                        "Invalid 'generate': expected a boolean, got {}.",
+                        serde_json::to_string(&other).unwrap_or_default()
+                    ),
                 )
                 .with_code(ErrorCode::InvalidType))
             }
@@ -1010,22 +1036,39 @@ impl<E: Environment> Connection<E> {
             body.remove("context_management");
         }
         let continues = continued.as_ref().map(|c| c.id.clone());
-        let (input, input_bytes) = full_input(&mut body, continued, text.len())?;
+        let new = new_input(body.remove("input"), continued.is_some())?;
+        let mut input = match &continued {
+            Some(context) => context.items()?,
+            None => Vec::new(),
+        };
+        input.extend(new);
+        // What the next context keeps: the input as JSON text (its tokens as they came).
+        let kept = serde_json::to_string(&input).unwrap_or_default();
+        let compacted = input.last().is_some_and(is_compaction_trigger);
         // A preload with no input at all (Codex's prewarm: instructions and tools only) is
         // checked as a request with one empty message: nothing is sent, and the context kept
         // is its real, empty input.
-        let checked = if !generate && input.is_empty() {
-            vec![serde_json::json!({"type": "message", "role": "user", "content": ""})]
-        } else {
-            input.clone()
-        };
-        body.insert("input".into(), Value::Array(checked));
-        body.insert("stream".into(), Value::Bool(true));
+        if !generate && input.is_empty() {
+            input.push(user_message(Str::Decoded(Cow::Borrowed(""))));
+        }
+        let request_bytes = text.len()
+            + continued
+                .as_ref()
+                .map_or(0, |c| c.input.len() + c.terminal.len());
+        body.fields
+            .push((Cow::Borrowed("input"), Node::Array(input)));
+        body.fields
+            .push((Cow::Borrowed("stream"), Node::Bool(true)));
+        // Automatic compaction reads the request again (its summary, then the compacted
+        // turn): written out only for a request that asks for it.
+        let whole = body
+            .has("context_management")
+            .then(|| Bytes::from(document::object_json(&body.fields)));
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
         exchange.set_reasoning_events(self.reasoning_events);
         exchange.set_tenant(self.tenant.clone());
-        let step = exchange.request_object(body, continues, meta);
+        let step = exchange.request_read(body, request_bytes, whole, continues, meta);
         let (up, compacting) = match step {
             RequestStep::Forward(up) => (up, false),
             RequestStep::Call(up) => (up, true),
@@ -1041,8 +1084,8 @@ impl<E: Environment> Connection<E> {
         self.turn = Some(Turn {
             exchange,
             call: None,
-            input,
-            input_bytes,
+            input: kept,
+            compacted,
             compacting: None,
             model_headers: Vec::new(),
         });
@@ -1266,16 +1309,10 @@ impl<E: Environment> Connection<E> {
 
     fn keep(&mut self, id: String, mut turn: Turn, terminal: Bytes) {
         // A compaction's output (its sealed summary) stands for everything it summarised.
-        let compacted = turn
-            .input
-            .last()
-            .and_then(|item| item.get("type"))
-            .is_some_and(|t| t == "compaction_trigger");
-        if compacted {
-            turn.input.clear();
-            turn.input_bytes = 0;
+        if turn.compacted {
+            turn.input = "[]".to_owned();
         }
-        let bytes = turn.input_bytes + terminal.len();
+        let bytes = turn.input.len() + terminal.len();
         if bytes > self.limits.max_context_bytes {
             self.context = None;
             self.too_large = Some(id);
@@ -1416,41 +1453,45 @@ enum Begun {
     Answered,
 }
 
-/// The request's input as items, after the continued context's.
-fn full_input(
-    body: &mut Map<String, Value>,
-    continued: Option<Context>,
-    message_bytes: usize,
-) -> Result<(Vec<Value>, usize), ApiError> {
-    let new = match body.remove("input") {
-        Some(Value::Array(items)) => items,
-        Some(Value::String(text)) => vec![serde_json::json!({
-            "type": "message", "role": "user", "content": text
-        })],
-        None if continued.is_some() => Vec::new(),
-        None => {
-            return Err(
-                ApiError::invalid("input", "Missing required parameter: 'input'.")
-                    .with_code(ErrorCode::MissingRequiredParameter),
-            )
+/// A `response.create`'s own input as items: a string is one user message; none at all is no
+/// item when a context is continued.
+fn new_input(input: Option<Node<'_>>, continues: bool) -> Result<Vec<Node<'_>>, ApiError> {
+    match input {
+        Some(Node::Str(text)) => Ok(vec![user_message(text)]),
+        Some(node) if node.is_array() => {
+            Ok(crate::translate::into_items(node)?.unwrap_or_default())
         }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "input",
-                "Invalid 'input': expected a string or an array of items.",
-            )
-            .with_code(ErrorCode::InvalidType))
-        }
-    };
-    Ok(match continued {
-        None => (new, message_bytes),
-        Some(context) => {
-            let bytes = context.bytes + message_bytes;
-            let mut items = context.into_items()?;
-            items.extend(new);
-            (items, bytes)
-        }
-    })
+        None if continues => Ok(Vec::new()),
+        None => Err(
+            ApiError::invalid("input", "Missing required parameter: 'input'.")
+                .with_code(ErrorCode::MissingRequiredParameter),
+        ),
+        Some(_) => Err(ApiError::invalid(
+            "input",
+            "Invalid 'input': expected a string or an array of items.",
+        )
+        .with_code(ErrorCode::InvalidType)),
+    }
+}
+
+/// `{"type": "message", "role": "user", "content": text}`.
+fn user_message(text: Str<'_>) -> Node<'_> {
+    let word = |w: &'static str| Node::Str(Str::Decoded(Cow::Borrowed(w)));
+    Node::Object(vec![
+        (Cow::Borrowed("type"), word("message")),
+        (Cow::Borrowed("role"), word("user")),
+        (Cow::Borrowed("content"), Node::Str(text)),
+    ])
+}
+
+/// Whether an input item is a `compaction_trigger`.
+fn is_compaction_trigger(item: &Node<'_>) -> bool {
+    match item {
+        Node::Object(fields) => fields
+            .iter()
+            .any(|(k, v)| k == "type" && matches!(v, Node::Str(t) if *t == *"compaction_trigger")),
+        _ => false,
+    }
 }
 
 /// Whether a request head opens the WebSocket transport: the Responses path (its query aside)

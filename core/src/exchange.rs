@@ -476,7 +476,7 @@ struct Compacting {
     /// a parsed object.
     capped: bool,
     meta: Meta,
-    /// What the turn echoes as `previous_response_id` ([`Exchange::request_object`]).
+    /// What the turn echoes as `previous_response_id` ([`Exchange::request_read`]).
     continues: Option<String>,
     /// The call's answer, once its head came.
     answer: Option<CallAnswer>,
@@ -986,12 +986,17 @@ impl Exchange {
         }
     }
 
-    /// The client's request already parsed into an object (a `create`): the same rules as
-    /// [`Exchange::request_body`] without parsing it again. `continues`: the response whose
-    /// context the caller put at the head of `input` (echoed as `previous_response_id`).
-    pub fn request_object(
+    /// The client's request already read (a `create`): the same rules as
+    /// [`Exchange::request_body`] without reading it again. `request_bytes`: about the size of
+    /// what was read. `whole`: the request written out, when it asks for automatic compaction
+    /// (the summarising request and the compacted turn read it again). `continues`: the
+    /// response whose context the caller put at the head of `input` (echoed as
+    /// `previous_response_id`).
+    pub(crate) fn request_read(
         &mut self,
-        body: serde_json::Map<String, serde_json::Value>,
+        req: translate::Obj<'_, '_>,
+        request_bytes: usize,
+        whole: Option<Bytes>,
         continues: Option<String>,
         meta: Meta,
     ) -> RequestStep {
@@ -1000,20 +1005,25 @@ impl Exchange {
         {
             return RequestStep::Reply(self.fail(Fault::ObjectOutOfPlace.error()));
         }
-        let body = translate::request::object_body(&body);
         let options = self.options();
-        let translated =
-            translate::request::translate_window(&body, false, &options, meta, Window::Turn);
-        match translated {
-            Ok(turn) if turn.compaction_due.is_some() => {
+        let translated = translate::request::translate_read(req, request_bytes, &options, meta);
+        match (translated, whole) {
+            (Ok(turn), Some(body)) if turn.compaction_due.is_some() => {
                 let summarising = summarise(&body, false, &options, meta);
                 drop(options);
-                self.compact(Bytes::from(body), false, continues, meta, turn, summarising)
+                self.compact(body, false, continues, meta, turn, summarising)
             }
-            other => self.forward(other.map(|mut t| {
-                t.plan.echo.previous_response_id = continues;
-                t
-            })),
+            (Ok(turn), None) if turn.compaction_due.is_some() => {
+                drop(options);
+                RequestStep::Reply(self.fail(Fault::ObjectOutOfPlace.error()))
+            }
+            (other, _) => {
+                drop(options);
+                self.forward(other.map(|mut t| {
+                    t.plan.echo.previous_response_id = continues;
+                    t
+                }))
+            }
         }
     }
 

@@ -12,11 +12,17 @@
 //! they produce is counted as it is produced. Three bounds, each a 413 where it trips (the
 //! decoders stop there):
 //! - the encoded body and the decoded body are each at most `max_request_bytes`;
-//! - the work: the bytes every decoder reads (the encoded body, and each layer between two
-//!   decoders) add up to at most [`WORK_PER_CAP`] times the cap, a `br` byte counting
-//!   [`Coding::cost`] times. Bytes that decode to nothing (empty gzip members and deflate
-//!   blocks, zstd skippable frames, brotli metadata) are read, so counted: a body of any shape
-//!   costs a bounded time (benches/decode.rs measures the worst);
+//! - the work: what the decoders will do is counted before they do it, in units of about the
+//!   cheapest work a byte takes at its worst, and adds up to at most [`work_budget`] (about
+//!   [`WORK_PER_CAP`] times the cap). Every byte a decoder reads (the encoded body, and each
+//!   layer between two decoders) is a unit, a brotli byte two ([`Coding::read_cost`]); a
+//!   deflate block (gzip, deflate) is [`BLOCK_COST`] more, whatever it holds, since its codes
+//!   are built before its data is read; brotli's decoder is charged a unit for each byte it
+//!   writes and for the tables, maps and trees it allocates (what its meta-block headers make
+//!   it build), through the allocator it takes ([`Charged`]). Bytes that decode
+//!   to nothing (empty gzip members and deflate blocks, zstd skippable frames, brotli metadata)
+//!   are read, so counted: a body of any shape costs a bounded time (benches/decode.rs keeps
+//!   the worst shapes found and measures them);
 //! - at most [`MAX_CODINGS`] codings (a 415 beyond).
 //!
 //! Memory: the decoded body (at most the cap) and each coding's window (deflate 32 KiB,
@@ -25,8 +31,12 @@
 
 use std::fmt;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use brotli_decompressor::writer::DecompressorWriterCustomAlloc;
+use brotli_decompressor::{Allocator, HuffmanCode, StandardAlloc};
+use zlib_rs::{Inflate, InflateFlush};
 
 use crate::openresponses::{ApiError, ErrorCode};
 
@@ -38,9 +48,34 @@ pub const HEADER: &str = "content-encoding";
 /// a decoder's worth of work to the body's budget.
 pub const MAX_CODINGS: usize = 2;
 
-/// The decoders of one body read at most this many times `max_request_bytes` in all (see the
-/// module docs): two layers of incompressible content at the cap fit, and no more.
+/// The decoders of one body do at most this many units of work per byte of
+/// `max_request_bytes`, and an eighth more ([`work_budget`], see the module docs): two layers
+/// of incompressible content at the cap fit, with the calls of their blocks, and no more. At
+/// ~20 ns a unit at worst (benches/decode.rs), the default cap's 34 Mi units are about 0.7 s.
 pub const WORK_PER_CAP: usize = 2;
+
+/// The units of work the decoders of one body may do, for a cap of `limit` bytes: each byte
+/// of two layers at the cap, and an eighth of the cap for the calls a stream's blocks and
+/// buffers take (~1,500 for 16 MiB of gzip: 240 Ki units).
+pub fn work_budget(limit: usize) -> usize {
+    limit.saturating_mul(WORK_PER_CAP).saturating_add(limit / 8)
+}
+
+/// The units a deflate block costs besides its bytes, charged before each call of the
+/// decoder (which begins at most one block): a dynamic block of full codes (286 literal and
+/// length codes, 30 distance codes) is ~30 bytes and takes zlib-rs 4 to 5 µs to build, about
+/// 200 units' worth (benches/decode.rs, "blocks of full codes").
+pub const BLOCK_COST: usize = 200;
+
+/// The largest brotli context map (64 contexts × 256 block types): brotli's byte allocations
+/// up to this size are its context maps and modes, read entry by entry (a map's inverse
+/// move-to-front transform moves up to 255 entries for each), a unit a byte; larger ones are
+/// its window, written only as output is (counted there), a unit per 64 bytes.
+const BROTLI_MAP_MAX: usize = 64 * 256;
+
+/// Brotli's prefix-code tables and their offsets: allocated for every meta-block (1,080 entries
+/// a tree) and built entry by entry, a unit per 4 entries.
+const BROTLI_ENTRIES_PER_UNIT: usize = 4;
 
 /// A content coding this server decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,15 +104,14 @@ impl Coding {
         }
     }
 
-    /// What one byte read by this coding's decoder counts against the work budget: its worst
-    /// cost per byte, in units of the cheapest's, rounded up (benches/decode.rs measured,
-    /// on hostile bodies: gzip and deflate ~25 ns a byte at worst (empty dynamic blocks,
-    /// empty members), zstd ~7 (empty frames), brotli ~200 (small meta-blocks each with its
-    /// own prefix codes: its decoder allocates and builds tables for every one)).
-    pub fn cost(self) -> usize {
+    /// The units a byte read by this coding's decoder costs: a brotli byte two (its cheapest
+    /// hostile shape, one-byte metadata blocks, costs it 26 to 42 ns a byte, twice what a zstd
+    /// byte costs at worst, empty frames); the others one. What a decoder builds is charged
+    /// besides (a deflate block, brotli's tables and output).
+    pub fn read_cost(self) -> usize {
         match self {
             Coding::Gzip | Coding::Deflate | Coding::Zstd => 1,
-            Coding::Brotli => 8,
+            Coding::Brotli => 2,
         }
     }
 
@@ -141,6 +175,7 @@ pub struct Decoder {
     /// Encoded bytes taken so far (bounded by the cap too).
     taken: usize,
     limit: usize,
+    work: Arc<Work>,
 }
 
 impl fmt::Debug for Decoder {
@@ -162,14 +197,15 @@ impl Decoder {
             limit,
         });
         let work = Arc::new(Work {
-            read: AtomicUsize::new(0),
-            budget: limit.saturating_mul(WORK_PER_CAP),
+            spent: AtomicUsize::new(0),
+            budget: work_budget(limit),
+            exceeded: AtomicBool::new(false),
         });
         // The coding applied last is undone first; each decoder's reads are metered.
         for coding in codings {
             chain = Box::new(Metered {
-                decoder: stage(*coding, chain, limit),
-                cost: coding.cost(),
+                decoder: stage(*coding, chain, limit, &work),
+                cost: coding.read_cost(),
                 work: Arc::clone(&work),
             });
         }
@@ -178,6 +214,7 @@ impl Decoder {
             codings: codings.to_vec(),
             taken: 0,
             limit,
+            work,
         }
     }
 
@@ -207,25 +244,27 @@ impl Decoder {
     }
 
     fn error(&self, e: &io::Error) -> ApiError {
-        match e
+        let bound = e
             .get_ref()
-            .and_then(|inner| inner.downcast_ref::<TooLarge>())
-        {
-            Some(TooLarge::Decoded) => too_large(self.limit, "The request body, decoded,"),
-            Some(TooLarge::Work) => {
+            .and_then(|inner| inner.downcast_ref::<TooLarge>());
+        // Brotli's decoder fails in its own words when its allocator refuses: the budget says.
+        match (bound, self.work.exceeded.load(Ordering::Relaxed)) {
+            (Some(TooLarge::Decoded), _) => too_large(self.limit, "The request body, decoded,"),
+            (Some(TooLarge::Work), _) | (None, true) => {
                 let names: Vec<&str> = self.codings.iter().map(|c| c.as_str()).collect();
                 ApiError::invalid_body(format!(
                     "The request body takes more decoding than this server gives one body: \
-                     its layers ({}) add up to more than {WORK_PER_CAP} times \
-                     --max-request-bytes ({} bytes), a br byte counting {}.",
+                     its layers ({}) add up to more than {} units of work, about {WORK_PER_CAP} \
+                     times --max-request-bytes ({} bytes) (a unit a byte read, more for a \
+                     deflate block and for what a brotli header makes its decoder build).",
                     names.join(", "),
+                    work_budget(self.limit),
                     self.limit,
-                    Coding::Brotli.cost()
                 ))
                 .with_status(413)
                 .with_code(ErrorCode::RequestTooLarge)
             }
-            None => self.invalid(&e.to_string()),
+            (None, false) => self.invalid(&e.to_string()),
         }
     }
 
@@ -253,18 +292,12 @@ trait Stage: Write + Send {
     fn finish(self: Box<Self>) -> io::Result<Vec<u8>>;
 }
 
-/// The decoder of `coding`, writing into `next`.
-fn stage(coding: Coding, next: Box<dyn Stage>, limit: usize) -> Box<dyn Stage> {
+/// The decoder of `coding`, writing into `next`, charging what it builds to `work`.
+fn stage(coding: Coding, next: Box<dyn Stage>, limit: usize, work: &Arc<Work>) -> Box<dyn Stage> {
     match coding {
-        Coding::Gzip => Box::new(Gzip(flate2::write::MultiGzDecoder::new(next))),
-        Coding::Deflate => Box::new(Deflate::Sniffing {
-            head: Vec::new(),
-            next,
-        }),
-        Coding::Brotli => Box::new(Brotli(brotli_decompressor::DecompressorWriter::new(
-            next,
-            BROTLI_BUFFER,
-        ))),
+        Coding::Gzip => Box::new(Inflater::new(Format::Gzip, next, work)),
+        Coding::Deflate => Box::new(Inflater::new(Format::Sniffing, next, work)),
+        Coding::Brotli => Box::new(Brotli::new(next, work)),
         Coding::Zstd => match Zstd::new(next, limit) {
             Ok(z) => Box::new(z),
             Err(e) => Box::new(Failed(Some(e))),
@@ -272,8 +305,9 @@ fn stage(coding: Coding, next: Box<dyn Stage>, limit: usize) -> Box<dyn Stage> {
     }
 }
 
-/// The output buffer of the brotli decoder (its window is its own, at most 16 MiB).
-const BROTLI_BUFFER: usize = 32 * 1024;
+/// The output buffer of the brotli and deflate decoders (brotli's window is its own, at most
+/// 16 MiB; deflate's, 32 KiB).
+const OUTPUT_BUFFER: usize = 32 * 1024;
 
 /// The decoded body, refusing to grow beyond the cap.
 struct Body {
@@ -321,19 +355,39 @@ impl Stage for Body {
     }
 }
 
-/// What the decoders of one body have read, against its budget (shared by its stages: an
-/// outer decoder's output is read by the inner one within the same write).
+/// The work the decoders of one body are charged, against its budget (shared by its stages:
+/// an outer decoder's output is read by the inner one within the same write).
 #[derive(Debug)]
 struct Work {
-    read: AtomicUsize,
+    spent: AtomicUsize,
     budget: usize,
+    /// A charge was refused: whatever error follows is the budget's.
+    exceeded: AtomicBool,
+}
+
+impl Work {
+    /// Counts `units` about to be spent; past the budget they are not, and every later charge
+    /// is refused too.
+    fn charge(&self, units: usize) -> io::Result<()> {
+        let spent = self.spent.fetch_add(units, Ordering::Relaxed);
+        if spent.saturating_add(units) > self.budget {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(io::Error::other(TooLarge::Work));
+        }
+        Ok(())
+    }
+
+    /// Gives back units charged and not spent.
+    fn refund(&self, units: usize) {
+        self.spent.fetch_sub(units, Ordering::Relaxed);
+    }
 }
 
 /// A decoder whose reads count against the body's [`Work`]: refused before it reads a byte
 /// over the budget.
 struct Metered {
     decoder: Box<dyn Stage>,
-    /// What a byte read costs ([`Coding::cost`]).
+    /// What a byte read costs ([`Coding::read_cost`]).
     cost: usize,
     work: Arc<Work>,
 }
@@ -342,14 +396,9 @@ impl Write for Metered {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // Counted before the decoder runs, so that the decoders inside, reading its output
         // within this write, see it; what it leaves unread is given back.
-        let cost = buf.len().saturating_mul(self.cost);
-        let read = self.work.read.fetch_add(cost, Ordering::Relaxed);
-        if read.saturating_add(cost) > self.work.budget {
-            return Err(io::Error::other(TooLarge::Work));
-        }
+        self.work.charge(buf.len().saturating_mul(self.cost))?;
         let n = self.decoder.write(buf)?;
-        let unread = (buf.len() - n).saturating_mul(self.cost);
-        self.work.read.fetch_sub(unread, Ordering::Relaxed);
+        self.work.refund((buf.len() - n) * self.cost);
         Ok(n)
     }
 
@@ -364,100 +413,172 @@ impl Stage for Metered {
     }
 }
 
-struct Gzip(flate2::write::MultiGzDecoder<Box<dyn Stage>>);
-
-impl Write for Gzip {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
-    }
+/// The framing around a deflate stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// gzip, one member or several.
+    Gzip,
+    /// `deflate`, until its first two bytes tell zlib (as the HTTP spec has it) from raw
+    /// deflate (as some clients send it): a zlib header names the deflate method and is a
+    /// multiple of 31.
+    Sniffing,
+    Zlib,
+    Raw,
 }
 
-impl Stage for Gzip {
-    fn finish(self: Box<Self>) -> io::Result<Vec<u8>> {
-        self.0.finish()?.finish()
+/// gzip, zlib or raw deflate, decoded by zlib-rs one block at a time
+/// ([`InflateFlush::Block`]): each call begins at most one block, whose codes it may build
+/// before its data (the costly part of a hostile body: a block of full codes is ~30 bytes and
+/// 4 to 5 µs), so each is charged [`BLOCK_COST`] before it is made.
+struct Inflater {
+    format: Format,
+    /// `None` before the first call and between gzip members.
+    inflate: Option<Inflate>,
+    /// The first bytes of a `deflate` body while they are sniffed.
+    head: Vec<u8>,
+    /// The stream ended (gzip: a member did): what follows is another member, or an error.
+    ended: bool,
+    out: Vec<u8>,
+    next: Box<dyn Stage>,
+    work: Arc<Work>,
+}
+
+impl Inflater {
+    fn new(format: Format, next: Box<dyn Stage>, work: &Arc<Work>) -> Inflater {
+        Inflater {
+            format,
+            inflate: None,
+            head: Vec::new(),
+            ended: false,
+            out: vec![0; OUTPUT_BUFFER],
+            next,
+            work: Arc::clone(work),
+        }
     }
-}
 
-/// `deflate` is zlib by the HTTP spec; some clients send raw deflate. The first two bytes
-/// tell: a zlib header names the deflate method and is a multiple of 31.
-enum Deflate {
-    Sniffing {
-        head: Vec<u8>,
-        next: Box<dyn Stage>,
-    },
-    Zlib(flate2::write::ZlibDecoder<Box<dyn Stage>>),
-    Raw(flate2::write::DeflateDecoder<Box<dyn Stage>>),
-    /// Between states (never seen outside a call).
-    Empty,
-}
-
-impl Deflate {
     fn is_zlib(head: &[u8]) -> bool {
         let (cmf, flg) = (head[0], head[1]);
         cmf & 0x0f == 8 && (u16::from(cmf) << 8 | u16::from(flg)) % 31 == 0
     }
 
-    /// Picks the format from `head` (two bytes, or fewer at the end of the body).
+    /// Picks zlib or raw deflate from the sniffed bytes (two, or fewer at the body's end),
+    /// then decodes them.
     fn decide(&mut self) -> io::Result<()> {
-        if !matches!(self, Deflate::Sniffing { .. }) {
+        if self.format != Format::Sniffing {
             return Ok(());
         }
-        let Deflate::Sniffing { head, next } = std::mem::replace(self, Deflate::Empty) else {
-            unreachable!("matched above")
-        };
-        *self = if head.len() >= 2 && Deflate::is_zlib(&head) {
-            Deflate::Zlib(flate2::write::ZlibDecoder::new(next))
+        let head = std::mem::take(&mut self.head);
+        self.format = if head.len() >= 2 && Inflater::is_zlib(&head) {
+            Format::Zlib
         } else {
-            Deflate::Raw(flate2::write::DeflateDecoder::new(next))
+            Format::Raw
         };
-        self.write_all(&head)
+        self.inflate_all(&head)
+    }
+
+    fn inflate_all(&mut self, mut input: &[u8]) -> io::Result<()> {
+        while !input.is_empty() {
+            if self.ended {
+                if self.format != Format::Gzip {
+                    return Err(io::Error::other(
+                        "there is more after the end of the stream",
+                    ));
+                }
+                // The next gzip member.
+                self.inflate = None;
+                self.ended = false;
+            }
+            let used = self.step(input)?;
+            input = &input[used..];
+        }
+        Ok(())
+    }
+
+    /// One call of the decoder, charged first; what it made is passed on. The input it used.
+    fn step(&mut self, input: &[u8]) -> io::Result<usize> {
+        self.work.charge(BLOCK_COST)?;
+        let format = self.format;
+        let inflate = self.inflate.get_or_insert_with(|| match format {
+            Format::Gzip => Inflate::new(true, 16 + 15),
+            Format::Zlib => Inflate::new(true, 15),
+            Format::Raw | Format::Sniffing => Inflate::new(false, 15),
+        });
+        let (read, written) = (inflate.total_in(), inflate.total_out());
+        let status = inflate
+            .decompress(input, &mut self.out, InflateFlush::Block)
+            .map_err(|e| io::Error::other(inflate.error_message().unwrap_or(e.as_str())))?;
+        let used = usize::try_from(inflate.total_in() - read).unwrap_or(usize::MAX);
+        let made = usize::try_from(inflate.total_out() - written).unwrap_or(usize::MAX);
+        if status == zlib_rs::Status::StreamEnd {
+            self.ended = true;
+        }
+        self.next.write_all(&self.out[..made])?;
+        if used == 0 && made == 0 && !self.ended {
+            return Err(io::Error::other("the stream is not complete"));
+        }
+        Ok(used)
     }
 }
 
-impl Write for Deflate {
+impl Write for Inflater {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Deflate::Sniffing { head, .. } => {
-                let n = buf.len().min(2 - head.len());
-                head.extend_from_slice(&buf[..n]);
-                if head.len() == 2 {
-                    self.decide()?;
-                }
-                Ok(n)
+        let mut input = buf;
+        if self.format == Format::Sniffing {
+            let n = input.len().min(2 - self.head.len());
+            self.head.extend_from_slice(&input[..n]);
+            input = &input[n..];
+            if self.head.len() < 2 {
+                return Ok(buf.len());
             }
-            Deflate::Zlib(d) => d.write(buf),
-            Deflate::Raw(d) => d.write(buf),
-            Deflate::Empty => Err(io::Error::other("the deflate decoder failed")),
+            self.decide()?;
         }
+        self.inflate_all(input)?;
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Deflate::Zlib(d) => d.flush(),
-            Deflate::Raw(d) => d.flush(),
-            Deflate::Sniffing { .. } | Deflate::Empty => Ok(()),
-        }
+        Ok(())
     }
 }
 
-impl Stage for Deflate {
+impl Stage for Inflater {
     fn finish(mut self: Box<Self>) -> io::Result<Vec<u8>> {
         self.decide()?;
-        match *self {
-            Deflate::Zlib(d) => d.finish()?.finish(),
-            Deflate::Raw(d) => d.finish()?.finish(),
-            Deflate::Sniffing { .. } | Deflate::Empty => {
-                Err(io::Error::other("the deflate decoder failed"))
-            }
+        // What the decoder still holds (its output buffer was full), up to the stream's end:
+        // a call that makes nothing more is a stream cut short.
+        while !self.ended {
+            self.step(&[])?;
         }
+        self.next.finish()
     }
 }
 
-struct Brotli(brotli_decompressor::DecompressorWriter<Box<dyn Stage>>);
+/// brotli's decoder, its allocations charged ([`Charged`]) and its output counted (a unit a
+/// byte: its commands and block switches cost per byte written, ~24 ns at worst, a block
+/// switch before every symbol).
+struct Brotli(DecompressorWriterCustomAlloc<Output, BrotliBuffer, Charged, Charged, Charged>);
+
+type BrotliBuffer = <StandardAlloc as Allocator<u8>>::AllocatedMemory;
+
+impl Brotli {
+    fn new(next: Box<dyn Stage>, work: &Arc<Work>) -> Brotli {
+        let buffer = <StandardAlloc as Allocator<u8>>::alloc_cell(
+            &mut StandardAlloc::default(),
+            OUTPUT_BUFFER,
+        );
+        let charged = || Charged(Arc::clone(work));
+        Brotli(DecompressorWriterCustomAlloc::new(
+            Output {
+                next,
+                work: Arc::clone(work),
+            },
+            buffer,
+            charged(),
+            charged(),
+            charged(),
+        ))
+    }
+}
 
 impl Write for Brotli {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -474,10 +595,85 @@ impl Stage for Brotli {
         // `close` fails on a stream that ended early (or not at a stream's end).
         self.0.close()?;
         match self.0.into_inner() {
-            Ok(next) => next.finish(),
+            Ok(output) => output.next.finish(),
             Err(_) => Err(io::Error::other("the brotli stream is not complete")),
         }
     }
+}
+
+/// brotli's output on its way to the next stage, a unit a byte.
+struct Output {
+    next: Box<dyn Stage>,
+    work: Arc<Work>,
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.work.charge(buf.len())?;
+        let n = self.next.write(buf)?;
+        self.work.refund(buf.len() - n);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.next.flush()
+    }
+}
+
+/// The allocator brotli's decoder takes (it is written to take one): each allocation is
+/// charged to the body's work before it is made, for what the decoder does with it (see
+/// [`BROTLI_MAP_MAX`], [`BROTLI_ENTRIES_PER_UNIT`]); a meta-block header declaring 256 block
+/// types and trees of each kind with full context maps makes it build ~700 KiB of tables
+/// from ~800 bytes. Past the budget it allocates nothing, which the decoder takes as a
+/// failure (the error then says the budget's words, [`Decoder::error`]).
+struct Charged(Arc<Work>);
+
+impl Allocator<u8> for Charged {
+    type AllocatedMemory = <StandardAlloc as Allocator<u8>>::AllocatedMemory;
+
+    fn alloc_cell(&mut self, len: usize) -> Self::AllocatedMemory {
+        let units = if len <= BROTLI_MAP_MAX { len } else { len / 64 };
+        if self.0.charge(units).is_err() {
+            return Self::AllocatedMemory::default();
+        }
+        <StandardAlloc as Allocator<u8>>::alloc_cell(&mut StandardAlloc::default(), len)
+    }
+
+    fn free_cell(&mut self, _: Self::AllocatedMemory) {}
+}
+
+impl Allocator<u32> for Charged {
+    type AllocatedMemory = <StandardAlloc as Allocator<u32>>::AllocatedMemory;
+
+    fn alloc_cell(&mut self, len: usize) -> Self::AllocatedMemory {
+        if self
+            .0
+            .charge(len.div_ceil(BROTLI_ENTRIES_PER_UNIT))
+            .is_err()
+        {
+            return Self::AllocatedMemory::default();
+        }
+        <StandardAlloc as Allocator<u32>>::alloc_cell(&mut StandardAlloc::default(), len)
+    }
+
+    fn free_cell(&mut self, _: Self::AllocatedMemory) {}
+}
+
+impl Allocator<HuffmanCode> for Charged {
+    type AllocatedMemory = <StandardAlloc as Allocator<HuffmanCode>>::AllocatedMemory;
+
+    fn alloc_cell(&mut self, len: usize) -> Self::AllocatedMemory {
+        if self
+            .0
+            .charge(len.div_ceil(BROTLI_ENTRIES_PER_UNIT))
+            .is_err()
+        {
+            return Self::AllocatedMemory::default();
+        }
+        <StandardAlloc as Allocator<HuffmanCode>>::alloc_cell(&mut StandardAlloc::default(), len)
+    }
+
+    fn free_cell(&mut self, _: Self::AllocatedMemory) {}
 }
 
 struct Zstd(zstd::stream::write::Decoder<'static, Box<dyn Stage>>);

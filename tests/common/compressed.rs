@@ -1,7 +1,9 @@
 //! Compressed request bodies: a streaming [`Compressor`] of each coding, and hostile shapes,
 //! those that cost a decoder the most work for the fewest bytes (empty gzip members, empty
-//! deflate blocks of each type, empty zstd frames and blocks, zstd skippable frames, brotli
-//! metadata blocks), each at most the size asked (within a few bytes of it). Used by
+//! deflate blocks of each type, deflate blocks of full codes, empty zstd frames and blocks,
+//! zstd skippable frames, brotli metadata blocks, brotli meta-blocks declaring 256 block types
+//! and trees of each kind, brotli block switches before every symbol), each at most the size
+//! asked (within a meta-block of it). Used by
 //! tests/e2e/compression.rs and benches/decode.rs, and included by
 //! core/src/request_encoding/tests.rs (the decoder they attack).
 #![allow(dead_code)]
@@ -177,6 +179,84 @@ impl EmptyBlock {
     const MAX_BYTES: usize = 13;
 }
 
+impl EmptyBlock {
+    /// A dynamic block that declares every code (286 literal/length codes, 226 of 8 bits and
+    /// 60 of 9; 30 distance codes, 2 of 4 bits and 28 of 5), then ends: ~30 bytes whose codes
+    /// a decoder builds in full before it reads the end.
+    fn write_full_codes(bits: &mut Bits, last: bool) {
+        bits.put(u32::from(last), 1);
+        bits.put(2, 2);
+        bits.put(286 - 257, 5);
+        bits.put(30 - 1, 5);
+        // Code-length code lengths in the order 16 17 18 0 8 7 9 6 10 5 11 4: 12 of them.
+        bits.put(12 - 4, 4);
+        for symbol in [16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4] {
+            bits.put(
+                if symbol == 16 {
+                    1
+                } else if [8, 9, 4, 5].contains(&symbol) {
+                    3
+                } else {
+                    0
+                },
+                3,
+            );
+        }
+        // Canonical: 16 = 0; 4 = 100, 5 = 101, 8 = 110, 9 = 111.
+        let length = |bits: &mut Bits, len: u32| match len {
+            4 => bits.code(0b100, 3),
+            5 => bits.code(0b101, 3),
+            8 => bits.code(0b110, 3),
+            9 => bits.code(0b111, 3),
+            _ => unreachable!("lengths used"),
+        };
+        // A run: the length once, then "repeat the previous 3 to 6 times".
+        let run = |bits: &mut Bits, len: u32, count: u32| {
+            length(bits, len);
+            let mut left = count - 1;
+            while left >= 3 {
+                let n = left.min(6);
+                bits.code(0, 1);
+                bits.put(n - 3, 2);
+                left -= n;
+            }
+            for _ in 0..left {
+                length(bits, len);
+            }
+        };
+        run(bits, 8, 226);
+        run(bits, 9, 60);
+        run(bits, 4, 2);
+        run(bits, 5, 28);
+        // End of block (256, the 31st code of 9 bits: 452 + 30).
+        bits.code(482, 9);
+    }
+}
+
+/// A raw deflate stream of blocks of full codes ([`EmptyBlock::write_full_codes`]), at most
+/// `size` bytes, decoding to nothing.
+fn full_codes_deflate(size: usize) -> Vec<u8> {
+    let mut bits = Bits::default();
+    while bits.len() + 2 * 32 <= size {
+        EmptyBlock::write_full_codes(&mut bits, false);
+    }
+    EmptyBlock::write_full_codes(&mut bits, true);
+    bits.bytes
+}
+
+/// gzip of one member of blocks of full codes, at most `size` bytes.
+pub fn gzip_full_code_blocks(size: usize) -> Vec<u8> {
+    gzip_member(&full_codes_deflate(size.saturating_sub(18)))
+}
+
+/// zlib (`content-encoding: deflate`) of blocks of full codes, at most `size` bytes.
+pub fn deflate_full_code_blocks(size: usize) -> Vec<u8> {
+    let mut out = vec![0x78, 0x01];
+    out.extend(full_codes_deflate(size.saturating_sub(6)));
+    out.extend_from_slice(&[0, 0, 0, 1]);
+    out
+}
+
 /// A raw deflate stream of empty blocks, at most `size` bytes (at least 2), decoding to
 /// nothing.
 fn empty_deflate(block: EmptyBlock, size: usize) -> Vec<u8> {
@@ -186,6 +266,16 @@ fn empty_deflate(block: EmptyBlock, size: usize) -> Vec<u8> {
         block.write(&mut bits, false);
     }
     EmptyBlock::Fixed.write(&mut bits, true);
+    bits.bytes
+}
+
+/// Raw deflate (`content-encoding: deflate` as some clients send it) of `n` empty stored
+/// blocks, the last one final.
+pub fn raw_empty_stored_blocks(n: usize) -> Vec<u8> {
+    let mut bits = Bits::default();
+    for i in 0..n {
+        EmptyBlock::Stored.write(&mut bits, i + 1 == n);
+    }
     bits.bytes
 }
 
@@ -270,6 +360,224 @@ pub fn brotli_metadata_blocks(size: usize) -> Vec<u8> {
     // ISLAST, ISLASTEMPTY.
     bits.put(1, 1);
     bits.put(1, 1);
+    bits.bytes
+}
+
+/// The bit length of `x`.
+fn bit_length(x: u32) -> u32 {
+    u32::BITS - x.leading_zeros()
+}
+
+/// A brotli NBLTYPES or NTREES value, 1 to 256.
+fn brotli_count(bits: &mut Bits, n: u32) {
+    let v = n - 1;
+    if v == 0 {
+        bits.put(0, 1);
+        return;
+    }
+    bits.put(1, 1);
+    let k = bit_length(v) - 1;
+    bits.put(k, 3);
+    bits.put(v - (1 << k), k);
+}
+
+/// A brotli simple prefix code of one symbol (read with no bits).
+fn brotli_one_symbol(bits: &mut Bits, alphabet: u32, symbol: u32) {
+    bits.put(1, 2);
+    bits.put(0, 2);
+    bits.put(symbol, bit_length(alphabet - 1));
+}
+
+/// The repeat codes (16) that repeat the previous length `n` times: brotli's repeats of
+/// repeats multiply, 3 to 6 times, then 4 × (that − 2) + 3 to 6, and so on.
+fn brotli_repeats(n: u32) -> Vec<u32> {
+    if n <= 6 {
+        return vec![n - 3];
+    }
+    let extra = (n - 3) % 4;
+    let mut out = brotli_repeats((n - 3 - extra) / 4 + 2);
+    out.push(extra);
+    out
+}
+
+/// A brotli complex prefix code of the alphabet's first symbols, in runs of (length, count)
+/// (one or two lengths, a complete code), its lengths sent with repeat codes.
+fn brotli_full_code(bits: &mut Bits, runs: &[(u32, u32)]) {
+    // The code-length code: 16 one bit, the lengths two bits each (or one bit, alone).
+    let mut lengths = [0u32; 18];
+    lengths[16] = 1;
+    for &(len, _) in runs {
+        lengths[len as usize] = if runs.len() == 1 { 1 } else { 2 };
+    }
+    bits.put(0, 2);
+    let mut space = 32;
+    for symbol in [1, 2, 3, 4, 0, 5, 17, 6, 16, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        // The fixed code of a code-length code length, first bit first.
+        match lengths[symbol] {
+            0 => bits.put(0, 2),
+            1 => bits.put(7, 4),
+            2 => bits.put(3, 3),
+            _ => unreachable!("lengths used"),
+        }
+        if lengths[symbol] != 0 {
+            space -= 32 >> lengths[symbol];
+            if space == 0 {
+                break;
+            }
+        }
+    }
+    // Canonical codes, shorter first, then by symbol: alone, the length is 0 and 16 is 1;
+    // with two lengths, 16 is 0 and the lengths 10 and 11.
+    let repeat = u32::from(runs.len() == 1);
+    let code = |bits: &mut Bits, len: u32| {
+        if runs.len() == 1 {
+            bits.code(0, 1);
+        } else if len == runs[0].0 {
+            bits.code(0b10, 2);
+        } else {
+            bits.code(0b11, 2);
+        }
+    };
+    for &(len, count) in runs {
+        code(bits, len);
+        for extra in brotli_repeats(count - 1) {
+            bits.code(repeat, 1);
+            bits.put(extra, 2);
+        }
+    }
+}
+
+/// What a brotli meta-block declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrotliHeader {
+    /// 256 literal and 256 distance block types, 256 trees of each with one symbol each, and
+    /// full context maps of the last tree, inverse move-to-front transformed (the issue's:
+    /// 16,384 + 1,024 entries moved 255 places each, from ~800 bytes).
+    BlockTypes,
+    /// 256 block types of each kind and 256 trees of each kind, each tree a complete code of
+    /// its whole alphabet (tables of 256, 704 and 64 entries built for each).
+    FullCodes,
+}
+
+/// br of meta-blocks of one byte each, declaring `header`, at most `size` bytes.
+pub fn brotli_headers(header: BrotliHeader, size: usize) -> Vec<u8> {
+    let full = header == BrotliHeader::FullCodes;
+    let meta_block = |bits: &mut Bits| {
+        // Not last, MLEN 1 (four nibbles of MLEN − 1), compressed.
+        bits.put(0, 1);
+        bits.put(0, 2);
+        bits.put(0, 16);
+        bits.put(0, 1);
+        // Literal, insert-and-copy, distance block types: 256 of each but insert-and-copy's
+        // for the shape. A type code and a count code of one symbol each; the first
+        // block's count is 1.
+        let types = [256, if full { 256 } else { 1 }, 256];
+        for n in types {
+            brotli_count(bits, n);
+            if n > 1 {
+                brotli_one_symbol(bits, n + 2, 0);
+                brotli_one_symbol(bits, 26, 0);
+                bits.put(0, 2);
+            }
+        }
+        // NPOSTFIX 0, NDIRECT 0; a context mode for each literal block type.
+        bits.put(0, 6);
+        for _ in 0..types[0] {
+            bits.put(0, 2);
+        }
+        // 256 literal trees, 256 distance trees, each context map all the last tree (one
+        // symbol, no RLE), inverse move-to-front on.
+        for _ in 0..2 {
+            brotli_count(bits, 256);
+            bits.put(0, 1);
+            brotli_one_symbol(bits, 256, 255);
+            bits.put(1, 1);
+        }
+        for _ in 0..256 {
+            if full {
+                brotli_full_code(bits, &[(8, 256)]);
+            } else {
+                brotli_one_symbol(bits, 256, u32::from(b'a'));
+            }
+        }
+        for _ in 0..types[1] {
+            if full {
+                brotli_full_code(bits, &[(9, 320), (10, 384)]);
+            } else {
+                brotli_one_symbol(bits, 704, 8);
+            }
+        }
+        for _ in 0..256 {
+            if full {
+                brotli_full_code(bits, &[(6, 64)]);
+            } else {
+                brotli_one_symbol(bits, 64, 0);
+            }
+        }
+        // One command: insert one literal ('a'), copy two, which the meta-block's end cuts.
+        if full {
+            bits.code(8, 9);
+            bits.code(u32::from(b'a'), 8);
+        }
+    };
+    let mut one = Bits::default();
+    meta_block(&mut one);
+    let mut bits = Bits::default();
+    // WBITS 16.
+    bits.put(0, 1);
+    while bits.len() + one.len() + 2 <= size {
+        meta_block(&mut bits);
+    }
+    // ISLAST, ISLASTEMPTY.
+    bits.put(1, 1);
+    bits.put(1, 1);
+    bits.bytes
+}
+
+/// br of one meta-block whose every symbol comes after a block switch (two bits each): an
+/// insert of four literals and a copy of two, over and over, about `size` bytes decoding to
+/// about 5 times as many (a decoder's costliest work per byte written).
+pub fn brotli_switches(size: usize) -> Vec<u8> {
+    // Ten bits a command: a command switch, four literal switches.
+    let commands = u32::try_from(size.saturating_sub(64) * 8 / 10).expect("a size");
+    let mut bits = Bits::default();
+    bits.put(0, 1);
+    // ISLAST, not empty, MLEN − 1 in as few nibbles as it takes (four to six: the last may
+    // not be zero).
+    let mlen = 6 * commands + 4;
+    let nibbles = (bit_length(mlen - 1).div_ceil(4)).max(4);
+    assert!(nibbles <= 6, "a meta-block of {mlen} bytes");
+    bits.put(1, 1);
+    bits.put(0, 1);
+    bits.put(nibbles - 4, 2);
+    bits.put(mlen - 1, 4 * nibbles);
+    for _ in 0..3 {
+        // Two block types; the type code says "the next type"; counts of 1.
+        brotli_count(&mut bits, 2);
+        brotli_one_symbol(&mut bits, 4, 1);
+        brotli_one_symbol(&mut bits, 26, 0);
+        bits.put(0, 2);
+    }
+    bits.put(0, 6);
+    bits.put(0, 4);
+    brotli_count(&mut bits, 1);
+    brotli_count(&mut bits, 1);
+    brotli_one_symbol(&mut bits, 256, u32::from(b'a'));
+    // Insert four literals, copy two from the last distance (4).
+    for _ in 0..2 {
+        brotli_one_symbol(&mut bits, 704, 32);
+    }
+    brotli_one_symbol(&mut bits, 64, 0);
+    for i in 0..=commands {
+        if i > 0 {
+            bits.put(0, 2);
+        }
+        for j in 0..4 {
+            if i > 0 || j > 0 {
+                bits.put(0, 2);
+            }
+        }
+    }
     bits.bytes
 }
 

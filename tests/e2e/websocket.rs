@@ -745,7 +745,8 @@ async fn a_connection_that_holds_too_much_is_closed_and_the_others_go_on() {
     );
     let mut greedy = connect(&stack).await;
     let mut modest = connect(&stack).await;
-    // A context of ~100 KB (200 KB counted, parsed), then messages over the limit.
+    // A context of ~100 KB (counted at its size: it is kept as the text it came as), then a
+    // message that takes the connection over its limit.
     ask(
         &mut greedy,
         json!({"model": "m", "input": "x".repeat(100_000)}),
@@ -754,7 +755,7 @@ async fn a_connection_that_holds_too_much_is_closed_and_the_others_go_on() {
     let id = completed(&mut greedy).await["response"]["id"].clone();
     ask(
         &mut greedy,
-        json!({"model": "m", "previous_response_id": id, "input": "y".repeat(120_000)}),
+        json!({"model": "m", "previous_response_id": id, "input": "y".repeat(220_000)}),
     )
     .await;
     assert_eq!(
@@ -810,7 +811,24 @@ async fn sigterm_lets_the_response_in_flight_finish_then_closes() {
     let stack = Stack::with_websocket(upstream.port(), &[]);
     let mut ws = connect(&stack).await;
     ask(&mut ws, json!({"model": "m", "input": "x"})).await;
-    gate.wait_reached(TIMEOUT).await;
+    // Nothing reaches the client before the gate but the response's first events; whatever
+    // else does (a failure) is shown with the logs, rather than a wait for the gate to time out.
+    tokio::select! {
+        () = gate.wait_reached(TIMEOUT) => {}
+        message = async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Text(text))) if !text.contains("failed")
+                        && !text.contains(r#""type":"error""#) => {}
+                    other => break other,
+                }
+            }
+        } => panic!(
+            "before the upstream reached the gate: {message:?}\n{}\n{}",
+            stack.translator_logs(),
+            stack.envoy.logs()
+        ),
+    }
     // The processor (ext_proc), Envoy itself (module: the module's bootstrap extension tells
     // the socket, and Envoy waits for it).
     let pid = stack.socket_server_pid().to_string();
@@ -1404,5 +1422,71 @@ async fn a_response_over_http2_extended_connect() {
     assert_eq!(
         events.last().unwrap()["response"]["output"][0]["content"][0]["text"],
         "over h2"
+    );
+}
+
+#[tokio::test]
+async fn three_sockets_sending_the_gzipped_arrays_shape_are_refused_within_the_json_budget() {
+    // The body of compression.rs's three arrays, as one message on each of three sockets (a
+    // socket's messages are not compressed): the same 400, worded without a tree of the
+    // message, and the peak memory of the process serving the sockets raised by less than
+    // the same bound.
+    const ZEROS: usize = 8_300_000;
+    let upstream = ScriptedUpstream::start();
+    upstream.set_default(|| chat_sse("ok"));
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let pid = stack.socket_server_pid();
+    let text = crate::compression::zeros_then_a_byte(ZEROS);
+    let text = String::from_utf8(text).expect("JSON text");
+    let mut sockets = Vec::new();
+    for _ in 0..3 {
+        sockets.push(connect(&stack).await);
+    }
+    // Warm: one socket's first message allocates what later ones reuse.
+    sockets[0].send(Message::text(text.clone())).await.unwrap();
+    assert_eq!(error_code(&recv(&mut sockets[0]).await), "invalid_json");
+    let reset = common::memory::reset_peak(pid);
+    let before = common::memory::resident(pid, "VmHWM:");
+    let sent = sockets
+        .iter_mut()
+        .map(|ws| ws.send(Message::text(text.clone())));
+    for sent in futures_util::future::join_all(sent).await {
+        sent.expect("sent");
+    }
+    let mut events = Vec::new();
+    for ws in &mut sockets {
+        events.push(recv(ws).await);
+    }
+    let after = common::memory::resident(pid, "VmHWM:");
+    println!(
+        "three messages of {} bytes at once: peak memory {} -> {} (+{}; peak reset: {reset})",
+        text.len(),
+        common::memory::mib(before),
+        common::memory::mib(after),
+        common::memory::mib(after.saturating_sub(before))
+    );
+    let column = format!("trailing characters at line 1 column {}", text.len());
+    for event in &events {
+        assert_eq!(error_code(event), "invalid_json", "{event}");
+        assert_eq!(event["status"], 400, "{event}");
+        let message = event["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&column), "{message}");
+    }
+    assert!(
+        after.saturating_sub(before) < crate::compression::THREE_AT_ONCE,
+        "peak memory grew by {}",
+        common::memory::mib(after - before)
+    );
+    // The sockets go on.
+    ask(
+        &mut sockets[1],
+        json!({"model": "m", "input": "still here"}),
+    )
+    .await;
+    completed(&mut sockets[1]).await;
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "only the last request went upstream"
     );
 }

@@ -255,7 +255,7 @@ fn a_layer_between_two_decoders_counts_against_the_work_budget() {
     // Each inner coding's stream of nothing, larger than the budget, in each outer coding:
     // the outer decoder makes it from little, the inner one reads it and yields nothing.
     for inner in Coding::ALL {
-        let stream = compressed::empty_stream(inner.as_str(), WORK_PER_CAP * limit + 1000);
+        let stream = compressed::empty_stream(inner.as_str(), work_budget(limit) + 1000);
         for outer in Coding::ALL {
             let body = encode(outer, &stream);
             assert!(body.len() < limit, "{inner:?} in {outer:?}: {}", body.len());
@@ -293,51 +293,136 @@ fn two_layers_at_the_cap_fit_the_budget() {
 }
 
 #[test]
-fn a_br_byte_counts_eight_so_a_br_layer_is_at_most_a_quarter_of_the_cap() {
+fn a_brotli_body_of_text_at_the_cap_fits_the_budget_and_of_base64_most_of_it() {
+    // Its bytes read two units each, written one: text at the cap (compressed 5 times) fits;
+    // base64 (6 bits a byte: 3/4 of its size in br) fits up to about 0.85 of the cap.
     let limit = 1 << 20;
-    let at = limit * WORK_PER_CAP / Coding::Brotli.cost();
-    assert_eq!(at, limit / 4);
-    // Metadata blocks of exactly that size decode to nothing.
-    let body = compressed::brotli_metadata_blocks(at);
-    assert_eq!(body.len(), at);
-    assert_eq!(decode(&[Coding::Brotli], &body, 1000, limit).unwrap(), b"");
-    assert_eq!(decode(&[Coding::Brotli], &body, at, limit).unwrap(), b"");
-    let body = compressed::brotli_metadata_blocks(at + 1);
-    let e = decode(&[Coding::Brotli], &body, 1000, limit).unwrap_err();
+    for data in [
+        compressed::request_of_words(limit),
+        compressed::request_of_base64(limit * 8 / 10),
+    ] {
+        let body = brotli(&data);
+        assert_eq!(
+            decode(&[Coding::Brotli], &body, 1 << 16, limit).unwrap(),
+            data
+        );
+    }
+    let body = brotli(&compressed::request_of_base64(limit));
+    let e = decode(&[Coding::Brotli], &body, 1 << 16, limit).unwrap_err();
     assert!(over_budget(&e), "{e}");
-    let e = decode(&[Coding::Brotli], &body, at + 1, limit).unwrap_err();
+    // Metadata blocks, which decode to nothing, up to the cap: read through.
+    let body = compressed::brotli_metadata_blocks(limit);
+    assert_eq!(
+        decode(&[Coding::Brotli], &body, 1 << 16, limit).unwrap(),
+        b""
+    );
+}
+
+#[test]
+fn what_a_brotli_header_makes_its_decoder_build_is_charged_before_it_is_built() {
+    // The shape: meta-blocks of one byte, each declaring 256 block types and trees
+    // with full context maps. Before its tables were charged, the budget let 4 MiB of it
+    // through (3.6 s); a sixteenth of that is over the budget now.
+    let limit = 1 << 20;
+    for (header, few) in [
+        (compressed::BrotliHeader::BlockTypes, 4 << 10),
+        (compressed::BrotliHeader::FullCodes, 12 << 10),
+    ] {
+        let body = compressed::brotli_headers(header, limit / 16);
+        for piece in [1 << 16, body.len()] {
+            let e = decode(&[Coding::Brotli], &body, piece, limit).unwrap_err();
+            assert!(over_budget(&e), "{header:?}: {e}");
+        }
+        // A few of them fit: the decoder runs them (each decodes to one byte).
+        let few = compressed::brotli_headers(header, few);
+        let decoded = decode(&[Coding::Brotli], &few, 1 << 16, limit).unwrap();
+        assert!(
+            !decoded.is_empty() && decoded.iter().all(|b| *b == b'a'),
+            "{header:?}"
+        );
+    }
+    // A block switch before every symbol (its cost is in what it writes, which is charged
+    // too): about five bytes written for each read.
+    let body = compressed::brotli_switches(limit / 8);
+    let decoded = decode(&[Coding::Brotli], &body, 1 << 16, limit).unwrap();
+    assert!(decoded.len() > 4 * body.len(), "{}", decoded.len());
+}
+
+#[test]
+fn each_deflate_block_is_charged_before_its_codes_are_built() {
+    // Blocks of full codes (~30 bytes, ~4 µs each): the cap's worth was read through before,
+    // and is over the budget now.
+    let limit = 1 << 20;
+    for (coding, body) in [
+        (Coding::Gzip, compressed::gzip_full_code_blocks(limit)),
+        (Coding::Deflate, compressed::deflate_full_code_blocks(limit)),
+    ] {
+        let e = decode(&[coding], &body, body.len(), limit).unwrap_err();
+        assert!(over_budget(&e), "{coding:?}: {e}");
+    }
+    // Just under and just over: empty stored blocks (5 bytes) in raw deflate, each a call of
+    // the decoder (its block) and its bytes; the last block ends the stream.
+    let per_block = BLOCK_COST + 5;
+    let fits = work_budget(limit) / per_block;
+    let blocks = |n: usize| compressed::raw_empty_stored_blocks(n);
+    let under = blocks(fits - 5);
+    assert_eq!(
+        decode(&[Coding::Deflate], &under, under.len(), limit).unwrap(),
+        b""
+    );
+    let over = blocks(fits + 2);
+    let e = decode(&[Coding::Deflate], &over, over.len(), limit).unwrap_err();
+    assert!(over_budget(&e), "{e}");
+    let far = blocks(4 * fits);
+    let e = decode(&[Coding::Deflate], &far, 1 << 16, 4 * limit).unwrap_err();
     assert!(over_budget(&e), "{e}");
 }
 
 #[test]
-fn bodies_of_nothing_at_the_cap_decode_to_nothing() {
-    // Read in full (the work is bounded by the encoded cap): an empty body, which the
-    // exchange refuses as such.
+fn bodies_of_nothing_decode_to_nothing_within_the_budget() {
+    // Read in full, up to the encoded cap where their bytes are what is charged (zstd,
+    // brotli), up to the budget where their blocks are (gzip, deflate: a block is a unit of
+    // code building, [`BLOCK_COST`]): an empty body, which the exchange refuses as such.
     let limit = 1 << 20;
+    let blocks = work_budget(limit) / (BLOCK_COST + 32);
     use compressed::EmptyBlock;
     for (coding, body) in [
-        (Coding::Gzip, compressed::gzip_empty_members(limit)),
         (
             Coding::Gzip,
-            compressed::gzip_empty_blocks(EmptyBlock::Dynamic, limit),
+            compressed::gzip_empty_members(20 * blocks / 4),
+        ),
+        (
+            Coding::Gzip,
+            compressed::gzip_empty_blocks(EmptyBlock::Dynamic, 12 * blocks),
         ),
         (
             Coding::Deflate,
-            compressed::deflate_empty_blocks(EmptyBlock::Fixed, limit),
+            compressed::deflate_empty_blocks(EmptyBlock::Fixed, blocks + blocks / 4),
         ),
         (
             Coding::Deflate,
-            compressed::deflate_empty_blocks(EmptyBlock::Stored, limit),
+            compressed::deflate_empty_blocks(EmptyBlock::Stored, 5 * blocks),
         ),
         (Coding::Zstd, compressed::zstd_empty_frames(limit)),
         (Coding::Zstd, compressed::zstd_empty_blocks(limit)),
         (Coding::Zstd, compressed::zstd_skippable_frames(0, limit)),
+        (Coding::Brotli, compressed::brotli_metadata_blocks(limit)),
     ] {
-        assert!(body.len() > limit - 64 && body.len() <= limit, "{coding:?}");
         assert_eq!(
             decode(&[coding], &body, 1 << 16, limit).unwrap(),
             b"",
             "{coding:?}"
         );
+    }
+    // The cap's worth of empty deflate blocks is over it.
+    for (coding, body) in [
+        (Coding::Gzip, compressed::gzip_empty_members(limit)),
+        (
+            Coding::Deflate,
+            compressed::deflate_empty_blocks(EmptyBlock::Stored, limit),
+        ),
+    ] {
+        let e = decode(&[coding], &body, 1 << 16, limit).unwrap_err();
+        assert!(over_budget(&e), "{coding:?}: {e}");
     }
 }

@@ -74,16 +74,20 @@ pub(crate) fn bad_value(path: impl fmt::Display, message: impl Into<String>) -> 
     ApiError::invalid(path.to_string(), message).with_code(ErrorCode::InvalidValue)
 }
 
-/// A kept container read as nodes. It was checked when the body was read, so this cannot
-/// fail; if it did, the request fails rather than pass unread.
+/// A kept container read as nodes, within a memory budget of its size. It was checked when
+/// the body was read, so this cannot fail otherwise; if it did, the request fails rather than
+/// pass unread.
 fn opened<'a>(node: Node<'a>) -> Result<Node<'a>, ApiError> {
     match node {
-        Node::Kept(raw, kind) => document::open(raw, kind).map_err(|_| {
-            ApiError::server(
+        Node::Kept(raw, kind) => document::open(raw, kind).map_err(|refused| match refused {
+            document::Refused::TooComplex => {
+                crate::translate::request::too_complex(raw.get().len())
+            }
+            document::Refused::Invalid => ApiError::server(
                 500,
                 ErrorCode::InternalError,
                 "The request could not be read again.",
-            )
+            ),
         }),
         other => Ok(other),
     }
@@ -123,11 +127,16 @@ impl<'a, 'p> Obj<'a, 'p> {
 
     /// Removes a field; JSON `null` counts as absent, as the schema's nullable fields allow.
     pub fn take(&mut self, key: &str) -> Option<Node<'a>> {
-        let at = self.fields.iter().position(|(k, _)| k == key)?;
-        match self.fields.swap_remove(at).1 {
+        match self.remove(key)? {
             Node::Null => None,
             v => Some(v),
         }
+    }
+
+    /// Removes a field, `null` included.
+    pub fn remove(&mut self, key: &str) -> Option<Node<'a>> {
+        let at = self.fields.iter().position(|(k, _)| k == key)?;
+        Some(self.fields.swap_remove(at).1)
     }
 
     pub fn has(&self, key: &str) -> bool {

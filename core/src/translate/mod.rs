@@ -28,6 +28,7 @@ mod calls;
 pub mod compact;
 mod compaction;
 mod fields;
+pub(crate) use fields::{into_items, Obj};
 pub mod json;
 pub mod request;
 pub mod response;
@@ -46,7 +47,6 @@ pub(crate) use calls::{flat_name, OfferedTool, ToolKind};
 
 pub use fields::is_client_bookkeeping;
 pub use request::translate as translate_request;
-pub use request::translate_object as translate_request_object;
 
 /// Which event names carry reasoning text in one exchange's stream: chosen per exchange from
 /// the policy ([`crate::client::ReasoningEventsPolicy`]) and the client's headers.

@@ -12,11 +12,20 @@
 //! checks the syntax and what it decodes, and what its scan of a kept token does not check is
 //! checked here (a string's surrogate escapes; in a container, the nesting limit, duplicate
 //! keys, numbers that may overflow and surrogate escapes). A body this refuses is refused as
-//! [`Invalid`], and the caller asks [`super::parse`] for its error, so messages and positions
-//! are serde_json's as before.
+//! [`Refused::Invalid`], and the caller asks [`super::check`] for its error, so messages and
+//! positions are serde_json's as before.
+//!
+//! What a read builds besides the text it borrows (nodes, fields, the keys a kept container's
+//! check holds, strings decoded; each container is gathered on a scratch stack, then moved into
+//! a vector of exactly its size) is counted against a [`Budget`] as it is allocated, before:
+//! [`TREE_BYTES_PER_BYTE`] times the text, plus [`TREE_BYTES_FLOOR`]. A body whose values
+//! would take more (millions of tiny values: `[0,0,0,…]` is 32 bytes of nodes for every 2 of
+//! text) is refused as [`Refused::TooComplex`] where the count crosses it.
 
 use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::mem::size_of;
 use std::sync::OnceLock;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -34,9 +43,116 @@ const MAX_NESTING: usize = 127;
 /// Objects with more keys than this are checked for duplicates by sorting, not pairwise.
 const PAIRWISE_KEYS: usize = 16;
 
-/// The body is not JSON that [`super::parse`] accepts; ask it why.
+/// What a read may build besides its text, per byte of the text (see [`Budget`]). Requests
+/// as agents send them build less than one byte per byte (their texts are kept as tokens); a
+/// body of nothing but one-word messages builds about 5 at its peak.
+pub const TREE_BYTES_PER_BYTE: usize = 6;
+
+/// What a read may build whatever its size: small bodies are never refused for their shape.
+pub const TREE_BYTES_FLOOR: usize = 64 << 10;
+
+/// Why a text is not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Invalid;
+pub(crate) enum Refused {
+    /// Not JSON that [`super::check`] accepts; it says why.
+    Invalid,
+    /// Its values would take more memory than its [`Budget`].
+    TooComplex,
+}
+
+/// The memory one read may build besides the text it borrows, counted before each allocation
+/// (a vector's growth, a key or string decoded) and given back when it is freed or shrunk.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    left: Cell<usize>,
+    /// The least `left` has been: the read's peak is the budget less this.
+    low: Cell<usize>,
+    over: Cell<bool>,
+}
+
+/// The error a read stops with when its budget is spent.
+const OVER_BUDGET: &str = "over the memory budget";
+
+impl Budget {
+    /// The budget of a read of `len` bytes of text.
+    pub(crate) fn for_text(len: usize) -> Budget {
+        let bytes = len
+            .saturating_mul(TREE_BYTES_PER_BYTE)
+            .saturating_add(TREE_BYTES_FLOOR);
+        Budget {
+            left: Cell::new(bytes),
+            low: Cell::new(bytes),
+            over: Cell::new(false),
+        }
+    }
+
+    /// Counts `bytes` about to be allocated; past the budget, nothing is and the read stops.
+    pub(crate) fn charge(&self, bytes: usize) -> Result<(), &'static str> {
+        match self.left.get().checked_sub(bytes) {
+            Some(left) => {
+                self.left.set(left);
+                self.low.set(self.low.get().min(left));
+                Ok(())
+            }
+            None => {
+                self.over.set(true);
+                Err(OVER_BUDGET)
+            }
+        }
+    }
+
+    /// Gives back `bytes` freed.
+    pub(crate) fn refund(&self, bytes: usize) {
+        self.left.set(self.left.get().saturating_add(bytes));
+    }
+
+    /// Whether a charge was refused.
+    pub(crate) fn exceeded(&self) -> bool {
+        self.over.get()
+    }
+
+    /// The most this read held at once, in bytes.
+    #[cfg(test)]
+    pub(crate) fn peak(&self, len: usize) -> usize {
+        Budget::for_text(len).left.get() - self.low.get()
+    }
+}
+
+/// Pushes `item`, the vector's growth counted first (it doubles, from four).
+pub(crate) fn push<T>(items: &mut Vec<T>, item: T, budget: &Budget) -> Result<(), &'static str> {
+    if items.len() == items.capacity() {
+        let more = items.capacity().max(4);
+        budget.charge(more.saturating_mul(size_of::<T>()))?;
+        items.reserve_exact(more);
+    }
+    items.push(item);
+    Ok(())
+}
+
+/// Where a read gathers the items of the containers open at once, before each is moved into a
+/// vector of exactly its count (one allocation a container, no spare room): reused, so they
+/// grow once. Their growth is counted in the budget, and kept (they live as long as the read).
+#[derive(Default)]
+struct Scratch<'a> {
+    items: RefCell<Vec<Node<'a>>>,
+    fields: RefCell<Fields<'a>>,
+}
+
+/// Moves the items gathered since `start` into a vector of their count, counted first.
+fn gathered<T>(
+    scratch: &RefCell<Vec<T>>,
+    start: usize,
+    budget: &Budget,
+) -> Result<Vec<T>, &'static str> {
+    let mut scratch = scratch.borrow_mut();
+    budget.charge((scratch.len() - start) * size_of::<T>())?;
+    Ok(scratch.drain(start..).collect())
+}
+
+/// What a finished read or check held goes back to its budget.
+fn release<T>(items: Vec<T>, budget: &Budget) {
+    budget.refund(items.capacity() * size_of::<T>());
+}
 
 /// An object's fields, in document order.
 pub(crate) type Fields<'a> = Vec<(Cow<'a, str>, Node<'a>)>;
@@ -232,6 +348,18 @@ impl Serialize for Node<'_> {
     }
 }
 
+/// An object's fields written out as JSON: tokens as they came, the rest as their values.
+pub(crate) fn object_json(fields: &Fields<'_>) -> Vec<u8> {
+    struct Object<'f, 'a>(&'f Fields<'a>);
+    impl Serialize for Object<'_, '_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+        }
+    }
+    // Strings, numbers and tokens into memory: cannot fail.
+    serde_json::to_vec(&Object(fields)).unwrap_or_default()
+}
+
 impl Serialize for Str<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -241,42 +369,66 @@ impl Serialize for Str<'_> {
     }
 }
 
-/// Parses a whole body: a node of `kind` (or whatever value it is), or [`Invalid`].
-pub(crate) fn parse(text: &str, kind: Kind) -> Result<Node<'_>, Invalid> {
+/// Parses a whole body: a node of `kind` (or whatever value it is), within its [`Budget`].
+pub(crate) fn parse(text: &str, kind: Kind) -> Result<Node<'_>, Refused> {
+    let budget = Budget::for_text(text.len());
+    read(text, kind, false, &budget)
+}
+
+/// Parses a kept container (checked when it was kept) into nodes of its kind, within a
+/// [`Budget`] of its own text.
+pub(crate) fn open<'a>(raw: &'a RawValue, kind: Kind) -> Result<Node<'a>, Refused> {
+    let budget = Budget::for_text(raw.get().len());
+    read(raw.get(), kind, true, &budget)
+}
+
+fn read<'a>(
+    text: &'a str,
+    kind: Kind,
+    checked: bool,
+    budget: &Budget,
+) -> Result<Node<'a>, Refused> {
+    let refused = |_| {
+        if budget.exceeded() {
+            Refused::TooComplex
+        } else {
+            Refused::Invalid
+        }
+    };
+    let scratch = Scratch::default();
     let mut de = serde_json::Deserializer::from_str(text);
     let node = Seed {
         capture: Capture::Parse(kind),
         level: 0,
-        checked: false,
+        checked,
+        budget,
+        scratch: &scratch,
     }
     .deserialize(&mut de)
-    .map_err(|_| Invalid)?;
-    de.end().map_err(|_| Invalid)?;
+    .map_err(refused)?;
+    de.end().map_err(refused)?;
     Ok(node)
-}
-
-/// Parses a kept container (checked when it was kept) into nodes of its kind.
-pub(crate) fn open<'a>(raw: &'a RawValue, kind: Kind) -> Result<Node<'a>, Invalid> {
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    Seed {
-        capture: Capture::Parse(kind),
-        level: 0,
-        checked: true,
-    }
-    .deserialize(&mut de)
-    .map_err(|_| Invalid)
 }
 
 /// How to read the value at one position. `level`: the containers around it. `checked`:
 /// inside a kept container, which was checked whole when it was kept.
-#[derive(Clone, Copy)]
-struct Seed {
+struct Seed<'b, 'a> {
     capture: Capture,
     level: usize,
     checked: bool,
+    budget: &'b Budget,
+    scratch: &'b Scratch<'a>,
 }
 
-impl<'de> DeserializeSeed<'de> for Seed {
+impl Clone for Seed<'_, '_> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl Copy for Seed<'_, '_> {}
+
+impl<'de> DeserializeSeed<'de> for Seed<'_, 'de> {
     type Value = Node<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Node<'de>, D::Error> {
@@ -285,17 +437,25 @@ impl<'de> DeserializeSeed<'de> for Seed {
                 kind,
                 level: self.level,
                 checked: self.checked,
+                budget: self.budget,
+                scratch: self.scratch,
             }),
             Capture::Keep(kind) => {
                 let raw = <&'de RawValue>::deserialize(d)?;
-                keep(raw, kind, self.level, self.checked).map_err(de::Error::custom)
+                keep(raw, kind, self.level, self.checked, self.budget).map_err(de::Error::custom)
             }
         }
     }
 }
 
 /// A kept value as a node: a token, or a container checked as [`super::parse`] would.
-fn keep(raw: &RawValue, kind: Kind, level: usize, checked: bool) -> Result<Node<'_>, &'static str> {
+fn keep<'a>(
+    raw: &'a RawValue,
+    kind: Kind,
+    level: usize,
+    checked: bool,
+    budget: &Budget,
+) -> Result<Node<'a>, &'static str> {
     let text = raw.get();
     match text.as_bytes().first() {
         Some(b'"') => {
@@ -306,7 +466,7 @@ fn keep(raw: &RawValue, kind: Kind, level: usize, checked: bool) -> Result<Node<
         }
         Some(b'{' | b'[') => {
             if !checked {
-                check_container(text, level)?;
+                check_container(text, level, budget)?;
             }
             Ok(Node::Kept(raw, kind))
         }
@@ -367,12 +527,31 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u16> {
 /// not, and its parse into a tree would: the nesting limit (counting the `level` containers
 /// around it), duplicate keys (decoded), numbers out of range and lone surrogate escapes.
 /// Well-formed JSON is all it has to walk: strings end at the first unescaped quote, and a
-/// string right after `{` or an object's `,` is a key.
-fn check_container(text: &str, level: usize) -> Result<(), &'static str> {
-    let bytes = text.as_bytes();
+/// string right after `{` or an object's `,` is a key. The keys of its open objects are what
+/// it holds, within `budget`.
+fn check_container(text: &str, level: usize, budget: &Budget) -> Result<(), &'static str> {
     // The open containers: an object's frame is where its keys start in `keys`.
-    let mut frames: Vec<Option<usize>> = Vec::with_capacity(16);
-    let mut keys: Vec<Cow<'_, str>> = Vec::with_capacity(64);
+    let mut frames: Vec<Option<usize>> = Vec::new();
+    let mut keys: Vec<Cow<'_, str>> = Vec::new();
+    let checked = walk_container(text, level, &mut frames, &mut keys, budget);
+    for key in &keys {
+        if let Cow::Owned(k) = key {
+            budget.refund(k.capacity());
+        }
+    }
+    release(frames, budget);
+    release(keys, budget);
+    checked
+}
+
+fn walk_container<'t>(
+    text: &'t str,
+    level: usize,
+    frames: &mut Vec<Option<usize>>,
+    keys: &mut Vec<Cow<'t, str>>,
+    budget: &Budget,
+) -> Result<(), &'static str> {
+    let bytes = text.as_bytes();
     let mut expect_key = false;
     let mut at = 0;
     while let Some(&byte) = bytes.get(at) {
@@ -382,16 +561,20 @@ fn check_container(text: &str, level: usize) -> Result<(), &'static str> {
                     return Err("nested too deep");
                 }
                 let object = byte == b'{';
-                frames.push(object.then_some(keys.len()));
+                push(frames, object.then_some(keys.len()), budget)?;
                 expect_key = object;
                 at += 1;
             }
             b'}' | b']' => {
                 if let Some(Some(start)) = frames.pop() {
-                    if has_duplicates(&keys[start..]) {
+                    if has_duplicates(&keys[start..], budget)? {
                         return Err("a duplicate key");
                     }
-                    keys.truncate(start);
+                    for key in keys.drain(start..) {
+                        if let Cow::Owned(k) = key {
+                            budget.refund(k.capacity());
+                        }
+                    }
                 }
                 expect_key = false;
                 at += 1;
@@ -407,11 +590,17 @@ fn check_container(text: &str, level: usize) -> Result<(), &'static str> {
                     return Err("a lone surrogate escape");
                 }
                 if expect_key {
-                    keys.push(if escaped {
-                        Cow::Owned(serde_json::from_str(&text[at..=end]).map_err(|_| "a bad key")?)
+                    let key = if escaped {
+                        // Decoded, it is no longer than its token.
+                        budget.charge(end - at)?;
+                        let decoded: String =
+                            serde_json::from_str(&text[at..=end]).map_err(|_| "a bad key")?;
+                        budget.refund((end - at).saturating_sub(decoded.capacity()));
+                        Cow::Owned(decoded)
                     } else {
                         Cow::Borrowed(inner)
-                    });
+                    };
+                    push(keys, key, budget)?;
                     expect_key = false;
                 }
                 at = end + 1;
@@ -451,23 +640,29 @@ fn string_end(bytes: &[u8], mut from: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// Whether two of `keys` are equal.
-fn has_duplicates<K: AsRef<str>>(keys: &[K]) -> bool {
+/// Whether two of `keys` are equal (many are sorted in a copy, counted in `budget`).
+fn has_duplicates<K: AsRef<str>>(keys: &[K], budget: &Budget) -> Result<bool, &'static str> {
     if keys.len() <= PAIRWISE_KEYS {
-        return keys
+        return Ok(keys
             .iter()
             .enumerate()
-            .any(|(i, k)| keys[..i].iter().any(|p| p.as_ref() == k.as_ref()));
+            .any(|(i, k)| keys[..i].iter().any(|p| p.as_ref() == k.as_ref())));
     }
+    let bytes = keys.len() * size_of::<&str>();
+    budget.charge(bytes)?;
     let mut sorted: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
     sorted.sort_unstable();
-    sorted.windows(2).any(|w| w[0] == w[1])
+    let twice = sorted.windows(2).any(|w| w[0] == w[1]);
+    drop(sorted);
+    budget.refund(bytes);
+    Ok(twice)
 }
 
-/// An object key: borrowed from the body unless it has escapes.
-struct KeySeed;
+/// An object key: borrowed from the text unless it has escapes (then decoded, counted in
+/// `budget` when there is one).
+pub(crate) struct KeySeed<'b>(pub Option<&'b Budget>);
 
-impl<'de> DeserializeSeed<'de> for KeySeed {
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
     type Value = Cow<'de, str>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
@@ -475,7 +670,7 @@ impl<'de> DeserializeSeed<'de> for KeySeed {
     }
 }
 
-impl<'de> Visitor<'de> for KeySeed {
+impl<'de> Visitor<'de> for KeySeed<'_> {
     type Value = Cow<'de, str>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -486,29 +681,36 @@ impl<'de> Visitor<'de> for KeySeed {
         Ok(Cow::Borrowed(v))
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        if let Some(budget) = self.0 {
+            budget.charge(v.len()).map_err(E::custom)?;
+        }
         Ok(Cow::Owned(v.to_owned()))
     }
 }
 
 /// Parses a value at a position captured as [`Capture::Parse`].
-struct Parse {
+struct Parse<'b, 'a> {
     kind: Kind,
     level: usize,
     checked: bool,
+    budget: &'b Budget,
+    scratch: &'b Scratch<'a>,
 }
 
-impl Parse {
-    fn inside(&self, capture: Capture) -> Seed {
+impl<'b, 'a> Parse<'b, 'a> {
+    fn inside(&self, capture: Capture) -> Seed<'b, 'a> {
         Seed {
             capture,
             level: self.level + 1,
             checked: self.checked,
+            budget: self.budget,
+            scratch: self.scratch,
         }
     }
 }
 
-impl<'de> Visitor<'de> for Parse {
+impl<'de> Visitor<'de> for Parse<'_, 'de> {
     type Value = Node<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -535,11 +737,13 @@ impl<'de> Visitor<'de> for Parse {
         Ok(Node::Str(Str::Decoded(Cow::Borrowed(v))))
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Node<'de>, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Node<'de>, E> {
+        self.budget.charge(v.len()).map_err(E::custom)?;
         Ok(Node::Str(Str::Decoded(Cow::Owned(v.to_owned()))))
     }
 
-    fn visit_string<E>(self, v: String) -> Result<Node<'de>, E> {
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Node<'de>, E> {
+        self.budget.charge(v.capacity()).map_err(E::custom)?;
         Ok(Node::Str(Str::Decoded(Cow::Owned(v))))
     }
 
@@ -556,10 +760,12 @@ impl<'de> Visitor<'de> for Parse {
             return Err(de::Error::custom("nested too deep"));
         }
         let inside = self.inside(shape::element(self.kind));
-        let mut items = Vec::new();
+        let start = self.scratch.items.borrow().len();
         while let Some(item) = seq.next_element_seed(inside)? {
-            items.push(item);
+            push(&mut self.scratch.items.borrow_mut(), item, self.budget)
+                .map_err(de::Error::custom)?;
         }
+        let items = gathered(&self.scratch.items, start, self.budget).map_err(de::Error::custom)?;
         Ok(Node::Array(items))
     }
 
@@ -567,27 +773,39 @@ impl<'de> Visitor<'de> for Parse {
         if self.level + 1 > MAX_NESTING {
             return Err(de::Error::custom("nested too deep"));
         }
-        let mut fields: Fields<'de> = Vec::with_capacity(8);
-        while let Some(key) = map.next_key_seed(KeySeed)? {
+        let start = self.scratch.fields.borrow().len();
+        while let Some(key) = map.next_key_seed(KeySeed(Some(self.budget)))? {
             let value = map.next_value_seed(self.inside(shape::child(self.kind, &key)))?;
-            fields.push((key, value));
+            push(
+                &mut self.scratch.fields.borrow_mut(),
+                (key, value),
+                self.budget,
+            )
+            .map_err(de::Error::custom)?;
         }
-        if !self.checked && has_duplicates_in(&fields) {
+        let fields =
+            gathered(&self.scratch.fields, start, self.budget).map_err(de::Error::custom)?;
+        if !self.checked && has_duplicates_in(&fields, self.budget).map_err(de::Error::custom)? {
             return Err(de::Error::custom("a duplicate key"));
         }
         Ok(Node::Object(fields))
     }
 }
 
-fn has_duplicates_in(fields: &Fields<'_>) -> bool {
+fn has_duplicates_in(fields: &Fields<'_>, budget: &Budget) -> Result<bool, &'static str> {
     if fields.len() <= PAIRWISE_KEYS {
-        return fields
+        return Ok(fields
             .iter()
             .enumerate()
-            .any(|(i, (k, _))| fields[..i].iter().any(|(p, _)| p == k));
+            .any(|(i, (k, _))| fields[..i].iter().any(|(p, _)| p == k)));
     }
+    let bytes = fields.len() * size_of::<&str>();
+    budget.charge(bytes)?;
     let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_ref()).collect();
-    has_duplicates(&keys)
+    let twice = has_duplicates(&keys, budget);
+    drop(keys);
+    budget.refund(bytes);
+    twice
 }
 
 #[cfg(test)]
@@ -782,6 +1000,110 @@ mod tests {
         assert_eq!(text.escaped_text(), Some(r"a\nb"));
         assert_eq!(text.as_str(), "a\nb");
         assert_eq!((text.len(), text.len_bound()), (3, 4));
+    }
+
+    /// What a read of `text` held at most, and whether it was refused for its budget.
+    fn read_peak(text: &str) -> (usize, Result<(), Refused>) {
+        let budget = Budget::for_text(text.len());
+        let read = read(text, Kind::Request, false, &budget).map(drop);
+        (budget.peak(text.len()), read)
+    }
+
+    /// `n` copies of `item`, comma-separated.
+    fn many(item: &str, n: usize) -> String {
+        vec![item; n].join(",")
+    }
+
+    #[test]
+    fn a_tree_of_tiny_values_is_refused_at_its_budget() {
+        // The issue's shape where the body's nodes are read (`input`), and its cousins: tiny
+        // values at every position that is parsed. Each is over the budget by far.
+        for text in [
+            format!(r#"{{"input":[{}]}}"#, many("0", 1_000_000)),
+            format!(r#"{{"input":[{}]}}"#, many("{}", 1_000_000)),
+            format!(r#"{{"input":[{{"content":[{}]}}]}}"#, many("[]", 1_000_000)),
+            format!(r#"{{"tools":[{}]}}"#, many("null", 500_000)),
+            format!(r#"{{"reasoning":{{"a":[{}]}}}}"#, many("1", 1_000_000)),
+        ] {
+            let (peak, read) = read_peak(&text);
+            assert_eq!(read, Err(Refused::TooComplex), "{:.40}", text);
+            let budget = text.len() * TREE_BYTES_PER_BYTE + TREE_BYTES_FLOOR;
+            assert!(peak <= budget, "{peak} > {budget}: {:.40}", text);
+        }
+    }
+
+    #[test]
+    fn what_a_read_holds_stays_within_its_budget_just_under_and_over() {
+        // Tiny values one short of the budget read; the same with more refused. `[{},{},…]`
+        // in `input`: 32 bytes of node for every 3 of text, its vector doubling as it grows.
+        let fits = |n: usize| {
+            let text = format!(r#"{{"input":[{}]}}"#, many("{}", n));
+            read_peak(&text)
+        };
+        let mut n = 1000;
+        while fits(n).1.is_ok() {
+            n *= 2;
+        }
+        // Between the last that fit and the first that did not: one more item crosses it.
+        let (mut lo, mut hi) = (n / 2, n);
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if fits(mid).1.is_ok() {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let (peak, read) = fits(lo);
+        assert!(read.is_ok());
+        let len = format!(r#"{{"input":[{}]}}"#, many("{}", lo)).len();
+        assert!(peak <= len * TREE_BYTES_PER_BYTE + TREE_BYTES_FLOOR);
+        assert_eq!(fits(hi).1, Err(Refused::TooComplex));
+        assert_eq!(fits(hi * 4).1, Err(Refused::TooComplex));
+    }
+
+    #[test]
+    fn requests_as_clients_send_them_build_little() {
+        // Many one-word messages (the densest that clients send), parts, calls and outputs,
+        // a kept container with many keys: all read, within their budget.
+        let item = r#"{"type":"message","role":"user","content":"hi"}"#;
+        let parts =
+            r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}"#;
+        let call = r#"{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{\"cmd\":[\"ls\"]}"}"#;
+        let output =
+            r#"{"type":"function_call_output","call_id":"call_1","output":"a.txt\nb.txt"}"#;
+        let keys: Vec<String> = (0..100_000).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        for text in [
+            format!(r#"{{"model":"m","input":[{}]}}"#, many(item, 100_000)),
+            format!(r#"{{"model":"m","input":[{}]}}"#, many(parts, 100_000)),
+            format!(
+                r#"{{"model":"m","input":[{},{}]}}"#,
+                many(call, 50_000),
+                many(output, 50_000)
+            ),
+            format!(
+                r#"{{"model":"m","input":"x","metadata":{{{}}}}}"#,
+                keys.join(",")
+            ),
+        ] {
+            let (peak, read) = read_peak(&text);
+            assert_eq!(read, Ok(()), "{:.60}", text);
+            assert!(
+                peak < text.len() * TREE_BYTES_PER_BYTE,
+                "{peak} for {} bytes: {:.60}",
+                text.len(),
+                text
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_body_holds_nothing_of_its_values() {
+        // The issue's body: 8.3 million zeros kept (not read) and a byte after the end.
+        let text = format!(r#"{{"a":[{}]}}x"#, many("0", 1_000_000));
+        let (peak, read) = read_peak(&text);
+        assert_eq!(read, Err(Refused::Invalid));
+        assert!(peak < 1024, "{peak}");
     }
 
     #[test]

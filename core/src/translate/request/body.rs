@@ -5,13 +5,14 @@
 use std::borrow::Cow;
 
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::input::is_extension;
 use crate::chat::request::Extra;
 use crate::openresponses::{ApiError, ErrorCode};
 use crate::translate::fields::{bad_value, Obj, ROOT};
-use crate::translate::json::document::{self, owned_json, Node};
+use crate::translate::json::document::{
+    self, owned_json, Node, Refused, TREE_BYTES_FLOOR, TREE_BYTES_PER_BYTE,
+};
 use crate::translate::json::shape::Kind;
 use crate::translate::json::{self, ParseError};
 use crate::translate::Options;
@@ -28,16 +29,18 @@ pub(crate) fn parse_request<'a>(
 /// [`parse_request`] without the size cap: for a body this server put together itself (a
 /// WebSocket message whose cap was checked, with the kept context spliced in).
 pub(crate) fn read(body: &[u8]) -> Result<Obj<'_, 'static>, ApiError> {
-    let parsed = std::str::from_utf8(body)
-        .ok()
-        .and_then(|text| document::parse(text, Kind::Request).ok());
+    let parsed = match std::str::from_utf8(body) {
+        Ok(text) => document::parse(text, Kind::Request),
+        Err(_) => Err(Refused::Invalid),
+    };
     match parsed {
-        Some(Node::Object(fields)) => Ok(Obj { fields, path: ROOT }),
-        Some(other) => Err(not_an_object(other.type_name())),
-        // Refused: the tree parser says why, in serde_json's words.
-        None => Err(match json::parse(body) {
+        Ok(Node::Object(fields)) => Ok(Obj { fields, path: ROOT }),
+        Ok(other) => Err(not_an_object(other.type_name())),
+        Err(Refused::TooComplex) => Err(too_complex(body.len())),
+        // Refused: a walk that builds nothing says why, in serde_json's words.
+        Err(Refused::Invalid) => Err(match json::check(body) {
             Err(e) => parse_error(e),
-            Ok(_) => {
+            Ok(()) => {
                 debug_assert!(false, "the two JSON readers disagree on {body:?}");
                 ApiError::invalid_body(
                 "The request body is not valid JSON. Send a JSON object with 'model' and 'input'.",
@@ -48,24 +51,17 @@ pub(crate) fn read(body: &[u8]) -> Result<Obj<'_, 'static>, ApiError> {
     }
 }
 
-/// The request body as a JSON object (a tree), within the size cap: for the WebSocket
-/// transport, which takes its own fields off a message and splices a kept context in.
-pub(crate) struct Parsed {
-    pub map: Map<String, Value>,
-}
-
-pub(crate) fn parse_body(body: &[u8], options: &Options) -> Result<Parsed, ApiError> {
-    check_size(body, options)?;
-    match json::parse(body).map_err(parse_error)? {
-        Value::Object(map) => Ok(Parsed { map }),
-        other => Err(not_an_object(match other {
-            Value::Array(_) => "an array",
-            Value::String(_) => "a string",
-            Value::Number(_) => "a number",
-            Value::Bool(_) => "a boolean",
-            _ => "null",
-        })),
-    }
+/// A text of `len` bytes whose JSON values would take more memory to read than its size
+/// allows (the body's, or a container of it read later).
+pub(crate) fn too_complex(len: usize) -> ApiError {
+    ApiError::invalid_body(format!(
+        "The request body holds too many JSON values for its size: reading them would take \
+         more than {TREE_BYTES_PER_BYTE} bytes of memory per byte of its {len} (and {} KiB), \
+         which this server does not give. Send fewer, larger values.",
+        TREE_BYTES_FLOOR >> 10
+    ))
+    .with_status(413)
+    .with_code(ErrorCode::RequestTooLarge)
 }
 
 fn check_size(body: &[u8], options: &Options) -> Result<(), ApiError> {

@@ -20,7 +20,7 @@ mod input;
 mod summary;
 mod tools;
 
-pub(crate) use body::{leftover_fields, parse_body, parse_request, reject_stateful};
+pub(crate) use body::{leftover_fields, parse_request, reject_stateful, too_complex};
 pub(crate) use input::{check_part_size, input_messages, merge_leading_system, system_message};
 pub(crate) use summary::summarising_messages;
 pub use summary::{PROMPT, REQUEST};
@@ -30,7 +30,6 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::fields::{bad_value, index, join, missing, wrong_type, Obj, Path};
 use super::json::document::{self, Fields, Node, Str};
@@ -99,11 +98,16 @@ pub fn translate_window(
     translate_fields(req, body.len(), options, meta, window)
 }
 
-/// A request parsed into a tree (a WebSocket `response.create`), written out again as the body
-/// [`translate_window`] reads (uncapped: the size cap was the message's).
-pub fn object_body(map: &Map<String, Value>) -> Vec<u8> {
-    // A map of strings and JSON values into memory: cannot fail.
-    serde_json::to_vec(map).unwrap_or_default()
+/// [`translate`] for a request read already: a WebSocket `response.create`, its transport's
+/// fields taken off and its kept context put at the head of `input` (the size cap was the
+/// message's; `request_bytes`: about the size of what was read).
+pub(crate) fn translate_read(
+    req: Obj<'_, '_>,
+    request_bytes: usize,
+    options: &Options,
+    meta: Meta,
+) -> Result<Translated, ApiError> {
+    translate_fields(req, request_bytes, options, meta, Window::Turn)
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -126,18 +130,6 @@ const ENCRYPTED_INCLUDE: &str = "reasoning.encrypted_content";
 pub fn translate(body: &[u8], options: &Options, meta: Meta) -> Result<Translated, ApiError> {
     let req = parse_request(body, options)?;
     translate_fields(req, body.len(), options, meta, Window::Turn)
-}
-
-/// [`translate`] for a body already parsed into a tree (a WebSocket `response.create` whose
-/// transport fields were taken off and whose kept context was spliced into `input`): the
-/// same rules, on the tree written out again (the size cap was the message's).
-pub fn translate_object(
-    map: Map<String, Value>,
-    options: &Options,
-    meta: Meta,
-) -> Result<Translated, ApiError> {
-    let body = object_body(&map);
-    translate_fields(body::read(&body)?, body.len(), options, meta, Window::Turn)
 }
 
 /// A string of the request as a Chat text: its token as it came where it has one.
