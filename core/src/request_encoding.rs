@@ -56,10 +56,18 @@ pub const WORK_PER_CAP: usize = 2;
 
 /// The units of work the decoders of one body may do, for a cap of `limit` bytes: each byte
 /// of two layers at the cap, and an eighth of the cap for the calls a stream's blocks and
-/// buffers take (~1,500 for 16 MiB of gzip: 240 Ki units).
+/// buffers take (~1,500 for 16 MiB of gzip: 240 Ki units); never under [`WORK_FLOOR`].
 pub fn work_budget(limit: usize) -> usize {
-    limit.saturating_mul(WORK_PER_CAP).saturating_add(limit / 8)
+    limit
+        .saturating_mul(WORK_PER_CAP)
+        .saturating_add(limit / 8)
+        .max(WORK_FLOOR)
 }
+
+/// The least work budget, whatever the cap: a small cap (a few hundred bytes) must still let a
+/// gzip body's few calls through (each charged [`BLOCK_COST`]); 64 Ki units are about a
+/// millisecond and a half of a decoder's time at worst.
+pub const WORK_FLOOR: usize = 64 * 1024;
 
 /// The units a deflate block costs besides its bytes, charged before each call of the
 /// decoder (which begins at most one block): a dynamic block of full codes (286 literal and

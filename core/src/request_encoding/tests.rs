@@ -426,3 +426,18 @@ fn bodies_of_nothing_decode_to_nothing_within_the_budget() {
         assert!(over_budget(&e), "{coding:?}: {e}");
     }
 }
+
+/// A small cap still lets a small body through in every coding: the work budget has a floor
+/// (each deflate call alone is charged more than a 300-byte cap's twice).
+#[test]
+fn a_small_cap_still_decodes_a_small_body() {
+    assert_eq!(work_budget(300), WORK_FLOOR);
+    for coding in Coding::ALL {
+        let body = encode(coding, JSON);
+        assert_eq!(
+            decode(&[coding], &body, body.len(), 300).unwrap(),
+            JSON,
+            "{coding:?}"
+        );
+    }
+}
