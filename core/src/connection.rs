@@ -26,10 +26,14 @@
 //! Bounded everywhere: messages read ahead while a response is in flight wait in a queue of
 //! [`MAX_QUEUED_MESSAGES`] and one maximum-size message's worth of bytes ([`Connection::wants_input`]
 //! turns false: a host that can stop reading does); a host that cannot stop reading and keeps
-//! feeding past twice that ends the connection (1008). Bytes sent to a client that does not
-//! read them (the host says it is not writable) count against [`Limits::max_unread_bytes`]:
-//! beyond, the response in flight fails and the connection closes (1008), since a call cannot
-//! always be paused (the module's callouts cannot).
+//! feeding past twice that ends the connection (1008). Frames for a client that does not read
+//! them wait here, counted, not in the host: while the host says it cannot write (its buffer
+//! toward the client over its high watermark), [`Connection::poll_transmit`] hands nothing
+//! over, what the host holds is counted at its watermark ([`Connection::set_write_buffer`]),
+//! and a ping is answered by one pong, for the last one, once the host can write again (RFC
+//! 6455 §5.5.3). What waits counts against [`Limits::max_unread_bytes`]: beyond, the frames
+//! the client did not read are dropped, the response in flight fails and the connection
+//! closes (1008), since a call cannot always be paused (the module's callouts cannot).
 //!
 //! Times come from the caller (`now` on every input); the wall clock of `created_at` and the
 //! ids' randomness from the [`Environment`].
@@ -60,6 +64,11 @@ use admission::Budget;
 /// Messages read ahead while a response is in flight.
 pub const MAX_QUEUED_MESSAGES: usize = 8;
 
+/// Most bytes [`Connection::poll_transmit`] hands over at once (whole frames; a larger frame
+/// goes alone): a host that checks its buffer between two takes stops taking once it is
+/// full, and what it did not take stays counted here.
+pub const TRANSMIT_BYTES: usize = 64 << 10;
+
 /// Default of [`Limits::max_unread_bytes`]: 4 MiB, a few hundred events' worth.
 pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
 
@@ -87,7 +96,8 @@ pub struct Limits {
     /// A connection this old closes after the response in flight (an `error` event
     /// `websocket_connection_limit_reached`, then 1000).
     pub max_age: Duration,
-    /// Bytes sent to a client that does not read them before the connection ends (1008).
+    /// Bytes of frames waiting for a client that does not read them (the host cannot write)
+    /// before its response fails and the connection ends (1008).
     pub max_unread_bytes: usize,
     /// Bytes the connection may hold ([`Connection::held`]) before it ends (1008).
     pub max_socket_bytes: usize,
@@ -152,13 +162,19 @@ pub struct Connection<E = System> {
     /// The life of the response in flight, or of the last one until its end is polled.
     life: Option<Life>,
     next_call: u64,
-    /// Frames for the client, not yet handed to the host.
+    /// Frames for the client, not yet handed to the host: whole frames only (the host takes
+    /// them whole).
     out: BytesMut,
+    /// The pong for the last ping, while the host cannot write: sent once it can.
+    pong: Option<Bytes>,
+    /// What the host holds toward the client once it says it cannot write (its high
+    /// watermark): counted meanwhile.
+    write_buffer: usize,
     calls: VecDeque<CallAction>,
     events: VecDeque<Event>,
     /// The host can write to the client (its buffer is under its high watermark).
     writable: bool,
-    /// Bytes handed to the host while it could not write.
+    /// Bytes of frames made for the client since the host last could write.
     unread: usize,
     record_content: bool,
     /// The client's bytes cannot be read any further (a frame refused unread, a protocol
@@ -304,6 +320,8 @@ impl<E: Environment> Connection<E> {
             life: None,
             next_call: 0,
             out: BytesMut::new(),
+            pong: None,
+            write_buffer: 0,
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
             told_closed: false,
@@ -324,12 +342,22 @@ impl<E: Environment> Connection<E> {
         self.budget = Some(budget);
     }
 
+    /// What the host holds toward the client once it says it cannot write: its buffer's high
+    /// watermark (the module: Envoy's buffer limit), or 0 for a host that holds no more than
+    /// the piece it is writing (the processor). Counted in [`Connection::held`] while the host
+    /// cannot write, so that a client that does not read is charged for what it leaves there.
+    pub fn set_write_buffer(&mut self, bytes: usize) {
+        self.write_buffer = bytes;
+    }
+
     /// Bytes the connection holds: its kept context and the input of the response in flight
     /// (as JSON text, their parsed trees counted as much again), what the response in flight
     /// has output so far (kept for its closing events), the queued messages, the message being
-    /// read, and the frames not yet handed to the host.
+    /// read, the frames not yet handed to the host, and, while the host cannot write, what it
+    /// holds toward the client ([`Connection::set_write_buffer`]).
     pub fn held(&self) -> usize {
         let parsed = |json: usize| json.saturating_mul(2);
+        let host = if self.writable { 0 } else { self.write_buffer };
         parsed(self.context_bytes())
             + self
                 .turn
@@ -338,6 +366,8 @@ impl<E: Environment> Connection<E> {
             + self.queued_bytes
             + self.decoder.held()
             + self.out.len()
+            + self.pong.as_ref().map_or(0, Bytes::len)
+            + host
     }
 
     /// Tell each client message as an [`Event::Message`] (for `--log-content` and
@@ -526,13 +556,18 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Whether the client reads what is sent (the host's buffer toward it is under its low
-    /// watermark again, or over its high one).
+    /// watermark again, or over its high one). While it cannot write, frames wait here.
     pub fn set_writable(&mut self, now: Instant, writable: bool) {
         self.now = now;
-        self.writable = writable;
-        if writable {
+        if writable && !self.writable {
             self.unread = 0;
+            if let Some(pong) = self.pong.take() {
+                if self.phase == Phase::Open {
+                    self.out.extend_from_slice(&pong);
+                }
+            }
         }
+        self.writable = writable;
         self.pump(now);
     }
 
@@ -618,9 +653,23 @@ impl<E: Environment> Connection<E> {
 
     // ---- outputs ----
 
-    /// The bytes to send to the client now, if any.
+    /// The bytes to send to the client now, if any: whole frames, up to [`TRANSMIT_BYTES`] (a
+    /// larger frame alone); none while the host cannot write, until the connection is over.
+    /// Poll until `None`.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
-        (!self.out.is_empty()).then(|| self.out.split().freeze())
+        if self.out.is_empty() || (!self.writable && self.phase == Phase::Open) {
+            return None;
+        }
+        let mut n = 0;
+        while n < self.out.len() {
+            // Every frame in `out` is whole.
+            let len = encode::frame_len(&self.out[n..]).unwrap_or(self.out.len() - n);
+            if n > 0 && n + len > TRANSMIT_BYTES {
+                break;
+            }
+            n += len;
+        }
+        Some(self.out.split_to(n).freeze())
     }
 
     /// The next call to start or cancel.
@@ -697,8 +746,11 @@ impl<E: Environment> Connection<E> {
                 self.active = now;
                 self.queue.push_back(Queued::Binary);
             }
-            // Answered at once, between messages; it keeps nothing alive.
-            Message::Ping(payload) => self.frame(&encode::pong(&payload)),
+            // Answered at once, between messages; it keeps nothing alive. While the host cannot
+            // write, only the last one is answered, once it can (RFC 6455 §5.5.3): a client
+            // that pings and does not read piles up nothing.
+            Message::Ping(payload) if self.writable => self.frame(&encode::pong(&payload)),
+            Message::Ping(payload) => self.pong = Some(encode::pong(&payload)),
             Message::Pong(_) => {}
             Message::Close(close) => {
                 // The client ends the connection: a response in flight is cut, and its close
@@ -1348,15 +1400,19 @@ impl<E: Environment> Connection<E> {
         self.count_unread(frame.len());
     }
 
-    /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the response
-    /// in flight fails and the connection ends.
+    /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the frames
+    /// it did not read are dropped, the response in flight fails and the connection ends.
     fn count_unread(&mut self, n: usize) {
         if self.writable {
             return;
         }
         self.unread += n;
         if self.unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
-            // Nothing more is written: what is queued for the host is all the client gets.
+            // Whole frames only: the client gets the stream up to what the host took, then
+            // the response's end and the close.
+            self.out.clear();
+            self.pong = None;
+            // (Counted no further: what follows is the connection's last bytes.)
             self.writable = true;
             let now = self.now;
             if let Some(turn) = &mut self.turn {

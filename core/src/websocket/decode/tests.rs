@@ -528,6 +528,12 @@ fn rfc6455_5_2_server_frames_are_unmasked_with_minimal_lengths() {
             _ => 10,
         };
         assert_eq!(f.len(), head + n, "{n}");
+        assert_eq!(encode::frame_len(&f), Some(f.len()), "{n}");
+        assert_eq!(
+            encode::frame_len(&f[..head - 1]),
+            None,
+            "{n}: a head cut short"
+        );
         assert_eq!(server_frame(&f), (0x1, payload));
         let mut out = Vec::new();
         encode::write(&mut out, Opcode::Text, &vec![b'z'; n]);
