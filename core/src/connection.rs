@@ -29,9 +29,9 @@
 //! feeding past twice that ends the connection (1008). Frames for a client that does not read
 //! them wait here, counted, not in the host: while the host says it cannot write (its buffer
 //! toward the client over its high watermark), [`Connection::poll_transmit`] hands nothing
-//! over, what the host holds is counted at its watermark ([`Connection::set_write_buffer`]),
-//! and a ping is answered by one pong, for the last one, once the host can write again (RFC
-//! 6455 §5.5.3). What waits counts against [`Limits::max_unread_bytes`]: beyond, the frames
+//! over, what the host holds is counted at its watermark ([`Connection::set_write_buffer`]), and
+//! pings that come before the host took the last pong get one pong, for the last (RFC 6455
+//! §5.5.3). What waits counts against [`Limits::max_unread_bytes`]: beyond, the frames
 //! the client did not read are dropped, the response in flight fails and the connection
 //! closes (1008), since a call cannot always be paused (the module's callouts cannot).
 //!
@@ -76,6 +76,12 @@ pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
 /// the host drops the transport (RFC 6455 §7.1.1: the server closes the TCP connection). Also
 /// what lets an error event overtake the reset that closing a socket with unread bytes causes.
 pub const CLOSE_LINGER: Duration = Duration::from_millis(250);
+
+/// How long a host that writes to the client itself (the processor) waits for its last bytes
+/// (a response's end, the close frame) to leave once the connection is over, before it drops
+/// the transport: a client that does not read them gets no longer (Envoy's own
+/// `delayed_close_timeout`, which does the same in module mode, is 1 s by default).
+pub const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 
 /// How much longer than its drain time a host waits for its sockets before it exits: they end
 /// the responses still in flight at the drain time and close (1001), then wait up to
@@ -168,8 +174,10 @@ pub struct Connection<E = System> {
     /// The pong for the last ping, while the host cannot write: sent once it can.
     pong: Option<Bytes>,
     /// What the host holds toward the client once it says it cannot write (its high
-    /// watermark): counted meanwhile.
+    /// watermark): counted meanwhile, with the last piece it took (the one that filled it).
     write_buffer: usize,
+    /// The size of the last piece [`Connection::poll_transmit`] handed over.
+    last_transmit: usize,
     calls: VecDeque<CallAction>,
     events: VecDeque<Event>,
     /// The host can write to the client (its buffer is under its high watermark).
@@ -322,6 +330,7 @@ impl<E: Environment> Connection<E> {
             out: BytesMut::new(),
             pong: None,
             write_buffer: 0,
+            last_transmit: 0,
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
             told_closed: false,
@@ -342,10 +351,12 @@ impl<E: Environment> Connection<E> {
         self.budget = Some(budget);
     }
 
-    /// What the host holds toward the client once it says it cannot write: its buffer's high
-    /// watermark (the module: Envoy's buffer limit), or 0 for a host that holds no more than
-    /// the piece it is writing (the processor). Counted in [`Connection::held`] while the host
-    /// cannot write, so that a client that does not read is charged for what it leaves there.
+    /// What the host holds toward the client once it says it cannot write, besides the last
+    /// piece it took: its buffer's high watermark (the module: Envoy's buffer limit); 0 (the
+    /// default) for a host that holds no more than that piece (the processor's socket writer).
+    /// Counted in [`Connection::held`] while the host cannot write, with that piece (the
+    /// host's buffer crossed its watermark with it), so that a client that does not read is
+    /// charged for what it leaves there.
     pub fn set_write_buffer(&mut self, bytes: usize) {
         self.write_buffer = bytes;
     }
@@ -354,10 +365,14 @@ impl<E: Environment> Connection<E> {
     /// (as JSON text, their parsed trees counted as much again), what the response in flight
     /// has output so far (kept for its closing events), the queued messages, the message being
     /// read, the frames not yet handed to the host, and, while the host cannot write, what it
-    /// holds toward the client ([`Connection::set_write_buffer`]).
+    /// holds toward the client ([`Connection::set_write_buffer`] and the last piece it took).
     pub fn held(&self) -> usize {
         let parsed = |json: usize| json.saturating_mul(2);
-        let host = if self.writable { 0 } else { self.write_buffer };
+        let host = if self.writable {
+            0
+        } else {
+            self.write_buffer + self.last_transmit
+        };
         parsed(self.context_bytes())
             + self
                 .turn
@@ -561,11 +576,6 @@ impl<E: Environment> Connection<E> {
         self.now = now;
         if writable && !self.writable {
             self.unread = 0;
-            if let Some(pong) = self.pong.take() {
-                if self.phase == Phase::Open {
-                    self.out.extend_from_slice(&pong);
-                }
-            }
         }
         self.writable = writable;
         self.pump(now);
@@ -657,6 +667,11 @@ impl<E: Environment> Connection<E> {
     /// larger frame alone); none while the host cannot write, until the connection is over.
     /// Poll until `None`.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
+        if self.writable && self.phase == Phase::Open {
+            if let Some(pong) = self.pong.take() {
+                self.out.extend_from_slice(&pong);
+            }
+        }
         if self.out.is_empty() || (!self.writable && self.phase == Phase::Open) {
             return None;
         }
@@ -669,6 +684,7 @@ impl<E: Environment> Connection<E> {
             }
             n += len;
         }
+        self.last_transmit = n;
         Some(self.out.split_to(n).freeze())
     }
 
@@ -746,10 +762,9 @@ impl<E: Environment> Connection<E> {
                 self.active = now;
                 self.queue.push_back(Queued::Binary);
             }
-            // Answered at once, between messages; it keeps nothing alive. While the host cannot
-            // write, only the last one is answered, once it can (RFC 6455 §5.5.3): a client
-            // that pings and does not read piles up nothing.
-            Message::Ping(payload) if self.writable => self.frame(&encode::pong(&payload)),
+            // Answered once the host takes bytes, between messages; it keeps nothing alive.
+            // Pings that come before the host took the last pong get one pong, for the last
+            // (RFC 6455 §5.5.3): a client that pings and does not read piles up nothing.
             Message::Ping(payload) => self.pong = Some(encode::pong(&payload)),
             Message::Pong(_) => {}
             Message::Close(close) => {
@@ -809,8 +824,13 @@ impl<E: Environment> Connection<E> {
             return;
         }
         self.cut(now);
-        // What it held goes now: no context to continue, no message to read.
+        // What it held goes now: no context to continue, no message to read, no frame for a
+        // client that does not read (its close frame comes instead).
         self.context = None;
+        if !self.writable {
+            self.out.clear();
+            self.pong = None;
+        }
         self.read_failed = true;
         self.decoder = Decoder::new(0);
         self.close_frame(code, reason);
@@ -1390,14 +1410,6 @@ impl<E: Environment> Connection<E> {
         if !self.writable {
             self.unread += frame.len();
         }
-    }
-
-    fn frame(&mut self, frame: &[u8]) {
-        if self.phase != Phase::Open {
-            return;
-        }
-        self.out.extend_from_slice(frame);
-        self.count_unread(frame.len());
     }
 
     /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the frames
