@@ -23,6 +23,7 @@
 //! | [`tracing`] | spans (OTLP over gRPC and HTTP, TLS) and Envoy's span tags |
 //! | [`upstream_errors`] | the recorded upstream failures, and a real llama-server overflowing |
 //! | [`websocket`] | the WebSocket transport |
+//! | [`websocket_bounds`] | the WebSocket transport's bounds: what a socket is charged for, who may open one |
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -46,3 +47,4 @@ mod surface;
 mod tracing;
 mod upstream_errors;
 mod websocket;
+mod websocket_bounds;
