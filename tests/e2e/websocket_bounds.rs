@@ -9,17 +9,15 @@
 
 use crate::common;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use common::{wait_until, Mode, Reply, ScriptedUpstream, Stack};
+use common::{noread, tenant, wait_until, Mode, Reply, ScriptedUpstream, Stack};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::AsyncWriteExt;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::MaybeTlsStream;
 
 use super::websocket::{ask, chat_sse, closed, completed, create, response, TIMEOUT};
 
@@ -37,34 +35,7 @@ async fn open(
     headers: &[(&str, &str)],
     recv_buffer: Option<u32>,
 ) -> Result<Socket, (u16, String)> {
-    let tcp = tokio::net::TcpSocket::new_v4().expect("socket");
-    tcp.bind(SocketAddrV4::new(source, 0).into())
-        .expect("bind a loopback address");
-    if let Some(size) = recv_buffer {
-        tcp.set_recv_buffer_size(size).expect("SO_RCVBUF");
-    }
-    let stream = tcp
-        .connect(SocketAddrV4::new(HERE, stack.envoy.port()).into())
-        .await
-        .expect("connect to Envoy");
-    let mut request = stack.ws_url().into_client_request().unwrap();
-    for (name, value) in headers {
-        let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
-        request.headers_mut().insert(name, value.parse().unwrap());
-    }
-    match tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(stream)).await {
-        Ok((ws, _)) => Ok(ws),
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            let body: Value =
-                serde_json::from_slice(response.body().as_deref().unwrap_or_default())
-                    .expect("an error envelope");
-            Err((
-                response.status().as_u16(),
-                body["error"]["code"].as_str().unwrap_or("").to_owned(),
-            ))
-        }
-        Err(e) => panic!("not an HTTP refusal: {e}"),
-    }
+    noread::open(stack.envoy.port(), source, recv_buffer, headers).await
 }
 
 fn exhausted() -> (u16, String) {
@@ -213,40 +184,76 @@ async fn one_address_cannot_take_every_socket_whatever_keys_it_sends() {
     );
 }
 
+/// `--ws-key-header` naming a header Envoy sets after verifying the caller: `jwt_authn`'s
+/// claim header (`tests/common/tenant.rs`: a client's own removed first, then set from a
+/// verified token's `tenant` claim).
 #[tokio::test]
 async fn a_key_header_envoy_sets_is_a_quota_of_its_own_and_listed_origins_get_in() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| chat_sse("ok"));
-    // x-caller stands for a header Envoy sets after verifying the caller (a jwt_authn claim).
-    let stack = Stack::with_websocket(
+    let stack = Stack::with_websocket_edited(
         upstream.port(),
         &[
             "--ws-key-header",
-            "X-Caller",
+            tenant::HEADER,
             "--ws-max-connections-per-key",
             "2",
             "--ws-allowed-origins",
             "https://app.example",
         ],
+        tenant::from_jwt,
     );
-    let alice = [("x-caller", "alice")];
-    let _a1 = open(&stack, HERE, &alice, None).await.unwrap();
-    let _a2 = open(&stack, ELSEWHERE, &alice, None).await.unwrap();
+    let (a, b) = (tenant::of("team-a"), tenant::of("team-b"));
+    // One verified caller, from two addresses: two sockets, just under; a third, just over.
+    let _a1 = open(&stack, HERE, &[("authorization", &a)], None)
+        .await
+        .unwrap();
+    let _a2 = open(&stack, ELSEWHERE, &[("authorization", &a)], None)
+        .await
+        .unwrap();
     assert_eq!(
-        open(&stack, HERE, &alice, None).await.err(),
+        open(&stack, HERE, &[("authorization", &a)], None)
+            .await
+            .err(),
         Some(exhausted())
     );
-    // Another caller from the same address gets in.
-    let mut bob = open(&stack, HERE, &[("x-caller", "bob")], None)
+    // Naming another caller itself changes nothing: Envoy removed its header, set the token's.
+    assert_eq!(
+        open(
+            &stack,
+            HERE,
+            &[("authorization", &a), (tenant::HEADER, "team-z")],
+            None
+        )
+        .await
+        .err(),
+        Some(exhausted())
+    );
+    // Another verified caller from the same address gets in, and its turn.
+    let mut bob = open(&stack, HERE, &[("authorization", &b)], None)
         .await
         .unwrap();
     ask(&mut bob, json!({"model": "m", "input": "x"})).await;
     completed(&mut bob).await;
+    // Callers without a token share one quota, whatever they name.
+    let _n1 = open(&stack, HERE, &[(tenant::HEADER, "n1")], None)
+        .await
+        .unwrap();
+    let _n2 = open(&stack, HERE, &[(tenant::HEADER, "n2")], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        open(&stack, HERE, &[(tenant::HEADER, "n3")], None)
+            .await
+            .err(),
+        Some(exhausted())
+    );
     // Listed origins get in; others are refused before any place is taken.
+    let carol = tenant::of("team-c");
     let _page = open(
         &stack,
-        HERE,
-        &[("x-caller", "carol"), ("origin", "https://app.example")],
+        ELSEWHERE,
+        &[("authorization", &carol), ("origin", "https://app.example")],
         None,
     )
     .await
@@ -254,8 +261,11 @@ async fn a_key_header_envoy_sets_is_a_quota_of_its_own_and_listed_origins_get_in
     assert_eq!(
         open(
             &stack,
-            HERE,
-            &[("x-caller", "dave"), ("origin", "https://evil.example")],
+            ELSEWHERE,
+            &[
+                ("authorization", &carol),
+                ("origin", "https://evil.example")
+            ],
             None
         )
         .await
@@ -398,7 +408,9 @@ async fn a_client_that_does_not_read_gets_its_response_failed_and_1008() {
     let stack = Stack::with_websocket_edited(upstream.port(), &args, envoy_buffer_of_1_mib);
     // Under: an answer whose events (about 0.7 MiB) all fit in the bound, read after it ended.
     upstream.push(long_answer(1000, 500));
-    let mut late = open(&stack, HERE, &[], Some(16 << 10)).await.unwrap();
+    let mut late = open(&stack, HERE, &[], Some(noread::RECV_BUFFER))
+        .await
+        .unwrap();
     ask(&mut late, json!({"model": "m", "input": "under"})).await;
     upstream.wait_for_requests(1, TIMEOUT).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -411,7 +423,9 @@ async fn a_client_that_does_not_read_gets_its_response_failed_and_1008() {
     assert_eq!(events.last().unwrap()["type"], "response.completed");
     // Over: about 19 MiB of events (14 MB of text, under max_output_bytes), read by nobody.
     upstream.push(long_answer(28_000, 500));
-    let mut idle = open(&stack, HERE, &[], Some(16 << 10)).await.unwrap();
+    let mut idle = open(&stack, HERE, &[], Some(noread::RECV_BUFFER))
+        .await
+        .unwrap();
     ask(&mut idle, json!({"model": "m", "input": "over"})).await;
     wait_until("a 1008 close", Duration::from_secs(120), || {
         (closes(&stack, metrics_port, "1008") == Some(1.0)).then_some(())
@@ -477,37 +491,18 @@ async fn clients_that_do_not_read_are_charged_for_what_waits_for_them() {
     );
     let stack = Stack::with_websocket_edited(upstream.port(), &args, envoy_buffer_of_1_mib);
     // 16 MiB of pings, in writes of 1 MiB.
-    let pings: Vec<u8> = (0..8000)
-        .flat_map(|i| {
-            // A masked ping of 125 bytes (a mask of 0s leaves them as written).
-            let mut ping = vec![0x89, 0x80 | 125, 0, 0, 0, 0];
-            ping.extend(format!("{i:0>125}").bytes());
-            ping
-        })
-        .collect();
-    let mut pinger = open(&stack, HERE, &[], Some(16 << 10)).await.unwrap();
-    for _ in 0..16 {
-        raw(&mut pinger, &pings).await;
-    }
-    let mut flooder = open(&stack, HERE, &[], Some(16 << 10)).await.unwrap();
-    let creates: Vec<u8> = (0..1000)
-        .flat_map(|i| {
-            let text = create(json!({"model": "m", "input": format!("{i}"), "generate": false}));
-            let Message::Text(text) = text else {
-                unreachable!()
-            };
-            // A masked text frame (a mask of 0s).
-            let mut frame = vec![0x81, 0x80 | 126];
-            frame.extend_from_slice(&(text.len() as u16).to_be_bytes());
-            frame.extend_from_slice(&[0; 4]);
-            frame.extend_from_slice(text.as_bytes());
-            frame
-        })
-        .collect();
+    let mut pinger = open(&stack, HERE, &[], Some(noread::RECV_BUFFER))
+        .await
+        .unwrap();
+    assert!(noread::write(&mut pinger, &noread::pings(8000), 16).await);
+    let mut flooder = open(&stack, HERE, &[], Some(noread::RECV_BUFFER))
+        .await
+        .unwrap();
+    let creates = noread::creates(1000);
     let mut sent = 0;
     while closes(&stack, metrics_port, "1013") != Some(1.0) {
         assert!(sent < 200, "no 1013 after {sent}000 creates");
-        if flooder.get_mut().write_all(&creates).await.is_err() {
+        if !noread::write(&mut flooder, &creates, 1).await {
             break;
         }
         sent += 1;
