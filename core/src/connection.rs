@@ -178,6 +178,8 @@ pub struct Connection<E = System> {
     write_buffer: usize,
     /// The size of the last piece [`Connection::poll_transmit`] handed over.
     last_transmit: usize,
+    /// The client's bytes the host holds, not yet wanted.
+    read_buffer: usize,
     calls: VecDeque<CallAction>,
     events: VecDeque<Event>,
     /// The host can write to the client (its buffer is under its high watermark).
@@ -331,6 +333,7 @@ impl<E: Environment> Connection<E> {
             pong: None,
             write_buffer: 0,
             last_transmit: 0,
+            read_buffer: 0,
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
             told_closed: false,
@@ -364,8 +367,9 @@ impl<E: Environment> Connection<E> {
     /// Bytes the connection holds: its kept context and the input of the response in flight
     /// (as JSON text, their parsed trees counted as much again), what the response in flight
     /// has output so far (kept for its closing events), the queued messages, the message being
-    /// read, the frames not yet handed to the host, and, while the host cannot write, what it
-    /// holds toward the client ([`Connection::set_write_buffer`] and the last piece it took).
+    /// read, the frames not yet handed to the host, the client's bytes the host holds for it
+    /// ([`Connection::set_read_buffer`]), and, while the host cannot write, what it holds
+    /// toward the client ([`Connection::set_write_buffer`] and the last piece it took).
     pub fn held(&self) -> usize {
         let parsed = |json: usize| json.saturating_mul(2);
         let host = if self.writable {
@@ -382,6 +386,7 @@ impl<E: Environment> Connection<E> {
             + self.decoder.held()
             + self.out.len()
             + self.pong.as_ref().map_or(0, Bytes::len)
+            + self.read_buffer
             + host
     }
 
@@ -411,12 +416,27 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Whether the host should read more of the client's bytes now. A host that can stop
-    /// reading does so while this is false (the client then feels TCP's backpressure).
+    /// reading does so while this is false (the client then feels TCP's backpressure): while
+    /// messages wait their turn, and while more than a piece ([`TRANSMIT_BYTES`]) of frames
+    /// waits for the host, so that a client that does not read cannot make the connection
+    /// answer more of its messages than the host takes.
     pub fn wants_input(&self) -> bool {
         self.phase != Phase::Closed
             && !self.read_failed
             && self.queue.len() < MAX_QUEUED_MESSAGES
             && self.queued_bytes < self.limits.max_message_bytes
+            && self.out.len() < TRANSMIT_BYTES
+    }
+
+    /// Bytes of the client's the host holds for the connection, read but not wanted yet
+    /// (Envoy's buffer in the module, the processor's rest of a read): counted in
+    /// [`Connection::held`].
+    pub fn set_read_buffer(&mut self, now: Instant, bytes: usize) {
+        self.now = now;
+        if self.read_buffer != bytes {
+            self.read_buffer = bytes;
+            self.account(now);
+        }
     }
 
     /// The connection is over: the host sends what [`Connection::poll_transmit`] still

@@ -204,8 +204,12 @@ impl<E: Environment + Clone> Socket<E> {
     /// and drops what it read (or what no longer means anything).
     fn read(&mut self, host: &mut impl Terminal, now: Instant) {
         let mut read = 0;
-        let mut left = false;
+        let mut kept = 0;
         for piece in host.body(Side::Request) {
+            if kept > 0 {
+                kept += piece.len();
+                continue;
+            }
             if !self.conn.reading() {
                 // Closed, or a frame it could not read: what follows is dropped.
                 read += piece.len();
@@ -213,14 +217,14 @@ impl<E: Environment + Clone> Socket<E> {
             }
             let n = self.conn.read_bytes(now, piece);
             read += n;
-            if n < piece.len() {
-                left = true;
-                break;
-            }
+            kept = piece.len() - n;
         }
         if read > 0 {
             host.drain_request(read);
         }
+        // What Envoy keeps for the connection counts in what it holds.
+        self.conn.set_read_buffer(now, kept);
+        let left = kept > 0;
         self.held = left;
         if self.input_ended && !left {
             self.conn.closed(now);
@@ -242,7 +246,9 @@ impl<E: Environment + Clone> Socket<E> {
             self.flush(host);
             // Told first: a response's span is open before its call carries its context.
             self.tell(host);
-            if !self.calls(host, now) {
+            let heard = self.calls(host, now);
+            // Frames taken, the connection may want the bytes Envoy keeps again.
+            if !heard && !(self.held && self.conn.wants_input()) {
                 break;
             }
         }

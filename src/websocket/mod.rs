@@ -259,14 +259,6 @@ where
     // connection wants input, before the socket is read again.
     let mut kept: Vec<u8> = Vec::new();
     loop {
-        if !kept.is_empty() && (conn.wants_input() || !conn.reading()) {
-            let taken = if conn.reading() {
-                conn.read_bytes(Instant::now(), &kept)
-            } else {
-                kept.len()
-            };
-            kept.drain(..taken);
-        }
         if hand_over(&mut conn, &mut writer, &mut sending).is_err() {
             sending.clear();
             conn.closed(Instant::now());
@@ -276,6 +268,19 @@ where
             // connection keeps what it has meanwhile, or hands it over again.
             writable = sending.is_empty();
             conn.set_writable(Instant::now(), writable);
+            continue;
+        }
+        // The rest of a read, once the connection wants it again (its frames taken, a turn
+        // over); its answers are handed over next.
+        if !kept.is_empty() && (conn.wants_input() || !conn.reading()) {
+            let now = Instant::now();
+            let taken = if conn.reading() {
+                conn.read_bytes(now, &kept)
+            } else {
+                kept.len()
+            };
+            kept.drain(..taken);
+            conn.set_read_buffer(now, kept.len());
             continue;
         }
         // Told first: a response's span is open before its call carries its context.
@@ -346,6 +351,7 @@ where
                         let taken = conn.read_bytes(now, &buf[..n]);
                         if conn.reading() {
                             kept.extend_from_slice(&buf[taken..n]);
+                            conn.set_read_buffer(now, kept.len());
                         }
                     }
                 }

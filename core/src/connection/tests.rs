@@ -1188,6 +1188,62 @@ fn a_client_that_pings_and_does_not_read_gets_one_pong_for_the_last_ping() {
     assert_eq!(c.received(), [Frame::Pong(b"d".to_vec())]);
 }
 
+/// Messages answered at once (`generate: false`) from a client that does not read: the
+/// connection stops reading once a piece of answers waits for the host, and what the host
+/// keeps for it counts; once the client reads, every message is answered, in order.
+#[test]
+fn a_client_that_does_not_read_its_answers_is_not_read_either() {
+    let mut c = Client::new();
+    let now = c.now();
+    c.conn.set_writable(now, false);
+    let piece: Vec<u8> = (0..1000)
+        .flat_map(|i| {
+            masked(
+                0x1,
+                &create(json!({"model": "m", "input": format!("{i}"), "generate": false})),
+            )
+        })
+        .collect();
+    let mut rest = &piece[..];
+    let taken = c.conn.read_bytes(now, rest);
+    rest = &rest[taken..];
+    assert!(!rest.is_empty(), "it stops reading");
+    assert!(!c.conn.wants_input());
+    let held = c.conn.held();
+    assert!(held < 2 * TRANSMIT_BYTES, "{held} held");
+    c.conn.set_read_buffer(now, rest.len());
+    assert_eq!(
+        c.conn.held(),
+        held + rest.len(),
+        "what the host keeps counts"
+    );
+    assert!(c.received().is_empty());
+    // The client reads: the host takes what waits, and offers the rest as it is wanted.
+    c.conn.set_writable(now, true);
+    let mut completed = Vec::new();
+    for _ in 0..1000 {
+        for event in c.texts() {
+            if event["type"] == "response.completed" {
+                completed.push(event["response"]["id"].as_str().unwrap().to_owned());
+            }
+        }
+        if rest.is_empty() {
+            break;
+        }
+        assert!(c.conn.wants_input());
+        let taken = c.conn.read_bytes(now, rest);
+        rest = &rest[taken..];
+        c.conn.set_read_buffer(now, rest.len());
+    }
+    for event in c.texts() {
+        if event["type"] == "response.completed" {
+            completed.push(event["response"]["id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(completed.len(), 1000);
+    assert!(!c.conn.is_closed());
+}
+
 #[test]
 fn frames_are_handed_over_whole_in_bounded_pieces() {
     let mut c = Client::new();
