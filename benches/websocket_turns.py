@@ -69,10 +69,12 @@ def config(path, ports):
 
 
 async def client(port, n, turns, done):
-    # A key of its own: one caller may hold ws_max_connections_per_key (64) sockets.
+    # Each from its own loopback address: one address may hold ws_max_connections_per_address
+    # (64) sockets.
     headers = {"authorization": f"Bearer bench-{n}"}
+    source = (f"127.0.{1 + n // 250}.{1 + n % 250}", 0)
     async with websockets.connect(f"ws://127.0.0.1:{port}/v1/responses", max_size=None,
-                                  additional_headers=headers) as ws:
+                                  additional_headers=headers, local_addr=source) as ws:
         previous = None
         for i in range(turns):
             body = {"type": "response.create", "model": "m", "input": f"turn {i}"}

@@ -12,8 +12,17 @@
 //! processor's peak RSS (`VmHWM`, reset between the runs through `/proc/<pid>/clear_refs`)
 //! against the 256 MiB limit of deploy/kubernetes/, and Envoy's for reference.
 //!
-//! Run: `cargo bench --bench ws_memory` (a minute or two). Results:
-//! docs/performance.md#hostile-input-through-envoy.
+//! Then clients that do not read (`tests/common/noread.rs`), each from its own address: 200
+//! that each write 8 MiB of pings, and 20 that each send `response.create`s answered at once
+//! (`generate: false`) until the processor ends their socket; for each run the processor's and
+//! Envoy's peak RSS, how the sockets ended once their clients read, and whether a client beside
+//! them was served. Envoy's buffer toward each client (16 MiB in envoy/envoy.yaml) fills before
+//! the processor's socket stops taking bytes: Envoy's memory, outside the processor's budget
+//! (docs/websocket.md#what-the-budget-does-not-count).
+//!
+//! Run: `cargo bench --bench ws_memory` (a few minutes; `RUNS=budget,noread` picks runs).
+//! Results: docs/performance.md#hostile-input-through-envoy and
+//! docs/performance.md#websocket-clients-that-do-not-read.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -23,10 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::memory::{mib, reset_peak, resident as memory};
-use common::{ServerThread, Stack};
+use common::{noread, ServerThread, Stack};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::error::{Error, ProtocolError};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -78,17 +86,17 @@ fn slow_upstream() -> (ServerThread, u16) {
 
 type Socket = common::websocket::Socket;
 
-async fn open(url: &str, caller: usize) -> Socket {
-    let mut request = url.into_client_request().expect("request");
-    request.headers_mut().insert(
-        "authorization",
-        format!("Bearer caller-{caller}").parse().expect("a header"),
-    );
-    let (socket, response) = tokio_tungstenite::connect_async(request)
-        .await
-        .unwrap_or_else(|e| panic!("upgrade {caller}: {e}"));
-    assert_eq!(response.status(), 101);
-    socket
+/// Each caller from its own address.
+async fn open(port: u16, caller: usize) -> Socket {
+    let key = format!("Bearer caller-{caller}");
+    noread::open(
+        port,
+        noread::caller_address(caller),
+        None,
+        &[("authorization", &key)],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("upgrade {caller}: {e:?}"))
 }
 
 fn create(body: Value) -> Message {
@@ -209,7 +217,7 @@ fn main() {
     std::env::set_var("RUST_LOG", "info,responses_extproc::websocket=debug");
     let stack = Stack::with_websocket(upstream_port, &[]);
     let (processor, envoy) = (stack.processor().pid(), stack.envoy.pid());
-    let url = stack.ws_url();
+    let port = stack.envoy.port();
     let text = Arc::new("x".repeat(BIG));
     println!(
         "{sockets} sockets, messages of {} MiB of text; processor idle: {} RSS",
@@ -221,15 +229,21 @@ fn main() {
         mib(LIMIT)
     );
     println!("|---|---|---|---:|---:|---:|---:|");
+    let runs = std::env::var("RUNS").unwrap_or_else(|_| "budget,noread".into());
     let mut worst = 0;
     let mut log_from = closes_sent(&stack, 0).1;
-    for (name, at_once) in [("all at once", sockets), ("two at a time", 2)] {
+    let budget_runs = if runs.contains("budget") {
+        vec![("all at once", sockets), ("two at a time", 2)]
+    } else {
+        Vec::new()
+    };
+    for (name, at_once) in budget_runs {
         let reset = reset_peak(processor) && reset_peak(envoy);
         let start = Instant::now();
         let endings = runtime.block_on(async {
             let mut open_sockets = Vec::with_capacity(sockets);
             for caller in 0..sockets {
-                open_sockets.push(open(&url, caller).await);
+                open_sockets.push(open(port, caller).await);
             }
             run(open_sockets, at_once, text.clone()).await
         });
@@ -258,4 +272,78 @@ fn main() {
         if worst < LIMIT { "under" } else { "OVER" },
         mib(memory(processor, "VmRSS:"))
     );
+    if runs.contains("noread") {
+        let (pingers, flooders) = if quick { (4, 2) } else { (SOCKETS, 20) };
+        noread_runs(&runtime, &stack, &mut log_from, pingers, flooders);
+    }
+}
+
+/// A client beside them: how its turn ended.
+async fn beside(port: u16) -> String {
+    let mut ws = open(port, 1000).await;
+    let body = json!({"model": "m", "input": "beside"});
+    if let Err(e) = ws.send(create(body)).await {
+        return format!("send failed ({e})");
+    }
+    loop {
+        match tokio::time::timeout(TIMEOUT, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) if t.contains("\"response.completed\"") => {
+                return "completed".to_owned()
+            }
+            Ok(Some(Ok(Message::Close(f)))) => {
+                return format!("close {:?}", f.map(|f| u16::from(f.code)))
+            }
+            Ok(Some(Ok(_))) => {}
+            other => return format!("{other:?}"),
+        }
+    }
+}
+
+/// Clients that do not read: the processor's and Envoy's peak RSS, the closes sent, the
+/// endings, a client beside them served or not.
+fn noread_runs(
+    runtime: &tokio::runtime::Runtime,
+    stack: &Stack,
+    log_from: &mut usize,
+    pingers: usize,
+    flooders: usize,
+) {
+    let (processor, envoy) = (stack.processor().pid(), stack.envoy.pid());
+    let port = stack.envoy.port();
+    println!(
+        "\n| clients that do not read | processor RSS before, peak | Envoy RSS before, peak | close codes sent | endings once they read | a client beside |"
+    );
+    println!("|---|---:|---:|---|---|---|");
+    for (name, flood) in [
+        (format!("{pingers} × 8 MiB of pings"), false),
+        (format!("{flooders} × creates until closed"), true),
+    ] {
+        let before = (memory(processor, "VmRSS:"), memory(envoy, "VmRSS:"));
+        let reset = reset_peak(processor) && reset_peak(envoy);
+        let (endings, beside) = runtime.block_on(async {
+            let sockets = if flood {
+                noread::flooders(port, flooders, 100).await
+            } else {
+                noread::pingers(port, pingers, 8).await
+            };
+            let beside = beside(port).await;
+            (
+                noread::endings(sockets, Duration::from_secs(10)).await,
+                beside,
+            )
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let (sent, log_len) = closes_sent(stack, *log_from);
+        *log_from = log_len;
+        println!(
+            "| {name}{} | {}, {} | {}, {} | {} | {} | {beside} |",
+            if reset { "" } else { " (peak not reset)" },
+            mib(before.0),
+            mib(memory(processor, "VmHWM:")),
+            mib(before.1),
+            mib(memory(envoy, "VmHWM:")),
+            counted(&sent),
+            counted(&endings),
+        );
+    }
 }

@@ -25,6 +25,16 @@
 //!    upstream connection closes after two chunks: each must see `error` and
 //!    `response.failed`, then complete a next turn on the same socket.
 //!
+//! 4. **Clients that do not read** (`RUNS=noread`, not in the default runs), each from its own
+//!    address (`tests/common/noread.rs`): `NOREAD` clients that each write 8 MiB of pings, then
+//!    `NOREAD` that each send `response.create`s answered at once (`generate: false`) until
+//!    Envoy ends their socket. For each, Envoy's RSS before and its peak against
+//!    `ws_max_total_bytes` and the documented slack, the closes Envoy's stats count, how the
+//!    sockets ended once their clients read, and whether a client beside them was served.
+//!
+//! The runs 1 to 3 open every socket from 127.0.0.1, with `ws_max_connections_per_address`
+//! raised to 1,024.
+//!
 //! Run (a few minutes; module mode only, a release module):
 //! `cargo build --release -p responses-module && RESPONSES_MODULE_DIR=target/release cargo bench --bench ws_module_load`.
 //! Results: docs/performance.md#module-modes-sockets-under-load.
@@ -45,6 +55,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 const SOCKETS: usize = 500;
+/// Clients that do not read, in run 4.
+const NOREAD: usize = 200;
 const TURNS: usize = 5;
 const SLOW: usize = 50;
 /// How long a slow reader reads before it goes.
@@ -289,7 +301,8 @@ fn counted(counts: &BTreeMap<String, usize>) -> String {
 }
 
 fn module_stack(upstream_port: u16) -> Stack {
-    Stack::with_websocket_in(Mode::Module, upstream_port, &[], |config| {
+    let args = ["--ws-max-connections-per-address", "1024"];
+    Stack::with_websocket_in(Mode::Module, upstream_port, &args, |config| {
         let drain = "    extension_name: drain\n";
         assert_eq!(config.matches(drain).count(), 1, "the drain extension");
         config.replace(
@@ -557,6 +570,73 @@ fn upstream_failure(runtime: &tokio::runtime::Runtime, upstream_port: u16, socke
         })
 }
 
+/// A client beside them: how its turn ended.
+async fn beside(port: u16) -> String {
+    let mut socket = open(port, "beside".into(), None).await;
+    match turn(&mut socket, json!({"model": "m", "input": "beside"})).await {
+        Ok(e) => e["type"].as_str().unwrap_or("").to_owned(),
+        Err(how) => format!("close {how}"),
+    }
+}
+
+/// The closes Envoy's stats count, by code.
+fn closes(stack: &Stack) -> BTreeMap<String, usize> {
+    let (_, text) = common::envoy::http_get(stack.envoy.admin_port(), "/stats/prometheus")
+        .expect("Envoy's stats");
+    common::prom::Export::parse(&text)
+        .series("envoy_responses_module_websocket_closes_total")
+        .filter(|s| s.value > 0.0)
+        .map(|s| (s.labels["code"].clone(), s.value as usize))
+        .collect()
+}
+
+/// Run 4: clients that do not read; Envoy's memory.
+fn noread(runtime: &tokio::runtime::Runtime, upstream_port: u16, n: usize) -> bool {
+    println!("\n### 4. {n} clients that do not read, each from its own address");
+    println!(
+        "\n| clients | Envoy RSS before | peak (VmHWM) | growth | closes (Envoy's stats) | endings once they read | a client beside |"
+    );
+    println!("|---|---:|---:|---:|---|---|---|");
+    let mut ok = true;
+    for flood in [false, true] {
+        let stack = module_stack(upstream_port);
+        let (port, pid) = (stack.envoy.port(), stack.envoy.pid());
+        let before = memory(pid, "VmRSS:");
+        let (endings, beside) = runtime.block_on(async {
+            let sockets = if flood {
+                common::noread::flooders(port, n, 100).await
+            } else {
+                common::noread::pingers(port, n, 8).await
+            };
+            let beside = beside(port).await;
+            (
+                common::noread::endings(sockets, Duration::from_secs(10)).await,
+                beside,
+            )
+        });
+        let peak = memory(pid, "VmHWM:");
+        let growth = peak.saturating_sub(before);
+        println!(
+            "| {n} × {} | {} | {} | {} | {:?} | {} | {beside} |",
+            if flood {
+                "creates until closed"
+            } else {
+                "8 MiB of pings"
+            },
+            mib(before),
+            mib(peak),
+            mib(growth),
+            closes(&stack),
+            counted(&endings),
+        );
+        // The budget, plus Envoy's buffer limit per socket (what it holds below its watermark)
+        // and one piece of 64 KiB.
+        let slack = n as u64 * (WATERMARK + (64 << 10));
+        ok &= growth <= MAX_TOTAL + slack;
+    }
+    ok
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --all-targets` does not: keep that run small.
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -574,6 +654,10 @@ fn main() {
             upstream_failure(&runtime, upstream_port, sockets),
         ));
         ok.push(("drain", drain(&runtime, upstream_port, sockets, false)));
+        ok.push((
+            "clients that do not read",
+            noread(&runtime, upstream_port, sockets),
+        ));
     } else {
         // `RUNS=load,sigterm,drain,failure` (the default: all).
         let runs = std::env::var("RUNS").unwrap_or_else(|_| "load,sigterm,drain,failure".into());
@@ -591,6 +675,12 @@ fn main() {
         if runs.contains(&"failure") {
             let failed = upstream_failure(&runtime, upstream_port, sockets);
             ok.push(("upstream failure", failed));
+        }
+        if runs.contains(&"noread") {
+            ok.push((
+                "clients that do not read",
+                noread(&runtime, upstream_port, NOREAD),
+            ));
         }
     }
     let failed: Vec<_> = ok

@@ -462,6 +462,7 @@ pub fn connection(data: &[u8]) {
     let mut started = HashSet::new();
     let mut open_calls = Vec::new();
     let mut closed_sent = false;
+    let mut writable = true;
     let mut closes_told = 0;
     let mut opened_told = false;
     let mut finished = 0;
@@ -522,7 +523,10 @@ pub fn connection(data: &[u8]) {
                     conn.handle_timeout(now);
                 }
             }
-            9 => conn.set_writable(now, arg % 2 == 0),
+            9 => {
+                writable = arg % 2 == 0;
+                conn.set_writable(now, writable);
+            }
             10 => conn.drain(now, now + Duration::from_millis(u64::from(arg) * 5)),
             _ => match arg % 3 {
                 0 => conn.closed(now),
@@ -530,7 +534,10 @@ pub fn connection(data: &[u8]) {
                 _ => conn.handle_bytes(now, &[arg, arg, arg]),
             },
         }
-        // What went out.
+        // What went out: whole frames, and only while the host can write, or the connection's
+        // last bytes (its close frame among them).
+        let mut sent = false;
+        let mut close_now = false;
         while let Some(bytes) = conn.poll_transmit() {
             assert!(!closed_sent, "bytes after the close frame");
             let (texts, close) = frames(&bytes);
@@ -538,8 +545,14 @@ pub fn connection(data: &[u8]) {
                 let v: serde_json::Value = serde_json::from_slice(&t).expect("one JSON object");
                 assert!(v.is_object());
             }
-            closed_sent |= close;
+            sent = true;
+            close_now |= close;
         }
+        assert!(
+            !sent || writable || close_now || conn.is_closed(),
+            "bytes handed over while the host could not write"
+        );
+        closed_sent |= close_now;
         while let Some(action) = conn.poll_call() {
             match action {
                 CallAction::Start(call) => {

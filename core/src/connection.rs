@@ -26,10 +26,14 @@
 //! Bounded everywhere: messages read ahead while a response is in flight wait in a queue of
 //! [`MAX_QUEUED_MESSAGES`] and one maximum-size message's worth of bytes ([`Connection::wants_input`]
 //! turns false: a host that can stop reading does); a host that cannot stop reading and keeps
-//! feeding past twice that ends the connection (1008). Bytes sent to a client that does not
-//! read them (the host says it is not writable) count against [`Limits::max_unread_bytes`]:
-//! beyond, the response in flight fails and the connection closes (1008), since a call cannot
-//! always be paused (the module's callouts cannot).
+//! feeding past twice that ends the connection (1008). Frames for a client that does not read
+//! them wait here, counted, not in the host: while the host says it cannot write (its buffer
+//! toward the client over its high watermark), [`Connection::poll_transmit`] hands nothing
+//! over, what the host holds is counted at its watermark ([`Connection::set_write_buffer`]), and
+//! pings that come before the host took the last pong get one pong, for the last (RFC 6455
+//! §5.5.3). What waits counts against [`Limits::max_unread_bytes`]: beyond, the frames
+//! the client did not read are dropped, the response in flight fails and the connection
+//! closes (1008), since a call cannot always be paused (the module's callouts cannot).
 //!
 //! Times come from the caller (`now` on every input); the wall clock of `created_at` and the
 //! ids' randomness from the [`Environment`].
@@ -63,6 +67,11 @@ use admission::Budget;
 /// Messages read ahead while a response is in flight.
 pub const MAX_QUEUED_MESSAGES: usize = 8;
 
+/// Most bytes [`Connection::poll_transmit`] hands over at once (whole frames; a larger frame
+/// goes alone): a host that checks its buffer between two takes stops taking once it is
+/// full, and what it did not take stays counted here.
+pub const TRANSMIT_BYTES: usize = 64 << 10;
+
 /// Default of [`Limits::max_unread_bytes`]: 4 MiB, a few hundred events' worth.
 pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
 
@@ -70,6 +79,12 @@ pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
 /// the host drops the transport (RFC 6455 §7.1.1: the server closes the TCP connection). Also
 /// what lets an error event overtake the reset that closing a socket with unread bytes causes.
 pub const CLOSE_LINGER: Duration = Duration::from_millis(250);
+
+/// How long a host that writes to the client itself (the processor) waits for its last bytes
+/// (a response's end, the close frame) to leave once the connection is over, before it drops
+/// the transport: a client that does not read them gets no longer (Envoy's own
+/// `delayed_close_timeout`, which does the same in module mode, is 1 s by default).
+pub const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 
 /// How much longer than its drain time a host waits for its sockets before it exits: they end
 /// the responses still in flight at the drain time and close (1001), then wait up to
@@ -90,7 +105,8 @@ pub struct Limits {
     /// A connection this old closes after the response in flight (an `error` event
     /// `websocket_connection_limit_reached`, then 1000).
     pub max_age: Duration,
-    /// Bytes sent to a client that does not read them before the connection ends (1008).
+    /// Bytes of frames waiting for a client that does not read them (the host cannot write)
+    /// before its response fails and the connection ends (1008).
     pub max_unread_bytes: usize,
     /// Bytes the connection may hold ([`Connection::held`]) before it ends (1008).
     pub max_socket_bytes: usize,
@@ -157,13 +173,23 @@ pub struct Connection<E = System> {
     /// The life of the response in flight, or of the last one until its end is polled.
     life: Option<Life>,
     next_call: u64,
-    /// Frames for the client, not yet handed to the host.
+    /// Frames for the client, not yet handed to the host: whole frames only (the host takes
+    /// them whole).
     out: BytesMut,
+    /// The pong for the last ping, while the host cannot write: sent once it can.
+    pong: Option<Bytes>,
+    /// What the host holds toward the client once it says it cannot write (its high
+    /// watermark): counted meanwhile, with the last piece it took (the one that filled it).
+    write_buffer: usize,
+    /// The size of the last piece [`Connection::poll_transmit`] handed over.
+    last_transmit: usize,
+    /// The client's bytes the host holds, not yet wanted.
+    read_buffer: usize,
     calls: VecDeque<CallAction>,
     events: VecDeque<Event>,
     /// The host can write to the client (its buffer is under its high watermark).
     writable: bool,
-    /// Bytes handed to the host while it could not write.
+    /// Bytes of frames made for the client since the host last could write.
     unread: usize,
     record_content: bool,
     /// The client's bytes cannot be read any further (a frame refused unread, a protocol
@@ -335,6 +361,10 @@ impl<E: Environment> Connection<E> {
             life: None,
             next_call: 0,
             out: BytesMut::new(),
+            pong: None,
+            write_buffer: 0,
+            last_transmit: 0,
+            read_buffer: 0,
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
             told_closed: false,
@@ -355,11 +385,28 @@ impl<E: Environment> Connection<E> {
         self.budget = Some(budget);
     }
 
+    /// What the host holds toward the client once it says it cannot write, besides the last
+    /// piece it took: its buffer's high watermark (the module: Envoy's buffer limit); 0 (the
+    /// default) for a host that holds no more than that piece (the processor's socket writer).
+    /// Counted in [`Connection::held`] while the host cannot write, with that piece (the
+    /// host's buffer crossed its watermark with it), so that a client that does not read is
+    /// charged for what it leaves there.
+    pub fn set_write_buffer(&mut self, bytes: usize) {
+        self.write_buffer = bytes;
+    }
+
     /// Bytes the connection holds: its kept context and the input of the response in flight
     /// (JSON text: no tree of them is kept), what the response in flight has output so far
-    /// (kept for its closing events), the queued messages, the message being read, and the
-    /// frames not yet handed to the host.
+    /// (kept for its closing events), the queued messages, the message being read, the frames
+    /// not yet handed to the host, the client's bytes the host holds for it
+    /// ([`Connection::set_read_buffer`]), and, while the host cannot write, what it holds
+    /// toward the client ([`Connection::set_write_buffer`] and the last piece it took).
     pub fn held(&self) -> usize {
+        let host = if self.writable {
+            0
+        } else {
+            self.write_buffer + self.last_transmit
+        };
         self.context_bytes()
             + self
                 .turn
@@ -368,6 +415,9 @@ impl<E: Environment> Connection<E> {
             + self.queued_bytes
             + self.decoder.held()
             + self.out.len()
+            + self.pong.as_ref().map_or(0, Bytes::len)
+            + self.read_buffer
+            + host
     }
 
     /// Tell each client message as an [`Event::Message`] (for `--log-content` and
@@ -396,12 +446,27 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Whether the host should read more of the client's bytes now. A host that can stop
-    /// reading does so while this is false (the client then feels TCP's backpressure).
+    /// reading does so while this is false (the client then feels TCP's backpressure): while
+    /// messages wait their turn, and while more than a piece ([`TRANSMIT_BYTES`]) of frames
+    /// waits for the host, so that a client that does not read cannot make the connection
+    /// answer more of its messages than the host takes.
     pub fn wants_input(&self) -> bool {
         self.phase != Phase::Closed
             && !self.read_failed
             && self.queue.len() < MAX_QUEUED_MESSAGES
             && self.queued_bytes < self.limits.max_message_bytes
+            && self.out.len() < TRANSMIT_BYTES
+    }
+
+    /// Bytes of the client's the host holds for the connection, read but not wanted yet
+    /// (Envoy's buffer in the module, the processor's rest of a read): counted in
+    /// [`Connection::held`].
+    pub fn set_read_buffer(&mut self, now: Instant, bytes: usize) {
+        self.now = now;
+        if self.read_buffer != bytes {
+            self.read_buffer = bytes;
+            self.account(now);
+        }
     }
 
     /// The connection is over: the host sends what [`Connection::poll_transmit`] still
@@ -556,13 +621,13 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Whether the client reads what is sent (the host's buffer toward it is under its low
-    /// watermark again, or over its high one).
+    /// watermark again, or over its high one). While it cannot write, frames wait here.
     pub fn set_writable(&mut self, now: Instant, writable: bool) {
         self.now = now;
-        self.writable = writable;
-        if writable {
+        if writable && !self.writable {
             self.unread = 0;
         }
+        self.writable = writable;
         self.pump(now);
     }
 
@@ -648,9 +713,29 @@ impl<E: Environment> Connection<E> {
 
     // ---- outputs ----
 
-    /// The bytes to send to the client now, if any.
+    /// The bytes to send to the client now, if any: whole frames, up to [`TRANSMIT_BYTES`] (a
+    /// larger frame alone); none while the host cannot write, until the connection is over.
+    /// Poll until `None`.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
-        (!self.out.is_empty()).then(|| self.out.split().freeze())
+        if self.writable && self.phase == Phase::Open {
+            if let Some(pong) = self.pong.take() {
+                self.out.extend_from_slice(&pong);
+            }
+        }
+        if self.out.is_empty() || (!self.writable && self.phase == Phase::Open) {
+            return None;
+        }
+        let mut n = 0;
+        while n < self.out.len() {
+            // Every frame in `out` is whole.
+            let len = encode::frame_len(&self.out[n..]).unwrap_or(self.out.len() - n);
+            if n > 0 && n + len > TRANSMIT_BYTES {
+                break;
+            }
+            n += len;
+        }
+        self.last_transmit = n;
+        Some(self.out.split_to(n).freeze())
     }
 
     /// The next call to start or cancel.
@@ -727,8 +812,10 @@ impl<E: Environment> Connection<E> {
                 self.active = now;
                 self.queue.push_back(Queued::Binary);
             }
-            // Answered at once, between messages; it keeps nothing alive.
-            Message::Ping(payload) => self.frame(&encode::pong(&payload)),
+            // Answered once the host takes bytes, between messages; it keeps nothing alive.
+            // Pings that come before the host took the last pong get one pong, for the last
+            // (RFC 6455 §5.5.3): a client that pings and does not read piles up nothing.
+            Message::Ping(payload) => self.pong = Some(encode::pong(&payload)),
             Message::Pong(_) => {}
             Message::Close(close) => {
                 // The client ends the connection: a response in flight is cut, and its close
@@ -787,8 +874,13 @@ impl<E: Environment> Connection<E> {
             return;
         }
         self.cut(now);
-        // What it held goes now: no context to continue, no message to read.
+        // What it held goes now: no context to continue, no message to read, no frame for a
+        // client that does not read (its close frame comes instead).
         self.context = None;
+        if !self.writable {
+            self.out.clear();
+            self.pong = None;
+        }
         self.read_failed = true;
         self.decoder = Decoder::new(0);
         self.close_frame(code, reason);
@@ -1408,23 +1500,19 @@ impl<E: Environment> Connection<E> {
         }
     }
 
-    fn frame(&mut self, frame: &[u8]) {
-        if self.phase != Phase::Open {
-            return;
-        }
-        self.out.extend_from_slice(frame);
-        self.count_unread(frame.len());
-    }
-
-    /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the response
-    /// in flight fails and the connection ends.
+    /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the frames
+    /// it did not read are dropped, the response in flight fails and the connection ends.
     fn count_unread(&mut self, n: usize) {
         if self.writable {
             return;
         }
         self.unread += n;
         if self.unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
-            // Nothing more is written: what is queued for the host is all the client gets.
+            // Whole frames only: the client gets the stream up to what the host took, then
+            // the response's end and the close.
+            self.out.clear();
+            self.pong = None;
+            // (Counted no further: what follows is the connection's last bytes.)
             self.writable = true;
             let now = self.now;
             if let Some(turn) = &mut self.turn {

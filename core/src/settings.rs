@@ -210,20 +210,29 @@ pub struct ExchangeConfig {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_IDLE_TIMEOUT, env = "RESPONSES_EXTPROC_WS_IDLE_TIMEOUT"))]
     pub ws_idle_timeout: u64,
 
-    /// Bytes of events a WebSocket client may leave unread (its connection's buffer above
-    /// Envoy's high watermark) before its response fails and the connection closes (1008).
+    /// Bytes of events a WebSocket client may leave unread (waiting while its connection's
+    /// buffer is over its high watermark) before its response fails and the connection closes
+    /// (1008).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = connection::DEFAULT_MAX_UNREAD_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_UNREAD_BYTES"))]
     pub ws_max_unread_bytes: usize,
 
-    /// Most WebSocket connections one caller may hold (callers are told apart by
-    /// --ws-key-header): one API key cannot take every connection.
+    /// Most WebSocket connections from one downstream address, as Envoy sees it (after its
+    /// x-forwarded-for rules): one client cannot take every connection, whatever it sends.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_CONNECTIONS_PER_ADDRESS, env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS_PER_ADDRESS"))]
+    pub ws_max_connections_per_address: usize,
+
+    /// Most WebSocket connections one caller may hold, callers told apart by --ws-key-header
+    /// (only when it is set).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_CONNECTIONS_PER_KEY, env = "RESPONSES_EXTPROC_WS_MAX_CONNECTIONS_PER_KEY"))]
     pub ws_max_connections_per_key: usize,
 
-    /// The request header whose value tells WebSocket callers apart for their quota (an API
-    /// key, or a tenant header Envoy sets); callers without it share one quota.
-    #[cfg_attr(feature = "clap", arg(long, default_value = DEFAULT_WS_KEY_HEADER, env = "RESPONSES_EXTPROC_WS_KEY_HEADER"))]
-    pub ws_key_header: String,
+    /// A request header Envoy sets after verifying the caller (a jwt_authn claim header, with
+    /// a client's own removed first) whose value tells WebSocket callers apart for a quota of
+    /// their own; callers without it share one. Never a header the client chooses (an API key
+    /// Envoy does not check): one address could open a connection per value. Unset: callers
+    /// are told apart by address only.
+    #[cfg_attr(feature = "clap", arg(long, env = "RESPONSES_EXTPROC_WS_KEY_HEADER"))]
+    pub ws_key_header: Option<String>,
 
     /// Headers of a client's request that the translator's own Chat calls carry on, beside
     /// its credentials and trace context (comma-separated): the headers Envoy's rate limits
@@ -257,8 +266,9 @@ pub struct ExchangeConfig {
     )]
     pub ws_turn_records: bool,
 
-    /// `Origin`s allowed to open WebSocket connections (comma-separated); unset: any, and a
-    /// client without `Origin` (an API client) is always allowed.
+    /// `Origin`s allowed to open WebSocket connections (comma-separated); unset: none, a
+    /// handshake with an `Origin` (a browser page) is refused. A client without `Origin` (an
+    /// API client) is always allowed.
     #[cfg_attr(
         feature = "clap",
         arg(
@@ -269,8 +279,8 @@ pub struct ExchangeConfig {
     )]
     pub ws_allowed_origins: Vec<String>,
 
-    /// Bytes one WebSocket connection may hold (its kept context and queued messages, parsed
-    /// copies counted twice, the message being read, events not yet written); beyond, it
+    /// Bytes one WebSocket connection may hold (its kept context and queued messages as
+    /// JSON text, what has arrived of the message being read, events not yet written); beyond, it
     /// closes (1008).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WS_MAX_SOCKET_BYTES, env = "RESPONSES_EXTPROC_WS_MAX_SOCKET_BYTES"))]
     pub ws_max_socket_bytes: usize,
@@ -296,10 +306,10 @@ pub const DEFAULT_WS_IDLE_TIMEOUT: u64 = 300;
 /// How long the responses in flight may run once the host drains, by default, in seconds:
 /// the processor's `--drain-seconds`, the module's bootstrap extension's `drain_seconds`.
 pub const DEFAULT_DRAIN_SECONDS: u64 = 30;
+/// Default of `ws_max_connections_per_address`.
+pub const DEFAULT_WS_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
 /// Default of `ws_max_connections_per_key`.
 pub const DEFAULT_WS_MAX_CONNECTIONS_PER_KEY: usize = 64;
-/// Default of `ws_key_header`.
-pub const DEFAULT_WS_KEY_HEADER: &str = "authorization";
 /// Default of `ws_max_socket_bytes`: 64 MiB, a maximum-size context and message with room.
 pub const DEFAULT_WS_MAX_SOCKET_BYTES: usize = 64 << 20;
 /// Default of `ws_max_total_bytes`: 128 MiB, half of what the shipped Kubernetes manifests
@@ -339,8 +349,9 @@ impl Default for ExchangeConfig {
             ws_max_age: DEFAULT_WS_MAX_AGE,
             ws_idle_timeout: DEFAULT_WS_IDLE_TIMEOUT,
             ws_max_unread_bytes: connection::DEFAULT_MAX_UNREAD_BYTES,
+            ws_max_connections_per_address: DEFAULT_WS_MAX_CONNECTIONS_PER_ADDRESS,
             ws_max_connections_per_key: DEFAULT_WS_MAX_CONNECTIONS_PER_KEY,
-            ws_key_header: DEFAULT_WS_KEY_HEADER.to_owned(),
+            ws_key_header: None,
             forward_headers: vec![DEFAULT_FORWARD_HEADERS.to_owned()],
             ws_turn_records: true,
             ws_allowed_origins: Vec::new(),
@@ -376,10 +387,11 @@ impl ExchangeConfig {
         }
         let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
         for (name, header) in [
-            ("model_header", &self.model_header),
-            ("upstream_model_header", &self.upstream_model_header),
-            ("ws_key_header", &self.ws_key_header),
+            ("model_header", Some(&self.model_header)),
+            ("upstream_model_header", Some(&self.upstream_model_header)),
+            ("ws_key_header", self.ws_key_header.as_ref()),
         ] {
+            let Some(header) = header else { continue };
             if header.is_empty() || !header.chars().all(token) {
                 return Err(format!("{name}: `{header}` is not a header name"));
             }
@@ -444,6 +456,10 @@ impl ExchangeConfig {
             ("ws_max_age", self.ws_max_age as usize),
             ("ws_idle_timeout", self.ws_idle_timeout as usize),
             ("ws_max_unread_bytes", self.ws_max_unread_bytes),
+            (
+                "ws_max_connections_per_address",
+                self.ws_max_connections_per_address,
+            ),
             (
                 "ws_max_connections_per_key",
                 self.ws_max_connections_per_key,
@@ -527,8 +543,9 @@ impl ExchangeConfig {
     pub fn admission_rules(&self) -> admission::Rules {
         admission::Rules {
             max_connections: self.ws_max_connections,
+            max_per_address: self.ws_max_connections_per_address,
             max_per_key: self.ws_max_connections_per_key,
-            key_header: self.ws_key_header.to_ascii_lowercase(),
+            key_header: self.ws_key_header.as_ref().map(|h| h.to_ascii_lowercase()),
             origins: self.ws_allowed_origins.clone(),
             max_total_bytes: self.ws_max_total_bytes,
         }
@@ -663,6 +680,33 @@ mod tests {
         assert_eq!(s.seal_tenant_header.as_deref(), Some("x-tenant-id"));
         assert!(s.options.accept_unbound_seals);
         assert_eq!(s.options.tenant, Tenant::Unbound, "resolved per exchange");
+    }
+
+    #[test]
+    fn websocket_callers_are_told_apart_by_address_unless_a_key_header_is_named() {
+        let rules = ExchangeConfig::default().admission_rules();
+        assert_eq!(rules.key_header, None, "no header the client chooses");
+        assert_eq!(
+            rules.max_per_address,
+            DEFAULT_WS_MAX_CONNECTIONS_PER_ADDRESS
+        );
+        assert!(rules.origins.is_empty());
+        let c: ExchangeConfig = serde_json::from_str(
+            r#"{"ws_key_header":"X-Caller","ws_max_connections_per_address":3}"#,
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        let rules = c.admission_rules();
+        assert_eq!(rules.key_header.as_deref(), Some("x-caller"));
+        assert_eq!(rules.max_per_address, 3);
+        for bad in [
+            r#"{"ws_key_header":""}"#,
+            r#"{"ws_key_header":"x caller"}"#,
+            r#"{"ws_max_connections_per_address":0}"#,
+        ] {
+            let c: ExchangeConfig = serde_json::from_str(bad).unwrap();
+            assert!(c.validate().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -165,6 +165,14 @@ pub struct FakeHost {
     pub buffered_request: Vec<u8>,
     /// The protocol the request came on (`HTTP/1.1` when unset).
     pub protocol: Option<String>,
+    /// The downstream address (`127.0.0.1:40000` when unset).
+    pub address: Option<String>,
+    /// The client's write buffer's high watermark (Envoy's 1 MiB default when unset).
+    pub write_buffer_limit: Option<usize>,
+    /// A client that does not read: once the answer holds more than this many bytes, its
+    /// write buffer is over its high watermark (reported from inside `send_data`, as Envoy
+    /// does).
+    pub block_past: Option<usize>,
     /// The child spans the filter made, in order (`SpanRef::fake_child(i)` is the `i`th).
     pub children: Vec<FakeSpan>,
     /// The work the filter started ([`Terminal::start_work`]), not yet run.
@@ -445,6 +453,13 @@ impl Terminal for FakeHost {
         assert!(self.answer.headers.is_some(), "answer data before its head");
         assert!(!self.answer.ended, "answer data after its end");
         self.answer.body.extend_from_slice(bytes);
+        if self
+            .block_past
+            .is_some_and(|limit| !self.write_blocked && self.answer.body.len() > limit)
+        {
+            self.write_blocked = true;
+            self.reported.push_back(Deferred::WriteBlocked);
+        }
         self.end_answer(end);
     }
 
@@ -585,6 +600,14 @@ impl Terminal for FakeHost {
 
     fn request_protocol(&self) -> Option<&str> {
         Some(self.protocol.as_deref().unwrap_or("HTTP/1.1"))
+    }
+
+    fn downstream_address(&self) -> Option<&str> {
+        Some(self.address.as_deref().unwrap_or("127.0.0.1:40000"))
+    }
+
+    fn write_buffer_limit(&self) -> usize {
+        self.write_buffer_limit.unwrap_or(1 << 20)
     }
 
     fn spawn_span(&mut self, parent: SpanRef, name: &str) -> Option<SpanRef> {

@@ -227,6 +227,11 @@ pub trait Terminal: Host {
     fn drain_request(&mut self, bytes: usize);
     /// The protocol the request came on, as Envoy names it (`HTTP/1.1`, `HTTP/2`, ...).
     fn request_protocol(&self) -> Option<&str>;
+    /// The downstream address as Envoy sees it (`ip:port`; after its `x-forwarded-for` rules).
+    fn downstream_address(&self) -> Option<&str>;
+    /// The client's write buffer's high watermark (the listener's buffer limit): what Envoy
+    /// holds toward the client once [`Terminal::write_blocked`] says it is over.
+    fn write_buffer_limit(&self) -> usize;
     /// A child of `parent` (Envoy's span for the stream), started now; `None` if Envoy made
     /// none. Valid until [`Terminal::finish_span`], across hooks; one still open when the
     /// filter goes is finished then.
@@ -431,6 +436,26 @@ impl Envoy<'_> {
                 );
             }
         }
+    }
+}
+
+impl Envoy<'_> {
+    /// A string attribute of the stream, if Envoy has it.
+    fn attribute(&self, id: abi::AttributeId) -> Option<&str> {
+        let mut out = EnvoyBuffer::EMPTY;
+        // SAFETY: valid filter pointer; Envoy points `out` at a string of its own (a constant
+        // per protocol, the stream's address object), valid during the hook.
+        let found = unsafe {
+            abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
+                self.filter,
+                id,
+                &mut out,
+            )
+        };
+        // SAFETY: as above.
+        found
+            .then(|| unsafe { out.as_bytes() })
+            .and_then(|b| std::str::from_utf8(b).ok())
     }
 }
 
@@ -947,20 +972,18 @@ impl Terminal for Envoy<'_> {
     }
 
     fn request_protocol(&self) -> Option<&str> {
-        let mut out = EnvoyBuffer::EMPTY;
-        // SAFETY: valid filter pointer; Envoy points `out` at a string of its own (a constant
-        // per protocol), valid during the hook.
-        let found = unsafe {
-            abi::envoy_dynamic_module_callback_http_filter_get_attribute_string(
-                self.filter,
-                abi::ATTRIBUTE_REQUEST_PROTOCOL,
-                &mut out,
-            )
-        };
-        // SAFETY: as above.
-        found
-            .then(|| unsafe { out.as_bytes() })
-            .and_then(|b| std::str::from_utf8(b).ok())
+        self.attribute(abi::ATTRIBUTE_REQUEST_PROTOCOL)
+    }
+
+    fn downstream_address(&self) -> Option<&str> {
+        self.attribute(abi::ATTRIBUTE_SOURCE_ADDRESS)
+    }
+
+    fn write_buffer_limit(&self) -> usize {
+        // SAFETY: valid filter pointer.
+        let limit =
+            unsafe { abi::envoy_dynamic_module_callback_http_get_buffer_limit(self.filter) };
+        usize::try_from(limit).unwrap_or(usize::MAX)
     }
 
     fn spawn_span(&mut self, parent: SpanRef, name: &str) -> Option<SpanRef> {

@@ -5,13 +5,17 @@
 //! ([`Terminal`]):
 //!
 //! - the handshake: the core's answer ([`handshake::negotiate`]), a refusal as Envoy's local
-//!   reply, the core's admission (the config's count, the quota per caller, origins, the
-//!   drain: [`Admission`](responses_core::connection::admission::Admission)), then the `101` from the request-headers
-//!   hook (which holds the request: the router never sees it);
+//!   reply, the core's admission of the downstream address Envoy gives (the config's count,
+//!   the quotas per address and per caller, origins, the drain:
+//!   [`Admission`](responses_core::connection::admission::Admission)), then the `101` from the
+//!   request-headers hook (which holds the request: the router never sees it);
 //! - the client's bytes (the request body after the upgrade) into the connection, read only
 //!   while it wants them: the rest stays in Envoy's buffer, whose watermark stops the reading
 //!   of the client ([`BodyStatus::Keep`]);
-//! - its frames to the client (`send_response_data`, the last with `end_stream`);
+//! - its frames to the client (`send_response_data`, the last with `end_stream`), taken only
+//!   while Envoy's buffer toward the client is under its high watermark (checked after each
+//!   piece: Envoy says at once), the rest waiting in the connection, counted, with Envoy's
+//!   buffer limit meanwhile;
 //! - each call it asks for as a streaming callout to `upstream_cluster` (a loop back into
 //!   Envoy: the Chat request meets the route table like any other), its answer back, a cancel
 //!   as the callout's reset;
@@ -126,7 +130,9 @@ pub fn open<E: Environment + Clone>(
             admission.drain();
         }
         admission
-            .admit(|name| host.header(Side::Request, name))
+            .admit(host.downstream_address().unwrap_or_default(), |name| {
+                host.header(Side::Request, name)
+            })
             .map(|ticket| (ticket, admission.budget()))
     };
     let (ticket, budget) = match admitted {
@@ -149,6 +155,7 @@ pub fn open<E: Environment + Clone>(
         now,
     );
     conn.share_budget(budget);
+    conn.set_write_buffer(host.write_buffer_limit());
     let owned = |name: &str| {
         host.header(Side::Request, name)
             .unwrap_or_default()
@@ -212,8 +219,12 @@ impl<E: Environment + Clone> Socket<E> {
     /// and drops what it read (or what no longer means anything).
     fn read(&mut self, host: &mut impl Terminal, now: Instant) {
         let mut read = 0;
-        let mut left = false;
+        let mut kept = 0;
         for piece in host.body(Side::Request) {
+            if kept > 0 {
+                kept += piece.len();
+                continue;
+            }
             if !self.conn.reading() {
                 // Closed, or a frame it could not read: what follows is dropped.
                 read += piece.len();
@@ -221,14 +232,14 @@ impl<E: Environment + Clone> Socket<E> {
             }
             let n = self.conn.read_bytes(now, piece);
             read += n;
-            if n < piece.len() {
-                left = true;
-                break;
-            }
+            kept = piece.len() - n;
         }
         if read > 0 {
             host.drain_request(read);
         }
+        // What Envoy keeps for the connection counts in what it holds.
+        self.conn.set_read_buffer(now, kept);
+        let left = kept > 0;
         self.held = left;
         if self.input_ended && !left {
             self.conn.closed(now);
@@ -250,7 +261,10 @@ impl<E: Environment + Clone> Socket<E> {
             self.flush(host);
             // Told first: a response's span is open before its call carries its context.
             self.tell(host);
-            if !self.calls(host, now) {
+            let heard = self.calls(host, now);
+            // Frames taken, the connection may want the bytes Envoy keeps again.
+            let again = heard || (self.held && self.conn.wants_input());
+            if !again {
                 break;
             }
         }
@@ -270,11 +284,16 @@ impl<E: Environment + Clone> Socket<E> {
         }
     }
 
-    /// Frames for the client.
+    /// Frames for the client, while Envoy's buffer toward it takes them: Envoy reports the
+    /// high watermark from inside the `send_response_data` that crossed it (its hook's event
+    /// follows), and the connection hands nothing more over until the low one.
     fn flush(&mut self, host: &mut impl Terminal) {
         while let Some(bytes) = self.conn.poll_transmit() {
             if !self.ended {
                 host.send_data(&bytes, false);
+            }
+            if host.write_blocked() {
+                self.conn.set_writable(self.clock.instant(), false);
             }
         }
     }

@@ -6,20 +6,28 @@
 //! (so its routes, load balancing, retries and rate limits apply), the time when it asked to
 //! be woken, the drain, and its events into metrics, spans and logs.
 //!
-//! Backpressure is the socket's own: each write is awaited before anything else is read, and
-//! the client's bytes are read only while the connection wants them.
+//! Backpressure: the client's bytes are read only while the connection wants them (the rest of
+//! a read waits here until it does, as the module leaves them in Envoy's buffer); frames are
+//! written while the socket takes them, and when it does not (the client does not read, and
+//! Envoy's buffer and the kernel's are full), the connection is told the socket cannot write,
+//! so that what it has for the client waits there, counted (`--ws-max-unread-bytes`, the
+//! memory budgets), while the socket, the upstream call and the timers go on. The writer holds
+//! one piece at a time (at most the core's `TRANSMIT_BYTES`, or one larger frame).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
+use bytes::{Buf, Bytes};
+use futures_util::FutureExt;
 use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
 use std::sync::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -29,7 +37,7 @@ use crate::traces::{ExchangeSpan, Traces, Transport};
 use crate::upstream::{self, Upstream, UpstreamEvent};
 use responses_core::call::{CallAction, CallId};
 use responses_core::connection::admission::{self, Admission, Ticket};
-use responses_core::connection::{Connection, Event, Limits};
+use responses_core::connection::{Connection, Event, Limits, CLOSE_FLUSH};
 use responses_core::environment::System;
 use responses_core::exchange::Settings;
 use responses_core::life;
@@ -95,6 +103,7 @@ impl Server {
         let mut stop = draining;
         let open = admission.clone();
         tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             // The listener keeps taking upgrades while sockets drain, so that each gets the
             // admission's 503 `server_shutting_down` envelope (a closed port would give Envoy's
             // plain 503); it closes once the last socket has.
@@ -122,7 +131,11 @@ impl Server {
     }
 }
 
-async fn upgrade(State(shared): State<Arc<Shared>>, mut req: Request) -> Response {
+async fn upgrade(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut req: Request,
+) -> Response {
     let headers = req.headers().clone();
     let lookup = |name: &str| lookup(&headers, req.method().as_str(), name);
     let accept = match handshake::negotiate(Version::Http1, lookup) {
@@ -137,7 +150,10 @@ async fn upgrade(State(shared): State<Arc<Shared>>, mut req: Request) -> Respons
             return response;
         }
     };
-    let ticket = match lock(&shared.admission).admit(lookup) {
+    // The client's address as Envoy saw it (its route sets the header); without it, Envoy's.
+    let peer = peer.ip().to_string();
+    let address = lookup(admission::CLIENT_ADDRESS_HEADER).unwrap_or(&peer);
+    let ticket = match lock(&shared.admission).admit(address, lookup) {
         Ok(ticket) => ticket,
         Err(refused) => return refuse(&refused),
     };
@@ -247,11 +263,36 @@ where
     let mut call: Option<InFlight> = None;
     let mut draining = shared.draining.clone();
     let mut drain_told = false;
+    // The piece being written, and whether the socket takes what comes.
+    let mut sending = Bytes::new();
+    let mut writable = true;
+    // Client bytes read but not yet wanted (at most one read's worth): offered again once the
+    // connection wants input, before the socket is read again.
+    let mut kept: Vec<u8> = Vec::new();
     loop {
-        while let Some(bytes) = conn.poll_transmit() {
-            if writer.write_all(&bytes).await.is_err() {
-                conn.closed(Instant::now());
-            }
+        if hand_over(&mut conn, &mut writer, &mut sending).is_err() {
+            sending.clear();
+            conn.closed(Instant::now());
+        }
+        if sending.is_empty() != writable {
+            // The socket stopped taking bytes, or took the last piece it held: the
+            // connection keeps what it has meanwhile, or hands it over again.
+            writable = sending.is_empty();
+            conn.set_writable(Instant::now(), writable);
+            continue;
+        }
+        // The rest of a read, once the connection wants it again (its frames taken, a turn
+        // over); its answers are handed over next.
+        if !kept.is_empty() && (conn.wants_input() || !conn.reading()) {
+            let now = Instant::now();
+            let taken = if conn.reading() {
+                conn.read_bytes(now, &kept)
+            } else {
+                kept.len()
+            };
+            kept.drain(..taken);
+            conn.set_read_buffer(now, kept.len());
+            continue;
         }
         // Told first: a response's span is open before its call carries its context.
         telemetry.tell(&mut conn);
@@ -296,17 +337,46 @@ where
             }
         }
         if conn.is_closed() {
-            let _ = writer.shutdown().await;
+            // Its last bytes, if the client takes them in time.
+            let last = async {
+                loop {
+                    if sending.is_empty() {
+                        match conn.poll_transmit() {
+                            Some(piece) => sending = piece,
+                            None => break,
+                        }
+                    }
+                    match writer.write(&sending).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => sending.advance(n),
+                    }
+                }
+                let _ = writer.shutdown().await;
+            };
+            let _ = tokio::time::timeout(CLOSE_FLUSH, last).await;
             linger(&mut reader, &mut buf).await;
             break;
         }
         let wake = conn.poll_timeout();
         tokio::select! {
-            read = reader.read(&mut buf), if conn.wants_input() => {
+            written = writer.write(&sending), if !sending.is_empty() => match written {
+                Ok(0) | Err(_) => {
+                    sending.clear();
+                    conn.closed(Instant::now());
+                }
+                Ok(n) => sending.advance(n),
+            },
+            read = reader.read(&mut buf), if conn.wants_input() && kept.is_empty() => {
                 let now = Instant::now();
                 match read {
                     Ok(0) | Err(_) => conn.closed(now),
-                    Ok(n) => conn.handle_bytes(now, &buf[..n]),
+                    Ok(n) => {
+                        let taken = conn.read_bytes(now, &buf[..n]);
+                        if conn.reading() {
+                            kept.extend_from_slice(&buf[taken..n]);
+                            conn.set_read_buffer(now, kept.len());
+                        }
+                    }
                 }
             }
             event = next_upstream(&mut call) => {
@@ -376,6 +446,35 @@ fn record_sent(answer: Result<u16, String>, request_id: &str) {
             %error,
             "a turn's record could not be sent"
         ),
+    }
+}
+
+/// Writes the connection's frames while the socket takes them at once; what it does not take
+/// stays in `sending` (one piece) and in the connection. An error: the transport is gone.
+fn hand_over<E, W>(
+    conn: &mut Connection<E>,
+    writer: &mut W,
+    sending: &mut Bytes,
+) -> std::io::Result<()>
+where
+    E: responses_core::environment::Environment,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        if sending.is_empty() {
+            match conn.poll_transmit() {
+                Some(piece) => *sending = piece,
+                None => return Ok(()),
+            }
+        }
+        // Polled once: a write that would wait is dropped unwritten (tokio's `write` is
+        // cancel-safe) and awaited in the select.
+        match writer.write(sending).now_or_never() {
+            None => return Ok(()),
+            Some(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Some(Ok(n)) => sending.advance(n),
+            Some(Err(e)) => return Err(e),
+        }
     }
 }
 

@@ -15,7 +15,8 @@
 //!   scripted reply;
 //! * [`schema`]: validation against the official OpenResponses OpenAPI document;
 //! * [`compressed`]: compressed request bodies, hostile shapes included;
-//! * [`memory`]: a process's resident memory (`/proc`);
+//! * [`memory`]: a process's resident memory (`/proc`); [`noread`]: WebSocket clients that do
+//!   not read;
 //! * [`sse`]: SSE body parsing; [`json`]: the JSON reader every received body and event goes
 //!   through, which refuses duplicate keys;
 //! * [`prom::Export`]: a Prometheus text export, read (the processor's and Envoy's);
@@ -36,6 +37,7 @@ pub mod envoy;
 pub mod examples;
 pub mod llama;
 pub mod memory;
+pub mod noread;
 pub mod otlp;
 pub mod pki;
 pub mod processor;

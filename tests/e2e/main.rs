@@ -28,6 +28,7 @@
 //! | [`upstream_errors`] | the recorded upstream failures, and a real llama-server overflowing |
 //! | [`vllm_strict`] | opt-in: function tools strict by default, forced calls against a real vLLM |
 //! | [`websocket`] | the WebSocket transport |
+//! | [`websocket_bounds`] | the WebSocket transport's bounds: what a socket is charged for, who may open one |
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -56,3 +57,4 @@ mod tracing;
 mod upstream_errors;
 mod vllm_strict;
 mod websocket;
+mod websocket_bounds;

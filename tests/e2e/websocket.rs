@@ -25,9 +25,9 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn connect(stack: &Stack) -> Socket {
+pub(super) async fn connect(stack: &Stack) -> Socket {
     let mut request = stack.ws_url().into_client_request().expect("request");
     request
         .headers_mut()
@@ -40,11 +40,11 @@ async fn connect(stack: &Stack) -> Socket {
 }
 
 /// Sends a `response.create` with this body.
-async fn ask(socket: &mut Socket, body: Value) {
+pub(super) async fn ask(socket: &mut Socket, body: Value) {
     socket.send(create(body)).await.expect("send");
 }
 
-fn create(body: Value) -> Message {
+pub(super) fn create(body: Value) -> Message {
     let mut body = body;
     body["type"] = json!("response.create");
     Message::text(body.to_string())
@@ -52,7 +52,7 @@ fn create(body: Value) -> Message {
 
 /// Messages up to a terminal event (`response.completed`/`failed`/`incomplete`) or an
 /// `error` event without a sequence number (a refused request).
-async fn response(socket: &mut Socket) -> Vec<Value> {
+pub(super) async fn response(socket: &mut Socket) -> Vec<Value> {
     let mut events = Vec::new();
     loop {
         let event = recv(socket).await;
@@ -71,7 +71,7 @@ async fn response(socket: &mut Socket) -> Vec<Value> {
 }
 
 /// How the socket ends: its close code (None: closed without a close frame).
-async fn closed(socket: &mut Socket) -> Option<CloseCode> {
+pub(super) async fn closed(socket: &mut Socket) -> Option<CloseCode> {
     loop {
         match tokio::time::timeout(TIMEOUT, socket.next())
             .await
@@ -85,7 +85,7 @@ async fn closed(socket: &mut Socket) -> Option<CloseCode> {
     }
 }
 
-fn chat_sse(text: &str) -> Reply {
+pub(super) fn chat_sse(text: &str) -> Reply {
     let chunk = |delta: Value, finish: Value| {
         format!(
             "data: {}\n\n",
@@ -101,7 +101,7 @@ fn chat_sse(text: &str) -> Reply {
 }
 
 /// Reads one response to its end and asserts it completed; returns the response object.
-async fn completed(socket: &mut Socket) -> Value {
+pub(super) async fn completed(socket: &mut Socket) -> Value {
     let events = response(socket).await;
     let last = last_response(&events).clone();
     assert_eq!(last["status"], "completed", "{last}");
@@ -112,12 +112,12 @@ fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
 
-fn last_response(events: &[Value]) -> &Value {
+pub(super) fn last_response(events: &[Value]) -> &Value {
     &events.last().expect("events")["response"]
 }
 
 #[track_caller]
-fn error_code(event: &Value) -> &str {
+pub(super) fn error_code(event: &Value) -> &str {
     assert_eq!(event["type"], "error", "{event}");
     event["error"]["code"].as_str().unwrap_or_default()
 }
@@ -668,18 +668,22 @@ async fn open_with(
 async fn one_caller_cannot_take_every_connection_and_origins_can_be_limited() {
     let upstream = ScriptedUpstream::start();
     upstream.set_default(|| chat_sse("ok"));
+    // Callers told apart by a header Envoy would set after verifying them (x-caller here);
+    // by address, websocket_bounds.rs.
     let stack = Stack::with_websocket(
         upstream.port(),
         &[
             "--ws-max-connections",
             "4",
+            "--ws-key-header",
+            "x-caller",
             "--ws-max-connections-per-key",
             "2",
             "--ws-allowed-origins",
             "https://app.example",
         ],
     );
-    let alice = [("authorization", "Bearer alice")];
+    let alice = [("x-caller", "alice")];
     let _a1 = open_with(&stack, &alice).await.unwrap();
     let _a2 = open_with(&stack, &alice).await.unwrap();
     assert_eq!(
@@ -687,25 +691,20 @@ async fn one_caller_cannot_take_every_connection_and_origins_can_be_limited() {
         Some((429, "websocket_connections_exhausted".into()))
     );
     // Another caller still gets in; the global count still holds.
-    let bob = [("authorization", "Bearer bob")];
+    let bob = [("x-caller", "bob")];
     let mut b1 = open_with(&stack, &bob).await.unwrap();
     ask(&mut b1, json!({"model": "m", "input": "x"})).await;
     completed(&mut b1).await;
     let _b2 = open_with(&stack, &bob).await.unwrap();
     assert_eq!(
-        open_with(&stack, &[("authorization", "Bearer carol")])
-            .await
-            .err(),
+        open_with(&stack, &[("x-caller", "carol")]).await.err(),
         Some((503, "websocket_connections_exhausted".into()))
     );
     // A browser page from elsewhere is refused before any slot is taken.
     assert_eq!(
         open_with(
             &stack,
-            &[
-                ("authorization", "Bearer dave"),
-                ("origin", "https://evil.example")
-            ]
+            &[("x-caller", "dave"), ("origin", "https://evil.example")]
         )
         .await
         .err(),
@@ -716,10 +715,7 @@ async fn one_caller_cannot_take_every_connection_and_origins_can_be_limited() {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     while open_with(
         &stack,
-        &[
-            ("authorization", "Bearer alice"),
-            ("origin", "https://app.example"),
-        ],
+        &[("x-caller", "alice"), ("origin", "https://app.example")],
     )
     .await
     .is_err()

@@ -1,8 +1,11 @@
 //! Which WebSocket upgrades a host takes, across all its connections: at most
-//! `ws_max_connections` open, at most `ws_max_connections_per_key` for one caller (the value of
-//! `ws_key_header`, `authorization` by default: one API key cannot take every slot), an
-//! optional allow-list of `Origin`s, none while draining; and the memory all its connections
-//! may hold ([`Budget`]).
+//! `ws_max_connections` open; at most `ws_max_connections_per_address` from one downstream
+//! address as Envoy sees it (after its `x-forwarded-for` rules: something a client cannot
+//! choose, so one client cannot take every slot); when the operator names a `ws_key_header`
+//! (a header Envoy sets after verifying the caller, such as a `jwt_authn` claim), at most
+//! `ws_max_connections_per_key` for one value of it; an `Origin` only if listed in
+//! `ws_allowed_origins` (none if no list is set: browsers send one, API clients none); none
+//! while draining; and the memory all its connections may hold ([`Budget`]).
 //!
 //! Plain data: a host keeps one behind its own lock (the processor's per WebSocket listener,
 //! the module's per filter config, shared by Envoy's workers) and calls [`Admission::admit`] at each upgrade, [`Admission::release`]
@@ -16,14 +19,25 @@ use std::sync::Arc;
 
 use crate::openresponses::{ApiError, ErrorCode};
 
+/// The request header the processor's WebSocket listener reads the client's address from:
+/// Envoy sets it on the upgrade's route to the downstream address as it sees it
+/// (`%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%`, replacing a client's own). Without it the
+/// processor keys on its TCP peer (Envoy): every caller then shares one address's quota.
+pub const CLIENT_ADDRESS_HEADER: &str = "x-responses-client-address";
+
 /// The rules of admission (from the settings).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rules {
     pub max_connections: usize,
+    /// Most connections from one downstream address.
+    pub max_per_address: usize,
+    /// Most connections for one value of `key_header`.
     pub max_per_key: usize,
-    /// The request header that tells callers apart (lowercase).
-    pub key_header: String,
-    /// Allowed `Origin` values; empty: any (API clients send none).
+    /// The request header that tells callers apart (lowercase), if the operator names one:
+    /// callers without it share one quota.
+    pub key_header: Option<String>,
+    /// Allowed `Origin` values; empty: none (a handshake with an `Origin` is refused; API
+    /// clients send none).
     pub origins: Vec<String>,
     /// Bytes all connections may hold together.
     pub max_total_bytes: usize,
@@ -34,6 +48,8 @@ pub struct Rules {
 pub struct Admission {
     rules: Rules,
     open: usize,
+    /// Open connections by downstream address (a keyed hash of it).
+    by_address: HashMap<u64, usize>,
     /// Open connections by caller: a keyed hash of the key header's value, so the table
     /// holds no credential.
     by_key: HashMap<u64, usize>,
@@ -46,7 +62,8 @@ pub struct Admission {
 #[derive(Debug)]
 #[must_use]
 pub struct Ticket {
-    key: u64,
+    address: u64,
+    key: Option<u64>,
 }
 
 impl Admission {
@@ -55,6 +72,7 @@ impl Admission {
             budget: Arc::new(Budget::new(rules.max_total_bytes)),
             rules,
             open: 0,
+            by_address: HashMap::new(),
             by_key: HashMap::new(),
             hasher: RandomState::new(),
             draining: false,
@@ -80,10 +98,12 @@ impl Admission {
         self.draining
     }
 
-    /// Takes an upgrade whose request headers `header` looks up (lowercase names), or says
-    /// why not, as the error envelope the handshake is answered with.
+    /// Takes an upgrade from the downstream `address` (as Envoy sees it; a port after it is
+    /// ignored, see [`address_of`]) whose request headers `header` looks up (lowercase names),
+    /// or says why not, as the error envelope the handshake is answered with.
     pub fn admit<'h>(
         &mut self,
+        address: &str,
         header: impl Fn(&str) -> Option<&'h str>,
     ) -> Result<Ticket, ApiError> {
         if self.draining {
@@ -94,12 +114,15 @@ impl Admission {
             ));
         }
         if let Some(origin) = header("origin") {
-            if !self.rules.origins.is_empty() && !self.rules.origins.iter().any(|o| o == origin) {
-                return Err(ApiError::invalid_body(
-                    "This origin may not open WebSocket connections here (ws_allowed_origins).",
-                )
-                .with_status(403)
-                .with_code(ErrorCode::OriginNotAllowed));
+            if !self.rules.origins.iter().any(|o| o == origin) {
+                let message = if self.rules.origins.is_empty() {
+                    "Browser pages may not open WebSocket connections here: no origin is allowed (ws_allowed_origins). API clients send no Origin header."
+                } else {
+                    "This origin may not open WebSocket connections here (ws_allowed_origins)."
+                };
+                return Err(ApiError::invalid_body(message)
+                    .with_status(403)
+                    .with_code(ErrorCode::OriginNotAllowed));
             }
         }
         if self.open >= self.rules.max_connections {
@@ -112,34 +135,68 @@ impl Admission {
                 ),
             ));
         }
-        let key = self
-            .hasher
-            .hash_one(header(&self.rules.key_header).unwrap_or_default());
-        let mine = self.by_key.entry(key).or_default();
-        if *mine >= self.rules.max_per_key {
+        let address = self.hasher.hash_one(address_of(address));
+        if self.by_address.get(&address).copied().unwrap_or(0) >= self.rules.max_per_address {
             return Err(ApiError::server(
                 429,
                 ErrorCode::WebsocketConnectionsExhausted,
                 format!(
-                    "This caller holds its maximum of {} WebSocket connections (ws_max_connections_per_key): close one, or retry later.",
-                    self.rules.max_per_key
+                    "This address holds its maximum of {} WebSocket connections (ws_max_connections_per_address): close one, or retry later.",
+                    self.rules.max_per_address
                 ),
             ));
         }
-        *mine += 1;
+        let key = match &self.rules.key_header {
+            Some(name) => {
+                let key = self.hasher.hash_one(header(name).unwrap_or_default());
+                if self.by_key.get(&key).copied().unwrap_or(0) >= self.rules.max_per_key {
+                    return Err(ApiError::server(
+                        429,
+                        ErrorCode::WebsocketConnectionsExhausted,
+                        format!(
+                            "This caller holds its maximum of {} WebSocket connections (ws_max_connections_per_key): close one, or retry later.",
+                            self.rules.max_per_key
+                        ),
+                    ));
+                }
+                *self.by_key.entry(key).or_default() += 1;
+                Some(key)
+            }
+            None => None,
+        };
+        *self.by_address.entry(address).or_default() += 1;
         self.open += 1;
-        Ok(Ticket { key })
+        Ok(Ticket { address, key })
     }
 
     /// A connection ended: its place is free again.
     pub fn release(&mut self, ticket: Ticket) {
         self.open = self.open.saturating_sub(1);
-        if let Some(n) = self.by_key.get_mut(&ticket.key) {
-            *n -= 1;
-            if *n == 0 {
-                self.by_key.remove(&ticket.key);
+        let give_back = |table: &mut HashMap<u64, usize>, entry: u64| {
+            if let Some(n) = table.get_mut(&entry) {
+                *n -= 1;
+                if *n == 0 {
+                    table.remove(&entry);
+                }
             }
+        };
+        give_back(&mut self.by_address, ticket.address);
+        if let Some(key) = ticket.key {
+            give_back(&mut self.by_key, key);
         }
+    }
+}
+
+/// A downstream address without its port: `1.2.3.4:5678` and `1.2.3.4` are one address, as
+/// are `[::1]:5678` and `::1`.
+pub fn address_of(address: &str) -> &str {
+    if let Some(v6) = address.strip_prefix('[') {
+        return v6.split_once(']').map_or(v6, |(ip, _)| ip);
+    }
+    match address.split_once(':') {
+        // One colon: an IPv4 address (or a name) and its port.
+        Some((ip, port)) if !port.contains(':') => ip,
+        _ => address,
     }
 }
 
@@ -187,8 +244,9 @@ mod tests {
     fn rules() -> Rules {
         Rules {
             max_connections: 4,
+            max_per_address: 2,
             max_per_key: 2,
-            key_header: "authorization".into(),
+            key_header: None,
             origins: Vec::new(),
             max_total_bytes: 1000,
         }
@@ -199,55 +257,106 @@ mod tests {
     }
 
     #[test]
-    fn one_key_cannot_take_every_slot() {
+    fn one_address_cannot_take_every_slot_whatever_it_sends() {
         let mut a = Admission::new(rules());
-        let alice = [("authorization", "Bearer alice")];
-        let bob = [("authorization", "Bearer bob")];
-        let t1 = a.admit(headers(&alice)).unwrap();
-        let _t2 = a.admit(headers(&alice)).unwrap();
-        let over = a.admit(headers(&alice)).unwrap_err();
+        // As many credentials as it likes: the address is what counts, not what it sends.
+        let key = |i: usize| format!("Bearer sk-{i}");
+        let keys: Vec<String> = (0..3).map(key).collect();
+        let t1 = a
+            .admit("10.0.0.1:1000", headers(&[("authorization", &keys[0])]))
+            .unwrap();
+        let _t2 = a
+            .admit("10.0.0.1:1001", headers(&[("authorization", &keys[1])]))
+            .unwrap();
+        let over = a
+            .admit("10.0.0.1:1002", headers(&[("authorization", &keys[2])]))
+            .unwrap_err();
         assert_eq!(
             (over.status, over.code.clone()),
             (429, Some(ErrorCode::WebsocketConnectionsExhausted.into()))
         );
-        // Another key still gets in, up to the global count.
-        let _t3 = a.admit(headers(&bob)).unwrap();
-        let _t4 = a.admit(headers(&bob)).unwrap();
-        let full = a
-            .admit(headers(&[("authorization", "Bearer carol")]))
-            .unwrap_err();
+        assert!(over.message.contains("ws_max_connections_per_address"));
+        // Another address still gets in, up to the global count.
+        let _t3 = a.admit("10.0.0.2:1000", headers(&[])).unwrap();
+        let _t4 = a.admit("[::1]:1000", headers(&[])).unwrap();
+        let full = a.admit("10.0.0.3", headers(&[])).unwrap_err();
         assert_eq!(full.status, 503);
         // A place given back is taken again.
         a.release(t1);
-        assert!(a.admit(headers(&alice)).is_ok());
+        assert!(a.admit("10.0.0.1", headers(&[])).is_ok());
         assert_eq!(a.open(), 4);
-        // Callers without the header share one quota.
-        let mut a = Admission::new(rules());
-        let _ = a.admit(headers(&[])).unwrap();
-        let _ = a.admit(headers(&[])).unwrap();
-        assert_eq!(a.admit(headers(&[])).unwrap_err().status, 429);
+    }
+
+    #[test]
+    fn a_key_header_the_operator_names_is_a_quota_of_its_own() {
+        let mut a = Admission::new(Rules {
+            key_header: Some("x-caller".into()),
+            max_per_address: 10,
+            ..rules()
+        });
+        let alice = [("x-caller", "alice")];
+        let t1 = a.admit("10.0.0.1", headers(&alice)).unwrap();
+        let _t2 = a.admit("10.0.0.2", headers(&alice)).unwrap();
+        let over = a.admit("10.0.0.3", headers(&alice)).unwrap_err();
+        assert_eq!(over.status, 429);
+        assert!(over.message.contains("ws_max_connections_per_key"));
+        // Another caller from the same address gets in.
+        let _t3 = a
+            .admit("10.0.0.1", headers(&[("x-caller", "bob")]))
+            .unwrap();
+        a.release(t1);
+        assert!(a.admit("10.0.0.3", headers(&alice)).is_ok());
+        // Callers without it share one quota.
+        let mut a = Admission::new(Rules {
+            key_header: Some("x-caller".into()),
+            max_per_address: 10,
+            ..rules()
+        });
+        let _ = a.admit("10.0.0.1", headers(&[])).unwrap();
+        let _ = a.admit("10.0.0.2", headers(&[])).unwrap();
+        assert_eq!(a.admit("10.0.0.3", headers(&[])).unwrap_err().status, 429);
+    }
+
+    #[test]
+    fn addresses_are_keyed_without_their_port() {
+        assert_eq!(address_of("1.2.3.4:5678"), "1.2.3.4");
+        assert_eq!(address_of("1.2.3.4"), "1.2.3.4");
+        assert_eq!(address_of("[2001:db8::1]:443"), "2001:db8::1");
+        assert_eq!(address_of("2001:db8::1"), "2001:db8::1");
+        assert_eq!(address_of(""), "");
     }
 
     #[test]
     fn origins_and_the_drain() {
-        let mut a = Admission::new(Rules {
-            origins: vec!["https://app.example".into()],
-            ..rules()
-        });
-        assert!(a
-            .admit(headers(&[("origin", "https://app.example")]))
-            .is_ok());
+        // No list: a handshake with an Origin (a browser page) is refused; API clients send
+        // none and are not.
+        let mut a = Admission::new(rules());
         let refused = a
-            .admit(headers(&[("origin", "https://evil.example")]))
+            .admit("10.0.0.1", headers(&[("origin", "https://app.example")]))
             .unwrap_err();
         assert_eq!(
             (refused.status, refused.code.clone()),
             (403, Some(ErrorCode::OriginNotAllowed.into()))
         );
-        // API clients send no Origin: not refused.
-        assert!(a.admit(headers(&[])).is_ok());
+        assert!(a.admit("10.0.0.1", headers(&[])).is_ok());
+        // A list: its origins, and API clients.
+        let mut a = Admission::new(Rules {
+            origins: vec!["https://app.example".into()],
+            ..rules()
+        });
+        assert!(a
+            .admit("10.0.0.1", headers(&[("origin", "https://app.example")]))
+            .is_ok());
+        let refused = a
+            .admit("10.0.0.2", headers(&[("origin", "https://evil.example")]))
+            .unwrap_err();
+        assert_eq!(
+            (refused.status, refused.code.clone()),
+            (403, Some(ErrorCode::OriginNotAllowed.into()))
+        );
+        assert!(a.admit("10.0.0.2", headers(&[])).is_ok());
         a.drain();
-        assert_eq!(a.admit(headers(&[])).unwrap_err().status, 503);
+        assert_eq!(a.admit("10.0.0.3", headers(&[])).unwrap_err().status, 503);
     }
 
     #[test]

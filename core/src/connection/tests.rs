@@ -1077,6 +1077,23 @@ fn protocol_errors_close_with_their_code() {
     }
 }
 
+/// The bytes of frames each of `chunks` makes the connection send (a client that reads).
+fn framed_per_chunk(limits: Limits, chunks: &[&[u8]]) -> Vec<usize> {
+    let mut c = Client::with(Arc::new(Settings::default()), limits, &[]);
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    c.received();
+    chunks
+        .iter()
+        .map(|chunk| {
+            c.data(&call, chunk);
+            std::iter::from_fn(|| c.conn.poll_transmit())
+                .map(|b| b.len())
+                .sum()
+        })
+        .collect()
+}
+
 #[test]
 fn a_reader_too_slow_ends_its_response_and_the_connection() {
     let bound = 8192;
@@ -1088,48 +1105,208 @@ fn a_reader_too_slow_ends_its_response_and_the_connection() {
         "data: {}\n\n",
         json!({"choices": [{"index": 0, "delta": {"content": "x".repeat(1000)}}]})
     );
+    let chunks = vec![chunk.as_bytes(); 20];
+    // How many chunks' events fit in the bound, from a client that reads them.
+    let sizes = framed_per_chunk(small, &chunks);
+    let fit = sizes
+        .iter()
+        .scan(0, |sum, n| {
+            *sum += n;
+            Some(*sum)
+        })
+        .take_while(|sum| *sum <= bound)
+        .count();
+    assert!((2..19).contains(&fit), "{sizes:?}");
     let mut c = Client::with(Arc::new(Settings::default()), small, &[]);
     let call = c.forward(&create(json!({"model": "m", "input": "one"})));
     c.head(&call, 200, SSE);
+    c.received();
     let now = c.now();
     c.conn.set_writable(now, false);
-    // Whatever the client leaves unread up to the bound is handed over; past it, the
-    // response fails and the connection ends.
-    let mut unread = 0;
-    let mut chunks = 0;
-    while !c.conn.is_closed() {
-        assert!(unread <= bound, "{unread} bytes handed over unread");
-        c.data(&call, chunk.as_bytes());
-        chunks += 1;
-        assert!(chunks < 20);
-        let bytes = c.conn.poll_transmit().unwrap_or_default();
-        unread += bytes.len();
-        c.unread.extend(server_frames(&bytes));
+    // Up to the bound the events wait in the connection, counted, none handed over.
+    let held = c.conn.held();
+    for chunk in &chunks[..fit] {
+        c.data(&call, chunk);
+        assert!(c.conn.poll_transmit().is_none(), "handed over unread");
     }
-    assert!(chunks >= 2, "closed at once");
+    assert!(!c.conn.is_closed(), "just under the bound");
+    assert!(
+        c.conn.held() >= held + sizes[..fit].iter().sum::<usize>(),
+        "what waits is counted"
+    );
+    // One chunk more: the frames it did not read are dropped, the response fails and the
+    // connection ends.
+    c.data(&call, chunks[fit]);
+    assert!(c.conn.is_closed(), "just over the bound");
     let frames = c.received();
     assert_eq!(
         frames.last(),
         Some(&Frame::Close(1008, "client too slow".into()))
     );
-    assert!(frames
+    let texts: Vec<&Value> = frames
         .iter()
-        .any(|f| matches!(f, Frame::Text(v) if v["type"] == "response.failed")));
+        .filter_map(|f| match f {
+            Frame::Text(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts.last().map(|v| v["type"].as_str()),
+        Some(Some("response.failed"))
+    );
+    assert!(
+        texts
+            .iter()
+            .all(|v| v["type"] != "response.output_text.delta"),
+        "the unread deltas are dropped: {texts:?}"
+    );
     assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
     let f = finished(&c.events());
     assert_eq!(f[0].summary.outcome, Outcome::Failed);
-    // A client that reads again resets the count.
+    // A client that reads again resets the count, and gets what waited, in order.
     let mut c = Client::with(Arc::new(Settings::default()), small, &[]);
     let call = c.forward(&create(json!({"model": "m", "input": "one"})));
     c.head(&call, 200, SSE);
-    for _ in 0..20 {
+    c.received();
+    let mut deltas = 0;
+    for chunk in &chunks {
         let now = c.now();
         c.conn.set_writable(now, false);
-        c.data(&call, chunk.as_bytes());
+        c.data(&call, chunk);
+        assert!(c.conn.poll_transmit().is_none());
         let now = c.now();
         c.conn.set_writable(now, true);
+        deltas += c
+            .texts()
+            .iter()
+            .filter(|v| v["type"] == "response.output_text.delta")
+            .count();
     }
     assert!(!c.conn.is_closed());
+    assert_eq!(deltas, chunks.len());
+}
+
+#[test]
+fn a_client_that_pings_and_does_not_read_gets_one_pong_for_the_last_ping() {
+    let mut c = Client::new();
+    let now = c.now();
+    c.conn.set_writable(now, false);
+    let held = c.conn.held();
+    for i in 0..1000 {
+        c.bytes(&masked(0x9, format!("ping {i}").as_bytes()));
+    }
+    assert!(c.received().is_empty(), "nothing handed over");
+    assert!(c.conn.held() < held + 128, "{} held", c.conn.held());
+    assert!(!c.conn.is_closed());
+    let now = c.now();
+    c.conn.set_writable(now, true);
+    assert_eq!(c.received(), [Frame::Pong(b"ping 999".to_vec())]);
+    // A client that reads gets a pong for each ping that came after the host took the last;
+    // pings in one piece, one pong for the last.
+    c.bytes(&masked(0x9, b"a"));
+    assert_eq!(c.received(), [Frame::Pong(b"a".to_vec())]);
+    c.bytes(&masked(0x9, b"b"));
+    assert_eq!(c.received(), [Frame::Pong(b"b".to_vec())]);
+    let mut piece = masked(0x9, b"c");
+    piece.extend(masked(0x9, b"d"));
+    c.bytes(&piece);
+    assert_eq!(c.received(), [Frame::Pong(b"d".to_vec())]);
+}
+
+/// Messages answered at once (`generate: false`) from a client that does not read: the
+/// connection stops reading once a piece of answers waits for the host, and what the host
+/// keeps for it counts; once the client reads, every message is answered, in order.
+#[test]
+fn a_client_that_does_not_read_its_answers_is_not_read_either() {
+    let mut c = Client::new();
+    let now = c.now();
+    c.conn.set_writable(now, false);
+    let piece: Vec<u8> = (0..1000)
+        .flat_map(|i| {
+            masked(
+                0x1,
+                &create(json!({"model": "m", "input": format!("{i}"), "generate": false})),
+            )
+        })
+        .collect();
+    let mut rest = &piece[..];
+    let taken = c.conn.read_bytes(now, rest);
+    rest = &rest[taken..];
+    assert!(!rest.is_empty(), "it stops reading");
+    assert!(!c.conn.wants_input());
+    let held = c.conn.held();
+    assert!(held < 2 * TRANSMIT_BYTES, "{held} held");
+    c.conn.set_read_buffer(now, rest.len());
+    assert_eq!(
+        c.conn.held(),
+        held + rest.len(),
+        "what the host keeps counts"
+    );
+    assert!(c.received().is_empty());
+    // The client reads: the host takes what waits, and offers the rest as it is wanted.
+    c.conn.set_writable(now, true);
+    let mut completed = Vec::new();
+    for _ in 0..1000 {
+        for event in c.texts() {
+            if event["type"] == "response.completed" {
+                completed.push(event["response"]["id"].as_str().unwrap().to_owned());
+            }
+        }
+        if rest.is_empty() {
+            break;
+        }
+        assert!(c.conn.wants_input());
+        let taken = c.conn.read_bytes(now, rest);
+        rest = &rest[taken..];
+        c.conn.set_read_buffer(now, rest.len());
+    }
+    for event in c.texts() {
+        if event["type"] == "response.completed" {
+            completed.push(event["response"]["id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(completed.len(), 1000);
+    assert!(!c.conn.is_closed());
+}
+
+#[test]
+fn frames_are_handed_over_whole_in_bounded_pieces() {
+    let mut c = Client::new();
+    let call = c.forward(&create(json!({"model": "m", "input": "one"})));
+    c.head(&call, 200, SSE);
+    let now = c.now();
+    c.conn.set_writable(now, false);
+    // Many small events, then one larger than a piece.
+    let small = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": "x".repeat(1000)}}]})
+    );
+    for _ in 0..200 {
+        c.data(&call, small.as_bytes());
+    }
+    let big = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": "y".repeat(TRANSMIT_BYTES)}}]})
+    );
+    c.data(&call, big.as_bytes());
+    let now = c.now();
+    c.conn.set_writable(now, true);
+    let mut frames = Vec::new();
+    while let Some(piece) = c.conn.poll_transmit() {
+        let got = server_frames(&piece);
+        assert!(
+            piece.len() <= TRANSMIT_BYTES || got.len() == 1,
+            "{} bytes in {} frames",
+            piece.len(),
+            got.len()
+        );
+        frames.extend(got);
+    }
+    let deltas = frames
+        .iter()
+        .filter(|f| matches!(f, Frame::Text(v) if v["type"] == "response.output_text.delta"))
+        .count();
+    assert_eq!(deltas, 201, "every frame whole, in order");
 }
 
 #[test]
@@ -1280,6 +1457,44 @@ fn what_a_connection_holds_is_bounded_alone_and_with_the_others() {
     drop(a);
     drop(b);
     assert_eq!(budget.used(), 0);
+}
+
+/// What a host holds toward a client that does not read counts in the shared budget, at the
+/// host's watermark, from when it says it cannot write to when it can again.
+#[test]
+fn what_the_host_holds_for_a_client_that_does_not_read_is_counted() {
+    let budget = Arc::new(admission::Budget::new(10_000));
+    let mut clients: Vec<Client> = (0..3).map(|_| Client::new()).collect();
+    for c in &mut clients {
+        c.conn.share_budget(budget.clone());
+        c.conn.set_write_buffer(4000);
+    }
+    let now = clients[0].now();
+    clients[0].conn.set_writable(now, false);
+    assert_eq!(budget.used(), 4000);
+    clients[0].conn.set_writable(now, true);
+    assert_eq!(budget.used(), 0, "the host can write again");
+    clients[0].conn.set_writable(now, false);
+    clients[1].conn.set_writable(now, false);
+    assert_eq!(budget.used(), 8000, "just under");
+    assert!(!clients[0].conn.is_closed() && !clients[1].conn.is_closed());
+    // The third takes the total past the budget: it closes (1013), the others go on.
+    clients[2].conn.set_writable(now, false);
+    assert!(clients[2].conn.is_closed(), "just over");
+    assert!(!clients[0].conn.is_closed() && !clients[1].conn.is_closed());
+    assert_eq!(
+        clients[2].received().last(),
+        Some(&Frame::Close(1013, "server memory limit".into()))
+    );
+    clients.truncate(1);
+    assert_eq!(budget.used(), 4000);
+    // The piece that filled the host's buffer counts with it.
+    let c = &mut clients[0];
+    c.conn.set_writable(now, true);
+    c.bytes(&masked(0x9, &[b'p'; 100]));
+    let pong = c.conn.poll_transmit().expect("the pong").len();
+    c.conn.set_writable(now, false);
+    assert_eq!(budget.used(), 4000 + pong);
 }
 
 /// What a streamed answer's translation keeps of its output counts too: a response whose

@@ -10,8 +10,10 @@
 //!
 //! One pass over a message's bytes: each piece of payload is copied once into the message
 //! (its only copy), unmasked and, for text, checked as UTF-8 while that block is still in the
-//! cache. The message's buffer is sized from the first frame's announced length, so an
-//! unfragmented message is never reallocated; it leaves as [`Bytes`] without a copy.
+//! cache; it leaves as [`Bytes`] without a copy. The message's buffer grows as its bytes
+//! arrive (doubling, never past what its frames announce), never from a frame head alone: a
+//! head announcing a large frame, then nothing, costs nothing ([`Decoder::held`] is at most
+//! twice the bytes read, or [`MIN_BUFFER`]).
 //!
 //! Every refusal is an [`Error`] naming its close code; the decoder then stays failed. After a
 //! close frame it reads nothing more (RFC 6455 §5.5.1: nothing may follow it).
@@ -50,6 +52,9 @@ pub const MAX_CONTROL_PAYLOAD: usize = 125;
 /// Payload is unmasked and checked in blocks of this size, each still in the cache from its
 /// copy when it is unmasked and validated.
 const BLOCK: usize = 16 * 1024;
+/// The smallest buffer a data message is given once its first payload bytes arrive (or its
+/// announced size, if smaller): small messages take one allocation.
+pub const MIN_BUFFER: usize = 4 * 1024;
 
 /// What the client sent, whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,6 +185,9 @@ struct Frame {
 struct Partial {
     text: bool,
     bytes: Vec<u8>,
+    /// What its frames announce so far (the frame being read included): the buffer never
+    /// grows past it.
+    announced: usize,
     /// Text only: `bytes[..valid]` is valid UTF-8; what follows is at most the first 3
     /// bytes of a sequence cut by a frame or a piece of input.
     valid: usize,
@@ -256,8 +264,8 @@ impl Decoder {
         matches!(self.state, State::Closed)
     }
 
-    /// Bytes of payload held for the message being assembled (its buffer's capacity): never
-    /// more than [`Decoder::limit`].
+    /// Bytes of payload held for the message being assembled (its buffer's capacity): at most
+    /// twice what arrived of it (or [`MIN_BUFFER`]), never more than [`Decoder::limit`].
     pub fn held(&self) -> usize {
         self.message.as_ref().map_or(0, |m| m.bytes.capacity())
     }
@@ -351,21 +359,16 @@ impl Decoder {
                     limit: self.limit,
                 });
             }
-            // Within the limit, so within usize.
-            let (size, len) = (size as usize, len as usize);
+            // Within the limit, so within usize. Nothing is allocated for the frame yet: its
+            // bytes are, as they arrive (`read_payload`).
+            let size = size as usize;
             match &mut self.message {
-                Some(m) => {
-                    // Grow to fit the frame, doubling (for many small fragments) but never
-                    // past the limit.
-                    if size > m.bytes.capacity() {
-                        let target = size.max(m.bytes.capacity() * 2).min(self.limit);
-                        m.bytes.reserve_exact(target - m.bytes.len());
-                    }
-                }
+                Some(m) => m.announced = size,
                 None => {
                     self.message = Some(Partial {
                         text: opcode == Opcode::Text,
-                        bytes: Vec::with_capacity(len),
+                        bytes: Vec::new(),
+                        announced: size,
                         valid: 0,
                     });
                 }
@@ -396,6 +399,16 @@ impl Decoder {
             // start_frame opened the message for every data frame.
             return Err(Error::UnexpectedContinuation);
         };
+        let need = m.bytes.len() + chunk.len();
+        if need > m.bytes.capacity() {
+            // Grow with what came, doubling (for a message arriving in many pieces), never past
+            // what the frames announce: an unfragmented message ends at its exact size.
+            let target = need
+                .max(m.bytes.capacity() * 2)
+                .max(MIN_BUFFER)
+                .min(m.announced);
+            m.bytes.reserve_exact(target - m.bytes.len());
+        }
         let mut read = frame.read;
         for block in chunk.chunks(BLOCK) {
             let start = m.bytes.len();

@@ -45,6 +45,20 @@ impl Head {
     }
 }
 
+/// The length, head and payload, of the server frame `bytes` start with (as [`Head`] writes
+/// it); `None` if they hold less than its head.
+pub fn frame_len(bytes: &[u8]) -> Option<usize> {
+    let (head, payload) = match *bytes.get(1)? & 0x7F {
+        126 => (
+            4,
+            u64::from(u16::from_be_bytes(bytes.get(2..4)?.try_into().ok()?)),
+        ),
+        127 => (10, u64::from_be_bytes(bytes.get(2..10)?.try_into().ok()?)),
+        n => (2, u64::from(n)),
+    };
+    usize::try_from(payload).ok()?.checked_add(head)
+}
+
 /// Appends one whole frame to `out`.
 pub fn write(out: &mut impl BufMut, opcode: Opcode, payload: &[u8]) {
     out.put_slice(Head::new(opcode, payload.len()).as_bytes());

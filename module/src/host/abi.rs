@@ -149,9 +149,14 @@ pub const CALLOUT_INIT_CANNOT_CREATE_REQUEST: CalloutInitResult = 4;
 
 /// `envoy_dynamic_module_type_attribute_id`: which of Envoy's attributes
 /// (`request.protocol`: 10, after request.path, url_path, host, scheme, method, headers,
-/// referer, useragent, time and id).
+/// referer, useragent, time and id; `source.address`: 24, after request.query, duration, size,
+/// total_size and response.code, code_details, flags, grpc_status, headers, trailers, size,
+/// total_size, backend_latency).
 pub type AttributeId = u32;
 pub const ATTRIBUTE_REQUEST_PROTOCOL: AttributeId = 10;
+/// The downstream address as Envoy sees it (`ip:port`: the connection's peer, or the client
+/// Envoy's `x-forwarded-for` rules trust).
+pub const ATTRIBUTE_SOURCE_ADDRESS: AttributeId = 24;
 
 /// `envoy_dynamic_module_type_http_stream_reset_reason` (Envoy's
 /// `AsyncClient::StreamResetReason`, in this order).
@@ -406,6 +411,9 @@ unsafe extern "C" {
         attribute: AttributeId,
         result: *mut EnvoyBuffer,
     ) -> bool;
+    /// The stream's buffer limit: the listener's `per_connection_buffer_limit_bytes` (1 MiB by
+    /// default), the high watermark of the client's write buffer; 0 if Envoy has none.
+    pub fn envoy_dynamic_module_callback_http_get_buffer_limit(filter: FilterEnvoyPtr) -> u64;
     pub fn envoy_dynamic_module_callback_http_filter_reset_stream(
         filter: FilterEnvoyPtr,
         reason: StreamResetReason,

@@ -9,9 +9,12 @@ use std::time::Duration;
 use responses_core::metrics::Metric;
 use serde_json::{json, Value};
 
-use crate::fake::{self, client_frame, client_text, FakeEnvoy, FakeSpan, ServerFrame, SocketStep};
+use crate::fake::{
+    self, client_frame, client_text, server_frames, FakeEnvoy, FakeSpan, ServerFrame, SocketStep,
+};
 use crate::host::{CalloutRefused, CalloutReset, Host, Side};
 use crate::status::BodyStatus;
+use responses_core::connection::TRANSMIT_BYTES;
 
 const SSE: &str = "text/event-stream";
 
@@ -254,24 +257,30 @@ fn refused_upgrades_get_an_envelope_and_never_a_socket() {
     // A filter Envoy destroys without the stream's end gives its place back too.
     drop(again);
     assert_eq!(config.socket.admission().open(), 0);
-    // One caller's quota (ws_max_connections_per_key, by ws_key_header): 429; another caller
-    // still gets in. An origin not allowed: 403.
+    // One address's quota (ws_max_connections_per_address, by the address Envoy gives,
+    // whatever credentials it sends): 429; another address still gets in. An origin not
+    // allowed: 403.
     let config = fake::config(
-        r#"{"ws_max_connections_per_key": 1, "ws_allowed_origins": ["https://app.example"]}"#,
+        r#"{"ws_max_connections_per_address": 1, "ws_allowed_origins": ["https://app.example"]}"#,
     );
-    let mut alice = FakeEnvoy::new(config.clone());
+    let from = |address: &str| {
+        let mut e = FakeEnvoy::new(config.clone());
+        e.host.address = Some(address.into());
+        e
+    };
+    let mut alice = from("10.0.0.1:40000");
     alice.upgrade(&[("authorization", "Bearer alice")]);
     assert!(alice.filter.is_socket());
-    let mut e = FakeEnvoy::new(config.clone());
-    e.upgrade(&[("authorization", "Bearer alice")]);
+    let mut e = from("10.0.0.1:40001");
+    e.upgrade(&[("authorization", "Bearer another")]);
     assert_eq!(
         (reply(&e).0, reply(&e).1.as_str()),
         (429, "websocket_connections_exhausted")
     );
-    let mut bob = FakeEnvoy::new(config.clone());
-    bob.upgrade(&[("authorization", "Bearer bob")]);
+    let mut bob = from("10.0.0.2:40000");
+    bob.upgrade(&[("authorization", "Bearer alice")]);
     assert!(bob.filter.is_socket());
-    let mut e = FakeEnvoy::new(config.clone());
+    let mut e = from("10.0.0.3:40000");
     e.upgrade(&[("origin", "https://evil.example")]);
     assert_eq!(
         (reply(&e).0, reply(&e).1.as_str()),
@@ -279,6 +288,25 @@ fn refused_upgrades_get_an_envelope_and_never_a_socket() {
     );
     alice.complete();
     bob.complete();
+    // A key header the operator names (one Envoy sets after verifying the caller): a quota of
+    // its own per value. With no origin listed, a browser's handshake is refused.
+    let config = fake::config(r#"{"ws_max_connections_per_key": 1, "ws_key_header": "x-caller"}"#);
+    let mut carol = FakeEnvoy::new(config.clone());
+    carol.upgrade(&[("x-caller", "carol")]);
+    assert!(carol.filter.is_socket());
+    let mut e = FakeEnvoy::new(config.clone());
+    e.upgrade(&[("x-caller", "carol")]);
+    assert_eq!(
+        (reply(&e).0, reply(&e).1.as_str()),
+        (429, "websocket_connections_exhausted")
+    );
+    let mut e = FakeEnvoy::new(config.clone());
+    e.upgrade(&[("x-caller", "dave"), ("origin", "https://app.example")]);
+    assert_eq!(
+        (reply(&e).0, reply(&e).1.as_str()),
+        (403, "origin_not_allowed")
+    );
+    carol.complete();
     // A plain GET on the path is not the socket's: it passes to the route (its 405).
     let mut e = envoy("{}");
     e.request_headers(&[(":method", "GET"), (":path", "/v1/responses")], true);
@@ -507,6 +535,91 @@ fn a_client_that_does_not_read_is_closed_with_1008() {
     }
     assert!(!e.host.answer.ended, "{:?}", e.frames().last());
     e.complete();
+}
+
+/// Clients that do not read: Envoy's buffer toward each stops at its watermark (and one
+/// piece), what comes after waits in the connection, and what Envoy holds counts in the
+/// config's budget at its buffer limit from then on, so that such clients cannot take more
+/// than it. A client that only pings piles up nothing: one pong for the pings of each piece.
+#[test]
+fn clients_that_do_not_read_are_charged_for_envoys_buffer() {
+    let _alone = fake::sockets_alone();
+    let limit = 1 << 20;
+    let config = fake::config(r#"{"ws_max_total_bytes": 2500000}"#);
+    let budget = config.socket.admission().budget();
+    let client = |i: u32| {
+        let mut e = FakeEnvoy::new(config.clone());
+        e.host.address = Some(format!("10.0.0.{i}:40000"));
+        e.host.block_past = Some(limit);
+        e.upgrade(&[]);
+        assert!(e.filter.is_socket());
+        e
+    };
+    // 2 MiB of pings, in pieces of 100: a pong for the last of each piece.
+    let mut pinger = client(9);
+    let pings: Vec<u8> = (0..100)
+        .flat_map(|_| client_frame(0x9, &[b'p'; 125]))
+        .collect();
+    for _ in 0..160 {
+        pinger.client(&pings);
+    }
+    assert!(!pinger.host.write_blocked);
+    assert_eq!(pinger.frames().len(), 160, "one pong a piece");
+    assert!(budget.used() < 1000, "{} counted", budget.used());
+    // Creates answered at once (generate: false), until Envoy's buffer is full.
+    let creates: Vec<u8> = (0..10)
+        .flat_map(|i| {
+            create(json!({"model": "m", "input": format!("turn {i}"), "generate": false}))
+        })
+        .collect();
+    let flood = |e: &mut FakeEnvoy| {
+        for _ in 0..1000 {
+            if e.host.answer.ended || e.host.write_blocked {
+                break;
+            }
+            e.client(&creates);
+        }
+    };
+    let mut a = client(1);
+    flood(&mut a);
+    assert!(a.host.write_blocked);
+    let held = a.host.answer.body.len();
+    assert!(
+        held > limit && held <= limit + TRANSMIT_BYTES,
+        "Envoy holds {held} bytes"
+    );
+    assert!(!a.host.answer.ended);
+    assert!(budget.used() > limit, "{} counted", budget.used());
+    let mut b = client(2);
+    flood(&mut b);
+    assert!(
+        !b.host.answer.ended,
+        "just under the budget: {}",
+        budget.used()
+    );
+    // A third takes the total past the budget: it closes (1013), the others go on.
+    let mut c = client(3);
+    flood(&mut c);
+    assert_eq!(
+        c.frames().last(),
+        Some(&ServerFrame::Close(1013, "server memory limit".into()))
+    );
+    assert!(c.host.answer.ended && !a.host.answer.ended && !b.host.answer.ended);
+    drop(c);
+    // The first client reads: Envoy's buffer drains, what waited follows, and it goes on.
+    let read = a.host.answer.body.len();
+    a.host.block_past = None;
+    a.watermark(false);
+    assert!(budget.used() < 2 * limit, "{} counted", budget.used());
+    a.client(&create(
+        json!({"model": "m", "input": "awake", "generate": false}),
+    ));
+    let after = server_frames(&a.host.answer.body[read..]);
+    assert!(
+        matches!(after.last(), Some(ServerFrame::Text(v)) if v["type"] == "response.completed"),
+        "{after:?}"
+    );
+    a.complete();
 }
 
 #[test]

@@ -433,18 +433,37 @@ fn size_caps_read_up_to_twice_the_limit_and_refuse_beyond_from_the_head() {
 }
 
 #[test]
-fn memory_held_is_the_message_announced_and_never_past_the_limit() {
-    // An unfragmented message is allocated once, from its head.
+fn memory_held_grows_with_the_bytes_that_came_never_with_what_a_head_announces() {
+    // A head announcing a frame at the read limit, then nothing: nothing is held.
     let payload = vec![b'a'; 400_000];
     let bytes = frame(true, 0x1, &payload, MASK);
-    let mut d = Decoder::new(400_000);
+    let mut d = Decoder::new(200_000);
     assert_eq!(d.decode(&mut &bytes[..14]), Ok(None));
-    assert_eq!(d.held(), 400_000);
-    let mut rest = &bytes[14..];
-    let message = d.decode(&mut rest).unwrap().unwrap();
+    assert_eq!(d.held(), 0, "announced, not sent");
+    // Its bytes, as they come: at most twice what came (or the smallest buffer).
+    let mut at = 14;
+    for piece in [1, 100, 5_000, 30_000, 100_000] {
+        assert_eq!(d.decode(&mut &bytes[at..at + piece]), Ok(None));
+        at += piece;
+        let came = at - 14;
+        assert!(
+            d.held() >= came && d.held() <= (2 * came).max(MIN_BUFFER),
+            "{} held for {came} bytes",
+            d.held()
+        );
+    }
+    // Never past what the frame announced: the whole message ends at its exact size.
+    let message = d.decode(&mut &bytes[at..]).unwrap().unwrap();
     assert_eq!(message, Message::Text(Bytes::from(payload)));
     assert_eq!(d.held(), 0);
-    // Many small fragments: the buffer doubles, capped by the limit.
+    let mut d = Decoder::new(200_000);
+    assert_eq!(d.decode(&mut &bytes[..bytes.len() - 1]), Ok(None));
+    assert_eq!(d.held(), 399_999, "what came in one piece, exactly");
+    // A small message takes what it announced, once.
+    let mut d = Decoder::new(200_000);
+    assert_eq!(d.decode(&mut &text("hello")[..8]), Ok(None));
+    assert_eq!(d.held(), 5);
+    // Many small fragments: the buffer doubles, capped by what they announce.
     let mut bytes = frame(false, 0x2, &[1; 3], MASK);
     for _ in 0..5 {
         bytes.extend(frame(false, 0x0, &[1; 3], MASK));
@@ -452,7 +471,7 @@ fn memory_held_is_the_message_announced_and_never_past_the_limit() {
     let mut d = Decoder::new(10);
     let (_, error) = decode_in(&mut d, &bytes, 2);
     assert_eq!(error, None);
-    assert_eq!(d.held(), 20);
+    assert_eq!(d.held(), 18);
 }
 
 #[test]
@@ -509,6 +528,12 @@ fn rfc6455_5_2_server_frames_are_unmasked_with_minimal_lengths() {
             _ => 10,
         };
         assert_eq!(f.len(), head + n, "{n}");
+        assert_eq!(encode::frame_len(&f), Some(f.len()), "{n}");
+        assert_eq!(
+            encode::frame_len(&f[..head - 1]),
+            None,
+            "{n}: a head cut short"
+        );
         assert_eq!(server_frame(&f), (0x1, payload));
         let mut out = Vec::new();
         encode::write(&mut out, Opcode::Text, &vec![b'z'; n]);
