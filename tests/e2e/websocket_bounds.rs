@@ -100,7 +100,10 @@ fn closes(stack: &Stack, metrics_port: u16, code: &str) -> Option<f64> {
             "envoy_responses_module_websocket_closes_total".to_owned(),
         ),
     };
-    let (status, text) = common::envoy::http_get(port, path)?;
+    // Asked again while the server is too busy to answer within the GET's own timeouts.
+    let (status, text) = common::wait_until("the metrics", TIMEOUT, || {
+        common::envoy::http_get(port, path)
+    });
     assert_eq!(status, 200, "{path}");
     // No series before the first close of a code.
     let count = common::prom::Export::parse(&text)
