@@ -94,8 +94,12 @@ pub fn module_config(args: &[&str]) -> (String, Vec<String>) {
             i += 1;
             continue;
         }
+        let value_taken = value.is_some();
         let value = match (value, &known[&name]) {
             (None, _) => serde_json::Value::Bool(true),
+            (Some(v), serde_json::Value::Bool(_)) => {
+                serde_json::Value::Bool(v.parse().expect("true or false"))
+            }
             (Some(v), serde_json::Value::Number(_)) => {
                 serde_json::Value::from(v.parse::<u64>().expect("a number"))
             }
@@ -112,11 +116,7 @@ pub fn module_config(args: &[&str]) -> (String, Vec<String>) {
                 .into(),
             (Some(v), _) => serde_json::Value::from(*v),
         };
-        i += if matches!(value, serde_json::Value::Bool(_)) {
-            1
-        } else {
-            2
-        };
+        i += if value_taken { 2 } else { 1 };
         json.insert(name, value);
     }
     let config: ExchangeConfig =
