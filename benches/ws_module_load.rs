@@ -608,6 +608,10 @@ fn noread(runtime: &tokio::runtime::Runtime, upstream_port: u16, n: usize) -> bo
             } else {
                 common::noread::pingers(port, n, 8).await
             };
+            if !common::port_accepts(port) {
+                let log = stack.envoy.logs();
+                panic!("Envoy is gone: {}", &log[log.len().saturating_sub(6000)..]);
+            }
             let beside = beside(port).await;
             (
                 common::noread::endings(sockets, Duration::from_secs(10)).await,

@@ -30,7 +30,7 @@ use crate::host::ffi::{
     EnvoyHeaders, EnvoyHttpHeader, FilterConfigEnvoyPtr, FilterConfigModulePtr, FilterEnvoyPtr,
     FilterModulePtr, Guard, HttpStreamResetReason, Slot, Stream,
 };
-use crate::host::{self, CalloutId, Envoy, Host, Level};
+use crate::host::{self, CalloutId, Envoy, Host, Level, Terminal};
 use crate::status::{BodyStatus, HeadersStatus, TrailersStatus};
 
 /// `$body` with `$f` bound to the stream's filter, whichever it is.
@@ -300,20 +300,29 @@ fn deliver(stream: &mut Stream, host: &mut Envoy<'_>, event: Deferred) {
             on_stream!(stream, f => f.callout_reset(host, id, reason));
         }
         Deferred::Scheduled(event_id) => scheduled(stream, host, event_id),
-        Deferred::WriteBlocked => on_stream!(stream, f => f.write_blocked(host)),
-        Deferred::WriteUnblocked => on_stream!(stream, f => f.write_unblocked(host)),
+        // Told from the filter's scheduler, once Envoy is out of the write or close that
+        // crossed the watermark ([`Envoy::tell_watermark`]).
+        Deferred::WriteBlocked | Deferred::WriteUnblocked => host.tell_watermark(),
         Deferred::StreamComplete => on_stream!(stream, f => f.stream_complete(host)),
     }
 }
 
 /// A scheduler event: the filter's timer (unless disarmed or armed again since the commit),
-/// Envoy's drain, or its work's result.
+/// Envoy's drain, its work's result, or a watermark the client's write buffer crossed.
 fn scheduled(stream: &mut Stream, host: &mut Envoy<'_>, event_id: u64) {
     match event_id {
         abi::TIMER_EVENT if host.timer_due() => {
             on_stream!(stream, f => f.timer_fired(host));
         }
         abi::DRAIN_EVENT => on_stream!(stream, f => f.drain_started(host)),
+        // The buffer's state now, whichever watermarks it crossed meanwhile.
+        host::WRITE_EVENT => {
+            if host.write_blocked() {
+                on_stream!(stream, f => f.write_blocked(host));
+            } else {
+                on_stream!(stream, f => f.write_unblocked(host));
+            }
+        }
         abi::WORK_EVENT => {
             if let Some(worked) = host.take_worked() {
                 on_stream!(stream, f => f.work_done(host, worked));

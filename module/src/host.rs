@@ -272,6 +272,10 @@ impl Drop for HostState {
 /// drain, deleted on drop.
 pub struct EnvoyScheduler(abi::SchedulerPtr);
 
+/// The scheduler event that tells a filter its client's write buffer crossed a watermark
+/// ([`Envoy::tell_watermark`]); after the timer's, the drain's and the work's.
+pub const WRITE_EVENT: u64 = 4;
+
 // SAFETY: Envoy's scheduler is made to be committed from any thread (it posts to the filter's
 // worker, through a weak pointer to the filter); the timer service deletes it under the lock
 // it commits under, so never concurrently with a commit.
@@ -375,6 +379,16 @@ impl<'a> Envoy<'a> {
         let result = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
         self.state.work = None;
         Some(result)
+    }
+
+    /// Tells the filter, from its own scheduler's event ([`WRITE_EVENT`]), that the client's
+    /// write buffer crossed a watermark. Never at once: Envoy calls the watermark hooks from
+    /// inside its own writes and closes (a connection closing drains its buffer, under its
+    /// low watermark), where a filter that writes back makes Envoy use a stream it is tearing
+    /// down (200 clients that did not read, then went, crashed Envoy so). The event reaches
+    /// the filter on its worker once Envoy is done, or never if the stream is gone.
+    pub fn tell_watermark(&mut self) {
+        self.registration().waker().wake(WRITE_EVENT);
     }
 
     /// The filter's registration in the timer service, made on first use.
