@@ -374,7 +374,7 @@ fn websocket_script(mut script: &[u8]) -> Vec<u8> {
 /// connection holds no more than its limit unless it closed; a call is started once and never
 /// after the close; one `Opened` first, one `Closed` at most, each response finished once.
 pub fn connection(data: &[u8]) {
-    use responses_core::call::CallAction;
+    use responses_core::call::{CallAction, CallFailure};
     use responses_core::connection::{Connection, Event, Limits};
     use responses_core::exchange::Settings;
     use responses_core::life;
@@ -511,7 +511,7 @@ pub fn connection(data: &[u8]) {
                     if arg % 2 == 0 {
                         conn.call_end(now, id);
                     } else {
-                        conn.call_failed(now, id, "reset");
+                        conn.call_failed(now, id, CallFailure::Failed("reset"));
                     }
                     open_calls.retain(|c| *c != id);
                 }

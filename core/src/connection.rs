@@ -47,7 +47,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::call::{self, CallAction, CallId};
+use crate::call::{self, CallAction, CallFailure, CallId};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     AbortStep, Answer, Body, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep,
@@ -591,9 +591,9 @@ impl<E: Environment> Connection<E> {
         self.call_body(now, id, &[], true);
     }
 
-    /// A call failed: no answer (connection refused, a reset, a timeout) or not all of it.
-    /// `message` says what, for the client.
-    pub fn call_failed(&mut self, now: Instant, id: CallId, message: &str) {
+    /// A call brought no whole answer: none (connection refused, a reset, a timeout), or not
+    /// all of it.
+    pub fn call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) {
         self.now = now;
         if self.finishing == Some(id) {
             self.finishing = None;
@@ -604,14 +604,14 @@ impl<E: Environment> Connection<E> {
         };
         turn.call = None;
         if turn.compacting.is_some() {
-            let step = turn.exchange.call_failed(false, message);
+            let step = turn.exchange.call_failed(why);
             self.compaction_step(now, step);
             self.pump(now);
             return;
         }
         match turn
             .exchange
-            .abort(ErrorCode::UpstreamUnavailable, message, unix)
+            .abort(ErrorCode::UpstreamUnavailable, why.message(), unix)
         {
             AbortStep::Send(events) => self.end_turn(now, events.messages().collect()),
             AbortStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
@@ -655,7 +655,7 @@ impl<E: Environment> Connection<E> {
                     .filter(|t| t.compacting.is_some_and(|deadline| now >= deadline));
                 if let Some(turn) = late {
                     let call = turn.call.take();
-                    let step = turn.exchange.call_failed(true, "");
+                    let step = turn.exchange.call_failed(CallFailure::TimedOut);
                     if let Some(id) = call {
                         self.stop_call(id);
                     }

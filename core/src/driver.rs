@@ -29,7 +29,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::call::{self, Call, CallId};
+use crate::call::{self, Call, CallFailure, CallId};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, Fault, HeadStep, Operation, Reply,
@@ -208,15 +208,6 @@ pub struct Driver<E = System> {
     offloading: bool,
     phase: Phase,
     life: Life,
-}
-
-/// Why a call of [`Action::Call`] brought no whole answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallFailure<'m> {
-    /// No answer, or not all of it (refused, reset, a read error): `message` says what.
-    Failed(&'m str),
-    /// The host gave up after the action's `timeout`.
-    TimedOut,
 }
 
 impl<E: Environment> Driver<E> {
@@ -400,10 +391,7 @@ impl<E: Environment> Driver<E> {
         let Some(ex) = self.calling(id) else {
             return Action::Hold;
         };
-        let step = match why {
-            CallFailure::Failed(message) => ex.call_failed(false, message),
-            CallFailure::TimedOut => ex.call_failed(true, ""),
-        };
+        let step = ex.call_failed(why);
         self.call_step(now, step)
     }
 

@@ -24,7 +24,7 @@ use crate::translate::request::Window;
 use crate::translate::seal::Tenant;
 use crate::translate::stream::StreamTranslator;
 use crate::translate::{self, compact, response, Meta, Options, Params, ReasoningEvents};
-use crate::upstream_failure::{self, KeptHeader};
+use crate::upstream_failure::{self, CallFailure, KeptHeader};
 
 /// What a request asks of us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1120,27 +1120,26 @@ impl Exchange {
         self.compacted(*c, now)
     }
 
-    /// The call failed: no answer, or not all of it; `timed_out`: the host gave up waiting
-    /// (`compaction_timeout`). `message` says what, for the client.
-    pub fn call_failed(&mut self, timed_out: bool, message: &str) -> RequestStep {
+    /// The call brought no whole answer: no answer, not all of it, or none before its
+    /// deadline (`compaction_timeout`).
+    pub fn call_failed(&mut self, why: CallFailure<'_>) -> RequestStep {
         if !matches!(self.state, State::Compacting(_)) {
             return RequestStep::Reply(self.fail(Fault::CallOutOfPlace.error()));
         }
-        let err = if timed_out {
-            ApiError::server(
+        let err = match why {
+            CallFailure::TimedOut => ApiError::server(
                 504,
                 ErrorCode::UpstreamTimeout,
                 format!(
                     "the summarising request took longer than this server waits (compaction_timeout, {} s).",
                     self.settings.compaction_timeout.as_secs()
                 ),
-            )
-        } else {
-            ApiError::server(
+            ),
+            why => ApiError::server(
                 503,
                 ErrorCode::UpstreamUnavailable,
-                format!("the summarising request failed: {message}"),
-            )
+                format!("the summarising request failed: {}", why.message()),
+            ),
         };
         RequestStep::Reply(self.compaction_failed(err))
     }

@@ -19,11 +19,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use responses_core::call::{self, Call, CallId};
+use responses_core::call::{self, AnswerHead, Call, CallFailure, CallId};
 use responses_core::connection;
-use responses_core::driver::{
-    Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
-};
+use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
@@ -319,7 +317,8 @@ impl<E: Environment + Clone> Filter<E> {
         // Complete before its answer ended (Envoy reports the end first): cut short. Any
         // other callout's last event needs nothing.
         if self.is_side_call(id) {
-            self.side_call_failed(host, id, "the upstream's answer ended early", false);
+            let why = CallFailure::Failed("the upstream's answer ended early");
+            self.side_call_failed(host, id, why, false);
         }
     }
 
@@ -330,7 +329,7 @@ impl<E: Environment + Clone> Filter<E> {
         }
         if self.is_side_call(id) {
             let message = format!("the upstream stream was reset ({reason:?})");
-            self.side_call_failed(host, id, &message, false);
+            self.side_call_failed(host, id, CallFailure::Failed(&message), false);
         }
     }
 
@@ -480,20 +479,15 @@ impl<E: Environment + Clone> Filter<E> {
         let Some(side) = self.side_call(host, id) else {
             return;
         };
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| *v)
+        let head = AnswerHead(headers);
+        let status = match head.status() {
+            Ok(status) => status,
+            Err(why) => return self.side_call_failed(host, id, why, true),
         };
-        // Envoy always gives a status; an answer without one is no answer.
-        let Some(status) = header(":status").and_then(|s| s.parse::<u16>().ok()) else {
-            return self.side_call_failed(host, id, "an answer without a status", true);
-        };
-        let every = || headers.iter().copied();
+        let header = |name: &str| head.header(name);
         let action = self
             .driver
-            .call_head(Instant::now(), side.call, status, header, every);
+            .call_head(Instant::now(), side.call, status, header, || head.every());
         self.side_call_step(host, action, true);
         if end && self.running().is_some() {
             self.side_call_data(host, id, &[], true);
@@ -529,7 +523,7 @@ impl<E: Environment + Clone> Filter<E> {
         &mut self,
         host: &mut impl Terminal,
         id: CalloutId,
-        message: &str,
+        why: CallFailure<'_>,
         open: bool,
     ) {
         let Some(side) = self.side_call(host, id) else {
@@ -537,13 +531,12 @@ impl<E: Environment + Clone> Filter<E> {
         };
         log(host, Level::Warn, || {
             format!(
-                "the compaction's call failed: {message} request_id={}",
+                "the compaction's call failed: {} request_id={}",
+                why.message(),
                 log::Logged(&self.request_id)
             )
         });
-        let action =
-            self.driver
-                .call_failed(Instant::now(), side.call, CallFailure::Failed(message));
+        let action = self.driver.call_failed(Instant::now(), side.call, why);
         self.side_call_step(host, action, open);
     }
 

@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::call::{CallAction, CallId};
+use responses_core::call::{AnswerHead, CallAction, CallFailure, CallId};
 use responses_core::connection::admission::Ticket;
 use responses_core::connection::{Connection, Event};
 use responses_core::driver::DETAILS_REQUEST;
@@ -329,7 +329,8 @@ impl<E: Environment + Clone> Socket<E> {
                         Err(why) => {
                             let message = refused(why, &self.config.socket.upstream_cluster);
                             self.log_line(host, Level::Warn, &message);
-                            self.conn.call_failed(now, call.id, &message);
+                            self.conn
+                                .call_failed(now, call.id, CallFailure::Failed(&message));
                             heard = true;
                         }
                     }
@@ -486,10 +487,8 @@ impl<E: Environment + Clone> Socket<E> {
         headers: &[(&str, &str)],
         end: bool,
     ) {
-        let status = headers
-            .iter()
-            .find(|(k, _)| *k == ":status")
-            .map_or("none", |(_, v)| *v);
+        let head = AnswerHead(headers);
+        let status = head.header(":status").unwrap_or("none");
         if self.record_event(host, id, RecordEvent::Status(status)) {
             return;
         }
@@ -497,29 +496,22 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         };
         let now = self.clock.instant();
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| *v)
-        };
-        // Envoy always gives a status; an answer without one is no answer.
-        let Some(status) = header(":status").and_then(|s| s.parse::<u16>().ok()) else {
-            self.forget(id);
-            host.reset_callout(id);
-            self.conn.call_failed(
-                now,
-                call,
-                "The upstream's answer had no status: the call was reset.",
-            );
-            self.pump(host);
-            return;
+        let status = match head.status() {
+            Ok(status) => status,
+            Err(why) => {
+                self.forget(id);
+                host.reset_callout(id);
+                self.conn.call_failed(now, call, why);
+                self.pump(host);
+                return;
+            }
         };
         if let Some(c) = self.calls.iter_mut().find(|c| c.callout == id) {
             c.head = true;
         }
+        let header = |name: &str| head.header(name);
         self.conn
-            .call_head(now, call, status, header, || headers.iter().copied());
+            .call_head(now, call, status, header, || head.every());
         if end {
             self.forget(id);
             self.conn.call_end(now, call);
@@ -599,8 +591,11 @@ impl<E: Environment + Clone> Socket<E> {
         } else {
             format!("The upstream could not be reached (Envoy reset the call: {why:?}).")
         };
-        self.conn
-            .call_failed(self.clock.instant(), gone.call, &message);
+        self.conn.call_failed(
+            self.clock.instant(),
+            gone.call,
+            CallFailure::Failed(&message),
+        );
         self.pump(host);
     }
 

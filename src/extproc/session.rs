@@ -31,10 +31,8 @@ use super::Settings;
 use crate::config::StreamBodyMode;
 use crate::logs;
 use crate::traces::{ExchangeSpan, Transport};
-use responses_core::call::{Call, CallId};
-use responses_core::driver::{
-    Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
-};
+use responses_core::call::{Call, CallFailure, CallId};
+use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
 use responses_core::log;

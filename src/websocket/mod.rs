@@ -35,7 +35,7 @@ use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use crate::upstream::{self, Upstream, UpstreamEvent};
-use responses_core::call::{CallAction, CallId};
+use responses_core::call::{CallAction, CallFailure, CallId};
 use responses_core::connection::admission::{self, Admission, Ticket};
 use responses_core::connection::{Connection, Event, Limits, CLOSE_FLUSH};
 use responses_core::environment::System;
@@ -408,7 +408,7 @@ where
                     }
                     UpstreamEvent::Failed(message) => {
                         call = None;
-                        conn.call_failed(now, id, &message);
+                        conn.call_failed(now, id, CallFailure::Failed(&message));
                     }
                 }
             }

@@ -179,7 +179,8 @@ impl Client {
 
     fn fail(&mut self, call: &Call, message: &str) {
         let now = self.now();
-        self.conn.call_failed(now, call.id, message);
+        self.conn
+            .call_failed(now, call.id, crate::call::CallFailure::Failed(message));
     }
 
     /// Runs `call` to its end with a stream that says `text`; returns its events.
