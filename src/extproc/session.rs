@@ -108,8 +108,9 @@ pub struct Session<E = System> {
     /// The JSON object that stands for the answer sent last (a response, or a stream's last
     /// event), kept only while the span records content (`--trace-content`).
     last_answer: Option<bytes::Bytes>,
-    /// A call the exchange asked for (an automatic compaction's summarising request), not yet
-    /// taken by the stream's driver ([`Session::take_call`]).
+    /// A call the exchange asked for (an automatic compaction's summarising request), and the
+    /// bound Envoy is asked to hold the request for it, not yet taken by the stream's relay
+    /// ([`Session::take_call`]).
     call: Option<(Call, std::time::Duration)>,
     /// The request's head, kept (moved, not copied) for the headers a call of the exchange's
     /// own carries on ([`responses_core::call::forwarded`]).
@@ -266,7 +267,8 @@ impl<E: Environment> Session<E> {
     }
 
     /// The call the last answer left to make (the request body's answer waits for it), and
-    /// how long it may take.
+    /// how long Envoy is asked to hold the request for it (`override_message_timeout`: the
+    /// driver's deadline for the call, then some).
     pub fn take_call(&mut self) -> Option<(Call, std::time::Duration)> {
         self.call.take()
     }
@@ -312,7 +314,18 @@ impl<E: Environment> Session<E> {
         self.call_answers(action)
     }
 
-    /// The call failed, or took longer than its timeout.
+    /// When the exchange wants [`Session::handle_timeout`]: its call's deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.driver.poll_timeout()
+    }
+
+    /// The timer armed for [`Session::poll_timeout`] fired.
+    pub fn handle_timeout(&mut self) -> Vec<ProcessingResponse> {
+        let action = self.driver.handle_timeout(Instant::now());
+        self.call_answers(action)
+    }
+
+    /// The call failed.
     pub fn call_failed(&mut self, id: CallId, why: CallFailure<'_>) -> Vec<ProcessingResponse> {
         let action = self.driver.call_failed(Instant::now(), id, why);
         self.call_answers(action)
@@ -373,7 +386,7 @@ impl<E: Environment> Session<E> {
         }
         let (common, mode) = match action {
             // The message's answer waits for the call (the stream's driver makes it).
-            Action::Call { mut call, timeout } => {
+            Action::Call { mut call, bound } => {
                 if let Some(head) = self.head.take() {
                     // The operator's forward_headers arrive if Envoy forwards them too
                     // (its forward_rules), as its tenant header does.
@@ -386,7 +399,7 @@ impl<E: Environment> Session<E> {
                         extra,
                     ));
                 }
-                self.call = Some((call, timeout));
+                self.call = Some((call, bound));
                 return Vec::new();
             }
             Action::Reply { error, cause } => return vec![self.reply(&error, cause)],

@@ -49,7 +49,7 @@ fn calling(t: &mut Test, request: &Value) -> (Call, Duration) {
     assert!(matches!(t.head(0, &head, false), Action::ReadBody(_)));
     let body = request.to_string();
     match t.body(1, &[body.as_bytes()], true) {
-        Action::Call { call, timeout } => (call, timeout),
+        Action::Call { call, bound } => (call, bound),
         other => panic!("no call: {other:?}"),
     }
 }
@@ -74,8 +74,10 @@ fn compaction_of(events: &[Event]) -> Option<crate::exchange::Compaction> {
 #[test]
 fn over_the_threshold_the_turn_runs_on_the_compacted_window() {
     let mut t = Test::with(keyed(), Gathering::Pieces);
-    let (call, timeout) = calling(&mut t, &long(false, 10));
-    assert_eq!(timeout, Settings::default().compaction_timeout);
+    let (call, bound) = calling(&mut t, &long(false, 10));
+    let timeout = Settings::default().compaction_timeout;
+    assert_eq!(bound, timeout + CALL_GRACE);
+    assert_eq!(t.d.poll_timeout(), Some(t.at(1) + timeout));
     assert_eq!(t.d.call_in_flight(), Some(call.id));
     assert_eq!(call.path, "/v1/chat/completions");
     // The host adds the client's credentials (call::forwarded); nothing of the head is copied.
@@ -466,6 +468,31 @@ fn a_failing_summarising_call_ends_the_exchange_with_its_envelope() {
             "{code}"
         );
     }
+}
+
+/// The driver owns the call's deadline: the host arms its timer for `poll_timeout`; a timer
+/// that fires early changes nothing, one at the deadline ends the exchange (504), and the
+/// call's late answer is no one's.
+#[test]
+fn the_calls_deadline_is_the_drivers() {
+    let mut t = Test::with(keyed(), Gathering::Pieces);
+    let (call, _) = calling(&mut t, &long(false, 10));
+    let deadline = t.at(1) + t.d.settings().compaction_timeout;
+    assert_eq!(t.d.poll_timeout(), Some(deadline));
+    let early = deadline - Duration::from_millis(1);
+    assert!(matches!(t.d.handle_timeout(early), Action::Hold));
+    assert_eq!(t.d.call_in_flight(), Some(call.id));
+    assert_eq!(t.d.poll_timeout(), Some(deadline));
+    let Action::Reply { error, cause } = t.d.handle_timeout(deadline) else {
+        panic!("not replied")
+    };
+    assert_eq!((error.status(), cause), (504, Cause::Request));
+    let v: Value = serde_json::from_slice(&error.body).unwrap();
+    assert_eq!(v["error"]["code"], "upstream_timeout", "{v}");
+    assert_eq!(t.d.call_in_flight(), None);
+    assert_eq!(t.d.poll_timeout(), None);
+    assert!(matches!(t.d.call_end(deadline, call.id), Action::Hold));
+    assert!(matches!(t.d.handle_timeout(deadline), Action::Hold));
 }
 
 /// Envoy ends the exchange while the call is in flight: cut, and the call's late answer is
