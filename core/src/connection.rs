@@ -61,7 +61,7 @@ use crate::translate::json::shape::Kind;
 use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
 use crate::websocket::decode::{Decoder, Message};
-use crate::websocket::{encode, CloseCode};
+use crate::websocket::{encode, CloseCode, CloseReason};
 use admission::Budget;
 
 /// Messages read ahead while a response is in flight.
@@ -131,7 +131,7 @@ pub enum Event {
     /// The connection ended: the close code sent (or received), and why, once.
     Closed {
         code: CloseCode,
-        reason: &'static str,
+        reason: CloseReason,
     },
 }
 
@@ -195,10 +195,6 @@ pub struct Connection<E = System> {
     /// The client's bytes cannot be read any further (a frame refused unread, a protocol
     /// error).
     read_failed: bool,
-    /// The time of the input being handled.
-    now: Instant,
-    /// [`Event::Closed`] was told.
-    told_closed: bool,
     /// The memory all of the host's connections share, when the host has one.
     budget: Option<Arc<Budget>>,
     /// What this connection counts in it.
@@ -367,14 +363,12 @@ impl<E: Environment> Connection<E> {
             read_buffer: 0,
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
-            told_closed: false,
             budget: None,
             counted: 0,
             writable: true,
             unread: 0,
             record_content: false,
             read_failed: false,
-            now,
         }
     }
 
@@ -462,7 +456,6 @@ impl<E: Environment> Connection<E> {
     /// (Envoy's buffer in the module, the processor's rest of a read): counted in
     /// [`Connection::held`].
     pub fn set_read_buffer(&mut self, now: Instant, bytes: usize) {
-        self.now = now;
         if self.read_buffer != bytes {
             self.read_buffer = bytes;
             self.account(now);
@@ -498,7 +491,6 @@ impl<E: Environment> Connection<E> {
     }
 
     fn read(&mut self, now: Instant, mut bytes: &[u8], bounded: bool) -> usize {
-        self.now = now;
         let offered = bytes.len();
         while !bytes.is_empty()
             && self.phase != Phase::Closed
@@ -524,7 +516,7 @@ impl<E: Environment> Connection<E> {
                         self.ending = Some(Ending::TooBig);
                     } else {
                         self.cut(now);
-                        self.close(now, code, "protocol error");
+                        self.close(now, code, CloseReason::ProtocolError);
                     }
                     break;
                 }
@@ -547,7 +539,6 @@ impl<E: Environment> Connection<E> {
     ) where
         A: IntoIterator<Item = (&'h str, &'h str)>,
     {
-        self.now = now;
         let unix = self.env.now();
         let Some(turn) = self.turn_of(now, id) else {
             return;
@@ -594,7 +585,6 @@ impl<E: Environment> Connection<E> {
     /// A call brought no whole answer: none (connection refused, a reset, a timeout), or not
     /// all of it.
     pub fn call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) {
-        self.now = now;
         if self.finishing == Some(id) {
             self.finishing = None;
         }
@@ -623,7 +613,6 @@ impl<E: Environment> Connection<E> {
     /// Whether the client reads what is sent (the host's buffer toward it is under its low
     /// watermark again, or over its high one). While it cannot write, frames wait here.
     pub fn set_writable(&mut self, now: Instant, writable: bool) {
-        self.now = now;
         if writable && !self.writable {
             self.unread = 0;
         }
@@ -634,7 +623,6 @@ impl<E: Environment> Connection<E> {
     /// The host drains: no further response starts; the one in flight may finish until
     /// `deadline`, then the connection closes (1001).
     pub fn drain(&mut self, now: Instant, deadline: Instant) {
-        self.now = now;
         if self.phase == Phase::Open && !matches!(self.ending, Some(Ending::Drain { .. })) {
             self.ending = Some(Ending::Drain { deadline });
         }
@@ -643,7 +631,6 @@ impl<E: Environment> Connection<E> {
 
     /// A timer the connection asked for ([`Connection::poll_timeout`]) fired.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.now = now;
         match self.phase {
             Phase::Closing { deadline } if now >= deadline => {
                 self.phase = Phase::Closed;
@@ -674,7 +661,7 @@ impl<E: Environment> Connection<E> {
                     self.ending = Some(Ending::MaxAge);
                 }
                 if self.is_idle() && self.ending.is_none() && now >= self.idle_deadline() {
-                    self.close(now, CloseCode::NORMAL, "idle timeout");
+                    self.close(now, CloseCode::NORMAL, CloseReason::IdleTimeout);
                 }
             }
             _ => {}
@@ -686,29 +673,28 @@ impl<E: Environment> Connection<E> {
     /// cut, its call stopped, and the connection ends at once with 1011 (its close frame sent
     /// if none was).
     pub fn fail(&mut self, now: Instant) {
-        self.now = now;
         if self.phase == Phase::Closed {
             return;
         }
         self.cut(now);
         self.drop_queue();
         if self.phase == Phase::Open {
-            self.close_frame(CloseCode::INTERNAL_ERROR, "internal error");
+            self.close_frame(
+                CloseCode::INTERNAL_ERROR,
+                CloseReason::InternalError.as_str(),
+            );
         }
-        self.phase = Phase::Closed;
-        self.tell_closed(CloseCode::INTERNAL_ERROR, "internal error");
+        self.end(CloseCode::INTERNAL_ERROR, CloseReason::InternalError);
     }
 
     /// The transport ended (the client went, or the host gave up on it): a response in flight
     /// was cut.
     pub fn closed(&mut self, now: Instant) {
-        self.now = now;
         if self.phase == Phase::Closed {
             return;
         }
         self.cut(now);
-        self.phase = Phase::Closed;
-        self.tell_closed(CloseCode(1006), "transport closed");
+        self.end(CloseCode(1006), CloseReason::TransportClosed);
     }
 
     // ---- outputs ----
@@ -827,8 +813,7 @@ impl<E: Environment> Connection<E> {
                     .filter(|c| c.is_sendable())
                     .unwrap_or(CloseCode::NORMAL);
                 self.close_frame(code, "");
-                self.phase = Phase::Closed;
-                self.tell_closed(code, "closed by the client");
+                self.end(code, CloseReason::ClosedByClient);
                 return;
             }
         }
@@ -840,7 +825,7 @@ impl<E: Environment> Connection<E> {
             self.close(
                 now,
                 CloseCode::POLICY_VIOLATION,
-                "too many messages in flight",
+                CloseReason::TooManyMessages,
             );
         }
     }
@@ -861,9 +846,9 @@ impl<E: Environment> Connection<E> {
         };
         self.counted = held;
         let over = if held > self.limits.max_socket_bytes {
-            Some((CloseCode::POLICY_VIOLATION, "connection memory limit"))
+            Some((CloseCode::POLICY_VIOLATION, CloseReason::ConnectionMemory))
         } else if !within_budget {
-            Some((CloseCode::TRY_AGAIN_LATER, "server memory limit"))
+            Some((CloseCode::TRY_AGAIN_LATER, CloseReason::ServerMemory))
         } else {
             None
         };
@@ -883,9 +868,8 @@ impl<E: Environment> Connection<E> {
         }
         self.read_failed = true;
         self.decoder = Decoder::new(0);
-        self.close_frame(code, reason);
-        self.phase = Phase::Closed;
-        self.tell_closed(code, reason);
+        self.close_frame(code, reason.as_str());
+        self.end(code, reason);
         let held = self.held();
         if let Some(budget) = &self.budget {
             budget.update(self.counted, held);
@@ -908,18 +892,18 @@ impl<E: Environment> Connection<E> {
         }
         match self.ending {
             Some(Ending::TooBig) if self.queue.is_empty() => {
-                self.close(now, CloseCode::TOO_BIG, "message too large")
+                self.close(now, CloseCode::TOO_BIG, CloseReason::MessageTooLarge)
             }
             Some(Ending::MaxAge) => {
                 // Messages that will not start go with the connection.
                 self.drop_queue();
                 let minutes = self.limits.max_age.as_secs() / 60;
-                self.error_frame(&max_age_reached(minutes), &[]);
-                self.close(now, CloseCode::NORMAL, "maximum connection age");
+                self.error_frame(now, &max_age_reached(minutes), &[]);
+                self.close(now, CloseCode::NORMAL, CloseReason::MaxAge);
             }
             Some(Ending::Drain { .. }) => {
                 self.drop_queue();
-                self.close(now, CloseCode::GOING_AWAY, "server shutting down");
+                self.close(now, CloseCode::GOING_AWAY, CloseReason::ShuttingDown);
             }
             _ => {}
         }
@@ -938,10 +922,10 @@ impl<E: Environment> Connection<E> {
                     "Binary messages are not supported: send each event as a JSON text message.",
                 )
                 .with_code(ErrorCode::InvalidMessage);
-                return self.refuse(&err);
+                return self.refuse(now, &err);
             }
             Queued::TooLarge => {
-                return self.refuse(&message_too_large(self.limits.max_message_bytes))
+                return self.refuse(now, &message_too_large(self.limits.max_message_bytes))
             }
             Queued::Text(text) => text,
         };
@@ -988,7 +972,7 @@ impl<E: Environment> Connection<E> {
                 }
                 self.body(now, NOTHING_GENERATED, true);
             }
-            Err(err) => self.refuse(&err),
+            Err(err) => self.refuse(now, &err),
         }
         self.settle();
     }
@@ -1038,8 +1022,8 @@ impl<E: Environment> Connection<E> {
     }
 
     /// A message refused before it became a response: its `error` event.
-    fn refuse(&mut self, err: &ApiError) {
-        self.error_frame(err, &[]);
+    fn refuse(&mut self, now: Instant, err: &ApiError) {
+        self.error_frame(now, err, &[]);
         self.events.push_back(Event::Refused {
             status: err.status,
             code: err.code.clone(),
@@ -1234,7 +1218,6 @@ impl<E: Environment> Connection<E> {
     }
 
     fn call_body(&mut self, now: Instant, id: CallId, chunk: &[u8], end: bool) {
-        self.now = now;
         let unix = self.env.now();
         if end && self.finishing == Some(id) {
             self.finishing = None;
@@ -1272,7 +1255,7 @@ impl<E: Environment> Connection<E> {
                 if turn.exchange.is_finished() {
                     self.end_turn(now, events.messages().collect());
                 } else {
-                    self.send_events(&events);
+                    self.send_events(now, &events);
                 }
             }
             BodyStep::Hold => {}
@@ -1306,7 +1289,7 @@ impl<E: Environment> Connection<E> {
     /// call if the upstream may still be answering.
     fn end_turn(&mut self, now: Instant, messages: Vec<Bytes>) {
         for m in &messages {
-            self.text_frame(m);
+            self.text_frame(now, m);
         }
         if let (true, Some(last)) = (self.record_content, messages.last()) {
             self.events.push_back(Event::Answer(last.clone()));
@@ -1438,22 +1421,24 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Sends our close frame: the client's is awaited for [`CLOSE_LINGER`].
-    fn close(&mut self, now: Instant, code: CloseCode, reason: &'static str) {
+    fn close(&mut self, now: Instant, code: CloseCode, reason: CloseReason) {
         if self.phase != Phase::Open {
             return;
         }
-        self.close_frame(code, reason);
+        self.close_frame(code, reason.as_str());
+        self.events.push_back(Event::Closed { code, reason });
         self.phase = Phase::Closing {
             deadline: now + CLOSE_LINGER,
         };
-        self.tell_closed(code, reason);
     }
 
-    fn tell_closed(&mut self, code: CloseCode, reason: &'static str) {
-        if !self.told_closed {
-            self.told_closed = true;
+    /// The connection is over. Its close is told once, when it leaves [`Phase::Open`]: here,
+    /// unless our close frame told it before ([`Connection::close`]).
+    fn end(&mut self, code: CloseCode, reason: CloseReason) {
+        if self.phase == Phase::Open {
             self.events.push_back(Event::Closed { code, reason });
         }
+        self.phase = Phase::Closed;
     }
 
     fn is_idle(&self) -> bool {
@@ -1464,18 +1449,18 @@ impl<E: Environment> Connection<E> {
         self.active + self.limits.idle_timeout
     }
 
-    fn send_events(&mut self, events: &Events) {
+    fn send_events(&mut self, now: Instant, events: &Events) {
         for m in events.messages() {
-            self.text_frame(&m);
+            self.text_frame(now, &m);
         }
     }
 
-    fn error_frame(&mut self, err: &ApiError, headers: &[KeptHeader]) {
-        self.text_frame(&error_frame(err, headers));
+    fn error_frame(&mut self, now: Instant, err: &ApiError, headers: &[KeptHeader]) {
+        self.text_frame(now, &error_frame(err, headers));
     }
 
     /// One event as one text message: its head, then its JSON (the one copy, into the output).
-    fn text_frame(&mut self, payload: &[u8]) {
+    fn text_frame(&mut self, now: Instant, payload: &[u8]) {
         if self.phase != Phase::Open {
             // Our close frame is out: nothing follows it (the rest of a batch of events whose
             // first ones took a slow reader past its limit).
@@ -1484,7 +1469,7 @@ impl<E: Environment> Connection<E> {
         let head = encode::Head::new(crate::websocket::Opcode::Text, payload.len());
         self.out.extend_from_slice(head.as_bytes());
         self.out.extend_from_slice(payload);
-        self.count_unread(head.as_bytes().len() + payload.len());
+        self.count_unread(now, head.as_bytes().len() + payload.len());
     }
 
     /// Our close frame, the last frame: not a slow reader's limit's business (that limit
@@ -1502,7 +1487,7 @@ impl<E: Environment> Connection<E> {
 
     /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the frames
     /// it did not read are dropped, the response in flight fails and the connection ends.
-    fn count_unread(&mut self, n: usize) {
+    fn count_unread(&mut self, now: Instant, n: usize) {
         if self.writable {
             return;
         }
@@ -1514,7 +1499,6 @@ impl<E: Environment> Connection<E> {
             self.pong = None;
             // (Counted no further: what follows is the connection's last bytes.)
             self.writable = true;
-            let now = self.now;
             if let Some(turn) = &mut self.turn {
                 if let Some(id) = turn.call.take() {
                     self.stop_call(id);
@@ -1526,9 +1510,9 @@ impl<E: Environment> Connection<E> {
                 "The client did not read the response's events as fast as they came.",
             );
             self.drop_queue();
-            self.close_frame(CloseCode::POLICY_VIOLATION, "client too slow");
-            self.phase = Phase::Closed;
-            self.tell_closed(CloseCode::POLICY_VIOLATION, "client too slow");
+            let reason = CloseReason::ClientTooSlow;
+            self.close_frame(CloseCode::POLICY_VIOLATION, reason.as_str());
+            self.end(CloseCode::POLICY_VIOLATION, reason);
         }
     }
 }

@@ -439,7 +439,7 @@ impl<E: Environment + Clone> Socket<E> {
                         &format!(
                             "WebSocket connection closing code={} reason={}",
                             code.0,
-                            log::Quoted(reason)
+                            log::Quoted(reason.as_str())
                         ),
                     );
                 }

@@ -556,6 +556,7 @@ impl Telemetry {
                     }
                 }
                 Event::Closed { code, reason } => {
+                    let reason = reason.as_str();
                     tracing::debug!(transport = "websocket", code = code.0, reason, "closing");
                 }
             }

@@ -318,7 +318,7 @@ fn closed(events: &[Event]) -> Vec<(u16, &'static str)> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Closed { code, reason } => Some((code.0, *reason)),
+            Event::Closed { code, reason } => Some((code.0, reason.as_str())),
             _ => None,
         })
         .collect()
