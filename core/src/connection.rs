@@ -529,7 +529,7 @@ impl<E: Environment> Connection<E> {
     /// The head of a call's answer (`status`; `header` looks up its headers by lowercase
     /// name; `every` header is read only of an answer that is not a success: the `error` event
     /// made of it keeps some, see [`upstream_failure::kept_headers`]).
-    pub fn call_head<'h, A>(
+    pub fn handle_call_head<'h, A>(
         &mut self,
         now: Instant,
         id: CallId,
@@ -573,18 +573,18 @@ impl<E: Environment> Connection<E> {
     }
 
     /// A piece of a call's answer body.
-    pub fn call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) {
+    pub fn handle_call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) {
         self.call_body(now, id, bytes, false);
     }
 
     /// A call's answer is complete (its body ended, or its trailers came).
-    pub fn call_end(&mut self, now: Instant, id: CallId) {
+    pub fn handle_call_end(&mut self, now: Instant, id: CallId) {
         self.call_body(now, id, &[], true);
     }
 
     /// A call brought no whole answer: none (connection refused, a reset, a timeout), or not
     /// all of it.
-    pub fn call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) {
+    pub fn handle_call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) {
         if self.finishing == Some(id) {
             self.finishing = None;
         }
@@ -612,7 +612,7 @@ impl<E: Environment> Connection<E> {
 
     /// Whether the client reads what is sent (the host's buffer toward it is under its low
     /// watermark again, or over its high one). While it cannot write, frames wait here.
-    pub fn set_writable(&mut self, now: Instant, writable: bool) {
+    pub fn handle_writable(&mut self, now: Instant, writable: bool) {
         if writable && !self.writable {
             self.unread = 0;
         }
@@ -622,7 +622,7 @@ impl<E: Environment> Connection<E> {
 
     /// The host drains: no further response starts; the one in flight may finish until
     /// `deadline`, then the connection closes (1001).
-    pub fn drain(&mut self, now: Instant, deadline: Instant) {
+    pub fn handle_drain(&mut self, now: Instant, deadline: Instant) {
         if self.phase == Phase::Open && !matches!(self.ending, Some(Ending::Drain { .. })) {
             self.ending = Some(Ending::Drain { deadline });
         }
@@ -672,7 +672,7 @@ impl<E: Environment> Connection<E> {
     /// The host failed under the connection (a panic in its code): the response in flight is
     /// cut, its call stopped, and the connection ends at once with 1011 (its close frame sent
     /// if none was).
-    pub fn fail(&mut self, now: Instant) {
+    pub fn handle_failure(&mut self, now: Instant) {
         if self.phase == Phase::Closed {
             return;
         }
@@ -689,7 +689,7 @@ impl<E: Environment> Connection<E> {
 
     /// The transport ended (the client went, or the host gave up on it): a response in flight
     /// was cut.
-    pub fn closed(&mut self, now: Instant) {
+    pub fn handle_closed(&mut self, now: Instant) {
         if self.phase == Phase::Closed {
             return;
         }

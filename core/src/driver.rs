@@ -135,8 +135,8 @@ pub enum Action {
     /// way is a local reply sends `error` (Envoy turns a reply after the head into a reset).
     Reset { error: ErrorReply, why: ResetReason },
     /// Make this call (an automatic compaction's summarising request, to be answered whole)
-    /// and report its answer by its id ([`Driver::call_head`], [`Driver::call_data`],
-    /// [`Driver::call_end`], [`Driver::call_failed`]), holding the request meanwhile (the
+    /// and report its answer by its id ([`Driver::handle_call_head`], [`Driver::handle_call_data`],
+    /// [`Driver::handle_call_end`], [`Driver::handle_call_failed`]), holding the request meanwhile (the
     /// piece, if any, is dropped): its turn follows as [`Action::Forward`], or the exchange
     /// ends with [`Action::Reply`]. The driver owns the call's deadline: the host arms its
     /// timer for [`Driver::poll_timeout`] and reports it with [`Driver::handle_timeout`]; its
@@ -149,8 +149,8 @@ pub enum Action {
     Call { call: Call, bound: Duration },
     /// Run this off the host's event loop ([`Work::run`], on any thread: the request's body
     /// is costly to read, see [`Driver::offloading`]), holding the request meanwhile (the
-    /// piece, if any, is dropped), then report its result ([`Driver::work_done`]), or that
-    /// it could not be run ([`Driver::work_refused`]). Its turn follows as for a body read
+    /// piece, if any, is dropped), then report its result ([`Driver::handle_work_done`]), or that
+    /// it could not be run ([`Driver::handle_work_refused`]). Its turn follows as for a body read
     /// in place. If the exchange ends first, its result is no one's.
     Work(Box<Work>),
 }
@@ -306,7 +306,7 @@ impl<E: Environment> Driver<E> {
     /// The request's head (`header` looks one up by lowercase name: `:method`, `:path`, the
     /// client's identity and, for a body in pieces, `content-length` are read); `end`: it has
     /// no body.
-    pub fn request_headers<'h>(
+    pub fn handle_request_headers<'h>(
         &mut self,
         now: Instant,
         header: impl Fn(&str) -> Option<&'h str>,
@@ -345,7 +345,7 @@ impl<E: Environment> Driver<E> {
 
     /// Pieces of the request's body (`pieces` is called only if the driver reads them: the
     /// host's buffers are not touched for traffic that is not ours); `end` with the last.
-    pub fn request_body<'p, P>(
+    pub fn handle_request_body<'p, P>(
         &mut self,
         now: Instant,
         pieces: impl FnOnce() -> P,
@@ -375,7 +375,7 @@ impl<E: Environment> Driver<E> {
     /// The head of the answer to [`Action::Call`]'s call `id` (`header` looks one up by
     /// lowercase name: `content-type`; `every` header is read only of an answer that is not a
     /// success: the error made of it keeps some, see [`upstream_failure::kept_headers`]).
-    pub fn call_head<'h, A>(
+    pub fn handle_call_head<'h, A>(
         &mut self,
         now: Instant,
         id: CallId,
@@ -398,7 +398,7 @@ impl<E: Environment> Driver<E> {
     }
 
     /// A piece of the call's answer body.
-    pub fn call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) -> Action {
+    pub fn handle_call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let Some(ex) = self.calling(id) else {
@@ -410,7 +410,7 @@ impl<E: Environment> Driver<E> {
 
     /// The call's answer is complete (its body ended, or its trailers came): the turn goes
     /// upstream ([`Action::Forward`]) or the exchange ends ([`Action::Reply`]).
-    pub fn call_end(&mut self, now: Instant, id: CallId) -> Action {
+    pub fn handle_call_end(&mut self, now: Instant, id: CallId) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let Some(ex) = self.calling(id) else {
@@ -421,7 +421,7 @@ impl<E: Environment> Driver<E> {
     }
 
     /// The call brought no whole answer: the exchange ends with its envelope.
-    pub fn call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) -> Action {
+    pub fn handle_call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) -> Action {
         self.life.enter(now);
         let Some(ex) = self.calling(id) else {
             return Action::Hold;
@@ -431,12 +431,12 @@ impl<E: Environment> Driver<E> {
     }
 
     /// The result of [`Action::Work`]'s work: the request goes on as if read in place.
-    pub fn work_done(&mut self, now: Instant, worked: Worked) -> Action {
+    pub fn handle_work_done(&mut self, now: Instant, worked: Worked) -> Action {
         self.worked(now, |ex| ex.request_worked(worked))
     }
 
     /// The host could not run [`Action::Work`]'s work: the exchange ends with a 503.
-    pub fn work_refused(&mut self, now: Instant) -> Action {
+    pub fn handle_work_refused(&mut self, now: Instant) -> Action {
         self.worked(now, Exchange::work_refused)
     }
 
@@ -479,7 +479,7 @@ impl<E: Environment> Driver<E> {
     }
 
     /// The request's trailers: they end a body that had no end of its own.
-    pub fn request_trailers(&mut self, now: Instant) -> Action {
+    pub fn handle_request_trailers(&mut self, now: Instant) -> Action {
         self.life.enter(now);
         let meta = self.meta();
         match &mut self.phase {
@@ -497,7 +497,7 @@ impl<E: Environment> Driver<E> {
     /// and `content-type` are read by name; `every` header, only of an answer that is not a
     /// success: the error made of it keeps some, see [`upstream_failure::kept_headers`]);
     /// `end`: it has no body.
-    pub fn response_headers<'h, A>(
+    pub fn handle_response_headers<'h, A>(
         &mut self,
         now: Instant,
         header: impl Fn(&str) -> Option<&'h str>,
@@ -546,7 +546,7 @@ impl<E: Environment> Driver<E> {
 
     /// Pieces of the answer's body (`pieces` is called only if the driver reads them); `end`
     /// with the last.
-    pub fn response_body<'p, P>(
+    pub fn handle_response_body<'p, P>(
         &mut self,
         now: Instant,
         pieces: impl FnOnce() -> P,
@@ -595,7 +595,7 @@ impl<E: Environment> Driver<E> {
     }
 
     /// The answer's trailers: they end a body that had no end of its own.
-    pub fn response_trailers(&mut self, now: Instant) -> Action {
+    pub fn handle_response_trailers(&mut self, now: Instant) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let (ex, stage) = match &mut self.phase {
@@ -626,7 +626,7 @@ impl<E: Environment> Driver<E> {
     /// The host cannot go on with the current callback: end the exchange with what can still
     /// be sent, an envelope while the client has no head yet, else the stream's failed
     /// ending, else a reset. After that, every byte is dropped.
-    pub fn fail(&mut self, now: Instant, why: Failure) -> Action {
+    pub fn handle_failure(&mut self, now: Instant, why: Failure) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let action = match &mut self.phase {
@@ -667,7 +667,7 @@ impl<E: Environment> Driver<E> {
 
     /// The host is done with the exchange (the stream completed, was reset, or the host's
     /// channel to us ended): if it had not ended, it was cut.
-    pub fn closed(&mut self, now: Instant) {
+    pub fn handle_closed(&mut self, now: Instant) {
         self.life.enter(now);
         if let Phase::Ours(ex, stage @ Stage::Calling { .. }) = &mut self.phase {
             // The call is dropped with the exchange: its late answer is no one's.

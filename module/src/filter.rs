@@ -144,7 +144,7 @@ impl<E: Environment + Clone> Filter<E> {
                 return HeadersStatus::Stop;
             }
         }
-        let action = self.driver.request_headers(
+        let action = self.driver.handle_request_headers(
             self.env.instant(),
             |name| host.header(Side::Request, name),
             end,
@@ -167,9 +167,9 @@ impl<E: Environment + Clone> Filter<E> {
             }
             Upgrade::No => {}
         }
-        let action = self
-            .driver
-            .request_body(self.env.instant(), || host.body(Side::Request), end);
+        let action =
+            self.driver
+                .handle_request_body(self.env.instant(), || host.body(Side::Request), end);
         body_status(self.carry_piece(host, Side::Request, action))
     }
 
@@ -177,7 +177,7 @@ impl<E: Environment + Clone> Filter<E> {
         if !matches!(self.upgrade, Upgrade::No) {
             return TrailersStatus::Stop;
         }
-        let action = self.driver.request_trailers(self.env.instant());
+        let action = self.driver.handle_request_trailers(self.env.instant());
         trailers_status(self.carry(host, Side::Request, action))
     }
 
@@ -186,7 +186,7 @@ impl<E: Environment + Clone> Filter<E> {
         if !matches!(self.upgrade, Upgrade::No) {
             return HeadersStatus::Continue;
         }
-        let action = self.driver.response_headers(
+        let action = self.driver.handle_response_headers(
             self.env.instant(),
             |name| host.header(Side::Response, name),
             || host.headers(Side::Response),
@@ -201,7 +201,7 @@ impl<E: Environment + Clone> Filter<E> {
         }
         let action =
             self.driver
-                .response_body(self.env.instant(), || host.body(Side::Response), end);
+                .handle_response_body(self.env.instant(), || host.body(Side::Response), end);
         body_status(self.carry_piece(host, Side::Response, action))
     }
 
@@ -209,7 +209,7 @@ impl<E: Environment + Clone> Filter<E> {
         if !matches!(self.upgrade, Upgrade::No) {
             return TrailersStatus::Continue;
         }
-        let action = self.driver.response_trailers(self.env.instant());
+        let action = self.driver.handle_response_trailers(self.env.instant());
         trailers_status(self.carry(host, Side::Response, action))
     }
 
@@ -225,7 +225,7 @@ impl<E: Environment + Clone> Filter<E> {
             host.disarm_timer();
             host.reset_callout(side.callout);
         }
-        self.driver.closed(self.env.instant());
+        self.driver.handle_closed(self.env.instant());
         self.settle(host);
     }
 
@@ -252,7 +252,9 @@ impl<E: Environment + Clone> Filter<E> {
             host.disarm_timer();
             host.reset_callout(side.callout);
         }
-        let action = self.driver.fail(self.env.instant(), Failure::Panic);
+        let action = self
+            .driver
+            .handle_failure(self.env.instant(), Failure::Panic);
         // Whatever the hook left in the current pieces is untranslated.
         host.drain_body(Side::Request);
         host.drain_body(Side::Response);
@@ -346,7 +348,7 @@ impl<E: Environment + Clone> Filter<E> {
             return;
         }
         let action = match worked {
-            Some(worked) => self.driver.work_done(self.env.instant(), worked),
+            Some(worked) => self.driver.handle_work_done(self.env.instant(), worked),
             None => {
                 log(host, Level::Error, || {
                     format!(
@@ -354,7 +356,8 @@ impl<E: Environment + Clone> Filter<E> {
                         log::Logged(&self.request_id)
                     )
                 });
-                self.driver.fail(self.env.instant(), Failure::Panic)
+                self.driver
+                    .handle_failure(self.env.instant(), Failure::Panic)
             }
         };
         if self.carry(host, Side::Request, action) {
@@ -435,7 +438,7 @@ impl<E: Environment + Clone> Filter<E> {
                 log(host, Level::Warn, || {
                     format!("{message} request_id={}", log::Logged(&self.request_id))
                 });
-                let action = self.driver.call_failed(
+                let action = self.driver.handle_call_failed(
                     self.env.instant(),
                     call.id,
                     CallFailure::Failed(&message),
@@ -485,11 +488,11 @@ impl<E: Environment + Clone> Filter<E> {
             Err(why) => return self.side_call_failed(host, id, why, true),
         };
         let header = |name: &str| head.header(name);
-        let action = self
-            .driver
-            .call_head(self.env.instant(), side.call, status, header, || {
-                head.every()
-            });
+        let action =
+            self.driver
+                .handle_call_head(self.env.instant(), side.call, status, header, || {
+                    head.every()
+                });
         self.side_call_step(host, action, true);
         if end && self.running().is_some() {
             self.side_call_data(host, id, &[], true);
@@ -507,14 +510,16 @@ impl<E: Environment + Clone> Filter<E> {
             return;
         };
         for piece in data {
-            let action = self.driver.call_data(self.env.instant(), side.call, piece);
+            let action = self
+                .driver
+                .handle_call_data(self.env.instant(), side.call, piece);
             self.side_call_step(host, action, true);
             if self.running().is_none() {
                 return;
             }
         }
         if end {
-            let action = self.driver.call_end(self.env.instant(), side.call);
+            let action = self.driver.handle_call_end(self.env.instant(), side.call);
             self.side_call_step(host, action, false);
         }
     }
@@ -538,7 +543,9 @@ impl<E: Environment + Clone> Filter<E> {
                 log::Logged(&self.request_id)
             )
         });
-        let action = self.driver.call_failed(self.env.instant(), side.call, why);
+        let action = self
+            .driver
+            .handle_call_failed(self.env.instant(), side.call, why);
         self.side_call_step(host, action, open);
     }
 
@@ -634,7 +641,7 @@ impl<E: Environment + Clone> Filter<E> {
                         log::Logged(&self.request_id)
                     )
                 });
-                let action = self.driver.work_refused(self.env.instant());
+                let action = self.driver.handle_work_refused(self.env.instant());
                 self.carry(host, side, action)
             }
             Action::Forward { edits, request } => {
@@ -696,7 +703,9 @@ impl<E: Environment + Clone> Filter<E> {
                 log::Logged(&self.request_id)
             )
         });
-        let action = self.driver.fail(self.env.instant(), Failure::Refused);
+        let action = self
+            .driver
+            .handle_failure(self.env.instant(), Failure::Refused);
         host.drain_body(side);
         self.carry(host, side, action)
     }

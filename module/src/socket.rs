@@ -179,7 +179,7 @@ pub fn open<E: Environment + Clone>(
         span: None,
     };
     if host.write_blocked() {
-        socket.conn.set_writable(now, false);
+        socket.conn.handle_writable(now, false);
     }
     socket.pump(host);
     Some(socket)
@@ -242,7 +242,7 @@ impl<E: Environment + Clone> Socket<E> {
         let left = kept > 0;
         self.held = left;
         if self.input_ended && !left {
-            self.conn.closed(now);
+            self.conn.handle_closed(now);
         }
     }
 
@@ -293,7 +293,7 @@ impl<E: Environment + Clone> Socket<E> {
                 host.send_data(&bytes, false);
             }
             if host.write_blocked() {
-                self.conn.set_writable(self.clock.instant(), false);
+                self.conn.handle_writable(self.clock.instant(), false);
             }
         }
     }
@@ -329,8 +329,11 @@ impl<E: Environment + Clone> Socket<E> {
                         Err(why) => {
                             let message = refused(why, &self.config.socket.upstream_cluster);
                             self.log_line(host, Level::Warn, &message);
-                            self.conn
-                                .call_failed(now, call.id, CallFailure::Failed(&message));
+                            self.conn.handle_call_failed(
+                                now,
+                                call.id,
+                                CallFailure::Failed(&message),
+                            );
                             heard = true;
                         }
                     }
@@ -501,7 +504,7 @@ impl<E: Environment + Clone> Socket<E> {
             Err(why) => {
                 self.forget(id);
                 host.reset_callout(id);
-                self.conn.call_failed(now, call, why);
+                self.conn.handle_call_failed(now, call, why);
                 self.pump(host);
                 return;
             }
@@ -511,10 +514,10 @@ impl<E: Environment + Clone> Socket<E> {
         }
         let header = |name: &str| head.header(name);
         self.conn
-            .call_head(now, call, status, header, || head.every());
+            .handle_call_head(now, call, status, header, || head.every());
         if end {
             self.forget(id);
-            self.conn.call_end(now, call);
+            self.conn.handle_call_end(now, call);
         }
         self.pump(host);
     }
@@ -535,11 +538,11 @@ impl<E: Environment + Clone> Socket<E> {
         };
         let now = self.clock.instant();
         for piece in data {
-            self.conn.call_data(now, call, piece);
+            self.conn.handle_call_data(now, call, piece);
         }
         if end {
             self.forget(id);
-            self.conn.call_end(now, call);
+            self.conn.handle_call_end(now, call);
         }
         self.pump(host);
     }
@@ -553,7 +556,7 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         };
         self.forget(id);
-        self.conn.call_end(self.clock.instant(), call);
+        self.conn.handle_call_end(self.clock.instant(), call);
         self.pump(host);
     }
 
@@ -568,7 +571,7 @@ impl<E: Environment + Clone> Socket<E> {
         if self.poisoned || self.complete {
             return;
         }
-        self.conn.call_end(self.clock.instant(), gone.call);
+        self.conn.handle_call_end(self.clock.instant(), gone.call);
         self.pump(host);
     }
 
@@ -591,7 +594,7 @@ impl<E: Environment + Clone> Socket<E> {
         } else {
             format!("The upstream could not be reached (Envoy reset the call: {why:?}).")
         };
-        self.conn.call_failed(
+        self.conn.handle_call_failed(
             self.clock.instant(),
             gone.call,
             CallFailure::Failed(&message),
@@ -635,7 +638,8 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         }
         let now = self.clock.instant();
-        self.conn.drain(now, now + crate::drain::drain_time());
+        self.conn
+            .handle_drain(now, now + crate::drain::drain_time());
         self.pump(host);
     }
 
@@ -645,7 +649,7 @@ impl<E: Environment + Clone> Socket<E> {
         if self.poisoned || self.complete {
             return;
         }
-        self.conn.set_writable(self.clock.instant(), writable);
+        self.conn.handle_writable(self.clock.instant(), writable);
         self.pump(host);
     }
 
@@ -654,7 +658,7 @@ impl<E: Environment + Clone> Socket<E> {
     pub fn stream_complete(&mut self, host: &mut impl Terminal) {
         if !self.poisoned && !self.complete {
             let now = self.clock.instant();
-            self.conn.closed(now);
+            self.conn.handle_closed(now);
             self.tell(host);
             self.calls(host, now);
         }
@@ -677,7 +681,7 @@ impl<E: Environment + Clone> Socket<E> {
         let now = self.clock.instant();
         // The connection's own ending, if it still can (it tells the close and the response
         // cut, so the stats stay whole); the caller contains a second panic.
-        self.conn.fail(now);
+        self.conn.handle_failure(now);
         self.flush(host);
         self.tell(host);
         self.calls(host, now);

@@ -195,7 +195,7 @@ impl<E: Environment> Session<E> {
                 };
                 // The operator's tenant header, if any, is read too (Envoy must forward it).
                 let tenant = self.settings.exchange.seal_tenant_header.as_deref();
-                let action = self.driver.request_headers(
+                let action = self.driver.handle_request_headers(
                     now,
                     |name| read_or(&h, name, tenant),
                     h.end_of_stream,
@@ -224,11 +224,11 @@ impl<E: Environment> Session<E> {
                         span.record_request(&b.body);
                     }
                 }
-                let action = self.driver.request_body(now, || [&b.body[..]], end);
+                let action = self.driver.handle_request_body(now, || [&b.body[..]], end);
                 self.carry(Message::RequestBody, action)
             }
             Request::ResponseHeaders(h) => {
-                let action = self.driver.response_headers(
+                let action = self.driver.handle_response_headers(
                     now,
                     |name| read(&h, name),
                     || every(&h),
@@ -248,9 +248,9 @@ impl<E: Environment> Session<E> {
                 if self.settings.log_content {
                     log_content(&self.request_id, "upstream body", &b.body);
                 }
-                let action = self
-                    .driver
-                    .response_body(now, || [&b.body[..]], b.end_of_stream);
+                let action =
+                    self.driver
+                        .handle_response_body(now, || [&b.body[..]], b.end_of_stream);
                 self.carry(Message::ResponseBody, action)
             }
             // Envoy sends them only when asked (request_trailer_mode: SKIP in every shipped
@@ -258,7 +258,7 @@ impl<E: Environment> Session<E> {
             Request::RequestTrailers(_) => vec![msg::request_trailers()],
             // In FULL_DUPLEX_STREAMED mode trailers may be what ends the upstream body.
             Request::ResponseTrailers(_) => {
-                let action = self.driver.response_trailers(now);
+                let action = self.driver.handle_response_trailers(now);
                 self.carry(Message::ResponseTrailers, action)
             }
         };
@@ -298,19 +298,19 @@ impl<E: Environment> Session<E> {
     ) -> Vec<ProcessingResponse> {
         let action = self
             .driver
-            .call_head(Instant::now(), id, status, header, every);
+            .handle_call_head(Instant::now(), id, status, header, every);
         self.call_answers(action)
     }
 
     /// A piece of the call's answer.
     pub fn call_data(&mut self, id: CallId, bytes: &[u8]) -> Vec<ProcessingResponse> {
-        let action = self.driver.call_data(Instant::now(), id, bytes);
+        let action = self.driver.handle_call_data(Instant::now(), id, bytes);
         self.call_answers(action)
     }
 
     /// The call's answer is complete.
     pub fn call_end(&mut self, id: CallId) -> Vec<ProcessingResponse> {
-        let action = self.driver.call_end(Instant::now(), id);
+        let action = self.driver.handle_call_end(Instant::now(), id);
         self.call_answers(action)
     }
 
@@ -327,7 +327,7 @@ impl<E: Environment> Session<E> {
 
     /// The call failed.
     pub fn call_failed(&mut self, id: CallId, why: CallFailure<'_>) -> Vec<ProcessingResponse> {
-        let action = self.driver.call_failed(Instant::now(), id, why);
+        let action = self.driver.handle_call_failed(Instant::now(), id, why);
         self.call_answers(action)
     }
 
@@ -351,7 +351,7 @@ impl<E: Environment> Session<E> {
         } else {
             Failure::Panic
         };
-        let action = self.driver.fail(Instant::now(), why);
+        let action = self.driver.handle_failure(Instant::now(), why);
         let mut answers = self.carry(Message::Failure, action);
         self.settle(&mut answers);
         answers
@@ -360,7 +360,7 @@ impl<E: Environment> Session<E> {
     /// Envoy ended the gRPC stream (or dropped it): an exchange still open was cut, and is
     /// recorded as such (every exchange is recorded once).
     pub fn closed(&mut self) {
-        self.driver.closed(Instant::now());
+        self.driver.handle_closed(Instant::now());
         self.settle(&mut []);
     }
 
@@ -369,7 +369,7 @@ impl<E: Environment> Session<E> {
         // This driver does not offload (a costly message is handled on a blocking thread
         // whole, `crate::extproc`): work it asks for anyway is done here.
         while let Action::Work(work) = action {
-            action = self.driver.work_done(Instant::now(), work.run());
+            action = self.driver.handle_work_done(Instant::now(), work.run());
         }
         if let Trace::Open(span) = &self.trace {
             if span.wants_content() {

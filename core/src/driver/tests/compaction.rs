@@ -58,13 +58,13 @@ fn call_answer(t: &mut Test, id: CallId, ms: u64, status: u16, body: &[u8]) -> A
     let now = t.at(ms);
     let pairs = [("content-type", "application/json")];
     assert!(matches!(
-        t.d.call_head(now, id, status, lookup(&pairs), || pairs.iter().copied()),
+        t.d.handle_call_head(now, id, status, lookup(&pairs), || pairs.iter().copied()),
         Action::Hold
     ));
     let (a, b) = body.split_at(body.len() / 2);
-    assert!(matches!(t.d.call_data(now, id, a), Action::Hold));
-    assert!(matches!(t.d.call_data(now, id, b), Action::Hold));
-    t.d.call_end(t.at(ms + 1), id)
+    assert!(matches!(t.d.handle_call_data(now, id, a), Action::Hold));
+    assert!(matches!(t.d.handle_call_data(now, id, b), Action::Hold));
+    t.d.handle_call_end(t.at(ms + 1), id)
 }
 
 fn compaction_of(events: &[Event]) -> Option<crate::exchange::Compaction> {
@@ -433,9 +433,11 @@ fn a_failing_summarising_call_ends_the_exchange_with_its_envelope() {
         let action = match how {
             How::Status(s, body) => call_answer(&mut t, call.id, 5, s, body),
             How::Failed => {
-                t.d.call_failed(t.at(5), call.id, CallFailure::Failed("reset"))
+                t.d.handle_call_failed(t.at(5), call.id, CallFailure::Failed("reset"))
             }
-            How::TimedOut => t.d.call_failed(t.at(5), call.id, CallFailure::TimedOut),
+            How::TimedOut => {
+                t.d.handle_call_failed(t.at(5), call.id, CallFailure::TimedOut)
+            }
         };
         let Action::Reply { error, cause } = action else {
             panic!("{code}: not replied: {action:?}")
@@ -491,7 +493,10 @@ fn the_calls_deadline_is_the_drivers() {
     assert_eq!(v["error"]["code"], "upstream_timeout", "{v}");
     assert_eq!(t.d.call_in_flight(), None);
     assert_eq!(t.d.poll_timeout(), None);
-    assert!(matches!(t.d.call_end(deadline, call.id), Action::Hold));
+    assert!(matches!(
+        t.d.handle_call_end(deadline, call.id),
+        Action::Hold
+    ));
     assert!(matches!(t.d.handle_timeout(deadline), Action::Hold));
 }
 
@@ -502,7 +507,7 @@ fn an_exchange_cut_during_the_call_ignores_its_answer() {
     let mut t = Test::with(keyed(), Gathering::Pieces);
     let (call, _) = calling(&mut t, &long(false, 10));
     let now = t.at(3);
-    t.d.closed(now);
+    t.d.handle_closed(now);
     let events = t.events(3);
     let f = finished(&events)[0];
     assert!(f.cut);
@@ -516,13 +521,13 @@ fn an_exchange_cut_during_the_call_ignores_its_answer() {
     let mut t = Test::with(keyed(), Gathering::Pieces);
     let (call, _) = calling(&mut t, &long(false, 10));
     let stale = CallId(call.id.0 + 1);
-    assert!(matches!(t.d.call_end(t.at(4), stale), Action::Hold));
+    assert!(matches!(t.d.handle_call_end(t.at(4), stale), Action::Hold));
     assert_eq!(t.d.call_in_flight(), Some(call.id));
 }
 
 fn call_answer_late(t: &mut Test, id: CallId) -> Action {
     let now = t.at(9);
-    t.d.call_end(now, id)
+    t.d.handle_call_end(now, id)
 }
 
 /// With sealed items bound to a tenant, an automatic compaction's item is sealed for the
@@ -598,7 +603,7 @@ fn envoys_reply_during_the_call_ended_by_trailers_is_an_envelope() {
         Action::ReadBody(_)
     ));
     let now = t.at(3);
-    let Action::Reply { error, cause } = t.d.response_trailers(now) else {
+    let Action::Reply { error, cause } = t.d.handle_response_trailers(now) else {
         panic!("an envelope")
     };
     assert_eq!(cause, Cause::Answer);
