@@ -187,10 +187,8 @@ pub struct Connection<E = System> {
     read_buffer: usize,
     calls: VecDeque<CallAction>,
     events: VecDeque<Event>,
-    /// The host can write to the client (its buffer is under its high watermark).
-    writable: bool,
-    /// Bytes of frames made for the client since the host last could write.
-    unread: usize,
+    /// Whether the host can write to the client, and what waits for it meanwhile.
+    writer: Writer,
     record_content: bool,
     /// The client's bytes cannot be read any further (a frame refused unread, a protocol
     /// error).
@@ -210,6 +208,14 @@ enum Phase {
     },
     /// Over: the host drops the transport once it has sent what is left.
     Closed,
+}
+
+/// Whether the host can write to the client (its buffer toward it is under its high
+/// watermark), or not, and then the bytes of frames made for the client since it last could.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    Writable,
+    Blocked { unread: usize },
 }
 
 /// Why the connection ends once the response in flight is over.
@@ -365,8 +371,7 @@ impl<E: Environment> Connection<E> {
             events: VecDeque::from([Event::Opened]),
             budget: None,
             counted: 0,
-            writable: true,
-            unread: 0,
+            writer: Writer::Writable,
             record_content: false,
             read_failed: false,
         }
@@ -396,7 +401,7 @@ impl<E: Environment> Connection<E> {
     /// ([`Connection::set_read_buffer`]), and, while the host cannot write, what it holds
     /// toward the client ([`Connection::set_write_buffer`] and the last piece it took).
     pub fn held(&self) -> usize {
-        let host = if self.writable {
+        let host = if self.writer == Writer::Writable {
             0
         } else {
             self.write_buffer + self.last_transmit
@@ -613,10 +618,11 @@ impl<E: Environment> Connection<E> {
     /// Whether the client reads what is sent (the host's buffer toward it is under its low
     /// watermark again, or over its high one). While it cannot write, frames wait here.
     pub fn handle_writable(&mut self, now: Instant, writable: bool) {
-        if writable && !self.writable {
-            self.unread = 0;
-        }
-        self.writable = writable;
+        self.writer = match (writable, self.writer) {
+            (true, _) => Writer::Writable,
+            (false, Writer::Writable) => Writer::Blocked { unread: 0 },
+            (false, blocked) => blocked,
+        };
         self.pump(now);
     }
 
@@ -703,12 +709,13 @@ impl<E: Environment> Connection<E> {
     /// larger frame alone); none while the host cannot write, until the connection is over.
     /// Poll until `None`.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
-        if self.writable && self.phase == Phase::Open {
+        let writable = self.writer == Writer::Writable;
+        if writable && self.phase == Phase::Open {
             if let Some(pong) = self.pong.take() {
                 self.out.extend_from_slice(&pong);
             }
         }
-        if self.out.is_empty() || (!self.writable && self.phase == Phase::Open) {
+        if self.out.is_empty() || (!writable && self.phase == Phase::Open) {
             return None;
         }
         let mut n = 0;
@@ -862,7 +869,7 @@ impl<E: Environment> Connection<E> {
         // What it held goes now: no context to continue, no message to read, no frame for a
         // client that does not read (its close frame comes instead).
         self.context = None;
-        if !self.writable {
+        if self.writer != Writer::Writable {
             self.out.clear();
             self.pong = None;
         }
@@ -1480,25 +1487,25 @@ impl<E: Environment> Connection<E> {
         }
         let frame = encode::close(code, reason);
         self.out.extend_from_slice(&frame);
-        if !self.writable {
-            self.unread += frame.len();
+        if let Writer::Blocked { unread } = &mut self.writer {
+            *unread += frame.len();
         }
     }
 
     /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the frames
     /// it did not read are dropped, the response in flight fails and the connection ends.
     fn count_unread(&mut self, now: Instant, n: usize) {
-        if self.writable {
+        let Writer::Blocked { unread } = &mut self.writer else {
             return;
-        }
-        self.unread += n;
-        if self.unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
+        };
+        *unread += n;
+        if *unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
             // Whole frames only: the client gets the stream up to what the host took, then
             // the response's end and the close.
             self.out.clear();
             self.pong = None;
             // (Counted no further: what follows is the connection's last bytes.)
-            self.writable = true;
+            self.writer = Writer::Writable;
             if let Some(turn) = &mut self.turn {
                 if let Some(id) = turn.call.take() {
                     self.stop_call(id);
