@@ -374,7 +374,7 @@ fn websocket_script(mut script: &[u8]) -> Vec<u8> {
 /// connection holds no more than its limit unless it closed; a call is started once and never
 /// after the close; one `Opened` first, one `Closed` at most, each response finished once.
 pub fn connection(data: &[u8]) {
-    use responses_core::call::CallAction;
+    use responses_core::call::{CallAction, CallFailure};
     use responses_core::connection::{Connection, Event, Limits};
     use responses_core::exchange::Settings;
     use responses_core::life;
@@ -492,7 +492,7 @@ pub fn connection(data: &[u8]) {
                         2 => (200, "application/json"),
                         _ => (400 + u16::from(arg % 200), "application/json"),
                     };
-                    conn.call_head(
+                    conn.handle_call_head(
                         now,
                         id,
                         status,
@@ -503,15 +503,15 @@ pub fn connection(data: &[u8]) {
                 None => continue,
             },
             5 | 6 => match latest {
-                Some(id) => conn.call_data(now, id, SSE[usize::from(arg) % SSE.len()]),
+                Some(id) => conn.handle_call_data(now, id, SSE[usize::from(arg) % SSE.len()]),
                 None => continue,
             },
             7 => match latest {
                 Some(id) => {
                     if arg % 2 == 0 {
-                        conn.call_end(now, id);
+                        conn.handle_call_end(now, id);
                     } else {
-                        conn.call_failed(now, id, "reset");
+                        conn.handle_call_failed(now, id, CallFailure::Failed("reset"));
                     }
                     open_calls.retain(|c| *c != id);
                 }
@@ -525,11 +525,11 @@ pub fn connection(data: &[u8]) {
             }
             9 => {
                 writable = arg % 2 == 0;
-                conn.set_writable(now, writable);
+                conn.handle_writable(now, writable);
             }
-            10 => conn.drain(now, now + Duration::from_millis(u64::from(arg) * 5)),
+            10 => conn.handle_drain(now, now + Duration::from_millis(u64::from(arg) * 5)),
             _ => match arg % 3 {
-                0 => conn.closed(now),
+                0 => conn.handle_closed(now),
                 1 => conn.handle_bytes(now, &masked(0x8, &1000u16.to_be_bytes(), true)),
                 _ => conn.handle_bytes(now, &[arg, arg, arg]),
             },

@@ -159,11 +159,11 @@ fn driven(settings: &Arc<Settings>, i: u64, scenario: &Scenario) -> usize {
             .map(|(_, v)| *v)
     };
     assert!(matches!(
-        d.request_headers(Instant::now(), found, false),
+        d.handle_request_headers(Instant::now(), found, false),
         Action::ReadBody(_)
     ));
     poll(&mut d);
-    let forwarded = d.request_body(Instant::now(), || [scenario.request], true);
+    let forwarded = d.handle_request_body(Instant::now(), || [scenario.request], true);
     assert!(matches!(forwarded, Action::Forward { .. }), "{forwarded:?}");
     poll(&mut d);
     let answer_head = [(":status", "200"), ("content-type", scenario.content_type)];
@@ -173,12 +173,12 @@ fn driven(settings: &Arc<Settings>, i: u64, scenario: &Scenario) -> usize {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| *v)
     };
-    d.response_headers(Instant::now(), found, || answer_head, false);
+    d.handle_response_headers(Instant::now(), found, || answer_head, false);
     poll(&mut d);
     let mut bytes = 0;
     let last = scenario.answer.len() - 1;
     for (j, piece) in scenario.answer.iter().enumerate() {
-        bytes += match d.response_body(Instant::now(), || [*piece], j == last) {
+        bytes += match d.handle_response_body(Instant::now(), || [*piece], j == last) {
             Action::Send { events, .. } => events.len(),
             Action::Answer { answer, .. } => answer.body.len(),
             Action::Hold => 0,
@@ -186,7 +186,7 @@ fn driven(settings: &Arc<Settings>, i: u64, scenario: &Scenario) -> usize {
         };
         poll(&mut d);
     }
-    d.closed(Instant::now());
+    d.handle_closed(Instant::now());
     poll(&mut d);
     assert_eq!(finished, 1, "finished once");
     bytes

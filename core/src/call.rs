@@ -15,6 +15,7 @@ use bytes::Bytes;
 
 use crate::exchange::{Settings, UpstreamRequest, EVENT_STREAM, JSON};
 use crate::metadata::record::Record;
+pub use crate::upstream_failure::{AnswerHead, CallFailure};
 
 /// One call, among the calls of its connection: events of a call the core gave up on are told
 /// apart from those of the next one.

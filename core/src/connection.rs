@@ -47,7 +47,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::call::{self, CallAction, CallId};
+use crate::call::{self, CallAction, CallFailure, CallId};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     AbortStep, Answer, Body, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep,
@@ -61,7 +61,7 @@ use crate::translate::json::shape::Kind;
 use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
 use crate::websocket::decode::{Decoder, Message};
-use crate::websocket::{encode, CloseCode};
+use crate::websocket::{encode, CloseCode, CloseReason};
 use admission::Budget;
 
 /// Messages read ahead while a response is in flight.
@@ -131,7 +131,7 @@ pub enum Event {
     /// The connection ended: the close code sent (or received), and why, once.
     Closed {
         code: CloseCode,
-        reason: &'static str,
+        reason: CloseReason,
     },
 }
 
@@ -187,18 +187,12 @@ pub struct Connection<E = System> {
     read_buffer: usize,
     calls: VecDeque<CallAction>,
     events: VecDeque<Event>,
-    /// The host can write to the client (its buffer is under its high watermark).
-    writable: bool,
-    /// Bytes of frames made for the client since the host last could write.
-    unread: usize,
+    /// Whether the host can write to the client, and what waits for it meanwhile.
+    writer: Writer,
     record_content: bool,
     /// The client's bytes cannot be read any further (a frame refused unread, a protocol
     /// error).
     read_failed: bool,
-    /// The time of the input being handled.
-    now: Instant,
-    /// [`Event::Closed`] was told.
-    told_closed: bool,
     /// The memory all of the host's connections share, when the host has one.
     budget: Option<Arc<Budget>>,
     /// What this connection counts in it.
@@ -214,6 +208,14 @@ enum Phase {
     },
     /// Over: the host drops the transport once it has sent what is left.
     Closed,
+}
+
+/// Whether the host can write to the client (its buffer toward it is under its high
+/// watermark), or not, and then the bytes of frames made for the client since it last could.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    Writable,
+    Blocked { unread: usize },
 }
 
 /// Why the connection ends once the response in flight is over.
@@ -367,14 +369,11 @@ impl<E: Environment> Connection<E> {
             read_buffer: 0,
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
-            told_closed: false,
             budget: None,
             counted: 0,
-            writable: true,
-            unread: 0,
+            writer: Writer::Writable,
             record_content: false,
             read_failed: false,
-            now,
         }
     }
 
@@ -402,7 +401,7 @@ impl<E: Environment> Connection<E> {
     /// ([`Connection::set_read_buffer`]), and, while the host cannot write, what it holds
     /// toward the client ([`Connection::set_write_buffer`] and the last piece it took).
     pub fn held(&self) -> usize {
-        let host = if self.writable {
+        let host = if self.writer == Writer::Writable {
             0
         } else {
             self.write_buffer + self.last_transmit
@@ -462,7 +461,6 @@ impl<E: Environment> Connection<E> {
     /// (Envoy's buffer in the module, the processor's rest of a read): counted in
     /// [`Connection::held`].
     pub fn set_read_buffer(&mut self, now: Instant, bytes: usize) {
-        self.now = now;
         if self.read_buffer != bytes {
             self.read_buffer = bytes;
             self.account(now);
@@ -498,7 +496,6 @@ impl<E: Environment> Connection<E> {
     }
 
     fn read(&mut self, now: Instant, mut bytes: &[u8], bounded: bool) -> usize {
-        self.now = now;
         let offered = bytes.len();
         while !bytes.is_empty()
             && self.phase != Phase::Closed
@@ -524,7 +521,7 @@ impl<E: Environment> Connection<E> {
                         self.ending = Some(Ending::TooBig);
                     } else {
                         self.cut(now);
-                        self.close(now, code, "protocol error");
+                        self.close(now, code, CloseReason::ProtocolError);
                     }
                     break;
                 }
@@ -537,7 +534,7 @@ impl<E: Environment> Connection<E> {
     /// The head of a call's answer (`status`; `header` looks up its headers by lowercase
     /// name; `every` header is read only of an answer that is not a success: the `error` event
     /// made of it keeps some, see [`upstream_failure::kept_headers`]).
-    pub fn call_head<'h, A>(
+    pub fn handle_call_head<'h, A>(
         &mut self,
         now: Instant,
         id: CallId,
@@ -547,7 +544,6 @@ impl<E: Environment> Connection<E> {
     ) where
         A: IntoIterator<Item = (&'h str, &'h str)>,
     {
-        self.now = now;
         let unix = self.env.now();
         let Some(turn) = self.turn_of(now, id) else {
             return;
@@ -582,19 +578,18 @@ impl<E: Environment> Connection<E> {
     }
 
     /// A piece of a call's answer body.
-    pub fn call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) {
+    pub fn handle_call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) {
         self.call_body(now, id, bytes, false);
     }
 
     /// A call's answer is complete (its body ended, or its trailers came).
-    pub fn call_end(&mut self, now: Instant, id: CallId) {
+    pub fn handle_call_end(&mut self, now: Instant, id: CallId) {
         self.call_body(now, id, &[], true);
     }
 
-    /// A call failed: no answer (connection refused, a reset, a timeout) or not all of it.
-    /// `message` says what, for the client.
-    pub fn call_failed(&mut self, now: Instant, id: CallId, message: &str) {
-        self.now = now;
+    /// A call brought no whole answer: none (connection refused, a reset, a timeout), or not
+    /// all of it.
+    pub fn handle_call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) {
         if self.finishing == Some(id) {
             self.finishing = None;
         }
@@ -604,14 +599,14 @@ impl<E: Environment> Connection<E> {
         };
         turn.call = None;
         if turn.compacting.is_some() {
-            let step = turn.exchange.call_failed(false, message);
+            let step = turn.exchange.call_failed(why);
             self.compaction_step(now, step);
             self.pump(now);
             return;
         }
         match turn
             .exchange
-            .abort(ErrorCode::UpstreamUnavailable, message, unix)
+            .abort(ErrorCode::UpstreamUnavailable, why.message(), unix)
         {
             AbortStep::Send(events) => self.end_turn(now, events.messages().collect()),
             AbortStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
@@ -622,19 +617,18 @@ impl<E: Environment> Connection<E> {
 
     /// Whether the client reads what is sent (the host's buffer toward it is under its low
     /// watermark again, or over its high one). While it cannot write, frames wait here.
-    pub fn set_writable(&mut self, now: Instant, writable: bool) {
-        self.now = now;
-        if writable && !self.writable {
-            self.unread = 0;
-        }
-        self.writable = writable;
+    pub fn handle_writable(&mut self, now: Instant, writable: bool) {
+        self.writer = match (writable, self.writer) {
+            (true, _) => Writer::Writable,
+            (false, Writer::Writable) => Writer::Blocked { unread: 0 },
+            (false, blocked) => blocked,
+        };
         self.pump(now);
     }
 
     /// The host drains: no further response starts; the one in flight may finish until
     /// `deadline`, then the connection closes (1001).
-    pub fn drain(&mut self, now: Instant, deadline: Instant) {
-        self.now = now;
+    pub fn handle_drain(&mut self, now: Instant, deadline: Instant) {
         if self.phase == Phase::Open && !matches!(self.ending, Some(Ending::Drain { .. })) {
             self.ending = Some(Ending::Drain { deadline });
         }
@@ -643,7 +637,6 @@ impl<E: Environment> Connection<E> {
 
     /// A timer the connection asked for ([`Connection::poll_timeout`]) fired.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.now = now;
         match self.phase {
             Phase::Closing { deadline } if now >= deadline => {
                 self.phase = Phase::Closed;
@@ -655,7 +648,7 @@ impl<E: Environment> Connection<E> {
                     .filter(|t| t.compacting.is_some_and(|deadline| now >= deadline));
                 if let Some(turn) = late {
                     let call = turn.call.take();
-                    let step = turn.exchange.call_failed(true, "");
+                    let step = turn.exchange.call_failed(CallFailure::TimedOut);
                     if let Some(id) = call {
                         self.stop_call(id);
                     }
@@ -674,7 +667,7 @@ impl<E: Environment> Connection<E> {
                     self.ending = Some(Ending::MaxAge);
                 }
                 if self.is_idle() && self.ending.is_none() && now >= self.idle_deadline() {
-                    self.close(now, CloseCode::NORMAL, "idle timeout");
+                    self.close(now, CloseCode::NORMAL, CloseReason::IdleTimeout);
                 }
             }
             _ => {}
@@ -685,30 +678,29 @@ impl<E: Environment> Connection<E> {
     /// The host failed under the connection (a panic in its code): the response in flight is
     /// cut, its call stopped, and the connection ends at once with 1011 (its close frame sent
     /// if none was).
-    pub fn fail(&mut self, now: Instant) {
-        self.now = now;
+    pub fn handle_failure(&mut self, now: Instant) {
         if self.phase == Phase::Closed {
             return;
         }
         self.cut(now);
         self.drop_queue();
         if self.phase == Phase::Open {
-            self.close_frame(CloseCode::INTERNAL_ERROR, "internal error");
+            self.close_frame(
+                CloseCode::INTERNAL_ERROR,
+                CloseReason::InternalError.as_str(),
+            );
         }
-        self.phase = Phase::Closed;
-        self.tell_closed(CloseCode::INTERNAL_ERROR, "internal error");
+        self.end(CloseCode::INTERNAL_ERROR, CloseReason::InternalError);
     }
 
     /// The transport ended (the client went, or the host gave up on it): a response in flight
     /// was cut.
-    pub fn closed(&mut self, now: Instant) {
-        self.now = now;
+    pub fn handle_closed(&mut self, now: Instant) {
         if self.phase == Phase::Closed {
             return;
         }
         self.cut(now);
-        self.phase = Phase::Closed;
-        self.tell_closed(CloseCode(1006), "transport closed");
+        self.end(CloseCode(1006), CloseReason::TransportClosed);
     }
 
     // ---- outputs ----
@@ -717,12 +709,13 @@ impl<E: Environment> Connection<E> {
     /// larger frame alone); none while the host cannot write, until the connection is over.
     /// Poll until `None`.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
-        if self.writable && self.phase == Phase::Open {
+        let writable = self.writer == Writer::Writable;
+        if writable && self.phase == Phase::Open {
             if let Some(pong) = self.pong.take() {
                 self.out.extend_from_slice(&pong);
             }
         }
-        if self.out.is_empty() || (!self.writable && self.phase == Phase::Open) {
+        if self.out.is_empty() || (!writable && self.phase == Phase::Open) {
             return None;
         }
         let mut n = 0;
@@ -827,8 +820,7 @@ impl<E: Environment> Connection<E> {
                     .filter(|c| c.is_sendable())
                     .unwrap_or(CloseCode::NORMAL);
                 self.close_frame(code, "");
-                self.phase = Phase::Closed;
-                self.tell_closed(code, "closed by the client");
+                self.end(code, CloseReason::ClosedByClient);
                 return;
             }
         }
@@ -840,7 +832,7 @@ impl<E: Environment> Connection<E> {
             self.close(
                 now,
                 CloseCode::POLICY_VIOLATION,
-                "too many messages in flight",
+                CloseReason::TooManyMessages,
             );
         }
     }
@@ -861,9 +853,9 @@ impl<E: Environment> Connection<E> {
         };
         self.counted = held;
         let over = if held > self.limits.max_socket_bytes {
-            Some((CloseCode::POLICY_VIOLATION, "connection memory limit"))
+            Some((CloseCode::POLICY_VIOLATION, CloseReason::ConnectionMemory))
         } else if !within_budget {
-            Some((CloseCode::TRY_AGAIN_LATER, "server memory limit"))
+            Some((CloseCode::TRY_AGAIN_LATER, CloseReason::ServerMemory))
         } else {
             None
         };
@@ -877,15 +869,14 @@ impl<E: Environment> Connection<E> {
         // What it held goes now: no context to continue, no message to read, no frame for a
         // client that does not read (its close frame comes instead).
         self.context = None;
-        if !self.writable {
+        if self.writer != Writer::Writable {
             self.out.clear();
             self.pong = None;
         }
         self.read_failed = true;
         self.decoder = Decoder::new(0);
-        self.close_frame(code, reason);
-        self.phase = Phase::Closed;
-        self.tell_closed(code, reason);
+        self.close_frame(code, reason.as_str());
+        self.end(code, reason);
         let held = self.held();
         if let Some(budget) = &self.budget {
             budget.update(self.counted, held);
@@ -908,18 +899,18 @@ impl<E: Environment> Connection<E> {
         }
         match self.ending {
             Some(Ending::TooBig) if self.queue.is_empty() => {
-                self.close(now, CloseCode::TOO_BIG, "message too large")
+                self.close(now, CloseCode::TOO_BIG, CloseReason::MessageTooLarge)
             }
             Some(Ending::MaxAge) => {
                 // Messages that will not start go with the connection.
                 self.drop_queue();
                 let minutes = self.limits.max_age.as_secs() / 60;
-                self.error_frame(&max_age_reached(minutes), &[]);
-                self.close(now, CloseCode::NORMAL, "maximum connection age");
+                self.error_frame(now, &max_age_reached(minutes), &[]);
+                self.close(now, CloseCode::NORMAL, CloseReason::MaxAge);
             }
             Some(Ending::Drain { .. }) => {
                 self.drop_queue();
-                self.close(now, CloseCode::GOING_AWAY, "server shutting down");
+                self.close(now, CloseCode::GOING_AWAY, CloseReason::ShuttingDown);
             }
             _ => {}
         }
@@ -938,10 +929,10 @@ impl<E: Environment> Connection<E> {
                     "Binary messages are not supported: send each event as a JSON text message.",
                 )
                 .with_code(ErrorCode::InvalidMessage);
-                return self.refuse(&err);
+                return self.refuse(now, &err);
             }
             Queued::TooLarge => {
-                return self.refuse(&message_too_large(self.limits.max_message_bytes))
+                return self.refuse(now, &message_too_large(self.limits.max_message_bytes))
             }
             Queued::Text(text) => text,
         };
@@ -988,7 +979,7 @@ impl<E: Environment> Connection<E> {
                 }
                 self.body(now, NOTHING_GENERATED, true);
             }
-            Err(err) => self.refuse(&err),
+            Err(err) => self.refuse(now, &err),
         }
         self.settle();
     }
@@ -1038,8 +1029,8 @@ impl<E: Environment> Connection<E> {
     }
 
     /// A message refused before it became a response: its `error` event.
-    fn refuse(&mut self, err: &ApiError) {
-        self.error_frame(err, &[]);
+    fn refuse(&mut self, now: Instant, err: &ApiError) {
+        self.error_frame(now, err, &[]);
         self.events.push_back(Event::Refused {
             status: err.status,
             code: err.code.clone(),
@@ -1234,7 +1225,6 @@ impl<E: Environment> Connection<E> {
     }
 
     fn call_body(&mut self, now: Instant, id: CallId, chunk: &[u8], end: bool) {
-        self.now = now;
         let unix = self.env.now();
         if end && self.finishing == Some(id) {
             self.finishing = None;
@@ -1272,7 +1262,7 @@ impl<E: Environment> Connection<E> {
                 if turn.exchange.is_finished() {
                     self.end_turn(now, events.messages().collect());
                 } else {
-                    self.send_events(&events);
+                    self.send_events(now, &events);
                 }
             }
             BodyStep::Hold => {}
@@ -1306,7 +1296,7 @@ impl<E: Environment> Connection<E> {
     /// call if the upstream may still be answering.
     fn end_turn(&mut self, now: Instant, messages: Vec<Bytes>) {
         for m in &messages {
-            self.text_frame(m);
+            self.text_frame(now, m);
         }
         if let (true, Some(last)) = (self.record_content, messages.last()) {
             self.events.push_back(Event::Answer(last.clone()));
@@ -1438,22 +1428,24 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Sends our close frame: the client's is awaited for [`CLOSE_LINGER`].
-    fn close(&mut self, now: Instant, code: CloseCode, reason: &'static str) {
+    fn close(&mut self, now: Instant, code: CloseCode, reason: CloseReason) {
         if self.phase != Phase::Open {
             return;
         }
-        self.close_frame(code, reason);
+        self.close_frame(code, reason.as_str());
+        self.events.push_back(Event::Closed { code, reason });
         self.phase = Phase::Closing {
             deadline: now + CLOSE_LINGER,
         };
-        self.tell_closed(code, reason);
     }
 
-    fn tell_closed(&mut self, code: CloseCode, reason: &'static str) {
-        if !self.told_closed {
-            self.told_closed = true;
+    /// The connection is over. Its close is told once, when it leaves [`Phase::Open`]: here,
+    /// unless our close frame told it before ([`Connection::close`]).
+    fn end(&mut self, code: CloseCode, reason: CloseReason) {
+        if self.phase == Phase::Open {
             self.events.push_back(Event::Closed { code, reason });
         }
+        self.phase = Phase::Closed;
     }
 
     fn is_idle(&self) -> bool {
@@ -1464,18 +1456,18 @@ impl<E: Environment> Connection<E> {
         self.active + self.limits.idle_timeout
     }
 
-    fn send_events(&mut self, events: &Events) {
+    fn send_events(&mut self, now: Instant, events: &Events) {
         for m in events.messages() {
-            self.text_frame(&m);
+            self.text_frame(now, &m);
         }
     }
 
-    fn error_frame(&mut self, err: &ApiError, headers: &[KeptHeader]) {
-        self.text_frame(&error_frame(err, headers));
+    fn error_frame(&mut self, now: Instant, err: &ApiError, headers: &[KeptHeader]) {
+        self.text_frame(now, &error_frame(err, headers));
     }
 
     /// One event as one text message: its head, then its JSON (the one copy, into the output).
-    fn text_frame(&mut self, payload: &[u8]) {
+    fn text_frame(&mut self, now: Instant, payload: &[u8]) {
         if self.phase != Phase::Open {
             // Our close frame is out: nothing follows it (the rest of a batch of events whose
             // first ones took a slow reader past its limit).
@@ -1484,7 +1476,7 @@ impl<E: Environment> Connection<E> {
         let head = encode::Head::new(crate::websocket::Opcode::Text, payload.len());
         self.out.extend_from_slice(head.as_bytes());
         self.out.extend_from_slice(payload);
-        self.count_unread(head.as_bytes().len() + payload.len());
+        self.count_unread(now, head.as_bytes().len() + payload.len());
     }
 
     /// Our close frame, the last frame: not a slow reader's limit's business (that limit
@@ -1495,26 +1487,25 @@ impl<E: Environment> Connection<E> {
         }
         let frame = encode::close(code, reason);
         self.out.extend_from_slice(&frame);
-        if !self.writable {
-            self.unread += frame.len();
+        if let Writer::Blocked { unread } = &mut self.writer {
+            *unread += frame.len();
         }
     }
 
     /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the frames
     /// it did not read are dropped, the response in flight fails and the connection ends.
-    fn count_unread(&mut self, n: usize) {
-        if self.writable {
+    fn count_unread(&mut self, now: Instant, n: usize) {
+        let Writer::Blocked { unread } = &mut self.writer else {
             return;
-        }
-        self.unread += n;
-        if self.unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
+        };
+        *unread += n;
+        if *unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
             // Whole frames only: the client gets the stream up to what the host took, then
             // the response's end and the close.
             self.out.clear();
             self.pong = None;
             // (Counted no further: what follows is the connection's last bytes.)
-            self.writable = true;
-            let now = self.now;
+            self.writer = Writer::Writable;
             if let Some(turn) = &mut self.turn {
                 if let Some(id) = turn.call.take() {
                     self.stop_call(id);
@@ -1526,9 +1517,9 @@ impl<E: Environment> Connection<E> {
                 "The client did not read the response's events as fast as they came.",
             );
             self.drop_queue();
-            self.close_frame(CloseCode::POLICY_VIOLATION, "client too slow");
-            self.phase = Phase::Closed;
-            self.tell_closed(CloseCode::POLICY_VIOLATION, "client too slow");
+            let reason = CloseReason::ClientTooSlow;
+            self.close_frame(CloseCode::POLICY_VIOLATION, reason.as_str());
+            self.end(CloseCode::POLICY_VIOLATION, reason);
         }
     }
 }

@@ -29,7 +29,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::call::{self, Call, CallId};
+use crate::call::{self, Call, CallFailure, CallId};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, Fault, HeadStep, Operation, Reply,
@@ -45,6 +45,15 @@ use crate::upstream_failure;
 pub const DETAILS_REQUEST: &str = "responses_extproc_invalid_request";
 /// The details of an error envelope in place of an upstream's answer.
 pub const DETAILS_ANSWER: &str = "responses_extproc_upstream_error";
+
+/// How much longer than a call's deadline the host's own bounds on it run ([`Action::Call`]'s
+/// `bound`: the held request's `override_message_timeout` in ext_proc, the callout's own
+/// timeout in the module): room for the turn's translation after the call, and for a timer
+/// that fires a little late, so that the driver's deadline, not the host's bound, ends it.
+pub const CALL_GRACE: Duration = Duration::from_secs(2);
+
+/// The id of an exchange's call: it makes at most one (its compaction's).
+const CALL: CallId = CallId(0);
 
 /// How the host hands over the body of an answer the driver gathers ([`Action::ReadBody`] on
 /// the answer's head).
@@ -126,19 +135,22 @@ pub enum Action {
     /// way is a local reply sends `error` (Envoy turns a reply after the head into a reset).
     Reset { error: ErrorReply, why: ResetReason },
     /// Make this call (an automatic compaction's summarising request, to be answered whole)
-    /// and report its answer by its id ([`Driver::call_head`], [`Driver::call_data`],
-    /// [`Driver::call_end`], [`Driver::call_failed`]; `timed_out` after `timeout`), holding
-    /// the request meanwhile (the piece, if any, is dropped): its turn follows as
-    /// [`Action::Forward`], or the exchange ends with [`Action::Reply`]. A host that stops
+    /// and report its answer by its id ([`Driver::handle_call_head`], [`Driver::handle_call_data`],
+    /// [`Driver::handle_call_end`], [`Driver::handle_call_failed`]), holding the request meanwhile (the
+    /// piece, if any, is dropped): its turn follows as [`Action::Forward`], or the exchange
+    /// ends with [`Action::Reply`]. The driver owns the call's deadline: the host arms its
+    /// timer for [`Driver::poll_timeout`] and reports it with [`Driver::handle_timeout`]; its
+    /// own bounds on the call and on the held request (Envoy's `override_message_timeout`, a
+    /// callout's timeout) are `bound`, which ends later ([`CALL_GRACE`]). A host that stops
     /// waiting for other reasons (the exchange ended: [`Driver::call_in_flight`] is `None`)
     /// drops the call. The host adds the request head's [`call::FORWARDED_HEADERS`]
     /// (`call::forwarded`: the client's credentials and trace context), which the driver does
     /// not copy for every exchange when so few make a call.
-    Call { call: Call, timeout: Duration },
+    Call { call: Call, bound: Duration },
     /// Run this off the host's event loop ([`Work::run`], on any thread: the request's body
     /// is costly to read, see [`Driver::offloading`]), holding the request meanwhile (the
-    /// piece, if any, is dropped), then report its result ([`Driver::work_done`]), or that
-    /// it could not be run ([`Driver::work_refused`]). Its turn follows as for a body read
+    /// piece, if any, is dropped), then report its result ([`Driver::handle_work_done`]), or that
+    /// it could not be run ([`Driver::handle_work_refused`]). Its turn follows as for a body read
     /// in place. If the exchange ends first, its result is no one's.
     Work(Box<Work>),
 }
@@ -181,8 +193,9 @@ enum Phase {
 enum Stage {
     /// Its request is being read (or Envoy answered before it went upstream).
     Request,
-    /// Its request is read, and held while the call of [`Action::Call`] is made.
-    Calling(CallId),
+    /// Its request is read, and held while the call of [`Action::Call`] ([`CALL`]) is made,
+    /// until this deadline.
+    Calling { deadline: Instant },
     /// Its request is held while [`Action::Work`]'s work runs.
     Working,
     /// The translated request went upstream; its answer is awaited or being gathered.
@@ -210,15 +223,6 @@ pub struct Driver<E = System> {
     life: Life,
 }
 
-/// Why a call of [`Action::Call`] brought no whole answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallFailure<'m> {
-    /// No answer, or not all of it (refused, reset, a read error): `message` says what.
-    Failed(&'m str),
-    /// The host gave up after the action's `timeout`.
-    TimedOut,
-}
-
 impl<E: Environment> Driver<E> {
     pub fn new(settings: Arc<Settings>, env: E, gathering: Gathering) -> Self {
         Driver {
@@ -242,9 +246,31 @@ impl<E: Environment> Driver<E> {
     /// The call of [`Action::Call`] the exchange waits for, if any.
     pub fn call_in_flight(&self) -> Option<CallId> {
         match self.stage() {
-            Some(Stage::Calling(id)) => Some(id),
+            Some(Stage::Calling { .. }) => Some(CALL),
             _ => None,
         }
+    }
+
+    /// When the driver wants [`Driver::handle_timeout`] next: the deadline of the call it
+    /// waits for, if any. The host arms one timer for it (and re-arms it after each input).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.stage() {
+            Some(Stage::Calling { deadline }) => Some(deadline),
+            _ => None,
+        }
+    }
+
+    /// The timer armed for [`Driver::poll_timeout`] fired: a call past its deadline ends the
+    /// exchange (504); a timer early, or for a call no longer waited for, changes nothing
+    /// ([`Action::Hold`]).
+    pub fn handle_timeout(&mut self, now: Instant) -> Action {
+        self.life.enter(now);
+        let ex = match &mut self.phase {
+            Phase::Ours(ex, Stage::Calling { deadline }) if now >= *deadline => ex,
+            _ => return Action::Hold,
+        };
+        let step = ex.call_failed(CallFailure::TimedOut);
+        self.call_step(now, step)
     }
 
     pub fn settings(&self) -> &Settings {
@@ -280,7 +306,7 @@ impl<E: Environment> Driver<E> {
     /// The request's head (`header` looks one up by lowercase name: `:method`, `:path`, the
     /// client's identity and, for a body in pieces, `content-length` are read); `end`: it has
     /// no body.
-    pub fn request_headers<'h>(
+    pub fn handle_request_headers<'h>(
         &mut self,
         now: Instant,
         header: impl Fn(&str) -> Option<&'h str>,
@@ -314,12 +340,12 @@ impl<E: Environment> Driver<E> {
         }
         let meta = self.meta();
         let step = self.ours().request_body(&[], true, meta);
-        self.request_step(step, true)
+        self.request_step(now, step, true)
     }
 
     /// Pieces of the request's body (`pieces` is called only if the driver reads them: the
     /// host's buffers are not touched for traffic that is not ours); `end` with the last.
-    pub fn request_body<'p, P>(
+    pub fn handle_request_body<'p, P>(
         &mut self,
         now: Instant,
         pieces: impl FnOnce() -> P,
@@ -343,13 +369,13 @@ impl<E: Environment> Driver<E> {
             step = ex.request_body(piece, last, meta);
             matches!(step, RequestStep::Hold)
         });
-        self.request_step(step, false)
+        self.request_step(now, step, false)
     }
 
     /// The head of the answer to [`Action::Call`]'s call `id` (`header` looks one up by
     /// lowercase name: `content-type`; `every` header is read only of an answer that is not a
     /// success: the error made of it keeps some, see [`upstream_failure::kept_headers`]).
-    pub fn call_head<'h, A>(
+    pub fn handle_call_head<'h, A>(
         &mut self,
         now: Instant,
         id: CallId,
@@ -372,7 +398,7 @@ impl<E: Environment> Driver<E> {
     }
 
     /// A piece of the call's answer body.
-    pub fn call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) -> Action {
+    pub fn handle_call_data(&mut self, now: Instant, id: CallId, bytes: &[u8]) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let Some(ex) = self.calling(id) else {
@@ -384,7 +410,7 @@ impl<E: Environment> Driver<E> {
 
     /// The call's answer is complete (its body ended, or its trailers came): the turn goes
     /// upstream ([`Action::Forward`]) or the exchange ends ([`Action::Reply`]).
-    pub fn call_end(&mut self, now: Instant, id: CallId) -> Action {
+    pub fn handle_call_end(&mut self, now: Instant, id: CallId) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let Some(ex) = self.calling(id) else {
@@ -395,25 +421,22 @@ impl<E: Environment> Driver<E> {
     }
 
     /// The call brought no whole answer: the exchange ends with its envelope.
-    pub fn call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) -> Action {
+    pub fn handle_call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) -> Action {
         self.life.enter(now);
         let Some(ex) = self.calling(id) else {
             return Action::Hold;
         };
-        let step = match why {
-            CallFailure::Failed(message) => ex.call_failed(false, message),
-            CallFailure::TimedOut => ex.call_failed(true, ""),
-        };
+        let step = ex.call_failed(why);
         self.call_step(now, step)
     }
 
     /// The result of [`Action::Work`]'s work: the request goes on as if read in place.
-    pub fn work_done(&mut self, now: Instant, worked: Worked) -> Action {
+    pub fn handle_work_done(&mut self, now: Instant, worked: Worked) -> Action {
         self.worked(now, |ex| ex.request_worked(worked))
     }
 
     /// The host could not run [`Action::Work`]'s work: the exchange ends with a 503.
-    pub fn work_refused(&mut self, now: Instant) -> Action {
+    pub fn handle_work_refused(&mut self, now: Instant) -> Action {
         self.worked(now, Exchange::work_refused)
     }
 
@@ -425,7 +448,7 @@ impl<E: Environment> Driver<E> {
         };
         let step = step(ex);
         self.set_stage(Stage::Request);
-        self.request_step(step, false)
+        self.request_step(now, step, false)
     }
 
     /// The exchange, if it waits for its work.
@@ -439,7 +462,7 @@ impl<E: Environment> Driver<E> {
     /// The exchange, if it waits for call `id`.
     fn calling(&mut self, id: CallId) -> Option<&mut Exchange> {
         match &mut self.phase {
-            Phase::Ours(ex, Stage::Calling(waited)) if *waited == id => Some(ex),
+            Phase::Ours(ex, Stage::Calling { .. }) if id == CALL => Some(ex),
             _ => None,
         }
     }
@@ -452,20 +475,20 @@ impl<E: Environment> Driver<E> {
             self.life.call_ended(now, compaction);
             self.set_stage(Stage::Request);
         }
-        self.request_step(step, false)
+        self.request_step(now, step, false)
     }
 
     /// The request's trailers: they end a body that had no end of its own.
-    pub fn request_trailers(&mut self, now: Instant) -> Action {
+    pub fn handle_request_trailers(&mut self, now: Instant) -> Action {
         self.life.enter(now);
         let meta = self.meta();
         match &mut self.phase {
             Phase::Refused | Phase::Ours(_, Stage::Replied | Stage::Broken) => Action::Hold,
             Phase::Ours(ex, Stage::Request) if !ex.is_finished() => {
                 let step = ex.request_body(&[], true, meta);
-                self.request_step(step, false)
+                self.request_step(now, step, false)
             }
-            Phase::Ours(_, Stage::Calling(_) | Stage::Working) => Action::Hold,
+            Phase::Ours(_, Stage::Calling { .. } | Stage::Working) => Action::Hold,
             _ => Action::Pass,
         }
     }
@@ -474,7 +497,7 @@ impl<E: Environment> Driver<E> {
     /// and `content-type` are read by name; `every` header, only of an answer that is not a
     /// success: the error made of it keeps some, see [`upstream_failure::kept_headers`]);
     /// `end`: it has no body.
-    pub fn response_headers<'h, A>(
+    pub fn handle_response_headers<'h, A>(
         &mut self,
         now: Instant,
         header: impl Fn(&str) -> Option<&'h str>,
@@ -493,7 +516,7 @@ impl<E: Environment> Driver<E> {
                 ex,
                 Stage::Request
                 | Stage::Working
-                | Stage::Calling(_)
+                | Stage::Calling { .. }
                 | Stage::Forwarded
                 | Stage::Answering,
             ) => ex,
@@ -523,7 +546,7 @@ impl<E: Environment> Driver<E> {
 
     /// Pieces of the answer's body (`pieces` is called only if the driver reads them); `end`
     /// with the last.
-    pub fn response_body<'p, P>(
+    pub fn handle_response_body<'p, P>(
         &mut self,
         now: Instant,
         pieces: impl FnOnce() -> P,
@@ -572,7 +595,7 @@ impl<E: Environment> Driver<E> {
     }
 
     /// The answer's trailers: they end a body that had no end of its own.
-    pub fn response_trailers(&mut self, now: Instant) -> Action {
+    pub fn handle_response_trailers(&mut self, now: Instant) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let (ex, stage) = match &mut self.phase {
@@ -582,7 +605,7 @@ impl<E: Environment> Driver<E> {
                 ex,
                 stage @ (Stage::Request
                 | Stage::Working
-                | Stage::Calling(_)
+                | Stage::Calling { .. }
                 | Stage::Forwarded
                 | Stage::Answering),
             ) if !ex.is_finished() => (ex, *stage),
@@ -603,7 +626,7 @@ impl<E: Environment> Driver<E> {
     /// The host cannot go on with the current callback: end the exchange with what can still
     /// be sent, an envelope while the client has no head yet, else the stream's failed
     /// ending, else a reset. After that, every byte is dropped.
-    pub fn fail(&mut self, now: Instant, why: Failure) -> Action {
+    pub fn handle_failure(&mut self, now: Instant, why: Failure) -> Action {
         self.life.enter(now);
         let unix = self.env.now();
         let action = match &mut self.phase {
@@ -644,9 +667,9 @@ impl<E: Environment> Driver<E> {
 
     /// The host is done with the exchange (the stream completed, was reset, or the host's
     /// channel to us ended): if it had not ended, it was cut.
-    pub fn closed(&mut self, now: Instant) {
+    pub fn handle_closed(&mut self, now: Instant) {
         self.life.enter(now);
-        if let Phase::Ours(ex, stage @ Stage::Calling(_)) = &mut self.phase {
+        if let Phase::Ours(ex, stage @ Stage::Calling { .. }) = &mut self.phase {
             // The call is dropped with the exchange: its late answer is no one's.
             *stage = Stage::Request;
             self.life.call_ended(now, ex.summary().compaction);
@@ -710,7 +733,7 @@ impl<E: Environment> Driver<E> {
 
     /// What the host does with a step of the request; `at_head`: in the head's callback,
     /// whose own edits go with it.
-    fn request_step(&mut self, step: RequestStep, at_head: bool) -> Action {
+    fn request_step(&mut self, now: Instant, step: RequestStep, at_head: bool) -> Action {
         let action = match step {
             RequestStep::Hold => Action::Hold,
             RequestStep::Forward(request) => {
@@ -726,14 +749,15 @@ impl<E: Environment> Driver<E> {
                 }
             }
             RequestStep::Call(request) => {
-                // An exchange makes at most one call of its own (its compaction's).
-                let id = CallId(0);
-                self.set_stage(Stage::Calling(id));
+                let timeout = self.settings.compaction_timeout;
+                self.set_stage(Stage::Calling {
+                    deadline: now + timeout,
+                });
                 self.life.call_started();
-                let call = call::chat(id, &self.settings, request, &[]);
+                let call = call::chat(CALL, &self.settings, request, &[]);
                 Action::Call {
                     call,
-                    timeout: self.settings.compaction_timeout,
+                    bound: timeout + CALL_GRACE,
                 }
             }
             RequestStep::Reply(error) => {

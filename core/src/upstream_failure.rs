@@ -22,6 +22,60 @@ use serde_json::Value;
 
 use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode};
 
+/// Why a call the core asked for brought no whole answer: one type for the calls of every
+/// machine (an exchange's compaction, a connection's turns), each reported by its `CallId` (`crate::call`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallFailure<'m> {
+    /// No answer, or not all of it (refused, reset, a read error): `message` says what, for
+    /// the client.
+    Failed(&'m str),
+    /// The answer's head had no `:status` ([`AnswerHead::status`]): it is no answer, and the
+    /// host resets the call.
+    NoStatus,
+    /// The call's deadline passed: the core's own timer (its machine's `handle_timeout`), or
+    /// a host's transport that gave up on time.
+    TimedOut,
+}
+
+impl CallFailure<'_> {
+    /// What the client is told of it.
+    pub fn message(&self) -> &str {
+        match self {
+            CallFailure::Failed(message) => message,
+            CallFailure::NoStatus => "The upstream's answer had no status: the call was reset.",
+            CallFailure::TimedOut => "The upstream did not answer in time.",
+        }
+    }
+}
+
+/// The head of a call's answer as a host hands it over: its headers as name-value pairs, in
+/// whatever case the host keeps them.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerHead<'h>(pub &'h [(&'h str, &'h str)]);
+
+impl<'h> AnswerHead<'h> {
+    /// A header by its lowercase name.
+    pub fn header(&self, name: &str) -> Option<&'h str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+
+    /// Its `:status`. A host always gives one: an answer without one (or with one that is no
+    /// number) is no answer ([`CallFailure::NoStatus`]).
+    pub fn status(&self) -> Result<u16, CallFailure<'static>> {
+        self.header(":status")
+            .and_then(|s| s.parse().ok())
+            .ok_or(CallFailure::NoStatus)
+    }
+
+    /// Every header, for the error made of an answer that is not a success.
+    pub fn every(&self) -> impl Iterator<Item = (&'h str, &'h str)> + 'h {
+        self.0.iter().copied()
+    }
+}
+
 /// Response headers kept on a translated error, by exact (lowercase) name.
 pub const KEPT_HEADERS: [&str; 2] = ["retry-after", "retry-after-ms"];
 /// Response headers kept on a translated error, by (lowercase) prefix: OpenAI's
@@ -331,6 +385,17 @@ fn is_word(code: &str) -> bool {
 mod tests {
     use super::*;
     use crate::openresponses::ErrorKind;
+
+    #[test]
+    fn an_answer_head_without_a_numeric_status_is_no_answer() {
+        let head = [(":status", "204"), ("Content-Type", "application/json")];
+        let head = AnswerHead(&head);
+        assert_eq!(head.status(), Ok(204));
+        assert_eq!(head.header("content-type"), Some("application/json"));
+        for pairs in [&[][..], &[(":status", "ok")][..], &[("x", "1")][..]] {
+            assert_eq!(AnswerHead(pairs).status(), Err(CallFailure::NoStatus));
+        }
+    }
 
     fn of(status: u16, body: &str) -> ApiError {
         classify(status, body.as_bytes())

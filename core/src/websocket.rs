@@ -61,6 +61,56 @@ impl Opcode {
     }
 }
 
+/// Why a connection closes: the reason its close frame gives (and the host's log line), beside
+/// its [`CloseCode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// The client's bytes broke the framing rules (1002), or a text was not UTF-8 (1007).
+    ProtocolError,
+    /// The host failed under the connection (1011).
+    InternalError,
+    /// The transport ended under the connection (1006: told, never sent).
+    TransportClosed,
+    /// The client's close frame (its code echoed, with no reason of ours).
+    ClosedByClient,
+    /// A host that cannot stop reading fed far past the queue's bound (1008).
+    TooManyMessages,
+    /// The connection held more than its own limit (1008).
+    ConnectionMemory,
+    /// The host's connections together held more than their budget (1013).
+    ServerMemory,
+    /// A frame over twice the message limit, refused unread (1009).
+    MessageTooLarge,
+    /// The connection reached its maximum age (1000).
+    MaxAge,
+    /// The host drains (1001).
+    ShuttingDown,
+    /// Nothing in flight and no message for the idle timeout (1000).
+    IdleTimeout,
+    /// The client did not read its frames as fast as they came (1008).
+    ClientTooSlow,
+}
+
+impl CloseReason {
+    /// Its words, as the close frame and the logs give them.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::ProtocolError => "protocol error",
+            CloseReason::InternalError => "internal error",
+            CloseReason::TransportClosed => "transport closed",
+            CloseReason::ClosedByClient => "closed by the client",
+            CloseReason::TooManyMessages => "too many messages in flight",
+            CloseReason::ConnectionMemory => "connection memory limit",
+            CloseReason::ServerMemory => "server memory limit",
+            CloseReason::MessageTooLarge => "message too large",
+            CloseReason::MaxAge => "maximum connection age",
+            CloseReason::ShuttingDown => "server shutting down",
+            CloseReason::IdleTimeout => "idle timeout",
+            CloseReason::ClientTooSlow => "client too slow",
+        }
+    }
+}
+
 /// A close frame's status code (RFC 6455 §7.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CloseCode(pub u16);

@@ -335,11 +335,11 @@ fn websocket_frames_have_no_duplicate_keys() {
     conn.handle_bytes(now, &client_text(first.to_string().as_bytes()));
     let id = call(&mut conn);
     let sse = |n: &str| (n == "content-type").then_some(SSE);
-    conn.call_head(now, id, 200, sse, || [("content-type", SSE)]);
+    conn.handle_call_head(now, id, 200, sse, || [("content-type", SSE)]);
     let stream =
         chat_stream(&[json!({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"})]);
-    conn.call_data(now, id, stream.as_bytes());
-    conn.call_end(now, id);
+    conn.handle_call_data(now, id, stream.as_bytes());
+    conn.handle_call_end(now, id);
     take(&mut conn, &mut frames);
     let response_id = check(frames.last().unwrap(), "terminal event")["response"]["id"].clone();
     // A continuation echoes `previous_response_id` (once).
@@ -347,9 +347,9 @@ fn websocket_frames_have_no_duplicate_keys() {
                       "input": "again"});
     conn.handle_bytes(now, &client_text(next.to_string().as_bytes()));
     let id = call(&mut conn);
-    conn.call_head(now, id, 200, sse, || [("content-type", SSE)]);
-    conn.call_data(now, id, stream.as_bytes());
-    conn.call_end(now, id);
+    conn.handle_call_head(now, id, 200, sse, || [("content-type", SSE)]);
+    conn.handle_call_data(now, id, stream.as_bytes());
+    conn.handle_call_end(now, id);
     take(&mut conn, &mut frames);
     let last = check(frames.last().unwrap(), "continuation terminal");
     assert_eq!(last["response"]["previous_response_id"], response_id);

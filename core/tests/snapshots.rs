@@ -479,9 +479,9 @@ fn websocket(inputs: &Inputs) -> Outputs {
                     .expect("an answer_sse for the messages that go upstream");
                 clock.now.set(ANSWERED_AT);
                 let sse_type = |n: &str| (n == "content-type").then_some("text/event-stream");
-                connection.call_head(at, call.id, 200, sse_type, Vec::<(&str, &str)>::new);
-                connection.call_data(at, call.id, sse);
-                connection.call_end(at, call.id);
+                connection.handle_call_head(at, call.id, 200, sse_type, Vec::<(&str, &str)>::new);
+                connection.handle_call_data(at, call.id, sse);
+                connection.handle_call_end(at, call.id);
                 let frames = sent(&mut connection);
                 assert!(
                     connection.exchange().is_none(),

@@ -19,11 +19,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use responses_core::call::{self, Call, CallId};
+use responses_core::call::{self, AnswerHead, Call, CallFailure, CallId};
 use responses_core::connection;
-use responses_core::driver::{
-    Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
-};
+use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::environment::{Environment, System};
 use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
@@ -58,9 +56,6 @@ pub struct Filter<E = System> {
     side_call: Option<Box<SideCall>>,
 }
 
-/// How much later than the filter's timer Envoy's own timeout ends a side call's callout.
-const CALLOUT_MARGIN: Duration = Duration::from_secs(1);
-
 /// The driver's call ([`Action::Call`]) made as a streaming callout to `upstream_cluster`,
 /// while Envoy holds the request.
 #[derive(Debug, Clone, Copy)]
@@ -71,12 +66,13 @@ enum SideCall {
     Over(CalloutId),
 }
 
-/// A side call in flight; the module's timer bounds it.
+/// A side call in flight; the module's timer, armed for the driver's deadline, bounds it.
 #[derive(Debug, Clone, Copy)]
 struct Running {
     call: CallId,
     callout: CalloutId,
-    deadline: Instant,
+    /// What the timer is armed for ([`Driver::poll_timeout`] when it was last asked).
+    armed: Option<Instant>,
 }
 
 /// Whether the stream is the WebSocket transport's.
@@ -148,8 +144,8 @@ impl<E: Environment + Clone> Filter<E> {
                 return HeadersStatus::Stop;
             }
         }
-        let action = self.driver.request_headers(
-            Instant::now(),
+        let action = self.driver.handle_request_headers(
+            self.env.instant(),
             |name| host.header(Side::Request, name),
             end,
         );
@@ -171,9 +167,9 @@ impl<E: Environment + Clone> Filter<E> {
             }
             Upgrade::No => {}
         }
-        let action = self
-            .driver
-            .request_body(Instant::now(), || host.body(Side::Request), end);
+        let action =
+            self.driver
+                .handle_request_body(self.env.instant(), || host.body(Side::Request), end);
         body_status(self.carry_piece(host, Side::Request, action))
     }
 
@@ -181,7 +177,7 @@ impl<E: Environment + Clone> Filter<E> {
         if !matches!(self.upgrade, Upgrade::No) {
             return TrailersStatus::Stop;
         }
-        let action = self.driver.request_trailers(Instant::now());
+        let action = self.driver.handle_request_trailers(self.env.instant());
         trailers_status(self.carry(host, Side::Request, action))
     }
 
@@ -190,8 +186,8 @@ impl<E: Environment + Clone> Filter<E> {
         if !matches!(self.upgrade, Upgrade::No) {
             return HeadersStatus::Continue;
         }
-        let action = self.driver.response_headers(
-            Instant::now(),
+        let action = self.driver.handle_response_headers(
+            self.env.instant(),
             |name| host.header(Side::Response, name),
             || host.headers(Side::Response),
             end,
@@ -203,9 +199,9 @@ impl<E: Environment + Clone> Filter<E> {
         if !matches!(self.upgrade, Upgrade::No) {
             return BodyStatus::Continue;
         }
-        let action = self
-            .driver
-            .response_body(Instant::now(), || host.body(Side::Response), end);
+        let action =
+            self.driver
+                .handle_response_body(self.env.instant(), || host.body(Side::Response), end);
         body_status(self.carry_piece(host, Side::Response, action))
     }
 
@@ -213,7 +209,7 @@ impl<E: Environment + Clone> Filter<E> {
         if !matches!(self.upgrade, Upgrade::No) {
             return TrailersStatus::Continue;
         }
-        let action = self.driver.response_trailers(Instant::now());
+        let action = self.driver.handle_response_trailers(self.env.instant());
         trailers_status(self.carry(host, Side::Response, action))
     }
 
@@ -229,7 +225,7 @@ impl<E: Environment + Clone> Filter<E> {
             host.disarm_timer();
             host.reset_callout(side.callout);
         }
-        self.driver.closed(Instant::now());
+        self.driver.handle_closed(self.env.instant());
         self.settle(host);
     }
 
@@ -256,7 +252,9 @@ impl<E: Environment + Clone> Filter<E> {
             host.disarm_timer();
             host.reset_callout(side.callout);
         }
-        let action = self.driver.fail(Instant::now(), Failure::Panic);
+        let action = self
+            .driver
+            .handle_failure(self.env.instant(), Failure::Panic);
         // Whatever the hook left in the current pieces is untranslated.
         host.drain_body(Side::Request);
         host.drain_body(Side::Response);
@@ -319,7 +317,8 @@ impl<E: Environment + Clone> Filter<E> {
         // Complete before its answer ended (Envoy reports the end first): cut short. Any
         // other callout's last event needs nothing.
         if self.is_side_call(id) {
-            self.side_call_failed(host, id, "the upstream's answer ended early", false);
+            let why = CallFailure::Failed("the upstream's answer ended early");
+            self.side_call_failed(host, id, why, false);
         }
     }
 
@@ -330,7 +329,7 @@ impl<E: Environment + Clone> Filter<E> {
         }
         if self.is_side_call(id) {
             let message = format!("the upstream stream was reset ({reason:?})");
-            self.side_call_failed(host, id, &message, false);
+            self.side_call_failed(host, id, CallFailure::Failed(&message), false);
         }
     }
 
@@ -349,7 +348,7 @@ impl<E: Environment + Clone> Filter<E> {
             return;
         }
         let action = match worked {
-            Some(worked) => self.driver.work_done(Instant::now(), worked),
+            Some(worked) => self.driver.handle_work_done(self.env.instant(), worked),
             None => {
                 log(host, Level::Error, || {
                     format!(
@@ -357,7 +356,8 @@ impl<E: Environment + Clone> Filter<E> {
                         log::Logged(&self.request_id)
                     )
                 });
-                self.driver.fail(Instant::now(), Failure::Panic)
+                self.driver
+                    .handle_failure(self.env.instant(), Failure::Panic)
             }
         };
         if self.carry(host, Side::Request, action) {
@@ -395,7 +395,7 @@ impl<E: Environment + Clone> Filter<E> {
         host: &mut impl Terminal,
         side: Side,
         call: Call,
-        timeout: Duration,
+        bound: Duration,
     ) -> bool {
         self.log(host, &log::called(self.driver.summary(), &call));
         let mut call = call;
@@ -418,19 +418,19 @@ impl<E: Environment + Clone> Filter<E> {
             headers: &headers,
             body: &call.body,
             end: true,
-            // Envoy's own bound too, a little later, in case the timer is late (at the same
-            // time, Envoy's reset would win the race and tell a timeout as a reset).
-            timeout: Some(timeout + CALLOUT_MARGIN),
+            // Envoy's own bound too, later than the driver's deadline, in case the timer is
+            // late (at the same time, Envoy's reset would win the race and tell a timeout as
+            // a reset).
+            timeout: Some(bound),
         };
         match host.start_callout(&callout) {
             Ok(callout) => {
-                let deadline = self.env.instant() + timeout;
                 self.side_call = Some(Box::new(SideCall::Running(Running {
                     call: call.id,
                     callout,
-                    deadline,
+                    armed: None,
                 })));
-                host.arm_timer(deadline);
+                self.arm(host);
                 false
             }
             Err(why) => {
@@ -438,9 +438,11 @@ impl<E: Environment + Clone> Filter<E> {
                 log(host, Level::Warn, || {
                     format!("{message} request_id={}", log::Logged(&self.request_id))
                 });
-                let action =
-                    self.driver
-                        .call_failed(Instant::now(), call.id, CallFailure::Failed(&message));
+                let action = self.driver.handle_call_failed(
+                    self.env.instant(),
+                    call.id,
+                    CallFailure::Failed(&message),
+                );
                 self.carry(host, side, action)
             }
         }
@@ -480,20 +482,17 @@ impl<E: Environment + Clone> Filter<E> {
         let Some(side) = self.side_call(host, id) else {
             return;
         };
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| *v)
+        let head = AnswerHead(headers);
+        let status = match head.status() {
+            Ok(status) => status,
+            Err(why) => return self.side_call_failed(host, id, why, true),
         };
-        // Envoy always gives a status; an answer without one is no answer.
-        let Some(status) = header(":status").and_then(|s| s.parse::<u16>().ok()) else {
-            return self.side_call_failed(host, id, "an answer without a status", true);
-        };
-        let every = || headers.iter().copied();
-        let action = self
-            .driver
-            .call_head(Instant::now(), side.call, status, header, every);
+        let header = |name: &str| head.header(name);
+        let action =
+            self.driver
+                .handle_call_head(self.env.instant(), side.call, status, header, || {
+                    head.every()
+                });
         self.side_call_step(host, action, true);
         if end && self.running().is_some() {
             self.side_call_data(host, id, &[], true);
@@ -511,14 +510,16 @@ impl<E: Environment + Clone> Filter<E> {
             return;
         };
         for piece in data {
-            let action = self.driver.call_data(Instant::now(), side.call, piece);
+            let action = self
+                .driver
+                .handle_call_data(self.env.instant(), side.call, piece);
             self.side_call_step(host, action, true);
             if self.running().is_none() {
                 return;
             }
         }
         if end {
-            let action = self.driver.call_end(Instant::now(), side.call);
+            let action = self.driver.handle_call_end(self.env.instant(), side.call);
             self.side_call_step(host, action, false);
         }
     }
@@ -529,7 +530,7 @@ impl<E: Environment + Clone> Filter<E> {
         &mut self,
         host: &mut impl Terminal,
         id: CalloutId,
-        message: &str,
+        why: CallFailure<'_>,
         open: bool,
     ) {
         let Some(side) = self.side_call(host, id) else {
@@ -537,29 +538,42 @@ impl<E: Environment + Clone> Filter<E> {
         };
         log(host, Level::Warn, || {
             format!(
-                "the compaction's call failed: {message} request_id={}",
+                "the compaction's call failed: {} request_id={}",
+                why.message(),
                 log::Logged(&self.request_id)
             )
         });
-        let action =
-            self.driver
-                .call_failed(Instant::now(), side.call, CallFailure::Failed(message));
+        let action = self
+            .driver
+            .handle_call_failed(self.env.instant(), side.call, why);
         self.side_call_step(host, action, open);
     }
 
-    /// The timer: the side call is over its time (early firings wait on).
+    /// The timer fired: the driver says whether its side call is over its time (a timer that
+    /// fires early is armed again).
     fn side_call_due(&mut self, host: &mut impl Terminal) {
-        let Some(side) = self.running() else {
+        let Some(SideCall::Running(side)) = self.side_call.as_deref_mut() else {
             return;
         };
-        if self.env.instant() < side.deadline {
-            host.arm_timer(side.deadline);
-            return;
-        }
-        let action = self
-            .driver
-            .call_failed(Instant::now(), side.call, CallFailure::TimedOut);
+        side.armed = None;
+        let action = self.driver.handle_timeout(self.env.instant());
         self.side_call_step(host, action, true);
+    }
+
+    /// Arms the module's timer for the driver's next deadline ([`Driver::poll_timeout`]),
+    /// while a side call runs, if it is not armed for it already.
+    fn arm(&mut self, host: &mut impl Terminal) {
+        let wake = self.driver.poll_timeout();
+        let Some(SideCall::Running(side)) = self.side_call.as_deref_mut() else {
+            return;
+        };
+        if side.armed != wake {
+            match wake {
+                Some(at) => host.arm_timer(at),
+                None => host.disarm_timer(),
+            }
+            side.armed = wake;
+        }
     }
 
     /// What the driver makes of an event of the side call: more of it (`Hold`), or its end:
@@ -567,6 +581,7 @@ impl<E: Environment + Clone> Filter<E> {
     /// envelope ends the exchange. Once over, the callout is reset if still `open`.
     fn side_call_step(&mut self, host: &mut impl Terminal, action: Action, open: bool) {
         if matches!(action, Action::Hold) && self.driver.call_in_flight().is_some() {
+            self.arm(host);
             return self.settle(host);
         }
         if let Some(side) = self.running() {
@@ -615,7 +630,7 @@ impl<E: Environment + Clone> Filter<E> {
                 }
                 false
             }
-            Action::Call { call, timeout } => self.start_side_call(host, side, call, timeout),
+            Action::Call { call, bound } => self.start_side_call(host, side, call, bound),
             Action::Work(work) => {
                 if host.start_work(work) {
                     return false;
@@ -626,7 +641,7 @@ impl<E: Environment + Clone> Filter<E> {
                         log::Logged(&self.request_id)
                     )
                 });
-                let action = self.driver.work_refused(Instant::now());
+                let action = self.driver.handle_work_refused(self.env.instant());
                 self.carry(host, side, action)
             }
             Action::Forward { edits, request } => {
@@ -688,14 +703,16 @@ impl<E: Environment + Clone> Filter<E> {
                 log::Logged(&self.request_id)
             )
         });
-        let action = self.driver.fail(Instant::now(), Failure::Refused);
+        let action = self
+            .driver
+            .handle_failure(self.env.instant(), Failure::Refused);
         host.drain_body(side);
         self.carry(host, side, action)
     }
 
     /// What the driver tells, into Envoy's stats, metadata and span.
     fn settle(&mut self, host: &mut impl Host) {
-        let now = Instant::now();
+        let now = self.env.instant();
         while let Some(event) = self.driver.poll_event(now) {
             let mut stats = Stats {
                 host: &mut *host,

@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use responses_core::call::{CallAction, CallId};
+use responses_core::call::{AnswerHead, CallAction, CallFailure, CallId};
 use responses_core::connection::admission::Ticket;
 use responses_core::connection::{Connection, Event};
 use responses_core::driver::DETAILS_REQUEST;
@@ -179,7 +179,7 @@ pub fn open<E: Environment + Clone>(
         span: None,
     };
     if host.write_blocked() {
-        socket.conn.set_writable(now, false);
+        socket.conn.handle_writable(now, false);
     }
     socket.pump(host);
     Some(socket)
@@ -242,7 +242,7 @@ impl<E: Environment + Clone> Socket<E> {
         let left = kept > 0;
         self.held = left;
         if self.input_ended && !left {
-            self.conn.closed(now);
+            self.conn.handle_closed(now);
         }
     }
 
@@ -293,7 +293,7 @@ impl<E: Environment + Clone> Socket<E> {
                 host.send_data(&bytes, false);
             }
             if host.write_blocked() {
-                self.conn.set_writable(self.clock.instant(), false);
+                self.conn.handle_writable(self.clock.instant(), false);
             }
         }
     }
@@ -329,7 +329,11 @@ impl<E: Environment + Clone> Socket<E> {
                         Err(why) => {
                             let message = refused(why, &self.config.socket.upstream_cluster);
                             self.log_line(host, Level::Warn, &message);
-                            self.conn.call_failed(now, call.id, &message);
+                            self.conn.handle_call_failed(
+                                now,
+                                call.id,
+                                CallFailure::Failed(&message),
+                            );
                             heard = true;
                         }
                     }
@@ -438,7 +442,7 @@ impl<E: Environment + Clone> Socket<E> {
                         &format!(
                             "WebSocket connection closing code={} reason={}",
                             code.0,
-                            log::Quoted(reason)
+                            log::Quoted(reason.as_str())
                         ),
                     );
                 }
@@ -486,10 +490,8 @@ impl<E: Environment + Clone> Socket<E> {
         headers: &[(&str, &str)],
         end: bool,
     ) {
-        let status = headers
-            .iter()
-            .find(|(k, _)| *k == ":status")
-            .map_or("none", |(_, v)| *v);
+        let head = AnswerHead(headers);
+        let status = head.header(":status").unwrap_or("none");
         if self.record_event(host, id, RecordEvent::Status(status)) {
             return;
         }
@@ -497,32 +499,25 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         };
         let now = self.clock.instant();
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| *v)
-        };
-        // Envoy always gives a status; an answer without one is no answer.
-        let Some(status) = header(":status").and_then(|s| s.parse::<u16>().ok()) else {
-            self.forget(id);
-            host.reset_callout(id);
-            self.conn.call_failed(
-                now,
-                call,
-                "The upstream's answer had no status: the call was reset.",
-            );
-            self.pump(host);
-            return;
+        let status = match head.status() {
+            Ok(status) => status,
+            Err(why) => {
+                self.forget(id);
+                host.reset_callout(id);
+                self.conn.handle_call_failed(now, call, why);
+                self.pump(host);
+                return;
+            }
         };
         if let Some(c) = self.calls.iter_mut().find(|c| c.callout == id) {
             c.head = true;
         }
+        let header = |name: &str| head.header(name);
         self.conn
-            .call_head(now, call, status, header, || headers.iter().copied());
+            .handle_call_head(now, call, status, header, || head.every());
         if end {
             self.forget(id);
-            self.conn.call_end(now, call);
+            self.conn.handle_call_end(now, call);
         }
         self.pump(host);
     }
@@ -543,11 +538,11 @@ impl<E: Environment + Clone> Socket<E> {
         };
         let now = self.clock.instant();
         for piece in data {
-            self.conn.call_data(now, call, piece);
+            self.conn.handle_call_data(now, call, piece);
         }
         if end {
             self.forget(id);
-            self.conn.call_end(now, call);
+            self.conn.handle_call_end(now, call);
         }
         self.pump(host);
     }
@@ -561,7 +556,7 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         };
         self.forget(id);
-        self.conn.call_end(self.clock.instant(), call);
+        self.conn.handle_call_end(self.clock.instant(), call);
         self.pump(host);
     }
 
@@ -576,7 +571,7 @@ impl<E: Environment + Clone> Socket<E> {
         if self.poisoned || self.complete {
             return;
         }
-        self.conn.call_end(self.clock.instant(), gone.call);
+        self.conn.handle_call_end(self.clock.instant(), gone.call);
         self.pump(host);
     }
 
@@ -599,8 +594,11 @@ impl<E: Environment + Clone> Socket<E> {
         } else {
             format!("The upstream could not be reached (Envoy reset the call: {why:?}).")
         };
-        self.conn
-            .call_failed(self.clock.instant(), gone.call, &message);
+        self.conn.handle_call_failed(
+            self.clock.instant(),
+            gone.call,
+            CallFailure::Failed(&message),
+        );
         self.pump(host);
     }
 
@@ -640,7 +638,8 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         }
         let now = self.clock.instant();
-        self.conn.drain(now, now + crate::drain::drain_time());
+        self.conn
+            .handle_drain(now, now + crate::drain::drain_time());
         self.pump(host);
     }
 
@@ -650,7 +649,7 @@ impl<E: Environment + Clone> Socket<E> {
         if self.poisoned || self.complete {
             return;
         }
-        self.conn.set_writable(self.clock.instant(), writable);
+        self.conn.handle_writable(self.clock.instant(), writable);
         self.pump(host);
     }
 
@@ -659,7 +658,7 @@ impl<E: Environment + Clone> Socket<E> {
     pub fn stream_complete(&mut self, host: &mut impl Terminal) {
         if !self.poisoned && !self.complete {
             let now = self.clock.instant();
-            self.conn.closed(now);
+            self.conn.handle_closed(now);
             self.tell(host);
             self.calls(host, now);
         }
@@ -682,7 +681,7 @@ impl<E: Environment + Clone> Socket<E> {
         let now = self.clock.instant();
         // The connection's own ending, if it still can (it tells the close and the response
         // cut, so the stats stay whole); the caller contains a second panic.
-        self.conn.fail(now);
+        self.conn.handle_failure(now);
         self.flush(host);
         self.tell(host);
         self.calls(host, now);

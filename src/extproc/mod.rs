@@ -20,8 +20,7 @@ use crate::config::{Config, StreamBodyMode};
 use crate::metrics::Metrics;
 use crate::traces::Traces;
 use crate::upstream::{self, Upstream, UpstreamEvent};
-use responses_core::call::CallId;
-use responses_core::driver::CallFailure;
+use responses_core::call::{CallFailure, CallId};
 use responses_core::exchange;
 use responses_core::log::Logged;
 use responses_core::metadata::record::Ledger;
@@ -103,7 +102,7 @@ impl ExternalProcessor for Processor {
                 traces.parent(|name| metadata.get(name).and_then(|v| v.to_str().ok())),
             );
         }
-        let driver = Driver {
+        let relay = Relay {
             inbound: request.into_inner(),
             session,
             settings: self.settings.clone(),
@@ -114,7 +113,7 @@ impl ExternalProcessor for Processor {
         // The answers are produced as tonic asks for them: no task and no channel per
         // exchange (measured: the spawn + channel hop cost ~15% of the processor's CPU per
         // JSON exchange). Envoy waits for each answer, so reading on demand loses nothing.
-        let answers = futures_util::stream::unfold(driver, |mut d| async move {
+        let answers = futures_util::stream::unfold(relay, |mut d| async move {
             loop {
                 if let Some(answer) = d.pending.pop_front() {
                     return Some((answer, d));
@@ -129,8 +128,9 @@ impl ExternalProcessor for Processor {
     }
 }
 
-/// One exchange's gRPC stream: Envoy's messages in, the session's answers out.
-struct Driver {
+/// One exchange's gRPC stream: Envoy's messages in, the session's answers out, and the
+/// exchange's own call carried.
+struct Relay {
     inbound: Streaming<ProcessingRequest>,
     session: Session,
     settings: Arc<Settings>,
@@ -146,28 +146,22 @@ struct Driver {
 struct Calling {
     id: CallId,
     call: upstream::Call,
-    /// When the processor gives up on it (`--compaction-timeout`).
-    deadline: tokio::time::Instant,
 }
 
-/// What Envoy is asked to wait for the request body's answer beyond the call's own timeout:
-/// the turn's translation after it (`override_message_timeout`, at most Envoy's
-/// `max_message_timeout`).
-pub const CALL_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
-
-impl Driver {
+impl Relay {
     /// Reads one message and queues its answers, or ends the stream; while the exchange's own
-    /// call is in flight, whichever comes first: its next event, its deadline, or Envoy's
-    /// message (or end).
+    /// call is in flight, whichever comes first: its next event, the timer the exchange asks
+    /// for (its deadline), or Envoy's message (or end).
     async fn step(&mut self) {
         let message = match self.calling.as_mut() {
             None => self.inbound.message().await,
             Some(c) => {
+                let wake = self.session.poll_timeout();
                 tokio::select! {
                     message = self.inbound.message() => message,
                     event = c.call.next() => return self.call_event(event),
-                    () = tokio::time::sleep_until(c.deadline) => {
-                        return self.call_step(|s, id| s.call_failed(id, CallFailure::TimedOut));
+                    () = sleep_until(wake), if wake.is_some() => {
+                        return self.call_step(|s, _| s.handle_timeout());
                     }
                 }
             }
@@ -240,11 +234,10 @@ impl Driver {
     /// The call the session asked for, if any: Envoy is told to wait for it (its
     /// `message_timeout` would end the exchange first), then it is sent.
     fn start_call(&mut self) {
-        let Some((call, timeout)) = self.session.take_call() else {
+        let Some((call, wait)) = self.session.take_call() else {
             return;
         };
         let id = call.id;
-        let wait = timeout + CALL_MARGIN;
         self.pending.push_back(Ok(ProcessingResponse {
             override_message_timeout: Some(envoy_types::pb::google::protobuf::Duration {
                 seconds: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
@@ -264,7 +257,6 @@ impl Driver {
         self.calling = Some(Calling {
             id,
             call: client.call(call, &self.session.trace_headers()),
-            deadline: tokio::time::Instant::now() + timeout,
         });
     }
 
@@ -344,9 +336,17 @@ impl Driver {
     }
 }
 
-impl Drop for Driver {
+impl Drop for Relay {
     /// tonic drops the stream without polling it again when Envoy resets it.
     fn drop(&mut self) {
         self.session.closed();
+    }
+}
+
+/// Sleeps until `at` (never, for `None`: the branch is disabled then).
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }

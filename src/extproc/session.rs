@@ -31,10 +31,8 @@ use super::Settings;
 use crate::config::StreamBodyMode;
 use crate::logs;
 use crate::traces::{ExchangeSpan, Transport};
-use responses_core::call::{Call, CallId};
-use responses_core::driver::{
-    Action, CallFailure, Cause, Driver, Edits, Failure, Gathering, HeaderEdit,
-};
+use responses_core::call::{Call, CallFailure, CallId};
+use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
 use responses_core::log;
@@ -110,8 +108,9 @@ pub struct Session<E = System> {
     /// The JSON object that stands for the answer sent last (a response, or a stream's last
     /// event), kept only while the span records content (`--trace-content`).
     last_answer: Option<bytes::Bytes>,
-    /// A call the exchange asked for (an automatic compaction's summarising request), not yet
-    /// taken by the stream's driver ([`Session::take_call`]).
+    /// A call the exchange asked for (an automatic compaction's summarising request), and the
+    /// bound Envoy is asked to hold the request for it, not yet taken by the stream's relay
+    /// ([`Session::take_call`]).
     call: Option<(Call, std::time::Duration)>,
     /// The request's head, kept (moved, not copied) for the headers a call of the exchange's
     /// own carries on ([`responses_core::call::forwarded`]).
@@ -196,7 +195,7 @@ impl<E: Environment> Session<E> {
                 };
                 // The operator's tenant header, if any, is read too (Envoy must forward it).
                 let tenant = self.settings.exchange.seal_tenant_header.as_deref();
-                let action = self.driver.request_headers(
+                let action = self.driver.handle_request_headers(
                     now,
                     |name| read_or(&h, name, tenant),
                     h.end_of_stream,
@@ -225,11 +224,11 @@ impl<E: Environment> Session<E> {
                         span.record_request(&b.body);
                     }
                 }
-                let action = self.driver.request_body(now, || [&b.body[..]], end);
+                let action = self.driver.handle_request_body(now, || [&b.body[..]], end);
                 self.carry(Message::RequestBody, action)
             }
             Request::ResponseHeaders(h) => {
-                let action = self.driver.response_headers(
+                let action = self.driver.handle_response_headers(
                     now,
                     |name| read(&h, name),
                     || every(&h),
@@ -249,9 +248,9 @@ impl<E: Environment> Session<E> {
                 if self.settings.log_content {
                     log_content(&self.request_id, "upstream body", &b.body);
                 }
-                let action = self
-                    .driver
-                    .response_body(now, || [&b.body[..]], b.end_of_stream);
+                let action =
+                    self.driver
+                        .handle_response_body(now, || [&b.body[..]], b.end_of_stream);
                 self.carry(Message::ResponseBody, action)
             }
             // Envoy sends them only when asked (request_trailer_mode: SKIP in every shipped
@@ -259,7 +258,7 @@ impl<E: Environment> Session<E> {
             Request::RequestTrailers(_) => vec![msg::request_trailers()],
             // In FULL_DUPLEX_STREAMED mode trailers may be what ends the upstream body.
             Request::ResponseTrailers(_) => {
-                let action = self.driver.response_trailers(now);
+                let action = self.driver.handle_response_trailers(now);
                 self.carry(Message::ResponseTrailers, action)
             }
         };
@@ -268,7 +267,8 @@ impl<E: Environment> Session<E> {
     }
 
     /// The call the last answer left to make (the request body's answer waits for it), and
-    /// how long it may take.
+    /// how long Envoy is asked to hold the request for it (`override_message_timeout`: the
+    /// driver's deadline for the call, then some).
     pub fn take_call(&mut self) -> Option<(Call, std::time::Duration)> {
         self.call.take()
     }
@@ -298,25 +298,36 @@ impl<E: Environment> Session<E> {
     ) -> Vec<ProcessingResponse> {
         let action = self
             .driver
-            .call_head(Instant::now(), id, status, header, every);
+            .handle_call_head(Instant::now(), id, status, header, every);
         self.call_answers(action)
     }
 
     /// A piece of the call's answer.
     pub fn call_data(&mut self, id: CallId, bytes: &[u8]) -> Vec<ProcessingResponse> {
-        let action = self.driver.call_data(Instant::now(), id, bytes);
+        let action = self.driver.handle_call_data(Instant::now(), id, bytes);
         self.call_answers(action)
     }
 
     /// The call's answer is complete.
     pub fn call_end(&mut self, id: CallId) -> Vec<ProcessingResponse> {
-        let action = self.driver.call_end(Instant::now(), id);
+        let action = self.driver.handle_call_end(Instant::now(), id);
         self.call_answers(action)
     }
 
-    /// The call failed, or took longer than its timeout.
+    /// When the exchange wants [`Session::handle_timeout`]: its call's deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.driver.poll_timeout()
+    }
+
+    /// The timer armed for [`Session::poll_timeout`] fired.
+    pub fn handle_timeout(&mut self) -> Vec<ProcessingResponse> {
+        let action = self.driver.handle_timeout(Instant::now());
+        self.call_answers(action)
+    }
+
+    /// The call failed.
     pub fn call_failed(&mut self, id: CallId, why: CallFailure<'_>) -> Vec<ProcessingResponse> {
-        let action = self.driver.call_failed(Instant::now(), id, why);
+        let action = self.driver.handle_call_failed(Instant::now(), id, why);
         self.call_answers(action)
     }
 
@@ -340,7 +351,7 @@ impl<E: Environment> Session<E> {
         } else {
             Failure::Panic
         };
-        let action = self.driver.fail(Instant::now(), why);
+        let action = self.driver.handle_failure(Instant::now(), why);
         let mut answers = self.carry(Message::Failure, action);
         self.settle(&mut answers);
         answers
@@ -349,7 +360,7 @@ impl<E: Environment> Session<E> {
     /// Envoy ended the gRPC stream (or dropped it): an exchange still open was cut, and is
     /// recorded as such (every exchange is recorded once).
     pub fn closed(&mut self) {
-        self.driver.closed(Instant::now());
+        self.driver.handle_closed(Instant::now());
         self.settle(&mut []);
     }
 
@@ -358,7 +369,7 @@ impl<E: Environment> Session<E> {
         // This driver does not offload (a costly message is handled on a blocking thread
         // whole, `crate::extproc`): work it asks for anyway is done here.
         while let Action::Work(work) = action {
-            action = self.driver.work_done(Instant::now(), work.run());
+            action = self.driver.handle_work_done(Instant::now(), work.run());
         }
         if let Trace::Open(span) = &self.trace {
             if span.wants_content() {
@@ -375,7 +386,7 @@ impl<E: Environment> Session<E> {
         }
         let (common, mode) = match action {
             // The message's answer waits for the call (the stream's driver makes it).
-            Action::Call { mut call, timeout } => {
+            Action::Call { mut call, bound } => {
                 if let Some(head) = self.head.take() {
                     // The operator's forward_headers arrive if Envoy forwards them too
                     // (its forward_rules), as its tenant header does.
@@ -388,7 +399,7 @@ impl<E: Environment> Session<E> {
                         extra,
                     ));
                 }
-                self.call = Some((call, timeout));
+                self.call = Some((call, bound));
                 return Vec::new();
             }
             Action::Reply { error, cause } => return vec![self.reply(&error, cause)],

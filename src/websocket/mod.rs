@@ -35,7 +35,7 @@ use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use crate::upstream::{self, Upstream, UpstreamEvent};
-use responses_core::call::{CallAction, CallId};
+use responses_core::call::{CallAction, CallFailure, CallId};
 use responses_core::connection::admission::{self, Admission, Ticket};
 use responses_core::connection::{Connection, Event, Limits, CLOSE_FLUSH};
 use responses_core::environment::System;
@@ -272,13 +272,13 @@ where
     loop {
         if hand_over(&mut conn, &mut writer, &mut sending).is_err() {
             sending.clear();
-            conn.closed(Instant::now());
+            conn.handle_closed(Instant::now());
         }
         if sending.is_empty() != writable {
             // The socket stopped taking bytes, or took the last piece it held: the
             // connection keeps what it has meanwhile, or hands it over again.
             writable = sending.is_empty();
-            conn.set_writable(Instant::now(), writable);
+            conn.handle_writable(Instant::now(), writable);
             continue;
         }
         // The rest of a read, once the connection wants it again (its frames taken, a turn
@@ -362,14 +362,14 @@ where
             written = writer.write(&sending), if !sending.is_empty() => match written {
                 Ok(0) | Err(_) => {
                     sending.clear();
-                    conn.closed(Instant::now());
+                    conn.handle_closed(Instant::now());
                 }
                 Ok(n) => sending.advance(n),
             },
             read = reader.read(&mut buf), if conn.wants_input() && kept.is_empty() => {
                 let now = Instant::now();
                 match read {
-                    Ok(0) | Err(_) => conn.closed(now),
+                    Ok(0) | Err(_) => conn.handle_closed(now),
                     Ok(n) => {
                         let taken = conn.read_bytes(now, &buf[..n]);
                         if conn.reading() {
@@ -391,7 +391,7 @@ where
                                 Some((name.as_str(), value.to_str().ok()?))
                             })
                         };
-                        conn.call_head(now, id, status, header, every);
+                        conn.handle_call_head(now, id, status, header, every);
                         if let Some(c) = call.as_mut() {
                             c.call = upstream::Call::Body(body);
                         }
@@ -400,15 +400,15 @@ where
                         if settings.log_content {
                             log_content("upstream body", &chunk);
                         }
-                        conn.call_data(now, id, &chunk);
+                        conn.handle_call_data(now, id, &chunk);
                     }
                     UpstreamEvent::End => {
                         call = None;
-                        conn.call_end(now, id);
+                        conn.handle_call_end(now, id);
                     }
                     UpstreamEvent::Failed(message) => {
                         call = None;
-                        conn.call_failed(now, id, &message);
+                        conn.handle_call_failed(now, id, CallFailure::Failed(&message));
                     }
                 }
             }
@@ -417,7 +417,7 @@ where
                 if *draining.borrow() {
                     drain_told = true;
                     let now = Instant::now();
-                    conn.drain(now, now + settings.drain);
+                    conn.handle_drain(now, now + settings.drain);
                 }
             }
         }
@@ -556,6 +556,7 @@ impl Telemetry {
                     }
                 }
                 Event::Closed { code, reason } => {
+                    let reason = reason.as_str();
                     tracing::debug!(transport = "websocket", code = code.0, reason, "closing");
                 }
             }

@@ -3,12 +3,12 @@
 //! processor asks Envoy for during a compaction. Each is read from the page and compared with
 //! the constant it states, so a change to either side fails here.
 
+use responses_core::driver::CALL_GRACE;
 use responses_core::metrics::{DEFAULT_MAX_MODELS, MAX_UPSTREAM_CODES};
 use responses_core::openresponses::{Code, ErrorCode};
 use responses_core::settings::ExchangeConfig;
 use responses_core::upstream_failure::{folded_status, MAX_WORD};
 use responses_extproc::extproc::session::{HEADERS_READ, HEADER_PREFIXES_READ};
-use responses_extproc::extproc::CALL_MARGIN;
 
 use crate::common::repo_root;
 
@@ -139,12 +139,12 @@ fn a_failed_folded_stream_has_the_documented_status() {
     assert_eq!((failed, overflow), (502, 400));
 }
 
-/// The processor asks Envoy for `--compaction-timeout` + [`CALL_MARGIN`] during a compaction:
+/// The processor asks Envoy for `--compaction-timeout` + [`CALL_GRACE`] during a compaction:
 /// every shipped ext_proc bootstrap's `max_message_timeout` grants the default, its comment
 /// says so, and so do the docs' rows.
 #[test]
 fn max_message_timeout_grants_the_compactions_time() {
-    let margin = CALL_MARGIN.as_secs();
+    let margin = CALL_GRACE.as_secs();
     let asked = ExchangeConfig::default().compaction_timeout + margin;
     let said = format!("--compaction-timeout + {margin} s");
     for file in [

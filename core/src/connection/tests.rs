@@ -162,24 +162,26 @@ impl Client {
     fn head(&mut self, call: &Call, status: u16, content_type: &str) {
         let now = self.now();
         let header = |name: &str| (name == "content-type").then_some(content_type);
-        self.conn.call_head(now, call.id, status, header, || {
-            [("content-type", content_type)]
-        });
+        self.conn
+            .handle_call_head(now, call.id, status, header, || {
+                [("content-type", content_type)]
+            });
     }
 
     fn data(&mut self, call: &Call, bytes: &[u8]) {
         let now = self.now();
-        self.conn.call_data(now, call.id, bytes);
+        self.conn.handle_call_data(now, call.id, bytes);
     }
 
     fn end(&mut self, call: &Call) {
         let now = self.now();
-        self.conn.call_end(now, call.id);
+        self.conn.handle_call_end(now, call.id);
     }
 
     fn fail(&mut self, call: &Call, message: &str) {
         let now = self.now();
-        self.conn.call_failed(now, call.id, message);
+        self.conn
+            .handle_call_failed(now, call.id, crate::call::CallFailure::Failed(message));
     }
 
     /// Runs `call` to its end with a stream that says `text`; returns its events.
@@ -317,7 +319,7 @@ fn closed(events: &[Event]) -> Vec<(u16, &'static str)> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Closed { code, reason } => Some((code.0, *reason)),
+            Event::Closed { code, reason } => Some((code.0, reason.as_str())),
             _ => None,
         })
         .collect()
@@ -642,7 +644,7 @@ fn an_upstream_error_event_carries_its_kept_headers_and_token_counts() {
         ("set-cookie", "a=b"),
     ];
     let now = c.now();
-    c.conn.call_head(
+    c.conn.handle_call_head(
         now,
         call.id,
         429,
@@ -675,7 +677,7 @@ fn an_upstream_error_event_carries_its_kept_headers_and_token_counts() {
     // A success's headers are not read.
     let call = c.forward(&create(json!({"model": "m", "input": "three"})));
     let now = c.now();
-    c.conn.call_head(
+    c.conn.handle_call_head(
         now,
         call.id,
         200,
@@ -1010,7 +1012,7 @@ fn a_drain_lets_the_response_finish_then_closes_with_1001() {
     let call = c.forward(&create(json!({"model": "m", "input": "one"})));
     let deadline = c.now() + Duration::from_secs(30);
     let now = c.now();
-    c.conn.drain(now, deadline);
+    c.conn.handle_drain(now, deadline);
     assert_eq!(c.conn.poll_timeout(), Some(deadline));
     c.send(&create(json!({"model": "m", "input": "late"})));
     c.answer(&call, "a");
@@ -1022,7 +1024,7 @@ fn a_drain_lets_the_response_finish_then_closes_with_1001() {
     let call = c.forward(&create(json!({"model": "m", "input": "one"})));
     c.head(&call, 200, SSE);
     let now = c.now();
-    c.conn.drain(now, now + Duration::from_secs(1));
+    c.conn.handle_drain(now, now + Duration::from_secs(1));
     c.wait(1000);
     c.timeout();
     let frames = c.received();
@@ -1122,7 +1124,7 @@ fn a_reader_too_slow_ends_its_response_and_the_connection() {
     c.head(&call, 200, SSE);
     c.received();
     let now = c.now();
-    c.conn.set_writable(now, false);
+    c.conn.handle_writable(now, false);
     // Up to the bound the events wait in the connection, counted, none handed over.
     let held = c.conn.held();
     for chunk in &chunks[..fit] {
@@ -1171,11 +1173,11 @@ fn a_reader_too_slow_ends_its_response_and_the_connection() {
     let mut deltas = 0;
     for chunk in &chunks {
         let now = c.now();
-        c.conn.set_writable(now, false);
+        c.conn.handle_writable(now, false);
         c.data(&call, chunk);
         assert!(c.conn.poll_transmit().is_none());
         let now = c.now();
-        c.conn.set_writable(now, true);
+        c.conn.handle_writable(now, true);
         deltas += c
             .texts()
             .iter()
@@ -1190,7 +1192,7 @@ fn a_reader_too_slow_ends_its_response_and_the_connection() {
 fn a_client_that_pings_and_does_not_read_gets_one_pong_for_the_last_ping() {
     let mut c = Client::new();
     let now = c.now();
-    c.conn.set_writable(now, false);
+    c.conn.handle_writable(now, false);
     let held = c.conn.held();
     for i in 0..1000 {
         c.bytes(&masked(0x9, format!("ping {i}").as_bytes()));
@@ -1199,7 +1201,7 @@ fn a_client_that_pings_and_does_not_read_gets_one_pong_for_the_last_ping() {
     assert!(c.conn.held() < held + 128, "{} held", c.conn.held());
     assert!(!c.conn.is_closed());
     let now = c.now();
-    c.conn.set_writable(now, true);
+    c.conn.handle_writable(now, true);
     assert_eq!(c.received(), [Frame::Pong(b"ping 999".to_vec())]);
     // A client that reads gets a pong for each ping that came after the host took the last;
     // pings in one piece, one pong for the last.
@@ -1220,7 +1222,7 @@ fn a_client_that_pings_and_does_not_read_gets_one_pong_for_the_last_ping() {
 fn a_client_that_does_not_read_its_answers_is_not_read_either() {
     let mut c = Client::new();
     let now = c.now();
-    c.conn.set_writable(now, false);
+    c.conn.handle_writable(now, false);
     let piece: Vec<u8> = (0..1000)
         .flat_map(|i| {
             masked(
@@ -1244,7 +1246,7 @@ fn a_client_that_does_not_read_its_answers_is_not_read_either() {
     );
     assert!(c.received().is_empty());
     // The client reads: the host takes what waits, and offers the rest as it is wanted.
-    c.conn.set_writable(now, true);
+    c.conn.handle_writable(now, true);
     let mut completed = Vec::new();
     for _ in 0..1000 {
         for event in c.texts() {
@@ -1275,7 +1277,7 @@ fn frames_are_handed_over_whole_in_bounded_pieces() {
     let call = c.forward(&create(json!({"model": "m", "input": "one"})));
     c.head(&call, 200, SSE);
     let now = c.now();
-    c.conn.set_writable(now, false);
+    c.conn.handle_writable(now, false);
     // Many small events, then one larger than a piece.
     let small = format!(
         "data: {}\n\n",
@@ -1290,7 +1292,7 @@ fn frames_are_handed_over_whole_in_bounded_pieces() {
     );
     c.data(&call, big.as_bytes());
     let now = c.now();
-    c.conn.set_writable(now, true);
+    c.conn.handle_writable(now, true);
     let mut frames = Vec::new();
     while let Some(piece) = c.conn.poll_transmit() {
         let got = server_frames(&piece);
@@ -1402,13 +1404,13 @@ fn each_response_is_told_once_with_its_time() {
     let call = c.forward(&create(json!({"model": "m", "input": "again"})));
     c.head(&call, 200, SSE);
     let now = c.now();
-    c.conn.closed(now);
+    c.conn.handle_closed(now);
     let events = c.events();
     let f = finished(&events);
     assert_eq!((f.len(), f[0].cut), (1, true));
     assert_eq!(f[0].summary.outcome, Outcome::Open);
     assert_eq!(closed(&events), [(1006, "transport closed")]);
-    c.conn.closed(now);
+    c.conn.handle_closed(now);
     assert!(c.events().is_empty(), "once");
 }
 
@@ -1470,16 +1472,16 @@ fn what_the_host_holds_for_a_client_that_does_not_read_is_counted() {
         c.conn.set_write_buffer(4000);
     }
     let now = clients[0].now();
-    clients[0].conn.set_writable(now, false);
+    clients[0].conn.handle_writable(now, false);
     assert_eq!(budget.used(), 4000);
-    clients[0].conn.set_writable(now, true);
+    clients[0].conn.handle_writable(now, true);
     assert_eq!(budget.used(), 0, "the host can write again");
-    clients[0].conn.set_writable(now, false);
-    clients[1].conn.set_writable(now, false);
+    clients[0].conn.handle_writable(now, false);
+    clients[1].conn.handle_writable(now, false);
     assert_eq!(budget.used(), 8000, "just under");
     assert!(!clients[0].conn.is_closed() && !clients[1].conn.is_closed());
     // The third takes the total past the budget: it closes (1013), the others go on.
-    clients[2].conn.set_writable(now, false);
+    clients[2].conn.handle_writable(now, false);
     assert!(clients[2].conn.is_closed(), "just over");
     assert!(!clients[0].conn.is_closed() && !clients[1].conn.is_closed());
     assert_eq!(
@@ -1490,10 +1492,10 @@ fn what_the_host_holds_for_a_client_that_does_not_read_is_counted() {
     assert_eq!(budget.used(), 4000);
     // The piece that filled the host's buffer counts with it.
     let c = &mut clients[0];
-    c.conn.set_writable(now, true);
+    c.conn.handle_writable(now, true);
     c.bytes(&masked(0x9, &[b'p'; 100]));
     let pong = c.conn.poll_transmit().expect("the pong").len();
-    c.conn.set_writable(now, false);
+    c.conn.handle_writable(now, false);
     assert_eq!(budget.used(), 4000 + pong);
 }
 
@@ -1695,7 +1697,7 @@ fn a_host_that_fails_closes_the_connection_with_1011() {
     c.head(&call, 200, SSE);
     c.send(&create(json!({"model": "m", "input": "queued"})));
     let now = c.now();
-    c.conn.fail(now);
+    c.conn.handle_failure(now);
     assert!(c.conn.is_closed() && !c.conn.reading());
     assert_eq!(c.received(), [Frame::Close(1011, "internal error".into())]);
     assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
@@ -1709,7 +1711,7 @@ fn a_host_that_fails_closes_the_connection_with_1011() {
     c.timeout();
     assert_eq!(c.received(), [Frame::Close(1000, "idle timeout".into())]);
     let now = c.now();
-    c.conn.fail(now);
+    c.conn.handle_failure(now);
     assert!(c.received().is_empty() && c.conn.is_closed());
     assert_eq!(closed(&c.events()), [(1000, "idle timeout")]);
 }

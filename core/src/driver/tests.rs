@@ -57,7 +57,7 @@ impl Test {
 
     fn head(&mut self, ms: u64, pairs: &[(&str, &str)], end: bool) -> Action {
         let now = self.at(ms);
-        self.d.request_headers(now, lookup(pairs), end)
+        self.d.handle_request_headers(now, lookup(pairs), end)
     }
 
     fn post(&mut self, ms: u64) -> Action {
@@ -70,7 +70,8 @@ impl Test {
 
     fn body(&mut self, ms: u64, pieces: &[&[u8]], end: bool) -> Action {
         let now = self.at(ms);
-        self.d.request_body(now, || pieces.iter().copied(), end)
+        self.d
+            .handle_request_body(now, || pieces.iter().copied(), end)
     }
 
     fn answer_head(&mut self, ms: u64, status: &str, content_type: &str, end: bool) -> Action {
@@ -84,12 +85,13 @@ impl Test {
     fn answer_head_with(&mut self, ms: u64, pairs: &[(&str, &str)], end: bool) -> Action {
         let now = self.at(ms);
         self.d
-            .response_headers(now, lookup(pairs), || pairs.iter().copied(), end)
+            .handle_response_headers(now, lookup(pairs), || pairs.iter().copied(), end)
     }
 
     fn answer(&mut self, ms: u64, pieces: &[&[u8]], end: bool) -> Action {
         let now = self.at(ms);
-        self.d.response_body(now, || pieces.iter().copied(), end)
+        self.d
+            .handle_response_body(now, || pieces.iter().copied(), end)
     }
 
     /// Every event due at `ms`.
@@ -155,7 +157,7 @@ fn other_traffic_passes_and_tells_nothing() {
         ));
         let mut read = false;
         let now = t.at(1);
-        let action = t.d.request_body(
+        let action = t.d.handle_request_body(
             now,
             || {
                 read = true;
@@ -171,7 +173,7 @@ fn other_traffic_passes_and_tells_nothing() {
         ));
         assert!(matches!(t.answer(3, &[b"{}"], true), Action::Pass));
         let now = t.at(4);
-        t.d.closed(now);
+        t.d.handle_closed(now);
         assert!(t.events(4).is_empty());
         assert!(!t.d.is_ours());
     }
@@ -240,7 +242,7 @@ fn a_json_exchange_is_forwarded_gathered_and_answered() {
     assert_eq!(f.timing.first_output, None);
     assert_eq!(f.timing.translation, ms(1 + 5));
     let now = t.at(30);
-    t.d.closed(now);
+    t.d.handle_closed(now);
     assert!(t.events(30).is_empty(), "once");
 }
 
@@ -602,7 +604,7 @@ fn an_upstream_error_keeps_the_headers_a_client_retries_by() {
     t.forwarded(json!({"model": "m", "input": "hi"}));
     let pairs = [(":status", "200"), ("content-type", "application/json")];
     let now = t.at(2);
-    let action = t.d.response_headers(
+    let action = t.d.handle_response_headers(
         now,
         lookup(&pairs),
         || -> [(&str, &str); 0] { panic!("a success's headers read") },
@@ -649,30 +651,39 @@ fn trailers_end_bodies_that_had_no_end() {
     let Action::Send {
         events: bytes,
         end: true,
-    } = t.d.response_trailers(now)
+    } = t.d.handle_response_trailers(now)
     else {
         panic!("no ending")
     };
     assert!(String::from_utf8_lossy(&bytes).ends_with("data: [DONE]\n\n"));
     assert_eq!(finished(&t.events(4)).len(), 1);
     let now = t.at(5);
-    assert!(matches!(t.d.response_trailers(now), Action::Pass), "ended");
+    assert!(
+        matches!(t.d.handle_response_trailers(now), Action::Pass),
+        "ended"
+    );
     // A gathered answer.
     let mut t = Test::new(Gathering::Pieces);
     t.forwarded(json!({"model": "m", "input": "hi"}));
     t.answer_head(2, "200", "application/json", false);
     t.answer(3, &[CHAT], false);
     let now = t.at(4);
-    assert!(matches!(t.d.response_trailers(now), Action::Answer { .. }));
+    assert!(matches!(
+        t.d.handle_response_trailers(now),
+        Action::Answer { .. }
+    ));
     // The request's body.
     let mut t = Test::new(Gathering::Pieces);
     t.post(0);
     t.body(1, &[br#"{"model":"m","input":"hi"}"#], false);
     let now = t.at(2);
-    assert!(matches!(t.d.request_trailers(now), Action::Forward { .. }));
+    assert!(matches!(
+        t.d.handle_request_trailers(now),
+        Action::Forward { .. }
+    ));
     let now = t.at(3);
     assert!(
-        matches!(t.d.request_trailers(now), Action::Pass),
+        matches!(t.d.handle_request_trailers(now), Action::Pass),
         "forwarded"
     );
 }
@@ -685,7 +696,7 @@ fn an_exchange_the_host_ends_first_is_cut() {
     t.answer(3, &[CHUNK], false);
     t.events(4);
     let now = t.at(50);
-    t.d.closed(now);
+    t.d.handle_closed(now);
     let events = t.events(50);
     let [Event::StreamClosed, Event::Finished(f)] = &events[..] else {
         panic!("{events:?}")
@@ -695,7 +706,7 @@ fn an_exchange_the_host_ends_first_is_cut() {
     assert_eq!(f.timing.total, ms(50));
     assert_eq!(f.timing.first_output, Some(ms(4)));
     let now = t.at(60);
-    t.d.closed(now);
+    t.d.handle_closed(now);
     assert!(t.events(60).is_empty(), "once");
 }
 
@@ -706,7 +717,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.post(0);
     t.body(1, &[b"{\"model\":"], false);
     let now = t.at(2);
-    let Action::Reply { error, cause } = t.d.fail(now, Failure::Panic) else {
+    let Action::Reply { error, cause } = t.d.handle_failure(now, Failure::Panic) else {
         panic!("no envelope")
     };
     assert_eq!((error.status(), cause), (500, Cause::Answer));
@@ -714,7 +725,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     assert_eq!(finished(&t.events(2)).len(), 1);
     let now = t.at(3);
     assert!(
-        matches!(t.d.fail(now, Failure::Panic), Action::Hold),
+        matches!(t.d.handle_failure(now, Failure::Panic), Action::Hold),
         "already"
     );
     assert!(matches!(t.body(4, &[b"x"], true), Action::Hold));
@@ -728,7 +739,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     let Action::Send {
         events: bytes,
         end: true,
-    } = t.d.fail(now, Failure::Panic)
+    } = t.d.handle_failure(now, Failure::Panic)
     else {
         panic!("no ending")
     };
@@ -747,14 +758,14 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
         Action::Send { events: bytes, .. } if bytes.is_empty()
     ));
     let now = t.at(6);
-    t.d.closed(now);
+    t.d.handle_closed(now);
     assert!(t.events(6).is_empty());
 
     // An unreadable message while the request arrives: it is too large.
     let mut t = Test::new(Gathering::Whole);
     t.post(0);
     let now = t.at(1);
-    let Action::Reply { error, .. } = t.d.fail(now, Failure::Unreadable) else {
+    let Action::Reply { error, .. } = t.d.handle_failure(now, Failure::Unreadable) else {
         panic!("no envelope")
     };
     assert_eq!(error.status(), 413);
@@ -763,7 +774,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.forwarded(json!({"model": "m", "input": "hi", "stream": true}));
     t.answer_head(2, "200", "text/event-stream", false);
     let now = t.at(3);
-    let Action::Send { events: bytes, .. } = t.d.fail(now, Failure::Unreadable) else {
+    let Action::Send { events: bytes, .. } = t.d.handle_failure(now, Failure::Unreadable) else {
         panic!("no ending")
     };
     assert!(String::from_utf8_lossy(&bytes).contains("response_too_large"));
@@ -774,7 +785,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.head(0, &[(":method", "GET"), (":path", "/")], true);
     let now = t.at(1);
     assert!(matches!(
-        t.d.fail(now, Failure::Panic),
+        t.d.handle_failure(now, Failure::Panic),
         Action::Reply { .. }
     ));
     assert!(t.events(1).is_empty());
@@ -786,7 +797,7 @@ fn a_failure_ends_the_exchange_with_what_can_still_be_sent() {
     t.answer(3, &[CHAT], true);
     let now = t.at(4);
     assert!(matches!(
-        t.d.fail(now, Failure::Panic),
+        t.d.handle_failure(now, Failure::Panic),
         Action::Reset { .. }
     ));
 }
@@ -902,15 +913,15 @@ proptest! {
             let now = t.at(ms);
             let (action, body) = match &input {
                 Input::RequestBody(b, end) => (t.body(ms, &[b.as_slice()], *end), !b.is_empty()),
-                Input::RequestTrailers => (t.d.request_trailers(now), false),
+                Input::RequestTrailers => (t.d.handle_request_trailers(now), false),
                 Input::ResponseHeaders(s, c, end) => {
                     (t.answer_head(ms, &s.to_string(), c, *end), false)
                 }
                 Input::ResponseBody(b, end) => (t.answer(ms, &[b.as_slice()], *end), !b.is_empty()),
-                Input::ResponseTrailers => (t.d.response_trailers(now), false),
+                Input::ResponseTrailers => (t.d.handle_response_trailers(now), false),
                 Input::Fail(panic) => {
                     let why = if *panic { Failure::Panic } else { Failure::Unreadable };
-                    (t.d.fail(now, why), false)
+                    (t.d.handle_failure(now, why), false)
                 }
             };
             prop_assert!(
@@ -921,7 +932,7 @@ proptest! {
             events.extend(t.events(ms));
         }
         let now = t.at(100);
-        t.d.closed(now);
+        t.d.handle_closed(now);
         events.extend(t.events(100));
         let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(e)).count();
         let ours = usize::from(t.d.is_ours());
@@ -968,11 +979,11 @@ fn an_offloading_host_reads_a_costly_body_through_work_and_only_then() {
     };
     assert_eq!(work.len(), encoded.len(), "held encoded");
     let now = t.at(3);
-    assert!(matches!(t.d.request_trailers(now), Action::Hold));
+    assert!(matches!(t.d.handle_request_trailers(now), Action::Hold));
     assert!(matches!(t.body(3, &[b"more"], true), Action::Hold));
     let worked = std::thread::spawn(move || work.run()).join().unwrap();
     let now = t.at(4);
-    let Action::Forward { request: up, .. } = t.d.work_done(now, worked) else {
+    let Action::Forward { request: up, .. } = t.d.handle_work_done(now, worked) else {
         panic!("forwarded once read")
     };
     let chat: Value = serde_json::from_slice(&up.body).unwrap();
@@ -985,9 +996,12 @@ fn an_offloading_host_reads_a_costly_body_through_work_and_only_then() {
         panic!("work")
     };
     let now = t.at(2);
-    t.d.closed(now);
+    t.d.handle_closed(now);
     let now = t.at(3);
-    assert!(matches!(t.d.work_done(now, work.run()), Action::Hold));
+    assert!(matches!(
+        t.d.handle_work_done(now, work.run()),
+        Action::Hold
+    ));
     let events = t.events(3);
     let ends = finished(&events);
     assert_eq!(ends.len(), 1);
@@ -1008,7 +1022,7 @@ fn an_offloading_host_reads_a_costly_body_through_work_and_only_then() {
     };
     let now = t.at(2);
     assert!(matches!(
-        t.d.work_done(now, work.run()),
+        t.d.handle_work_done(now, work.run()),
         Action::Forward { .. }
     ));
 
@@ -1017,7 +1031,7 @@ fn an_offloading_host_reads_a_costly_body_through_work_and_only_then() {
     t.head(0, &gzipped, false);
     assert!(matches!(t.body(1, &[&encoded], true), Action::Work(_)));
     let now = t.at(2);
-    let Action::Reply { error, cause } = t.d.work_refused(now) else {
+    let Action::Reply { error, cause } = t.d.handle_work_refused(now) else {
         panic!("an envelope")
     };
     assert_eq!((error.status(), cause), (503, Cause::Request));
@@ -1052,7 +1066,13 @@ fn envoys_reply_while_the_body_is_worked_on_ended_by_trailers_is_an_envelope() {
         Action::ReadBody(_)
     ));
     let now = t.at(3);
-    assert!(matches!(t.d.response_trailers(now), Action::Reply { .. }));
+    assert!(matches!(
+        t.d.handle_response_trailers(now),
+        Action::Reply { .. }
+    ));
     let now = t.at(4);
-    assert!(matches!(t.d.work_done(now, work.run()), Action::Hold));
+    assert!(matches!(
+        t.d.handle_work_done(now, work.run()),
+        Action::Hold
+    ));
 }

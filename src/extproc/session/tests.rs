@@ -870,8 +870,11 @@ fn a_compaction_call_holds_the_body_answer_until_it_ends() {
             ..Default::default()
         });
         assert!(answers.is_empty(), "the body's answer waits for the call");
-        let (call, timeout) = s.take_call().expect("a call to make");
-        assert_eq!(timeout, std::time::Duration::from_secs(25));
+        let (call, bound) = s.take_call().expect("a call to make");
+        let grace = responses_core::driver::CALL_GRACE;
+        assert_eq!(bound, std::time::Duration::from_secs(25) + grace);
+        let deadline = s.poll_timeout().expect("the call's deadline");
+        assert!(deadline > Instant::now() + std::time::Duration::from_secs(24));
         assert!(call
             .headers
             .iter()

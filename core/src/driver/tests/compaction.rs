@@ -49,7 +49,7 @@ fn calling(t: &mut Test, request: &Value) -> (Call, Duration) {
     assert!(matches!(t.head(0, &head, false), Action::ReadBody(_)));
     let body = request.to_string();
     match t.body(1, &[body.as_bytes()], true) {
-        Action::Call { call, timeout } => (call, timeout),
+        Action::Call { call, bound } => (call, bound),
         other => panic!("no call: {other:?}"),
     }
 }
@@ -58,13 +58,13 @@ fn call_answer(t: &mut Test, id: CallId, ms: u64, status: u16, body: &[u8]) -> A
     let now = t.at(ms);
     let pairs = [("content-type", "application/json")];
     assert!(matches!(
-        t.d.call_head(now, id, status, lookup(&pairs), || pairs.iter().copied()),
+        t.d.handle_call_head(now, id, status, lookup(&pairs), || pairs.iter().copied()),
         Action::Hold
     ));
     let (a, b) = body.split_at(body.len() / 2);
-    assert!(matches!(t.d.call_data(now, id, a), Action::Hold));
-    assert!(matches!(t.d.call_data(now, id, b), Action::Hold));
-    t.d.call_end(t.at(ms + 1), id)
+    assert!(matches!(t.d.handle_call_data(now, id, a), Action::Hold));
+    assert!(matches!(t.d.handle_call_data(now, id, b), Action::Hold));
+    t.d.handle_call_end(t.at(ms + 1), id)
 }
 
 fn compaction_of(events: &[Event]) -> Option<crate::exchange::Compaction> {
@@ -74,8 +74,10 @@ fn compaction_of(events: &[Event]) -> Option<crate::exchange::Compaction> {
 #[test]
 fn over_the_threshold_the_turn_runs_on_the_compacted_window() {
     let mut t = Test::with(keyed(), Gathering::Pieces);
-    let (call, timeout) = calling(&mut t, &long(false, 10));
-    assert_eq!(timeout, Settings::default().compaction_timeout);
+    let (call, bound) = calling(&mut t, &long(false, 10));
+    let timeout = Settings::default().compaction_timeout;
+    assert_eq!(bound, timeout + CALL_GRACE);
+    assert_eq!(t.d.poll_timeout(), Some(t.at(1) + timeout));
     assert_eq!(t.d.call_in_flight(), Some(call.id));
     assert_eq!(call.path, "/v1/chat/completions");
     // The host adds the client's credentials (call::forwarded); nothing of the head is copied.
@@ -431,9 +433,11 @@ fn a_failing_summarising_call_ends_the_exchange_with_its_envelope() {
         let action = match how {
             How::Status(s, body) => call_answer(&mut t, call.id, 5, s, body),
             How::Failed => {
-                t.d.call_failed(t.at(5), call.id, CallFailure::Failed("reset"))
+                t.d.handle_call_failed(t.at(5), call.id, CallFailure::Failed("reset"))
             }
-            How::TimedOut => t.d.call_failed(t.at(5), call.id, CallFailure::TimedOut),
+            How::TimedOut => {
+                t.d.handle_call_failed(t.at(5), call.id, CallFailure::TimedOut)
+            }
         };
         let Action::Reply { error, cause } = action else {
             panic!("{code}: not replied: {action:?}")
@@ -468,6 +472,34 @@ fn a_failing_summarising_call_ends_the_exchange_with_its_envelope() {
     }
 }
 
+/// The driver owns the call's deadline: the host arms its timer for `poll_timeout`; a timer
+/// that fires early changes nothing, one at the deadline ends the exchange (504), and the
+/// call's late answer is no one's.
+#[test]
+fn the_calls_deadline_is_the_drivers() {
+    let mut t = Test::with(keyed(), Gathering::Pieces);
+    let (call, _) = calling(&mut t, &long(false, 10));
+    let deadline = t.at(1) + t.d.settings().compaction_timeout;
+    assert_eq!(t.d.poll_timeout(), Some(deadline));
+    let early = deadline - Duration::from_millis(1);
+    assert!(matches!(t.d.handle_timeout(early), Action::Hold));
+    assert_eq!(t.d.call_in_flight(), Some(call.id));
+    assert_eq!(t.d.poll_timeout(), Some(deadline));
+    let Action::Reply { error, cause } = t.d.handle_timeout(deadline) else {
+        panic!("not replied")
+    };
+    assert_eq!((error.status(), cause), (504, Cause::Request));
+    let v: Value = serde_json::from_slice(&error.body).unwrap();
+    assert_eq!(v["error"]["code"], "upstream_timeout", "{v}");
+    assert_eq!(t.d.call_in_flight(), None);
+    assert_eq!(t.d.poll_timeout(), None);
+    assert!(matches!(
+        t.d.handle_call_end(deadline, call.id),
+        Action::Hold
+    ));
+    assert!(matches!(t.d.handle_timeout(deadline), Action::Hold));
+}
+
 /// Envoy ends the exchange while the call is in flight: cut, and the call's late answer is
 /// ignored.
 #[test]
@@ -475,7 +507,7 @@ fn an_exchange_cut_during_the_call_ignores_its_answer() {
     let mut t = Test::with(keyed(), Gathering::Pieces);
     let (call, _) = calling(&mut t, &long(false, 10));
     let now = t.at(3);
-    t.d.closed(now);
+    t.d.handle_closed(now);
     let events = t.events(3);
     let f = finished(&events)[0];
     assert!(f.cut);
@@ -489,13 +521,13 @@ fn an_exchange_cut_during_the_call_ignores_its_answer() {
     let mut t = Test::with(keyed(), Gathering::Pieces);
     let (call, _) = calling(&mut t, &long(false, 10));
     let stale = CallId(call.id.0 + 1);
-    assert!(matches!(t.d.call_end(t.at(4), stale), Action::Hold));
+    assert!(matches!(t.d.handle_call_end(t.at(4), stale), Action::Hold));
     assert_eq!(t.d.call_in_flight(), Some(call.id));
 }
 
 fn call_answer_late(t: &mut Test, id: CallId) -> Action {
     let now = t.at(9);
-    t.d.call_end(now, id)
+    t.d.handle_call_end(now, id)
 }
 
 /// With sealed items bound to a tenant, an automatic compaction's item is sealed for the
@@ -571,7 +603,7 @@ fn envoys_reply_during_the_call_ended_by_trailers_is_an_envelope() {
         Action::ReadBody(_)
     ));
     let now = t.at(3);
-    let Action::Reply { error, cause } = t.d.response_trailers(now) else {
+    let Action::Reply { error, cause } = t.d.handle_response_trailers(now) else {
         panic!("an envelope")
     };
     assert_eq!(cause, Cause::Answer);
