@@ -50,8 +50,7 @@ pub(crate) fn child(kind: Kind, key: &str) -> Capture {
         (Kind::Request, "input") => Parse(Kind::Input),
         (Kind::Request | Kind::Item | Kind::Tool, "tools") => Parse(Kind::Tools),
         (Kind::Request, "text") => Parse(Kind::TextParam),
-        // The fields read as numbers, flags and short strings: those of the table of plain
-        // fields, and these.
+        // The fields read as numbers, flags and short strings.
         (
             Kind::Request,
             "model"
@@ -63,10 +62,21 @@ pub(crate) fn child(kind: Kind, key: &str) -> Capture {
             | "tool_choice"
             | "stream_options"
             | "include"
+            | "temperature"
+            | "top_p"
+            | "presence_penalty"
+            | "frequency_penalty"
+            | "max_output_tokens"
+            | "max_tool_calls"
+            | "top_logprobs"
             | "parallel_tool_calls"
-            | "prompt_cache_retention",
+            | "truncation"
+            | "service_tier"
+            | "prompt_cache_key"
+            | "prompt_cache_retention"
+            | "safety_identifier"
+            | "user",
         ) => Parse(Kind::Tree),
-        (Kind::Request, key) if crate::translate::request::is_plain(key) => Parse(Kind::Tree),
         // The instructions, the metadata, and every field the request forwards.
         (Kind::Request, _) => Keep(Kind::Tree),
         // Content arrays are read part by part (agents send parts; a string is decoded). A

@@ -21,9 +21,8 @@ mod params;
 mod summary;
 mod tools;
 
-pub(crate) use body::{leftover_fields, parse_request, reject_stateful, too_complex};
+pub(crate) use body::{leftover_fields, parse_request, reject_stateful};
 pub(crate) use input::{check_part_size, input_messages, merge_leading_system, system_message};
-pub(crate) use params::is_plain;
 use params::Params;
 pub(crate) use summary::summarising_messages;
 pub use summary::{PROMPT, REQUEST};

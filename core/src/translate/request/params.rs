@@ -3,9 +3,10 @@
 //!
 //! The table is in the order the fields are checked (a request's first error is the one it
 //! gets back). A plain field (a number, an integer, a name, a string) is read, mapped and
-//! echoed by its entry alone: adding one is one entry here, plus its tests (the body reader
-//! reads it as a short value, `translate::json::shape`; the Chat body sends it after the
-//! sampling parameters; the response echoes it after its other keys). The fields with rules of
+//! echoed by its entry alone: adding one is one entry here, plus its tests (the Chat body
+//! sends it after the sampling parameters; the response echoes it after its other keys; the
+//! body reader keeps a field it does not list as its token, which reads as the same number,
+//! flag or string: `translate::json::shape` lists the table's fields only to parse them). The fields with rules of
 //! their own (`input`, `tools`, `text`, ...) are entries marked [`Check::Own`]: the translation
 //! reads them where their entry stands ([`Params::read_until`]).
 
@@ -288,13 +289,6 @@ pub(crate) const FIELDS: &[Field] = &[
     },
 ];
 
-/// A plain field of the table: one its entry reads.
-pub(crate) fn is_plain(name: &str) -> bool {
-    FIELDS
-        .iter()
-        .any(|f| f.name == name && !matches!(f.check, Check::Own))
-}
-
 /// The plain fields of a request, read in the table's order as the translation reaches them.
 #[derive(Debug)]
 pub(crate) struct Params<'a> {
@@ -443,6 +437,14 @@ mod tests {
 
         let refused = rehearse(br#"{"model":"m","min_p":2}"#).unwrap_err();
         assert_eq!(refused.param.as_deref(), Some("min_p"));
+        // Not listed in `json::shape` (kept as it came), an object is still no number.
+        let refused = rehearse(br#"{"model":"m","min_p":{"a":1}}"#).unwrap_err();
+        assert_eq!(refused.param.as_deref(), Some("min_p"));
+        assert!(
+            refused.message.contains("but got an object"),
+            "{}",
+            refused.message
+        );
     }
 
     #[test]
