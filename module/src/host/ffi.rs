@@ -333,27 +333,8 @@ impl EnvoyHeaders {
         // borrow of `self`).
         let raw = unsafe { std::slice::from_raw_parts(self.0, count) };
         raw.iter()
-            .filter_map(|h| {
-                // SAFETY: as above, each entry's bytes.
-                let (name, value) = unsafe {
-                    (
-                        EnvoyBuffer {
-                            ptr: h.key_ptr,
-                            length: h.key_length,
-                        }
-                        .as_bytes(),
-                        EnvoyBuffer {
-                            ptr: h.value_ptr,
-                            length: h.value_length,
-                        }
-                        .as_bytes(),
-                    )
-                };
-                Some((
-                    std::str::from_utf8(name).ok()?,
-                    std::str::from_utf8(value).ok()?,
-                ))
-            })
+            // SAFETY: as above, each entry's bytes.
+            .filter_map(|h| unsafe { h.utf8() })
             .collect()
     }
 }
