@@ -145,21 +145,20 @@ const fn own(name: &'static str) -> Field {
     }
 }
 
-/// Chat's `max_completion_tokens`, say, and the other sampling parameters.
-const fn number(name: &'static str, min: f64, max: f64, set: Sampling) -> Field {
-    Field {
-        name,
-        check: Check::Number { min, max },
-        sent: Sent::Set(set.chat),
-        echoed: Echoed::Set(set.echo),
-    }
-}
-
-/// Where a sampling parameter goes: its typed Chat field (telemetry reads it) and its typed
-/// echo field.
-struct Sampling {
-    chat: for<'a> fn(&mut chat::Request<'a>, &Value<'a>),
-    echo: fn(&mut Echo, &Value<'_>),
+/// A sampling parameter: a number within `[min, max]`, into the typed Chat field and echo
+/// field of its name (telemetry reads the former).
+macro_rules! sampling {
+    ($name:ident, $min:expr, $max:expr) => {
+        Field {
+            name: stringify!($name),
+            check: Check::Number {
+                min: $min,
+                max: $max,
+            },
+            sent: Sent::Set(|c, v| c.$name = Some(v.number())),
+            echoed: Echoed::Set(|e, v| e.$name = v.number()),
+        }
+    };
 }
 
 /// The request's top-level fields, in the order they are checked.
@@ -203,42 +202,10 @@ pub(crate) const FIELDS: &[Field] = &[
         sent: Sent::Set(|c, v| c.max_completion_tokens = v.integer()),
         echoed: Echoed::Set(|e, v| e.max_output_tokens = v.integer()),
     },
-    number(
-        "temperature",
-        0.0,
-        2.0,
-        Sampling {
-            chat: |c, v| c.temperature = Some(v.number()),
-            echo: |e, v| e.temperature = v.number(),
-        },
-    ),
-    number(
-        "top_p",
-        0.0,
-        1.0,
-        Sampling {
-            chat: |c, v| c.top_p = Some(v.number()),
-            echo: |e, v| e.top_p = v.number(),
-        },
-    ),
-    number(
-        "presence_penalty",
-        -2.0,
-        2.0,
-        Sampling {
-            chat: |c, v| c.presence_penalty = Some(v.number()),
-            echo: |e, v| e.presence_penalty = v.number(),
-        },
-    ),
-    number(
-        "frequency_penalty",
-        -2.0,
-        2.0,
-        Sampling {
-            chat: |c, v| c.frequency_penalty = Some(v.number()),
-            echo: |e, v| e.frequency_penalty = v.number(),
-        },
-    ),
+    sampling!(temperature, 0.0, 2.0),
+    sampling!(top_p, 0.0, 1.0),
+    sampling!(presence_penalty, -2.0, 2.0),
+    sampling!(frequency_penalty, -2.0, 2.0),
     own("include"),
     Field {
         name: "top_logprobs",
