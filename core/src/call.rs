@@ -62,6 +62,52 @@ pub const FORWARDED_HEADERS: &[&str] = &[
     "user-agent",
 ];
 
+/// The names of `lists`, each once, in the order they first come: a list of header names
+/// made of others at compile time, so that each name has one source (`N`, the number of
+/// distinct names, is checked: a wrong one fails the build).
+pub const fn names_once<const N: usize>(lists: &[&[&'static str]]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut n = 0;
+    let mut l = 0;
+    while l < lists.len() {
+        let mut i = 0;
+        while i < lists[l].len() {
+            let name = lists[l][i];
+            let mut seen = false;
+            let mut j = 0;
+            while j < n {
+                seen |= same(out[j], name);
+                j += 1;
+            }
+            if !seen {
+                assert!(n < N, "more distinct names than N");
+                out[n] = name;
+                n += 1;
+            }
+            i += 1;
+        }
+        l += 1;
+    }
+    assert!(n == N, "fewer distinct names than N");
+    out
+}
+
+/// `a == b`, in a const fn.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Headers a call sets itself (or its host does for its transport): no `forward_headers`
 /// names one.
 pub const SET_BY_THE_CALL: &[&str] = &[
@@ -194,5 +240,11 @@ mod tests {
         assert!(forwarded(handshake, &[])
             .iter()
             .all(|(n, _)| n != "x-client-id"));
+    }
+
+    #[test]
+    fn names_once_keeps_each_name_once_in_first_order() {
+        const NAMES: [&str; 4] = names_once(&[&["a", "bb"], &["bb", "c"], &["a", "d"]]);
+        assert_eq!(NAMES, ["a", "bb", "c", "d"]);
     }
 }

@@ -10,7 +10,8 @@
 //! downstream watermarks) go to the filter's entry points (`Filter::callout_*`, ...).
 //!
 //! Re-entrance: Envoy calls some hooks from inside the filter's own calls (the host layer's
-//! [`Slot`](crate::host::ffi::Slot) says which). Such a hook never touches the filter: an
+//! [`Slot`](crate::host::ffi::Slot) says which; it holds a [`Stream`], which the host layer
+//! knows only as a type it is given). Such a hook never touches the filter: an
 //! encoder hook passes the filter's own bytes (`Continue`), an event is kept and delivered
 //! once the running hook returns, a destroy waits for it.
 //!
@@ -20,18 +21,42 @@
 #![deny(unsafe_code)]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use responses_core::environment::System;
 use responses_core::settings::KeySource;
 
 use crate::config::{FilterConfig, KeyFile};
+use crate::filter::Filter;
 use crate::host::ffi::{
-    self as abi, Configured, Deferred, Entered, EnvoyBuffer, EnvoyBuffers, EnvoyFilter,
-    EnvoyHeaders, EnvoyHttpHeader, FilterConfigEnvoyPtr, FilterConfigModulePtr, FilterEnvoyPtr,
-    FilterModulePtr, Guard, HttpStreamResetReason, Slot, Stream,
+    self as abi, Deferred, EnvoyBuffer, EnvoyBuffers, EnvoyHeaders, EnvoyHttpHeader,
+    FilterConfigEnvoyPtr, FilterConfigModulePtr, FilterEnvoyPtr, FilterModulePtr,
+    HttpStreamResetReason,
 };
 use crate::host::{self, CalloutId, Envoy, Host, Level, Terminal};
 use crate::status::{BodyStatus, HeadersStatus, TrailersStatus};
+
+/// The filter Envoy runs, on the real clock and randomness.
+pub type EnvoyFilter = Filter<System>;
+
+/// A filter config as Envoy holds it: the exchange's (or, in a test build, the ABI probe's,
+/// chosen by its `filter_name`).
+pub enum Configured {
+    Exchange(Arc<FilterConfig>),
+    #[cfg(feature = "abi-probe")]
+    Probe,
+}
+
+/// What Envoy runs for a stream: the exchange's filter (or, in a test build, the ABI probe).
+pub enum Stream {
+    Exchange(EnvoyFilter),
+    #[cfg(feature = "abi-probe")]
+    Probe(crate::probe::Probe),
+}
+
+type Entered<'a> = abi::Entered<'a, Stream>;
+type Guard<'a> = abi::Guard<'a, Stream>;
+type Slot = abi::Slot<Stream>;
 
 /// `$body` with `$f` bound to the stream's filter, whichever it is.
 macro_rules! on_stream {
@@ -122,7 +147,7 @@ fn config_new(
                     KeySource::Text => "reasoning keys loaded from reasoning_keys",
                 };
                 host::log(level, &format!("responses_module filter `{name}`: {keys}"));
-                abi::config_to_envoy(Configured::Exchange(std::sync::Arc::new(config)))
+                abi::config_to_envoy(Configured::Exchange(Arc::new(config)))
             }
             Err(e) => {
                 host::log(
@@ -141,7 +166,7 @@ fn config_new(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(
     config: FilterConfigModulePtr,
 ) {
-    let _ = catch_unwind(|| abi::drop_config(config));
+    let _ = catch_unwind(|| abi::drop_config::<Configured>(config));
 }
 
 /// Per-route settings are not supported: a route enables or disables the filter with
@@ -194,7 +219,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
     config: FilterConfigModulePtr,
     _filter_envoy: FilterEnvoyPtr,
 ) -> FilterModulePtr {
-    let made = catch_unwind(|| match abi::config_of(config) {
+    let made = catch_unwind(|| match abi::config_of::<Configured>(config) {
         None => abi::no_filter(),
         Some(Configured::Exchange(c)) => {
             abi::filter_to_envoy(Stream::Exchange(EnvoyFilter::new(c.clone(), System)))
@@ -208,7 +233,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
 #[allow(unsafe_code)] // for #[no_mangle] alone
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: FilterModulePtr) {
-    let _ = catch_unwind(|| abi::drop_filter(filter));
+    let _ = catch_unwind(|| abi::drop_filter::<Stream>(filter));
 }
 
 /// Runs one hook on a filter, containing any panic: `hook`'s result, or else `on_panic`'s
@@ -225,7 +250,7 @@ fn with_filter<R>(
     on_panic: impl FnOnce(bool) -> R,
     reentrant: impl FnOnce(&Slot) -> R,
 ) -> R {
-    match abi::enter(filter_envoy, filter) {
+    match abi::enter::<Stream>(filter_envoy, filter) {
         // filter_new failed: Envoy closes the stream; never let anything pass meanwhile.
         Entered::Missing => on_panic(false),
         Entered::Busy(slot) => {
@@ -702,7 +727,7 @@ fn watermark(filter_envoy: FilterEnvoyPtr, filter: FilterModulePtr, above: bool)
     } else {
         "downstream_below_write_buffer_low_watermark"
     };
-    match abi::enter(filter_envoy, filter) {
+    match abi::enter::<Stream>(filter_envoy, filter) {
         Entered::Missing => return,
         Entered::Busy(slot) => slot.watermark(above),
         // (The guard ends here: `report` enters again.)

@@ -521,28 +521,9 @@ impl Host for Envoy<'_> {
             return Vec::new();
         }
         raw.iter()
-            .filter_map(|h| {
-                // SAFETY: Envoy's header bytes, valid until a header of this map is set
-                // (`&mut self`).
-                let (name, value) = unsafe {
-                    (
-                        EnvoyBuffer {
-                            ptr: h.key_ptr,
-                            length: h.key_length,
-                        }
-                        .as_bytes(),
-                        EnvoyBuffer {
-                            ptr: h.value_ptr,
-                            length: h.value_length,
-                        }
-                        .as_bytes(),
-                    )
-                };
-                Some((
-                    std::str::from_utf8(name).ok()?,
-                    std::str::from_utf8(value).ok()?,
-                ))
-            })
+            // SAFETY: Envoy's header bytes, valid until a header of this map is set
+            // (`&mut self`).
+            .filter_map(|h| unsafe { h.utf8() })
             .collect()
     }
 

@@ -57,26 +57,17 @@ fn metadata(s: &exchange::Summary) -> envoy_types::pb::google::protobuf::Struct 
 /// credentials and trace context (`call::FORWARDED_HEADERS`) are read for the processor's own
 /// call, an automatic compaction's summarising request, which carries them as the routed call
 /// does.
-pub const HEADERS_READ: [&str; 18] = [
-    ":method",
-    ":path",
-    "x-request-id",
-    "authorization",
-    "x-api-key",
-    "openai-organization",
-    "openai-project",
-    "traceparent",
-    "tracestate",
-    responses_core::request_encoding::HEADER,
-    ":status",
-    "content-type",
-    responses_core::client::IDENTITY_HEADERS[0],
-    responses_core::client::IDENTITY_HEADERS[1],
-    responses_core::client::IDENTITY_HEADERS[2],
-    responses_core::client::IDENTITY_HEADERS[3],
-    responses_core::upstream_failure::KEPT_HEADERS[0],
-    responses_core::upstream_failure::KEPT_HEADERS[1],
-];
+pub const HEADERS_READ: [&str; 18] = responses_core::call::names_once(&[
+    &[":method", ":path", "x-request-id"],
+    responses_core::call::FORWARDED_HEADERS,
+    &[
+        responses_core::request_encoding::HEADER,
+        ":status",
+        "content-type",
+    ],
+    &responses_core::client::IDENTITY_HEADERS,
+    &responses_core::upstream_failure::KEPT_HEADERS,
+]);
 
 /// The prefixes of the other headers the processor reads: an answer's `x-ratelimit-*`.
 pub const HEADER_PREFIXES_READ: [&str; 1] = [responses_core::upstream_failure::KEPT_HEADER_PREFIX];

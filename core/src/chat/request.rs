@@ -28,6 +28,9 @@ pub struct Request<'a> {
     pub top_p: Option<f64>,
     pub presence_penalty: Option<f64>,
     pub frequency_penalty: Option<f64>,
+    /// The request's other plain parameters, by Chat key (the translation's table of fields
+    /// says which), sent after the sampling parameters above.
+    pub params: Vec<(&'static str, Param<'a>)>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<u64>,
     pub response_format: Option<ResponseFormat<'a>>,
@@ -37,6 +40,16 @@ pub struct Request<'a> {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub extra: Extra<'a>,
+}
+
+/// A plain parameter's value, as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param<'a> {
+    Bool(bool),
+    Number(f64),
+    Integer(u64),
+    Name(&'static str),
+    Text(Text<'a>),
 }
 
 /// The client's other fields, by name, as they came.
@@ -335,6 +348,15 @@ impl Request<'_> {
         o.option("top_p", &self.top_p);
         o.option("presence_penalty", &self.presence_penalty);
         o.option("frequency_penalty", &self.frequency_penalty);
+        for (key, value) in &self.params {
+            match value {
+                Param::Bool(b) => o.option(key, &Some(b)),
+                Param::Number(x) => o.option(key, &Some(x)),
+                Param::Integer(n) => o.option(key, &Some(n)),
+                Param::Name(name) => o.name(key, name),
+                Param::Text(text) => text.write(o.key(key)),
+            }
+        }
         o.option("logprobs", &self.logprobs);
         o.option("top_logprobs", &self.top_logprobs);
         if let Some(f) = &self.response_format {
@@ -375,7 +397,9 @@ impl Request<'_> {
             ("stream_options", self.stream_options.is_some()),
         ];
         for (key, value) in &self.extra {
-            if set.iter().any(|(name, is_set)| *is_set && name == key) {
+            if set.iter().any(|(name, is_set)| *is_set && name == key)
+                || self.params.iter().any(|(name, _)| name == key)
+            {
                 continue;
             }
             o.any_key(key).extend_from_slice(value.get().as_bytes());

@@ -318,6 +318,33 @@ pub struct Echo {
     pub prompt_cache_key: Option<String>,
     /// The response this one continues (WebSocket transport, connection-local context).
     pub previous_response_id: Option<String>,
+    /// The request's other plain parameters, by name, each with its value or its default
+    /// (the translation's table of fields says which): echoed after the keys above.
+    pub params: Vec<(&'static str, Scalar)>,
+}
+
+/// A plain parameter's value, as echoed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar {
+    Null,
+    Bool(bool),
+    Number(f64),
+    Integer(u64),
+    Name(&'static str),
+    Text(String),
+}
+
+impl Serialize for Scalar {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Scalar::Null => s.serialize_unit(),
+            Scalar::Bool(b) => s.serialize_bool(*b),
+            Scalar::Number(x) => s.serialize_f64(*x),
+            Scalar::Integer(n) => s.serialize_u64(*n),
+            Scalar::Name(name) => s.serialize_str(name),
+            Scalar::Text(text) => s.serialize_str(text),
+        }
+    }
 }
 
 impl Default for Echo {
@@ -344,6 +371,7 @@ impl Default for Echo {
             safety_identifier: None,
             prompt_cache_key: None,
             previous_response_id: None,
+            params: Vec::new(),
         }
     }
 }
@@ -575,7 +603,11 @@ fn echo_fields<M: SerializeStruct>(e: &Echo, m: &mut M) -> Result<(), M::Error> 
     m.serialize_field("service_tier", &e.service_tier)?;
     m.serialize_field("metadata", &ObjectOrEmpty(e.metadata.as_deref()))?;
     m.serialize_field("safety_identifier", &e.safety_identifier)?;
-    m.serialize_field("prompt_cache_key", &e.prompt_cache_key)
+    m.serialize_field("prompt_cache_key", &e.prompt_cache_key)?;
+    for (key, value) in &e.params {
+        m.serialize_field(key, value)?;
+    }
+    Ok(())
 }
 
 /// An echoed object, or `{}` when the request had none.

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use super::json::document::{self, Fields, Node, Str};
+use super::json::document::{self, Fields, Node, Str, TREE_BYTES_FLOOR, TREE_BYTES_PER_BYTE};
 use crate::openresponses::{ApiError, ErrorCode};
 
 /// Where a value sits in the request (`input[3].content[0].text`), as a chain of borrowed
@@ -74,15 +74,26 @@ pub(crate) fn bad_value(path: impl fmt::Display, message: impl Into<String>) -> 
     ApiError::invalid(path.to_string(), message).with_code(ErrorCode::InvalidValue)
 }
 
+/// A text of `len` bytes whose JSON values would take more memory to read than its size
+/// allows (the body's, or a container of it read later).
+pub(crate) fn too_complex(len: usize) -> ApiError {
+    ApiError::invalid_body(format!(
+        "The request body holds too many JSON values for its size: reading them would take \
+         more than {TREE_BYTES_PER_BYTE} bytes of memory per byte of its {len} (and {} KiB), \
+         which this server does not give. Send fewer, larger values.",
+        TREE_BYTES_FLOOR >> 10
+    ))
+    .with_status(413)
+    .with_code(ErrorCode::RequestTooLarge)
+}
+
 /// A kept container read as nodes, within a memory budget of its size. It was checked when
 /// the body was read, so this cannot fail otherwise; if it did, the request fails rather than
 /// pass unread.
 fn opened<'a>(node: Node<'a>) -> Result<Node<'a>, ApiError> {
     match node {
         Node::Kept(raw, kind) => document::open(raw, kind).map_err(|refused| match refused {
-            document::Refused::TooComplex => {
-                crate::translate::request::too_complex(raw.get().len())
-            }
+            document::Refused::TooComplex => too_complex(raw.get().len()),
             document::Refused::Invalid => ApiError::server(
                 500,
                 ErrorCode::InternalError,

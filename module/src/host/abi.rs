@@ -101,6 +101,34 @@ pub struct EnvoyHttpHeader {
     pub value_length: usize,
 }
 
+impl EnvoyHttpHeader {
+    /// The name and value, if both are UTF-8.
+    ///
+    /// # Safety
+    /// Both pointers must point to their lengths of readable bytes that outlive `'a`.
+    pub(super) unsafe fn utf8<'a>(&self) -> Option<(&'a str, &'a str)> {
+        // SAFETY: the caller's.
+        let (name, value) = unsafe {
+            (
+                EnvoyBuffer {
+                    ptr: self.key_ptr,
+                    length: self.key_length,
+                }
+                .as_bytes(),
+                EnvoyBuffer {
+                    ptr: self.value_ptr,
+                    length: self.value_length,
+                }
+                .as_bytes(),
+            )
+        };
+        Some((
+            std::str::from_utf8(name).ok()?,
+            std::str::from_utf8(value).ok()?,
+        ))
+    }
+}
+
 /// `envoy_dynamic_module_type_http_header_type`.
 pub type HeaderType = u32;
 pub const REQUEST_HEADER: HeaderType = 0;

@@ -3,13 +3,16 @@
 //! own config and filter objects it holds for us). The hooks stay free of `unsafe`: each
 //! function here is safe to call with the values of the current hook, which are the only
 //! ones there are (no code outside the host layer can make one).
+//!
+//! What Envoy holds for the module (a filter config, a stream's filter) is whatever the floor
+//! above defines: this layer is generic over it and names none of it. Each such value is
+//! handed over [`Tagged`] with its type, and read back only as that type.
 
+use std::any::TypeId;
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::VecDeque;
-use std::ffi::c_char;
-use std::sync::Arc;
+use std::ffi::{c_char, c_void};
 
-use responses_core::environment::System;
 use responses_core::metrics::Kind;
 
 pub use super::abi::{
@@ -25,11 +28,6 @@ pub use super::work::WORK_EVENT;
 
 use super::abi::{self, ModuleBuffer};
 use super::{CalloutId, CalloutReset, Envoy, HostState, MetricId};
-use crate::config::FilterConfig;
-use crate::filter::Filter;
-
-/// The filter Envoy runs, on the real clock and randomness.
-pub type EnvoyFilter = Filter<System>;
 
 /// The ABI version `envoy_dynamic_module_on_program_init` answers with.
 pub fn abi_version() -> *const c_char {
@@ -80,17 +78,43 @@ pub fn define_metric(
     (result == 0).then_some(MetricId(id))
 }
 
-/// A filter config as Envoy holds it: the exchange's (or, in a test build, the ABI probe's,
-/// chosen by its `filter_name`).
-pub enum Configured {
-    Exchange(Arc<FilterConfig>),
-    #[cfg(feature = "abi-probe")]
-    Probe,
+/// A value Envoy holds for the module, behind one of its module pointers, its type's id first:
+/// a pointer Envoy hands back is read as the type it was made of, or not at all (a mismatch
+/// panics, which the hooks contain, rather than reading one type as another).
+#[repr(C)]
+struct Tagged<T> {
+    kind: TypeId,
+    value: T,
+}
+
+impl<T: 'static> Tagged<T> {
+    /// `value`, boxed for Envoy to hold.
+    fn into_raw(value: T) -> *const c_void {
+        let tagged = Tagged {
+            kind: TypeId::of::<T>(),
+            value,
+        };
+        Box::into_raw(Box::new(tagged)).cast_const().cast()
+    }
+
+    /// The tagged value at `ptr`, checked to be a `T`.
+    ///
+    /// # Safety
+    /// `ptr` was made by [`Tagged::into_raw`] (of some type) and is not freed yet.
+    unsafe fn from_raw(ptr: *const c_void) -> *const Tagged<T> {
+        // `repr(C)`: the id comes first whatever the value's type.
+        let kind = unsafe { *ptr.cast::<TypeId>() };
+        assert!(
+            kind == TypeId::of::<T>(),
+            "a module pointer read as another type than it was made of"
+        );
+        ptr.cast()
+    }
 }
 
 /// A config handed to Envoy, which holds it until config_destroy.
-pub fn config_to_envoy(config: Configured) -> FilterConfigModulePtr {
-    FilterConfigModulePtr(Box::into_raw(Box::new(config)).cast_const().cast())
+pub fn config_to_envoy<C: 'static>(config: C) -> FilterConfigModulePtr {
+    FilterConfigModulePtr(Tagged::into_raw(config))
 }
 
 /// No config: Envoy refuses the filter.
@@ -98,27 +122,23 @@ pub fn no_config() -> FilterConfigModulePtr {
     FilterConfigModulePtr(std::ptr::null())
 }
 
-/// Envoy is done with a config (config_destroy).
-pub fn drop_config(config: FilterConfigModulePtr) {
+/// Envoy is done with a config (config_destroy), made of a `C`.
+pub fn drop_config<C: 'static>(config: FilterConfigModulePtr) {
     if config.0.is_null() {
         return;
     }
     // SAFETY: made by `config_to_envoy`; Envoy destroys each config once.
-    drop(unsafe { Box::from_raw(config.0.cast::<Configured>().cast_mut()) });
+    drop(unsafe { Box::from_raw(Tagged::<C>::from_raw(config.0).cast_mut()) });
 }
 
-/// The config a new filter runs with; `None` for a refused config.
-pub fn config_of<'a>(config: FilterConfigModulePtr) -> Option<&'a Configured> {
+/// The config a new filter runs with, made of a `C`; `None` for a refused config.
+pub fn config_of<'a, C: 'static>(config: FilterConfigModulePtr) -> Option<&'a C> {
+    if config.0.is_null() {
+        return None;
+    }
     // SAFETY: made by `config_to_envoy`; the config outlives its filters (filter_new, the
     // only caller, clones what it keeps).
-    unsafe { config.0.cast::<Configured>().as_ref() }
-}
-
-/// What Envoy runs for a stream: the exchange's filter (or, in a test build, the ABI probe).
-pub enum Stream {
-    Exchange(EnvoyFilter),
-    #[cfg(feature = "abi-probe")]
-    Probe(crate::probe::Probe),
+    Some(unsafe { &(*Tagged::<C>::from_raw(config.0)).value })
 }
 
 /// An event Envoy reported while a hook of the same filter was running (re-entrance: from
@@ -156,16 +176,17 @@ pub enum Deferred {
 /// stream-complete and destroy when a reply ends the stream. The filter is `&mut` to the hook
 /// that runs, so a hook arriving meanwhile must not touch it: `busy` says one runs; such a
 /// hook is answered without the filter (see `crate::hooks`) and its event kept in `deferred`,
-/// delivered when the running hook returns; a destroy is postponed to then.
-pub struct Slot {
+/// delivered when the running hook returns; a destroy is postponed to then. `S`: what runs
+/// the stream, the floor above's.
+pub struct Slot<S> {
     busy: Cell<bool>,
     destroyed: Cell<bool>,
     deferred: RefCell<VecDeque<Deferred>>,
     watermark: Cell<u32>,
-    inner: UnsafeCell<(Stream, HostState)>,
+    inner: UnsafeCell<(S, HostState)>,
 }
 
-impl Slot {
+impl<S> Slot<S> {
     /// Keeps an event for when the running hook returns.
     pub fn defer(&self, event: Deferred) {
         self.deferred.borrow_mut().push_back(event);
@@ -181,7 +202,7 @@ impl Slot {
 }
 
 /// A stream handed to Envoy, which holds it until filter_destroy.
-pub fn filter_to_envoy(stream: Stream) -> FilterModulePtr {
+pub fn filter_to_envoy<S: 'static>(stream: S) -> FilterModulePtr {
     let slot = Slot {
         busy: Cell::new(false),
         destroyed: Cell::new(false),
@@ -189,7 +210,7 @@ pub fn filter_to_envoy(stream: Stream) -> FilterModulePtr {
         watermark: Cell::new(0),
         inner: UnsafeCell::new((stream, HostState::default())),
     };
-    FilterModulePtr(Box::into_raw(Box::new(slot)).cast_const().cast())
+    FilterModulePtr(Tagged::into_raw(slot))
 }
 
 /// No filter: Envoy closes the stream.
@@ -198,17 +219,17 @@ pub fn no_filter() -> FilterModulePtr {
 }
 
 /// Envoy is done with a filter (filter_destroy): freed now, or when the hook that is running
-/// returns (Envoy destroyed it from inside that hook).
-pub fn drop_filter(filter: FilterModulePtr) {
+/// returns (Envoy destroyed it from inside that hook). `S`: what it was made of.
+pub fn drop_filter<S: 'static>(filter: FilterModulePtr) {
     if filter.0.is_null() {
         return;
     }
-    let slot = filter.0.cast::<Slot>();
     // SAFETY: made by `filter_to_envoy`, not freed yet (Envoy destroys each filter once; a
     // postponed free happens only after this call).
     unsafe {
-        if (*slot).busy.get() {
-            (*slot).destroyed.set(true);
+        let slot = Tagged::<Slot<S>>::from_raw(filter.0);
+        if (*slot).value.busy.get() {
+            (*slot).value.destroyed.set(true);
             if super::log_enabled(super::Level::Debug) {
                 super::log(
                     super::Level::Debug,
@@ -222,30 +243,30 @@ pub fn drop_filter(filter: FilterModulePtr) {
 }
 
 /// A stream hook's access to its filter.
-pub enum Entered<'a> {
+pub enum Entered<'a, S> {
     /// filter_new had failed (Envoy closes the stream).
     Missing,
     /// Another hook of this filter is running: this one is re-entrant.
-    Busy(&'a Slot),
-    Free(Guard<'a>),
+    Busy(&'a Slot<S>),
+    Free(Guard<'a, S>),
 }
 
 /// The filter, exclusively, for one hook (and the events deferred during it); frees it at the
 /// end if Envoy destroyed it meanwhile.
-pub struct Guard<'a> {
-    ptr: *const Slot,
+pub struct Guard<'a, S> {
+    ptr: *const Tagged<Slot<S>>,
     filter_envoy: FilterEnvoyPtr,
-    _hook: std::marker::PhantomData<&'a Slot>,
+    _hook: std::marker::PhantomData<&'a Slot<S>>,
 }
 
-impl Guard<'_> {
-    pub fn slot(&self) -> &Slot {
+impl<S> Guard<'_, S> {
+    pub fn slot(&self) -> &Slot<S> {
         // SAFETY: alive while the guard is (freed only by its drop).
-        unsafe { &*self.ptr }
+        unsafe { &(*self.ptr).value }
     }
 
     /// Runs `run` on the stream with Envoy as its host.
-    pub fn run<R>(&mut self, run: impl FnOnce(&mut Stream, &mut Envoy<'_>) -> R) -> R {
+    pub fn run<R>(&mut self, run: impl FnOnce(&mut S, &mut Envoy<'_>) -> R) -> R {
         let slot = self.slot();
         // SAFETY: `busy` is set while this guard lives and every other access to `inner` first
         // checks it (`enter`), so this is the only reference (`&mut self`: one `run` at a
@@ -261,7 +282,7 @@ impl Guard<'_> {
     }
 }
 
-impl Drop for Guard<'_> {
+impl<S> Drop for Guard<'_, S> {
     fn drop(&mut self) {
         let slot = self.slot();
         slot.busy.set(false);
@@ -273,15 +294,19 @@ impl Drop for Guard<'_> {
     }
 }
 
-/// Enters a stream hook: the filter, exclusively, unless a hook of it is already running.
-pub fn enter<'a>(filter_envoy: FilterEnvoyPtr, filter: FilterModulePtr) -> Entered<'a> {
+/// Enters a stream hook: the filter (made of an `S`), exclusively, unless a hook of it is
+/// already running.
+pub fn enter<'a, S: 'static>(
+    filter_envoy: FilterEnvoyPtr,
+    filter: FilterModulePtr,
+) -> Entered<'a, S> {
     if filter.0.is_null() {
         return Entered::Missing;
     }
-    let ptr = filter.0.cast::<Slot>();
     // SAFETY: the Slot of `filter_to_envoy`, alive until filter_destroy (postponed while a
     // hook runs), used by one worker thread at a time; only its cells are touched here.
-    let slot = unsafe { &*ptr };
+    let ptr = unsafe { Tagged::<Slot<S>>::from_raw(filter.0) };
+    let slot = unsafe { &(*ptr).value };
     if slot.busy.replace(true) {
         return Entered::Busy(slot);
     }
@@ -308,27 +333,8 @@ impl EnvoyHeaders {
         // borrow of `self`).
         let raw = unsafe { std::slice::from_raw_parts(self.0, count) };
         raw.iter()
-            .filter_map(|h| {
-                // SAFETY: as above, each entry's bytes.
-                let (name, value) = unsafe {
-                    (
-                        EnvoyBuffer {
-                            ptr: h.key_ptr,
-                            length: h.key_length,
-                        }
-                        .as_bytes(),
-                        EnvoyBuffer {
-                            ptr: h.value_ptr,
-                            length: h.value_length,
-                        }
-                        .as_bytes(),
-                    )
-                };
-                Some((
-                    std::str::from_utf8(name).ok()?,
-                    std::str::from_utf8(value).ok()?,
-                ))
-            })
+            // SAFETY: as above, each entry's bytes.
+            .filter_map(|h| unsafe { h.utf8() })
             .collect()
     }
 }
@@ -445,13 +451,12 @@ impl Drop for MainThread {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use responses_core::environment::System;
+
+    /// What a stream runs, as far as this layer knows: anything.
+    struct Hosted;
 
     fn stream() -> FilterModulePtr {
-        filter_to_envoy(Stream::Exchange(EnvoyFilter::new(
-            crate::fake::config("{}"),
-            System,
-        )))
+        filter_to_envoy(Hosted)
     }
 
     // The Envoy pointer is never dereferenced here (no host call is made).
@@ -481,10 +486,10 @@ mod tests {
     #[test]
     fn a_hook_entered_during_another_is_busy_and_its_events_wait_for_it() {
         let ptr = stream();
-        let Entered::Free(mut guard) = enter(ENVOY, ptr) else {
+        let Entered::Free(mut guard) = enter::<Hosted>(ENVOY, ptr) else {
             panic!("the first hook has the filter");
         };
-        let Entered::Busy(slot) = enter(ENVOY, ptr) else {
+        let Entered::Busy(slot) = enter::<Hosted>(ENVOY, ptr) else {
             panic!("a hook during it is re-entrant");
         };
         slot.defer(Deferred::CalloutComplete(CalloutId(3)));
@@ -499,29 +504,53 @@ mod tests {
         assert_eq!(guard.next_deferred(), None);
         drop(guard);
         // The hook returned: the next one has the filter again.
-        let Entered::Free(guard) = enter(ENVOY, ptr) else {
+        let Entered::Free(guard) = enter::<Hosted>(ENVOY, ptr) else {
             panic!("free again");
         };
         guard.slot().watermark(false);
         guard.slot().watermark(false);
         assert_eq!(guard.slot().watermark.get(), 0, "never below zero");
         drop(guard);
-        drop_filter(ptr);
+        drop_filter::<Hosted>(ptr);
     }
 
     #[test]
     fn a_filter_destroyed_during_its_hook_is_freed_when_the_hook_returns() {
         let ptr = stream();
-        let Entered::Free(mut guard) = enter(ENVOY, ptr) else {
+        let Entered::Free(mut guard) = enter::<Hosted>(ENVOY, ptr) else {
             panic!("free");
         };
-        drop_filter(ptr);
+        drop_filter::<Hosted>(ptr);
         // Still usable until the hook returns.
         assert!(guard.slot().destroyed.get());
         guard.slot().defer(Deferred::StreamComplete);
         assert_eq!(guard.next_deferred(), Some(Deferred::StreamComplete));
         drop(guard); // frees it (a double free or a leak would show under Miri/ASan)
-        assert!(matches!(enter(ENVOY, no_filter()), Entered::Missing));
+        assert!(matches!(
+            enter::<Hosted>(ENVOY, no_filter()),
+            Entered::Missing
+        ));
+    }
+
+    #[test]
+    fn a_pointer_is_read_only_as_the_type_it_was_made_of() {
+        let config = config_to_envoy(7u32);
+        assert_eq!(config_of::<u32>(config), Some(&7));
+        let read_as_other = std::panic::catch_unwind(|| config_of::<u64>(config).copied());
+        assert!(read_as_other.is_err(), "a u32 config read as a u64");
+        drop_config::<u32>(config);
+        assert_eq!(config_of::<u32>(no_config()), None);
+
+        let ptr = stream();
+        let entered_as_other =
+            std::panic::catch_unwind(|| matches!(enter::<u8>(ENVOY, ptr), Entered::Free(_)));
+        assert!(
+            entered_as_other.is_err(),
+            "a stream entered as another type"
+        );
+        // The failed entry touched nothing: the filter is free.
+        assert!(matches!(enter::<Hosted>(ENVOY, ptr), Entered::Free(_)));
+        drop_filter::<Hosted>(ptr);
     }
 
     #[test]

@@ -9,10 +9,8 @@ use serde_json::value::RawValue;
 use super::input::is_extension;
 use crate::chat::request::Extra;
 use crate::openresponses::{ApiError, ErrorCode};
-use crate::translate::fields::{bad_value, Obj, ROOT};
-use crate::translate::json::document::{
-    self, owned_json, Node, Refused, TREE_BYTES_FLOOR, TREE_BYTES_PER_BYTE,
-};
+use crate::translate::fields::{bad_value, too_complex, Obj, ROOT};
+use crate::translate::json::document::{self, owned_json, Node, Refused};
 use crate::translate::json::shape::Kind;
 use crate::translate::json::{self, ParseError};
 use crate::translate::Options;
@@ -49,19 +47,6 @@ pub(crate) fn read(body: &[u8]) -> Result<Obj<'_, 'static>, ApiError> {
             }
         }),
     }
-}
-
-/// A text of `len` bytes whose JSON values would take more memory to read than its size
-/// allows (the body's, or a container of it read later).
-pub(crate) fn too_complex(len: usize) -> ApiError {
-    ApiError::invalid_body(format!(
-        "The request body holds too many JSON values for its size: reading them would take \
-         more than {TREE_BYTES_PER_BYTE} bytes of memory per byte of its {len} (and {} KiB), \
-         which this server does not give. Send fewer, larger values.",
-        TREE_BYTES_FLOOR >> 10
-    ))
-    .with_status(413)
-    .with_code(ErrorCode::RequestTooLarge)
 }
 
 fn check_size(body: &[u8], options: &Options) -> Result<(), ApiError> {

@@ -17,11 +17,13 @@
 mod body;
 mod context;
 mod input;
+mod params;
 mod summary;
 mod tools;
 
-pub(crate) use body::{leftover_fields, parse_request, reject_stateful, too_complex};
+pub(crate) use body::{leftover_fields, parse_request, reject_stateful};
 pub(crate) use input::{check_part_size, input_messages, merge_leading_system, system_message};
+use params::Params;
 pub(crate) use summary::summarising_messages;
 pub use summary::{PROMPT, REQUEST};
 use tools::{tool_choice, tools, Declared};
@@ -319,52 +321,19 @@ fn translate_fields(
         }
         echo.parallel_tool_calls = p;
     }
-    echo.max_tool_calls = req.integer("max_tool_calls", 1, u64::from(u32::MAX))?;
 
-    // Sampling.
-    if let Some(n) = req.integer("max_output_tokens", 1, u64::from(u32::MAX))? {
-        chat.max_completion_tokens = Some(n);
-        echo.max_output_tokens = Some(n);
-    }
-    for (key, min, max, echoed, sent) in [
-        (
-            "temperature",
-            0.0,
-            2.0,
-            &mut echo.temperature,
-            &mut chat.temperature,
-        ),
-        ("top_p", 0.0, 1.0, &mut echo.top_p, &mut chat.top_p),
-        (
-            "presence_penalty",
-            -2.0,
-            2.0,
-            &mut echo.presence_penalty,
-            &mut chat.presence_penalty,
-        ),
-        (
-            "frequency_penalty",
-            -2.0,
-            2.0,
-            &mut echo.frequency_penalty,
-            &mut chat.frequency_penalty,
-        ),
-    ] {
-        if let Some(x) = req.number(key, min, max)? {
-            *sent = Some(x);
-            *echoed = x;
-        }
-    }
-
+    // The plain fields (`params::FIELDS`), read in the table's order between the others.
+    let mut params = Params::default();
+    params.read_until(&mut req, "include")?;
     // Output shape.
     let include = include(&mut req)?;
-    let top_logprobs = req.integer("top_logprobs", 0, 20)?;
+    params.read_until(&mut req, "text")?;
+    let top_logprobs = params.get("top_logprobs").and_then(|v| v.integer());
     let logprobs = include.contains(&LOGPROBS_INCLUDE) || top_logprobs.is_some_and(|n| n > 0);
     if logprobs {
         chat.logprobs = Some(true);
         chat.top_logprobs = top_logprobs;
     }
-    echo.top_logprobs = top_logprobs.unwrap_or(0);
     let seal_reasoning = include.contains(&ENCRYPTED_INCLUDE);
     if seal_reasoning && options.keyring.is_none() {
         return Err(bad_value(
@@ -417,41 +386,12 @@ fn translate_fields(
         chat.response_format = format.into_chat();
     }
 
-    // Echoed, not sent upstream.
-    if let Some(t) = req.enumeration("truncation", &["auto", "disabled"])? {
-        echo.truncation = t;
-    }
-    // Echoed as asked, known or not (`scale`, `fast`, `ultrafast`, ...): it is OpenAI's
-    // billing tier, and a Chat upstream serves every request the same way.
-    if let Some(t) = req.string("service_tier")? {
-        echo.service_tier = t.into_string();
-    }
+    params.read_until(&mut req, "metadata")?;
     if let Some(m) = req.take("metadata") {
         echo.metadata = Some(metadata(m)?);
     }
-    if let Some(key) = req.string("prompt_cache_key")? {
-        if key.as_str().chars().count() > 64 {
-            return Err(bad_value(
-                "prompt_cache_key",
-                "Invalid 'prompt_cache_key': at most 64 characters.",
-            ));
-        }
-        echo.prompt_cache_key = Some(key.into_string());
-    }
-    if let Some(id) = req.string("safety_identifier")? {
-        if id.as_str().chars().count() > 64 {
-            return Err(bad_value(
-                "safety_identifier",
-                "Invalid 'safety_identifier': at most 64 characters.",
-            ));
-        }
-        echo.safety_identifier = Some(id.as_str().into_owned());
-        chat.user = Some(text(id));
-    }
-    // The SDKs' older name of `safety_identifier`; the newer one wins.
-    if let Some(user) = req.string("user")? {
-        chat.user.get_or_insert(text(user));
-    }
+    params.read_rest(&mut req)?;
+    params.apply(&mut chat, &mut echo);
 
     if stream {
         chat.stream = Some(true);
