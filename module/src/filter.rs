@@ -48,7 +48,7 @@ pub struct Filter<E = System> {
     env: E,
     driver: Driver<E>,
     /// `x-request-id`, for logs (boxed: every stream's filter is this size, and it stays
-    /// within clippy's bound on `host::ffi::Stream`'s variants).
+    /// within clippy's bound on `hooks::Stream`'s variants).
     request_id: Box<str>,
     upgrade: Upgrade<E>,
     /// The exchange's own call (an automatic compaction's), as a callout; boxed: few
