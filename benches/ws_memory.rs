@@ -273,8 +273,15 @@ fn main() {
         mib(memory(processor, "VmRSS:"))
     );
     if runs.contains("noread") {
-        let (pingers, flooders) = if quick { (4, 2) } else { (SOCKETS, 20) };
-        noread_runs(&runtime, &stack, &mut log_from, pingers, flooders);
+        // The smoke run of `cargo test`: the flooders' path, briefly (two batches each).
+        let (pingers, flooders, batches) = if quick { (4, 2, 2) } else { (SOCKETS, 20, 100) };
+        noread_runs(
+            &runtime,
+            &stack,
+            &mut log_from,
+            pingers,
+            (flooders, batches),
+        );
     }
 }
 
@@ -306,7 +313,7 @@ fn noread_runs(
     stack: &Stack,
     log_from: &mut usize,
     pingers: usize,
-    flooders: usize,
+    (flooders, batches): (usize, usize),
 ) {
     let (processor, envoy) = (stack.processor().pid(), stack.envoy.pid());
     let port = stack.envoy.port();
@@ -322,7 +329,7 @@ fn noread_runs(
         let reset = reset_peak(processor) && reset_peak(envoy);
         let (endings, beside) = runtime.block_on(async {
             let sockets = if flood {
-                noread::flooders(port, flooders, 100).await
+                noread::flooders(port, flooders, batches).await
             } else {
                 noread::pingers(port, pingers, 8).await
             };
