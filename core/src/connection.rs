@@ -72,6 +72,10 @@ pub const MAX_QUEUED_MESSAGES: usize = 8;
 /// full, and what it did not take stays counted here.
 pub const TRANSMIT_BYTES: usize = 64 << 10;
 
+/// Turns' records a connection may have on their way at once; beyond, it reads no more
+/// messages until one is over ([`Connection::handle_record_done`]).
+pub const MAX_RECORDS_IN_FLIGHT: usize = 8;
+
 /// Default of [`Limits::max_unread_bytes`]: 4 MiB, a few hundred events' worth.
 pub const DEFAULT_MAX_UNREAD_BYTES: usize = 4 << 20;
 
@@ -185,6 +189,8 @@ pub struct Connection<E = System> {
     last_transmit: usize,
     /// The client's bytes the host holds, not yet wanted.
     read_buffer: usize,
+    /// Turns' records handed to the host and not yet over ([`Connection::handle_record_done`]).
+    records_in_flight: usize,
     calls: VecDeque<CallAction>,
     events: VecDeque<Event>,
     /// Whether the host can write to the client, and what waits for it meanwhile.
@@ -367,6 +373,7 @@ impl<E: Environment> Connection<E> {
             write_buffer: 0,
             last_transmit: 0,
             read_buffer: 0,
+            records_in_flight: 0,
             calls: VecDeque::new(),
             events: VecDeque::from([Event::Opened]),
             budget: None,
@@ -455,6 +462,15 @@ impl<E: Environment> Connection<E> {
             && self.queue.len() < MAX_QUEUED_MESSAGES
             && self.queued_bytes < self.limits.max_message_bytes
             && self.out.len() < TRANSMIT_BYTES
+            && self.records_in_flight < MAX_RECORDS_IN_FLIGHT
+    }
+
+    /// A turn's record the host sent ([`CallAction::Record`]) is over, answered or not: while
+    /// [`MAX_RECORDS_IN_FLIGHT`] are on their way, the connection reads no more messages, so
+    /// that a client whose turns end at once (`generate: false`) cannot make the host hold a
+    /// request per turn (200 such clients made Envoy hold 1.4 GiB of them, module mode).
+    pub fn handle_record_done(&mut self) {
+        self.records_in_flight = self.records_in_flight.saturating_sub(1);
     }
 
     /// Bytes of the client's the host holds for the connection, read but not wanted yet
@@ -1337,6 +1353,7 @@ impl<E: Environment> Connection<E> {
         headers.extend(self.forwarded.iter().cloned());
         let fields = metadata::turn(summary, &self.socket_id);
         let record = Record::new(&self.settings, self.env.id_seed(), headers, fields);
+        self.records_in_flight += 1;
         self.calls.push_back(CallAction::Record(record));
     }
 

@@ -376,6 +376,7 @@ impl<E: Environment + Clone> Socket<E> {
                 token: record.token,
             }),
             Err(why) => {
+                self.conn.handle_record_done();
                 RECORDS.forget(record.token);
                 let message = format!(
                     "a turn's record could not be sent: Envoy refused the callout to `{cluster}` ({why:?})"
@@ -406,6 +407,7 @@ impl<E: Environment + Clone> Socket<E> {
             RecordEvent::Status(_) => {}
             RecordEvent::Over { reset } => {
                 let sent = self.records.swap_remove(i);
+                self.conn.handle_record_done();
                 RECORDS.forget(sent.token);
                 if let Some(why) = reset {
                     let message = format!("a turn's record was reset ({why:?})");

@@ -269,6 +269,8 @@ where
     // Client bytes read but not yet wanted (at most one read's worth): offered again once the
     // connection wants input, before the socket is read again.
     let mut kept: Vec<u8> = Vec::new();
+    // Each record's end, told back to the connection (it bounds the records on their way).
+    let (record_over, mut records_over) = tokio::sync::mpsc::unbounded_channel::<()>();
     loop {
         if hand_over(&mut conn, &mut writer, &mut sending).is_err() {
             sending.clear();
@@ -328,10 +330,13 @@ where
                     ledger.file(record.token, std::mem::take(&mut record.fields));
                     let sent = shared.upstream.record(&record);
                     let request_id = request_id.clone();
+                    let over = record_over.clone();
                     tokio::spawn(async move {
                         let answer = sent.await;
                         ledger.forget(record.token);
                         record_sent(answer, &request_id);
+                        // (The socket may be gone: nothing to tell then.)
+                        let _ = over.send(());
                     });
                 }
             }
@@ -379,6 +384,7 @@ where
                     }
                 }
             }
+            Some(()) = records_over.recv() => conn.handle_record_done(),
             event = next_upstream(&mut call) => {
                 let now = Instant::now();
                 let Some(InFlight { id, .. }) = call.as_ref() else { continue };

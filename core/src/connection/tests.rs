@@ -56,6 +56,8 @@ struct Client {
     records: Vec<Record>,
     /// Calls polled by `records`, not looked at yet.
     pending: Vec<CallAction>,
+    /// Records stay on their way (else each is over once polled, as a host's soon is).
+    hold_records: bool,
 }
 
 impl Client {
@@ -73,6 +75,7 @@ impl Client {
             unread: Vec::new(),
             records: Vec::new(),
             pending: Vec::new(),
+            hold_records: false,
         }
     }
 
@@ -131,7 +134,12 @@ impl Client {
     fn poll_calls(&mut self) {
         while let Some(action) = self.conn.poll_call() {
             match action {
-                CallAction::Record(record) => self.records.push(record),
+                CallAction::Record(record) => {
+                    if !self.hold_records {
+                        self.conn.handle_record_done();
+                    }
+                    self.records.push(record);
+                }
                 action => self.pending.push(action),
             }
         }
@@ -1257,6 +1265,7 @@ fn a_client_that_does_not_read_its_answers_is_not_read_either() {
         if rest.is_empty() {
             break;
         }
+        c.poll_calls();
         assert!(c.conn.wants_input());
         let taken = c.conn.read_bytes(now, rest);
         rest = &rest[taken..];
@@ -1887,4 +1896,25 @@ fn a_preload_is_recorded_and_a_response_cut_with_its_connection_is_not() {
     c.bytes(&masked(0x8, &1000u16.to_be_bytes()));
     assert!(c.records().is_empty());
     assert!(matches!(&c.calls()[..], [CallAction::Cancel(id)] if *id == call.id));
+}
+
+/// A client whose turns end at once (`generate: false`) cannot make the host hold a record
+/// per turn: with [`MAX_RECORDS_IN_FLIGHT`] on their way, the connection reads no more, and
+/// reads again once one is over.
+#[test]
+fn records_on_their_way_are_bounded() {
+    let mut c = Client::new();
+    c.hold_records = true;
+    for i in 0..MAX_RECORDS_IN_FLIGHT {
+        c.poll_calls();
+        assert!(c.conn.wants_input(), "turn {i}");
+        c.send(&create(
+            json!({"model": "m", "input": format!("{i}"), "generate": false}),
+        ));
+        assert_eq!(c.texts().last().unwrap()["type"], "response.completed");
+    }
+    assert_eq!(c.records().len(), MAX_RECORDS_IN_FLIGHT);
+    assert!(!c.conn.wants_input(), "a record too many on its way");
+    c.conn.handle_record_done();
+    assert!(c.conn.wants_input());
 }
