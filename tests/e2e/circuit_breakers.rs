@@ -4,6 +4,7 @@
 //! overflows and gets an envelope, never reaching the upstream; once the first ends, exchanges
 //! pass again.
 
+use super::websocket::chat_sse;
 use std::time::Duration;
 
 use crate::common::{client, mode, Gate, Mode, Reply, ScriptedUpstream, Stack};
@@ -33,21 +34,6 @@ fn breakers_of_one(config: String, cluster: &str) -> String {
         .map_or(config.len(), |i| start + 1 + i);
     assert!(at < next, "the breakers found are {cluster}'s");
     format!("{}{ONE}{}", &config[..at], &config[at + SHIPPED.len()..])
-}
-
-fn chat_sse(text: &str) -> Reply {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    Reply::sse([
-        chunk(json!({"role": "assistant", "content": text}), Value::Null),
-        chunk(json!({}), json!("stop")),
-        "data: [DONE]\n\n".to_owned(),
-    ])
 }
 
 fn completion() -> Reply {

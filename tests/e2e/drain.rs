@@ -5,10 +5,11 @@
 //! for the ext_proc service; a WebSocket upgrade gets the `server_shutting_down` envelope
 //! (docs/configuration.md `--drain-seconds`, docs/operations.md health, docs/websocket.md drain).
 
+use super::websocket::chat_sse;
 use std::time::{Duration, Instant};
 
 use crate::common::sse::parse_sse_json;
-use crate::common::{client, only_ext_proc, Gate, Reply, ScriptedUpstream, Stack};
+use crate::common::{client, only_ext_proc, Gate, ScriptedUpstream, Stack};
 use serde_json::{json, Value};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -16,21 +17,6 @@ use tonic_health::pb::HealthCheckRequest;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const EXT_PROC: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
-
-fn chat_sse(text: &str) -> Reply {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
-    Reply::sse([
-        chunk(json!({"role": "assistant", "content": text}), Value::Null),
-        chunk(json!({}), json!("stop")),
-        "data: [DONE]\n\n".to_owned(),
-    ])
-}
 
 fn sigterm(pid: u32) {
     let status = std::process::Command::new("kill")
