@@ -398,6 +398,11 @@ pub fn connection(data: &[u8]) {
         br#"{"type":"response.create","model":"m","input":[{"type":"function_call_output","call_id":"c","output":"o"}]}"#,
         br#"{"type":"response.cancel"}"#,
         b"{not json",
+        br#"{"type":"response.create","model":"m","input":"hi","stream_id":"a"}"#,
+        br#"{"type":"response.create","model":"m","input":"hi","stream_id":"b"}"#,
+        br#"{"type":"response.create","model":"m","input":"x","stream_id":7}"#,
+        br#"{"type":"response.steer","previous_response_id":"resp_x","input":"x"}"#,
+        br#"{"type":"response.steer","input":[{"role":"assistant","content":"x"}]}"#,
     ];
     const SSE: &[&[u8]] = &[
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"}}]}\n\n",
@@ -467,13 +472,24 @@ pub fn connection(data: &[u8]) {
     let mut opened_told = false;
     let mut finished = 0;
     let mut claimed = 0;
+    // The last response id the client saw: steers name it.
+    let mut last_id: Option<String> = None;
     let mut ops = data.chunks(2);
     while let Some(&[op, arg]) = ops.next() {
         let latest = open_calls.last().copied();
         match op % 12 {
             0 | 1 => {
-                let m = MESSAGES[usize::from(arg) % MESSAGES.len()];
-                conn.handle_bytes(now, &masked(0x1, m, true));
+                let pick = usize::from(arg) % (MESSAGES.len() + 1);
+                let m = match (MESSAGES.get(pick), &last_id) {
+                    (Some(m), _) => m.to_vec(),
+                    // A steer of the last response seen, in flight or not.
+                    (None, id) => format!(
+                        r#"{{"type":"response.steer","previous_response_id":"{}","input":"more"}}"#,
+                        id.as_deref().unwrap_or("resp_none")
+                    )
+                    .into_bytes(),
+                };
+                conn.handle_bytes(now, &masked(0x1, &m, true));
             }
             2 => {
                 // A message in two fragments, a ping between them.
@@ -544,6 +560,13 @@ pub fn connection(data: &[u8]) {
             for t in texts {
                 let v: serde_json::Value = serde_json::from_slice(&t).expect("one JSON object");
                 assert!(v.is_object());
+                if let Some(id) = v["response"]["id"].as_str() {
+                    last_id = Some(id.to_owned());
+                }
+                // A lane's events echo it, and only a lane's.
+                if let Some(lane) = v.get("stream_id") {
+                    assert!(lane == "a" || lane == "b", "{v}");
+                }
             }
             sent = true;
             close_now |= close;
@@ -577,8 +600,14 @@ pub fn connection(data: &[u8]) {
                     opened_told = true;
                 }
                 Event::Closed { .. } => closes_told += 1,
-                Event::Response(life::Event::Claimed { .. }) => claimed += 1,
-                Event::Response(life::Event::Finished(_)) => finished += 1,
+                Event::Response {
+                    event: life::Event::Claimed { .. },
+                    ..
+                } => claimed += 1,
+                Event::Response {
+                    event: life::Event::Finished(_),
+                    ..
+                } => finished += 1,
                 _ => {}
             }
         }

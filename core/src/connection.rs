@@ -45,7 +45,6 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use serde::Serialize;
-use serde_json::value::RawValue;
 
 use crate::call::{self, CallAction, CallFailure, CallId};
 use crate::environment::{Environment, System};
@@ -57,12 +56,15 @@ use crate::life::{self, Life};
 use crate::metadata::{self, record::Record};
 use crate::openresponses::{ApiError, Code, ContextTokens, ErrorCode, Events};
 use crate::translate::json::document::{self, Node, Str};
-use crate::translate::json::shape::Kind;
 use crate::translate::{Meta, ReasoningEvents};
 use crate::upstream_failure::{self, KeptHeader};
 use crate::websocket::decode::{Decoder, Message};
 use crate::websocket::{encode, CloseCode, CloseReason};
 use admission::Budget;
+pub use lane::MAX_LANES;
+use lane::{Context, Lane, Queued, State, Successor, Turn};
+use steer::Steer;
+pub use steer::{SteerError, MAX_PENDING_STEERS};
 
 /// Messages read ahead while a response is in flight.
 pub const MAX_QUEUED_MESSAGES: usize = 8;
@@ -120,16 +122,22 @@ pub struct Limits {
 #[derive(Debug, Clone)]
 pub enum Event {
     /// The life of a response, as an HTTP exchange's: claimed, stream opened and closed, first
-    /// output, finished (or cut) with its summary and timing.
-    Response(life::Event),
+    /// output, finished (or cut) with its summary and timing; `lane` tells apart the
+    /// responses of a connection's lanes, which run side by side.
+    Response { lane: u64, event: life::Event },
     /// A message refused before it became a response (not a valid `response.create`): its
-    /// status and error code.
-    Refused { status: u16, code: Option<Code> },
+    /// status and error code (`lane` 0: refused before it had a lane, one beyond
+    /// [`MAX_LANES`]).
+    Refused {
+        lane: u64,
+        status: u16,
+        code: Option<Code>,
+    },
     /// A client message, for hosts that record content (`Connection::record_content`).
-    Message(Bytes),
+    Message { lane: u64, text: Bytes },
     /// A response's last message (its terminal event, or its error), for hosts that record
     /// content.
-    Answer(Bytes),
+    Answer { lane: u64, text: Bytes },
     /// The connection is open (told first, once).
     Opened,
     /// The connection ended: the close code sent (or received), and why, once.
@@ -152,30 +160,21 @@ pub struct Connection<E = System> {
     forwarded: Vec<(Cow<'static, str>, String)>,
     /// The socket's id in its turns' records: the upgrade's `x-request-id` (or one made up).
     socket_id: String,
-    decoder: Decoder,
+    reader: Reader,
     phase: Phase,
-    /// Set once the connection must end after the response in flight.
-    ending: Option<Ending>,
     opened: Instant,
     /// The last client message (or the end of the last response): the idle timer's start.
     active: Instant,
-    queue: VecDeque<Queued>,
+    /// Its lanes, in the order they opened: each with its queue, its response in flight and
+    /// its kept context.
+    lanes: Vec<Lane>,
+    /// The key the next lane gets (its responses' events are told with it).
+    next_lane: u64,
+    /// Messages waiting on every lane, and their bytes.
+    queued: usize,
     queued_bytes: usize,
-    /// The response in flight.
-    turn: Option<Turn>,
-    /// The call of a response that ended well while its upstream had not finished (the
-    /// terminal event came before the body's end): left to end by itself, cancelled when
-    /// the next call starts or the connection ends.
-    finishing: Option<CallId>,
-    /// The last response that ended well, ready to be continued.
-    context: Option<Context>,
-    /// The last response that ended well but was not kept: its id, so that naming it gets a
-    /// message that says why.
-    too_large: Option<String>,
-    /// The summary of the last response that ended, for logs.
+    /// The summary of the last response that ended, on any lane, for logs.
     last: Option<Summary>,
-    /// The life of the response in flight, or of the last one until its end is polled.
-    life: Option<Life>,
     next_call: u64,
     /// Frames for the client, not yet handed to the host: whole frames only (the host takes
     /// them whole).
@@ -196,18 +195,40 @@ pub struct Connection<E = System> {
     /// Whether the host can write to the client, and what waits for it meanwhile.
     writer: Writer,
     record_content: bool,
-    /// The client's bytes cannot be read any further (a frame refused unread, a protocol
-    /// error).
-    read_failed: bool,
     /// The memory all of the host's connections share, when the host has one.
     budget: Option<Arc<Budget>>,
     /// What this connection counts in it.
     counted: usize,
 }
 
+/// The client's bytes: read as frames, or no longer (a frame refused unread, a protocol
+/// error, a connection over its memory).
+// One per connection, in place for its life: its size is the decoder's either way.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Reader {
+    Reading(Decoder),
+    Stopped,
+}
+
+impl Reader {
+    fn held(&self) -> usize {
+        match self {
+            Reader::Reading(decoder) => decoder.held(),
+            Reader::Stopped => 0,
+        }
+    }
+
+    fn is_reading(&self) -> bool {
+        matches!(self, Reader::Reading(_))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Open,
+    /// Open, but ending once what is in flight is over (see [`Ending`]).
+    Ending(Ending),
     /// Our close frame is sent; the client's is awaited until `deadline`.
     Closing {
         deadline: Instant,
@@ -224,7 +245,7 @@ enum Writer {
     Blocked { unread: usize },
 }
 
-/// Why the connection ends once the response in flight is over.
+/// Why the connection ends once the responses in flight are over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ending {
     /// A frame over twice the message limit, refused unread: the messages before it are
@@ -232,87 +253,9 @@ enum Ending {
     TooBig,
     /// `max_age` reached: no further message starts; an `error` event, then 1000.
     MaxAge,
-    /// The host drains: no further message starts; 1001 after the response in flight, or at
-    /// `deadline` with that response failed.
+    /// The host drains: no further message starts; 1001 after the responses in flight, or at
+    /// `deadline` with those responses failed.
     Drain { deadline: Instant },
-}
-
-/// What the client sent, in order.
-#[derive(Debug)]
-enum Queued {
-    Text(Bytes),
-    Binary,
-    /// A message between the message limit and twice it: read, and refused in its turn.
-    TooLarge,
-}
-
-/// The last response that ended well, kept as the text it was sent and read as: nothing of it
-/// is a tree until a continuation reads it (counted at its size, [`Connection::held`]).
-#[derive(Debug)]
-struct Context {
-    id: String,
-    /// Its whole input (its own continued context first), a JSON array.
-    input: String,
-    /// Its terminal event as sent (`response.completed` or `.incomplete`): the output is
-    /// read from it only if the context is continued.
-    terminal: Bytes,
-    bytes: usize,
-}
-
-impl Context {
-    /// The context as input items, borrowed from its text: its input, then its output.
-    fn items(&self) -> Result<Vec<Node<'_>>, ApiError> {
-        #[derive(serde::Deserialize)]
-        struct Terminal<'a> {
-            #[serde(borrow)]
-            response: Finished<'a>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Finished<'a> {
-            #[serde(borrow)]
-            output: &'a RawValue,
-        }
-        let unreadable = |why: &dyn std::fmt::Display| {
-            ApiError::server(
-                500,
-                ErrorCode::InternalError,
-                format!("The kept response could not be read: {why}."),
-            )
-        };
-        fn as_items<'a>(
-            read: Result<Node<'a>, document::Refused>,
-        ) -> Result<Vec<Node<'a>>, String> {
-            match read {
-                Ok(Node::Array(items)) => Ok(items),
-                Ok(other) => Err(format!("{} for items", other.type_name())),
-                Err(refused) => Err(format!("{refused:?}")),
-            }
-        }
-        let mut items =
-            as_items(document::parse(&self.input, Kind::Input)).map_err(|e| unreadable(&e))?;
-        let text = std::str::from_utf8(&self.terminal).map_err(|e| unreadable(&e))?;
-        let terminal: Terminal<'_> = serde_json::from_str(text).map_err(|e| unreadable(&e))?;
-        let output = document::open(terminal.response.output, Kind::Input);
-        items.extend(as_items(output).map_err(|e| unreadable(&e))?);
-        Ok(items)
-    }
-}
-
-/// The response in flight.
-#[derive(Debug)]
-struct Turn {
-    exchange: Exchange,
-    /// Its call, while the upstream may still answer.
-    call: Option<CallId>,
-    /// Its whole input (the continued context's items first), a JSON array kept for the next
-    /// context.
-    input: String,
-    /// The last item of `input` is a `compaction_trigger`: its output stands for the rest.
-    compacted: bool,
-    /// Its call is an automatic compaction's summarising request, given up on at this time.
-    compacting: Option<Instant>,
-    /// The model headers of its last call, which its record carries too.
-    model_headers: Vec<(Cow<'static, str>, String)>,
 }
 
 /// Fields of `POST /v1/responses` that belong to the HTTP transport, with the one value that
@@ -349,24 +292,20 @@ impl<E: Environment> Connection<E> {
         Connection {
             socket_id,
             tenant: crate::exchange::tenant(&settings, &handshake),
-            decoder: Decoder::new(limits.max_message_bytes),
+            reader: Reader::Reading(Decoder::new(limits.max_message_bytes)),
             forwarded: call::forwarded(&handshake, &settings.forward_headers),
             settings,
             limits,
             env,
             reasoning_events,
             phase: Phase::Open,
-            ending: None,
             opened: now,
             active: now,
-            queue: VecDeque::new(),
+            lanes: Vec::new(),
+            next_lane: 0,
+            queued: 0,
             queued_bytes: 0,
-            turn: None,
-            finishing: None,
-            context: None,
-            too_large: None,
             last: None,
-            life: None,
             next_call: 0,
             out: BytesMut::new(),
             pong: None,
@@ -380,7 +319,6 @@ impl<E: Environment> Connection<E> {
             counted: 0,
             writer: Writer::Writable,
             record_content: false,
-            read_failed: false,
         }
     }
 
@@ -401,25 +339,21 @@ impl<E: Environment> Connection<E> {
         self.write_buffer = bytes;
     }
 
-    /// Bytes the connection holds: its kept context and the input of the response in flight
-    /// (JSON text: no tree of them is kept), what the response in flight has output so far
-    /// (kept for its closing events), the queued messages, the message being read, the frames
-    /// not yet handed to the host, the client's bytes the host holds for it
-    /// ([`Connection::set_read_buffer`]), and, while the host cannot write, what it holds
-    /// toward the client ([`Connection::set_write_buffer`] and the last piece it took).
+    /// Bytes the connection holds: each lane's kept context, the input and message of its
+    /// response in flight (JSON text: no tree of them is kept), what that response has output
+    /// so far (kept for its closing events) and its steers; the queued messages, the message
+    /// being read, the frames not yet handed to the host, the client's bytes the host holds
+    /// for it ([`Connection::set_read_buffer`]), and, while the host cannot write, what it
+    /// holds toward the client ([`Connection::set_write_buffer`] and the last piece it took).
     pub fn held(&self) -> usize {
         let host = if self.writer == Writer::Writable {
             0
         } else {
             self.write_buffer + self.last_transmit
         };
-        self.context_bytes()
-            + self
-                .turn
-                .as_ref()
-                .map_or(0, |t| t.input.len() + t.exchange.held_output())
+        self.lanes.iter().map(Lane::held).sum::<usize>()
             + self.queued_bytes
-            + self.decoder.held()
+            + self.reader.held()
             + self.out.len()
             + self.pong.as_ref().map_or(0, Bytes::len)
             + self.read_buffer
@@ -436,9 +370,18 @@ impl<E: Environment> Connection<E> {
         &self.settings
     }
 
-    /// The exchange in flight, for logs.
+    /// An exchange in flight (the first lane's), for logs.
     pub fn exchange(&self) -> Option<&Exchange> {
-        self.turn.as_ref().map(|t| &t.exchange)
+        self.lanes.iter().find_map(Lane::turn).map(|t| &t.exchange)
+    }
+
+    /// The lane ([`Event::Response`]'s `lane`) and exchange a call is for, for its log line
+    /// and its span.
+    pub fn call_lane(&self, id: CallId) -> Option<(u64, &Exchange)> {
+        self.lanes.iter().find_map(|l| {
+            let turn = l.turn().filter(|t| t.call == Some(id))?;
+            Some((l.key, &turn.exchange))
+        })
     }
 
     /// The summary of the last response that ended, for logs.
@@ -446,9 +389,13 @@ impl<E: Environment> Connection<E> {
         self.last.as_ref()
     }
 
-    /// Bytes of context kept for a continuation.
+    /// Bytes of context kept for continuations (every lane's).
     pub fn context_bytes(&self) -> usize {
-        self.context.as_ref().map_or(0, |c| c.bytes)
+        self.lanes
+            .iter()
+            .filter_map(|l| l.context.as_ref())
+            .map(|c| c.bytes)
+            .sum()
     }
 
     /// Whether the host should read more of the client's bytes now. A host that can stop
@@ -457,9 +404,8 @@ impl<E: Environment> Connection<E> {
     /// waits for the host, so that a client that does not read cannot make the connection
     /// answer more of its messages than the host takes.
     pub fn wants_input(&self) -> bool {
-        self.phase != Phase::Closed
-            && !self.read_failed
-            && self.queue.len() < MAX_QUEUED_MESSAGES
+        self.reading()
+            && self.queued < MAX_QUEUED_MESSAGES
             && self.queued_bytes < self.limits.max_message_bytes
             && self.out.len() < TRANSMIT_BYTES
             && self.records_in_flight < MAX_RECORDS_IN_FLIGHT
@@ -492,7 +438,7 @@ impl<E: Environment> Connection<E> {
     /// Whether the client's bytes still mean anything: false once the connection has stopped
     /// reading for good (closed, or a frame it could not read); a host then drops them.
     pub fn reading(&self) -> bool {
-        self.phase != Phase::Closed && !self.read_failed
+        self.phase != Phase::Closed && self.reader.is_reading()
     }
 
     // ---- inputs ----
@@ -513,12 +459,11 @@ impl<E: Environment> Connection<E> {
 
     fn read(&mut self, now: Instant, mut bytes: &[u8], bounded: bool) -> usize {
         let offered = bytes.len();
-        while !bytes.is_empty()
-            && self.phase != Phase::Closed
-            && !self.read_failed
-            && (!bounded || self.wants_input())
-        {
-            match self.decoder.decode(&mut bytes) {
+        while !bytes.is_empty() && self.reading() && (!bounded || self.wants_input()) {
+            let Reader::Reading(decoder) = &mut self.reader else {
+                break;
+            };
+            match decoder.decode(&mut bytes) {
                 Ok(Some(message)) => {
                     self.on_message(now, message);
                     if bounded {
@@ -528,13 +473,15 @@ impl<E: Environment> Connection<E> {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    self.read_failed = true;
+                    self.reader = Reader::Stopped;
                     let code = e.close_code();
                     if code == CloseCode::TOO_BIG {
                         // The frame is not read: what came before it is answered, then its
                         // own 413, then the close.
-                        self.queue.push_back(Queued::TooLarge);
-                        self.ending = Some(Ending::TooBig);
+                        self.enqueue(now, None, Queued::TooLarge);
+                        if !matches!(self.phase, Phase::Ending(Ending::Drain { .. })) {
+                            self.set_ending(Ending::TooBig);
+                        }
                     } else {
                         self.cut(now);
                         self.close(now, code, CloseReason::ProtocolError);
@@ -561,7 +508,11 @@ impl<E: Environment> Connection<E> {
         A: IntoIterator<Item = (&'h str, &'h str)>,
     {
         let unix = self.env.now();
-        let Some(turn) = self.turn_of(now, id) else {
+        let Some(at) = self.lane_of_call(now, id) else {
+            return;
+        };
+        let lane = &mut self.lanes[at];
+        let Some(turn) = lane.turn_mut() else {
             return;
         };
         if upstream_failure::keeps_headers(status) {
@@ -571,7 +522,7 @@ impl<E: Environment> Connection<E> {
             let step = turn
                 .exchange
                 .call_head(status, header("content-type").unwrap_or_default());
-            self.compaction_step(now, step);
+            self.compaction_step(now, at, step);
             self.pump(now);
             return;
         }
@@ -583,12 +534,12 @@ impl<E: Environment> Connection<E> {
         match turn.exchange.response_head(head, unix) {
             HeadStep::Stream => {
                 // In flight as any translated stream (the metrics' streams_in_flight).
-                if let Some(life) = &mut self.life {
+                if let Some(life) = &mut lane.life {
                     life.open_stream();
                 }
             }
             HeadStep::Gather => {}
-            HeadStep::Reply(reply) => self.end_with(now, reply),
+            HeadStep::Reply(reply) => self.end_with(now, at, reply),
         }
         self.pump(now);
     }
@@ -606,28 +557,25 @@ impl<E: Environment> Connection<E> {
     /// A call brought no whole answer: none (connection refused, a reset, a timeout), or not
     /// all of it.
     pub fn handle_call_failed(&mut self, now: Instant, id: CallId, why: CallFailure<'_>) {
-        if self.finishing == Some(id) {
-            self.finishing = None;
-        }
+        self.finished_call(id);
         let unix = self.env.now();
-        let Some(turn) = self.turn_of(now, id) else {
+        let Some(at) = self.lane_of_call(now, id) else {
+            return;
+        };
+        let Some(turn) = self.lanes[at].turn_mut() else {
             return;
         };
         turn.call = None;
         if turn.compacting.is_some() {
             let step = turn.exchange.call_failed(why);
-            self.compaction_step(now, step);
+            self.compaction_step(now, at, step);
             self.pump(now);
             return;
         }
-        match turn
+        let step = turn
             .exchange
-            .abort(ErrorCode::UpstreamUnavailable, why.message(), unix)
-        {
-            AbortStep::Send(events) => self.end_turn(now, events.messages().collect()),
-            AbortStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
-            AbortStep::Nothing => self.end_turn(now, Vec::new()),
-        }
+            .abort(ErrorCode::UpstreamUnavailable, why.message(), unix);
+        self.aborted(now, at, step);
         self.pump(now);
     }
 
@@ -642,11 +590,11 @@ impl<E: Environment> Connection<E> {
         self.pump(now);
     }
 
-    /// The host drains: no further response starts; the one in flight may finish until
+    /// The host drains: no further response starts; those in flight may finish until
     /// `deadline`, then the connection closes (1001).
     pub fn handle_drain(&mut self, now: Instant, deadline: Instant) {
-        if self.phase == Phase::Open && !matches!(self.ending, Some(Ending::Drain { .. })) {
-            self.ending = Some(Ending::Drain { deadline });
+        if self.is_open() && !matches!(self.ending(), Some(Ending::Drain { .. })) {
+            self.phase = Phase::Ending(Ending::Drain { deadline });
         }
         self.pump(now);
     }
@@ -657,32 +605,36 @@ impl<E: Environment> Connection<E> {
             Phase::Closing { deadline } if now >= deadline => {
                 self.phase = Phase::Closed;
             }
-            Phase::Open => {
-                let late = self
-                    .turn
-                    .as_mut()
-                    .filter(|t| t.compacting.is_some_and(|deadline| now >= deadline));
-                if let Some(turn) = late {
-                    let call = turn.call.take();
-                    let step = turn.exchange.call_failed(CallFailure::TimedOut);
-                    if let Some(id) = call {
-                        self.stop_call(id);
-                    }
-                    self.compaction_step(now, step);
-                }
-                if let Some(Ending::Drain { deadline }) = self.ending {
-                    if now >= deadline && self.turn.is_some() {
-                        self.abort_turn(
-                            now,
-                            ErrorCode::ServerShuttingDown,
-                            "The server is shutting down: the response was ended before it was complete.",
-                        );
+            Phase::Open | Phase::Ending(_) => {
+                for at in 0..self.lanes.len() {
+                    let late = self.lanes[at]
+                        .turn_mut()
+                        .filter(|t| t.compacting.is_some_and(|deadline| now >= deadline));
+                    if let Some(turn) = late {
+                        let call = turn.call.take();
+                        let step = turn.exchange.call_failed(CallFailure::TimedOut);
+                        if let Some(id) = call {
+                            self.stop_call(id);
+                        }
+                        self.compaction_step(now, at, step);
                     }
                 }
-                if self.ending.is_none() && now >= self.opened + self.limits.max_age {
-                    self.ending = Some(Ending::MaxAge);
+                if let Some(Ending::Drain { deadline }) = self.ending() {
+                    if now >= deadline {
+                        for at in 0..self.lanes.len() {
+                            self.abort_turn(
+                                now,
+                                at,
+                                ErrorCode::ServerShuttingDown,
+                                "The server is shutting down: the response was ended before it was complete.",
+                            );
+                        }
+                    }
                 }
-                if self.is_idle() && self.ending.is_none() && now >= self.idle_deadline() {
+                if self.phase == Phase::Open && now >= self.opened + self.limits.max_age {
+                    self.set_ending(Ending::MaxAge);
+                }
+                if self.is_idle() && self.phase == Phase::Open && now >= self.idle_deadline() {
                     self.close(now, CloseCode::NORMAL, CloseReason::IdleTimeout);
                 }
             }
@@ -691,16 +643,15 @@ impl<E: Environment> Connection<E> {
         self.pump(now);
     }
 
-    /// The host failed under the connection (a panic in its code): the response in flight is
-    /// cut, its call stopped, and the connection ends at once with 1011 (its close frame sent
-    /// if none was).
+    /// The host failed under the connection (a panic in its code): the responses in flight
+    /// are cut, their calls stopped, and the connection ends at once with 1011 (its close
+    /// frame sent if none was).
     pub fn handle_failure(&mut self, now: Instant) {
         if self.phase == Phase::Closed {
             return;
         }
         self.cut(now);
-        self.drop_queue();
-        if self.phase == Phase::Open {
+        if self.is_open() {
             self.close_frame(
                 CloseCode::INTERNAL_ERROR,
                 CloseReason::InternalError.as_str(),
@@ -709,8 +660,8 @@ impl<E: Environment> Connection<E> {
         self.end(CloseCode::INTERNAL_ERROR, CloseReason::InternalError);
     }
 
-    /// The transport ended (the client went, or the host gave up on it): a response in flight
-    /// was cut.
+    /// The transport ended (the client went, or the host gave up on it): the responses in
+    /// flight were cut.
     pub fn handle_closed(&mut self, now: Instant) {
         if self.phase == Phase::Closed {
             return;
@@ -726,12 +677,12 @@ impl<E: Environment> Connection<E> {
     /// Poll until `None`.
     pub fn poll_transmit(&mut self) -> Option<Bytes> {
         let writable = self.writer == Writer::Writable;
-        if writable && self.phase == Phase::Open {
+        if writable && self.is_open() {
             if let Some(pong) = self.pong.take() {
                 self.out.extend_from_slice(&pong);
             }
         }
-        if self.out.is_empty() || (!writable && self.phase == Phase::Open) {
+        if self.out.is_empty() || (!writable && self.is_open()) {
             return None;
         }
         let mut n = 0;
@@ -757,14 +708,20 @@ impl<E: Environment> Connection<E> {
         match self.phase {
             Phase::Closed => None,
             Phase::Closing { deadline } => Some(deadline),
-            Phase::Open => {
-                let age = (self.ending.is_none()).then(|| self.opened + self.limits.max_age);
-                let idle = (self.is_idle() && self.ending.is_none()).then(|| self.idle_deadline());
-                let drain = match self.ending {
-                    Some(Ending::Drain { deadline }) if self.turn.is_some() => Some(deadline),
+            Phase::Open | Phase::Ending(_) => {
+                let open = self.phase == Phase::Open;
+                let age = open.then(|| self.opened + self.limits.max_age);
+                let idle = (open && self.is_idle()).then(|| self.idle_deadline());
+                let busy = self.lanes.iter().any(Lane::is_busy);
+                let drain = match self.ending() {
+                    Some(Ending::Drain { deadline }) if busy => Some(deadline),
                     _ => None,
                 };
-                let compaction = self.turn.as_ref().and_then(|t| t.compacting);
+                let compaction = self
+                    .lanes
+                    .iter()
+                    .filter_map(|l| l.turn().and_then(|t| t.compacting))
+                    .min();
                 [age, idle, drain, compaction].into_iter().flatten().min()
             }
         }
@@ -773,8 +730,8 @@ impl<E: Environment> Connection<E> {
     /// The next thing that happened, once each; poll after each input until `None`. A
     /// response's events count its time in the core until their poll, as the driver's do.
     pub fn poll_event(&mut self, now: Instant) -> Option<Event> {
-        // What was told before the response's life (its message, the last one's answer)
-        // comes first; the connection's close last.
+        // What was told before the responses' lives (a message, the last one's answer) comes
+        // first; the connection's close last.
         if self
             .events
             .front()
@@ -782,16 +739,22 @@ impl<E: Environment> Connection<E> {
         {
             return self.events.pop_front();
         }
-        if let Some(life) = self.life.as_mut() {
-            let summary = match &self.turn {
-                Some(turn) => Some(turn.exchange.summary()),
-                None => self.last.as_ref(),
+        for lane in &mut self.lanes {
+            let Some(life) = lane.life.as_mut() else {
+                continue;
+            };
+            let summary = match &lane.state {
+                State::Busy(turn) => Some(turn.exchange.summary()),
+                State::Idle { .. } => lane.last.as_ref(),
             };
             if let Some(event) = life.poll(now, summary) {
                 if life.is_over() {
-                    self.life = None;
+                    lane.life = None;
                 }
-                return Some(Event::Response(event));
+                return Some(Event::Response {
+                    lane: lane.key,
+                    event,
+                });
             }
         }
         self.events.pop_front()
@@ -799,8 +762,27 @@ impl<E: Environment> Connection<E> {
 
     // ---- the rules ----
 
+    fn is_open(&self) -> bool {
+        matches!(self.phase, Phase::Open | Phase::Ending(_))
+    }
+
+    fn ending(&self) -> Option<Ending> {
+        match self.phase {
+            Phase::Ending(ending) => Some(ending),
+            _ => None,
+        }
+    }
+
+    /// The connection ends once what is in flight is over (a later reason replaces an
+    /// earlier one, as a drain does a maximum age).
+    fn set_ending(&mut self, ending: Ending) {
+        if self.is_open() {
+            self.phase = Phase::Ending(ending);
+        }
+    }
+
     fn on_message(&mut self, now: Instant, message: Message) {
-        if self.phase != Phase::Open {
+        if !self.is_open() {
             // After our close frame only the client's close matters.
             if let (Message::Close(_), Phase::Closing { .. }) = (&message, self.phase) {
                 self.phase = Phase::Closed;
@@ -811,15 +793,22 @@ impl<E: Environment> Connection<E> {
             Message::Text(text) => {
                 self.active = now;
                 if text.len() > self.limits.max_message_bytes {
-                    self.queue.push_back(Queued::TooLarge);
+                    self.enqueue(now, None, Queued::TooLarge);
                 } else {
-                    self.queued_bytes += text.len();
-                    self.queue.push_back(Queued::Text(text));
+                    match lane::route(&text) {
+                        (lane, false) => {
+                            let len = text.len();
+                            if self.enqueue(now, lane.as_deref(), Queued::Text(text)) {
+                                self.queued_bytes += len;
+                            }
+                        }
+                        (_, true) => self.steer(now, &text),
+                    }
                 }
             }
             Message::Binary(_) => {
                 self.active = now;
-                self.queue.push_back(Queued::Binary);
+                self.enqueue(now, None, Queued::Binary);
             }
             // Answered once the host takes bytes, between messages; it keeps nothing alive.
             // Pings that come before the host took the last pong get one pong, for the last
@@ -827,8 +816,8 @@ impl<E: Environment> Connection<E> {
             Message::Ping(payload) => self.pong = Some(encode::pong(&payload)),
             Message::Pong(_) => {}
             Message::Close(close) => {
-                // The client ends the connection: a response in flight is cut, and its close
-                // is echoed (RFC 6455 §5.5.1).
+                // The client ends the connection: the responses in flight are cut, and its
+                // close is echoed (RFC 6455 §5.5.1).
                 self.cut(now);
                 let code = close
                     .as_ref()
@@ -841,7 +830,7 @@ impl<E: Environment> Connection<E> {
             }
         }
         // A host that cannot stop reading, fed far past the queue's bound.
-        if self.queue.len() > 2 * MAX_QUEUED_MESSAGES
+        if self.queued > 2 * MAX_QUEUED_MESSAGES
             || self.queued_bytes > 2 * self.limits.max_message_bytes
         {
             self.cut(now);
@@ -853,6 +842,40 @@ impl<E: Environment> Connection<E> {
         }
     }
 
+    /// Queues a message on its lane, opening the lane if it has none; a lane beyond
+    /// [`MAX_LANES`] is refused at once (`false`).
+    fn enqueue(&mut self, now: Instant, lane: Option<&str>, message: Queued) -> bool {
+        let at = match self.lanes.iter().position(|l| l.id.as_deref() == lane) {
+            Some(at) => at,
+            None => {
+                self.lanes.retain(|l| !l.is_empty());
+                if self.lanes.len() >= MAX_LANES {
+                    let err = ApiError::invalid(
+                        "stream_id",
+                        format!(
+                            "Too many lanes: this server runs at most {MAX_LANES} lanes ('stream_id') per connection, counting those whose last response is kept for a continuation."
+                        ),
+                    )
+                    .with_code(ErrorCode::TooManyLanes);
+                    self.text_frame(now, lane, &error_frame(&err, &[]));
+                    self.events.push_back(Event::Refused {
+                        lane: 0,
+                        status: err.status,
+                        code: err.code.clone(),
+                    });
+                    return false;
+                }
+                self.next_lane += 1;
+                self.lanes
+                    .push(Lane::new(self.next_lane, lane.map(Arc::from)));
+                self.lanes.len() - 1
+            }
+        };
+        self.lanes[at].queue.push_back(message);
+        self.queued += 1;
+        true
+    }
+
     /// Starts what can start, ends what must end.
     fn pump(&mut self, now: Instant) {
         self.start_and_end(now);
@@ -860,7 +883,7 @@ impl<E: Environment> Connection<E> {
     }
 
     /// What the connection holds, against its own limit and the host's budget: past either,
-    /// the response in flight is cut and the connection ends (1008 its own, 1013 the host's).
+    /// the responses in flight are cut and the connection ends (1008 its own, 1013 the host's).
     fn account(&mut self, now: Instant) {
         let held = self.held();
         let within_budget = match &self.budget {
@@ -884,13 +907,12 @@ impl<E: Environment> Connection<E> {
         self.cut(now);
         // What it held goes now: no context to continue, no message to read, no frame for a
         // client that does not read (its close frame comes instead).
-        self.context = None;
+        self.lanes.clear();
         if self.writer != Writer::Writable {
             self.out.clear();
             self.pong = None;
         }
-        self.read_failed = true;
-        self.decoder = Decoder::new(0);
+        self.reader = Reader::Stopped;
         self.close_frame(code, reason.as_str());
         self.end(code, reason);
         let held = self.held();
@@ -901,91 +923,144 @@ impl<E: Environment> Connection<E> {
     }
 
     fn start_and_end(&mut self, now: Instant) {
-        while self.phase == Phase::Open && self.turn.is_none() {
-            if matches!(self.ending, Some(Ending::MaxAge | Ending::Drain { .. })) {
-                break;
+        let mut at = 0;
+        while at < self.lanes.len() {
+            while matches!(self.phase, Phase::Open | Phase::Ending(Ending::TooBig))
+                && !self.lanes[at].is_busy()
+            {
+                if let Some(successor) = self.lanes[at].successor.take() {
+                    self.start_successor(now, at, successor);
+                    continue;
+                }
+                let Some(next) = self.lanes[at].queue.pop_front() else {
+                    break;
+                };
+                self.queued -= 1;
+                self.start(now, at, next);
             }
-            let Some(next) = self.queue.pop_front() else {
-                break;
-            };
-            self.start(now, next);
+            at += 1;
         }
-        if self.phase != Phase::Open || self.turn.is_some() {
-            return;
+        if self.is_open() && !self.lanes.iter().any(Lane::is_busy) {
+            match self.ending() {
+                Some(Ending::TooBig) if self.queued == 0 => {
+                    self.close(now, CloseCode::TOO_BIG, CloseReason::MessageTooLarge)
+                }
+                Some(Ending::MaxAge) => {
+                    // Messages and steers that will not start go with the connection.
+                    self.drop_queue(now);
+                    let minutes = self.limits.max_age.as_secs() / 60;
+                    self.error_frame(now, None, &max_age_reached(minutes), &[]);
+                    self.close(now, CloseCode::NORMAL, CloseReason::MaxAge);
+                }
+                Some(Ending::Drain { .. }) => {
+                    self.drop_queue(now);
+                    self.close(now, CloseCode::GOING_AWAY, CloseReason::ShuttingDown);
+                }
+                _ => {}
+            }
         }
-        match self.ending {
-            Some(Ending::TooBig) if self.queue.is_empty() => {
-                self.close(now, CloseCode::TOO_BIG, CloseReason::MessageTooLarge)
-            }
-            Some(Ending::MaxAge) => {
-                // Messages that will not start go with the connection.
-                self.drop_queue();
-                let minutes = self.limits.max_age.as_secs() / 60;
-                self.error_frame(now, &max_age_reached(minutes), &[]);
-                self.close(now, CloseCode::NORMAL, CloseReason::MaxAge);
-            }
-            Some(Ending::Drain { .. }) => {
-                self.drop_queue();
-                self.close(now, CloseCode::GOING_AWAY, CloseReason::ShuttingDown);
-            }
-            _ => {}
-        }
+        self.lanes.retain(|l| !l.is_empty());
     }
 
-    fn drop_queue(&mut self) {
-        self.queue.clear();
+    /// Drops every lane's waiting messages; their steers fail, since no successor will start.
+    fn drop_queue(&mut self, now: Instant) {
+        for at in 0..self.lanes.len() {
+            self.lanes[at].queue.clear();
+            let lane = &mut self.lanes[at];
+            let mut steers = std::mem::take(&mut lane.steers);
+            if let Some(successor) = lane.successor.take() {
+                steers.extend(successor.steers);
+            }
+            lane.waiting = None;
+            self.fail_steers(
+                now,
+                at,
+                steers,
+                SteerError::SuccessorCreationFailed,
+                "The connection is closing: no successor response will start on it.",
+            );
+        }
+        self.queued = 0;
         self.queued_bytes = 0;
     }
 
-    /// A queued message's turn.
-    fn start(&mut self, now: Instant, next: Queued) {
+    /// A queued message's turn on its lane.
+    fn start(&mut self, now: Instant, at: usize, next: Queued) {
         let text = match next {
             Queued::Binary => {
                 let err = ApiError::invalid_body(
                     "Binary messages are not supported: send each event as a JSON text message.",
                 )
                 .with_code(ErrorCode::InvalidMessage);
-                return self.refuse(now, &err);
+                return self.refuse(now, at, &err);
             }
             Queued::TooLarge => {
-                return self.refuse(now, &message_too_large(self.limits.max_message_bytes))
+                return self.refuse(now, at, &message_too_large(self.limits.max_message_bytes))
             }
             Queued::Text(text) => text,
         };
         self.queued_bytes -= text.len();
-        self.flush_life(now);
+        self.flush_life(now, at);
         if self.record_content {
-            self.events.push_back(Event::Message(text.clone()));
+            self.events.push_back(Event::Message {
+                lane: self.lanes[at].key,
+                text: text.clone(),
+            });
         }
+        let mut steers = Vec::new();
+        let begun = self.begin(now, at, &text, None, &mut steers);
+        if let (Err(err), false) = (&begun, steers.is_empty()) {
+            let why = format!("The continuation could not start: {}", err.message);
+            self.fail_steers(now, at, steers, SteerError::SuccessorCreationFailed, &why);
+        }
+        self.begun(now, at, begun);
+    }
+
+    /// A steered response's successor: it continues the response with its settings and the
+    /// steers' input. Its `response.created` commits them; if it cannot start, they fail.
+    fn start_successor(&mut self, now: Instant, at: usize, successor: Successor) {
+        self.flush_life(now, at);
+        let Successor {
+            parent,
+            message,
+            mut steers,
+        } = successor;
+        match self.begin(now, at, &message, Some(&parent), &mut steers) {
+            Ok(begun) => self.begun(now, at, Ok(begun)),
+            // Not the client's request: only the steers are told.
+            Err(err) => {
+                let why = format!(
+                    "The successor response could not be created: {}",
+                    err.message
+                );
+                self.fail_steers(now, at, steers, SteerError::SuccessorCreationFailed, &why);
+            }
+        }
+    }
+
+    fn begun(&mut self, now: Instant, at: usize, begun: Result<Begun, ApiError>) {
         let mut life = Life::default();
         life.enter(now);
-        let meta = Meta {
-            now: self.env.now(),
-            id_seed: self.env.id_seed(),
-        };
-        match self.begin(&text, meta) {
+        match begun {
             Ok(Begun::Call(up, compacting)) => {
                 life.claim();
-                if let Some(old) = self.finishing.take() {
-                    self.stop_call(old);
-                }
                 if compacting {
                     life.call_started();
                     let deadline = now + self.settings.compaction_timeout;
-                    if let Some(turn) = &mut self.turn {
+                    if let Some(turn) = self.lanes[at].turn_mut() {
                         turn.compacting = Some(deadline);
                     }
                 }
-                self.life = Some(life);
-                self.start_call(up);
+                self.lanes[at].life = Some(life);
+                self.start_call(at, up);
             }
             Ok(Begun::Answered) => {
                 life.claim();
-                self.life = Some(life);
+                self.lanes[at].life = Some(life);
                 // The same exchange, fed an answer with nothing in it: the same events, ids
                 // and echo as any response, and its context kept.
                 let unix = self.env.now();
-                if let Some(turn) = &mut self.turn {
+                if let Some(turn) = self.lanes[at].turn_mut() {
                     let head = ResponseHead {
                         status: 200,
                         content_type: crate::exchange::EVENT_STREAM,
@@ -993,18 +1068,18 @@ impl<E: Environment> Connection<E> {
                     };
                     let _ = turn.exchange.response_head(head, unix);
                 }
-                self.body(now, NOTHING_GENERATED, true);
+                self.body(now, at, NOTHING_GENERATED, true);
             }
-            Err(err) => self.refuse(now, &err),
+            Err(err) => self.refuse(now, at, &err),
         }
-        self.settle();
+        self.settle(at);
     }
 
-    /// Starts the call of the response in flight.
-    fn start_call(&mut self, up: crate::exchange::UpstreamRequest) {
+    /// Starts the call of a lane's response in flight.
+    fn start_call(&mut self, at: usize, up: crate::exchange::UpstreamRequest) {
         let id = CallId(self.next_call);
         self.next_call += 1;
-        if let Some(turn) = &mut self.turn {
+        if let Some(turn) = self.lanes[at].turn_mut() {
             turn.call = Some(id);
             turn.model_headers = up
                 .model_headers(&self.settings)
@@ -1018,20 +1093,21 @@ impl<E: Environment> Connection<E> {
 
     /// A step of an automatic compaction's call: the turn's own call once the summary is
     /// sealed, or the response's error.
-    fn compaction_step(&mut self, now: Instant, step: RequestStep) {
+    fn compaction_step(&mut self, now: Instant, at: usize, step: RequestStep) {
         if matches!(step, RequestStep::Hold) {
             return;
         }
-        let outcome = self.turn.as_mut().and_then(|turn| {
+        let lane = &mut self.lanes[at];
+        let outcome = lane.turn_mut().and_then(|turn| {
             turn.compacting = None;
             turn.exchange.summary().compaction
         });
-        if let Some(life) = &mut self.life {
+        if let Some(life) = &mut lane.life {
             life.call_ended(now, outcome);
         }
         match step {
-            RequestStep::Forward(up) => self.start_call(up),
-            RequestStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
+            RequestStep::Forward(up) => self.start_call(at, up),
+            RequestStep::Reply(reply) => self.end_with(now, at, Reply::Error(reply)),
             // A parsed request is never read elsewhere.
             RequestStep::Hold | RequestStep::Call(_) | RequestStep::Work(_) => {
                 let err = ApiError::server(
@@ -1039,15 +1115,17 @@ impl<E: Environment> Connection<E> {
                     ErrorCode::InternalError,
                     "The exchange could not be completed: a call out of place.",
                 );
-                self.end_with(now, Reply::Error(crate::exchange::ErrorReply::new(err)));
+                self.end_with(now, at, Reply::Error(crate::exchange::ErrorReply::new(err)));
             }
         }
     }
 
     /// A message refused before it became a response: its `error` event.
-    fn refuse(&mut self, now: Instant, err: &ApiError) {
-        self.error_frame(now, err, &[]);
+    fn refuse(&mut self, now: Instant, at: usize, err: &ApiError) {
+        let lane = self.lanes[at].id.clone();
+        self.error_frame(now, lane.as_deref(), err, &[]);
         self.events.push_back(Event::Refused {
+            lane: self.lanes[at].key,
             status: err.status,
             code: err.code.clone(),
         });
@@ -1056,14 +1134,27 @@ impl<E: Environment> Connection<E> {
     /// A `response.create`, read once (as an HTTP body is, within the same caps): the
     /// transport's own fields taken off, the continued context's items put at the head of
     /// `input` (read from the text it was kept as), and the request translated as it was read.
-    fn begin(&mut self, text: &[u8], meta: Meta) -> Result<Begun, ApiError> {
+    /// A steered successor reads the message of the response it continues, with the steers'
+    /// input for its own.
+    fn begin<'s>(
+        &mut self,
+        now: Instant,
+        at: usize,
+        text: &Bytes,
+        parent: Option<&str>,
+        steers: &'s mut Vec<Steer>,
+    ) -> Result<Begun, ApiError> {
+        let meta = Meta {
+            now: self.env.now(),
+            id_seed: self.env.id_seed(),
+        };
         let mut body = crate::translate::request::parse_request(text, &self.settings.options)?;
         match body.remove("type") {
             Some(Node::Str(t)) if t == *"response.create" => {}
             Some(Node::Str(t)) => {
                 return Err(ApiError::invalid(
                     "type",
-                    format!("Unknown event type '{t}'. This server accepts 'response.create'."),
+                    format!("Unknown event type '{t}'. This server accepts 'response.create' and 'response.steer'."),
                 )
                 .with_code(ErrorCode::UnknownEventType))
             }
@@ -1079,12 +1170,25 @@ impl<E: Environment> Connection<E> {
             )
             .with_code(ErrorCode::MissingRequiredParameter)),
         }
+        // The lane was read from it already ([`lane::route`]).
+        match body.remove("stream_id") {
+            None | Some(Node::Null | Node::Str(_)) => {}
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "stream_id",
+                    "Invalid 'stream_id': expected a string.",
+                )
+                .with_code(ErrorCode::InvalidType))
+            }
+        }
         // A continuation takes the context it names: whatever happens next, a failure
         // leaves nothing to continue from.
-        let continued = match body.remove("previous_response_id") {
-            None | Some(Node::Null) => None,
-            Some(Node::Str(id)) => Some(self.take_context(&id.as_str())?),
-            Some(_) => {
+        let named = body.remove("previous_response_id");
+        let continued = match (parent, named) {
+            (Some(parent), _) => Some(self.take_context(parent)?),
+            (None, None | Some(Node::Null)) => None,
+            (None, Some(Node::Str(id))) => Some(self.take_context(&id.as_str())?),
+            (None, Some(_)) => {
                 return Err(ApiError::invalid(
                     "previous_response_id",
                     "Invalid 'previous_response_id': expected a string.",
@@ -1107,16 +1211,10 @@ impl<E: Environment> Connection<E> {
                 }
             }
         }
-        if body.has("stream_id") {
-            return Err(ApiError::invalid(
-                "stream_id",
-                "Lanes ('stream_id') are not supported: this server runs one response at a time per connection, in order.",
-            )
-            .with_code(ErrorCode::UnsupportedParameter));
-        }
         // `generate: false` preloads a context (instructions, tools, input) without a model
-        // call: answered at once, continued by the next request.
+        // call: answered at once, continued by the next request. A successor generates.
         let generate = match body.remove("generate") {
+            _ if parent.is_some() => true,
             None | Some(Node::Null) => true,
             Some(Node::Bool(b)) => b,
             Some(other) => {
@@ -1135,12 +1233,31 @@ impl<E: Environment> Connection<E> {
             body.remove("context_management");
         }
         let continues = continued.as_ref().map(|c| c.id.clone());
-        let new = new_input(body.remove("input"), continued.is_some())?;
+        // Steers waiting on this lane for the continuation of the response they steered
+        // commit in it, their input first; any other request on the lane leaves them nothing
+        // to commit in.
+        if parent.is_none() {
+            *steers = self.take_waiting(now, at, continues.as_deref());
+        }
+        let steers: &'s Vec<Steer> = steers;
+        let own = match parent {
+            Some(_) => {
+                body.remove("input");
+                Vec::new()
+            }
+            None => new_input(
+                body.remove("input"),
+                continued.is_some() || !steers.is_empty(),
+            )?,
+        };
         let mut input = match &continued {
             Some(context) => context.items()?,
             None => Vec::new(),
         };
-        input.extend(new);
+        for steer in steers {
+            input.extend(steer.items());
+        }
+        input.extend(own);
         // What the next context keeps: the input as JSON text (its tokens as they came).
         let kept = serde_json::to_string(&input).unwrap_or_default();
         let compacted = input.last().is_some_and(is_compaction_trigger);
@@ -1158,11 +1275,10 @@ impl<E: Environment> Connection<E> {
             .push((Cow::Borrowed("input"), Node::Array(input)));
         body.fields
             .push((Cow::Borrowed("stream"), Node::Bool(true)));
+        let automatic_compaction = body.has("context_management");
         // Automatic compaction reads the request again (its summary, then the compacted
         // turn): written out only for a request that asks for it.
-        let whole = body
-            .has("context_management")
-            .then(|| Bytes::from(document::object_json(&body.fields)));
+        let whole = automatic_compaction.then(|| Bytes::from(document::object_json(&body.fields)));
 
         let mut exchange = Exchange::new(self.settings.clone(), Operation::Create);
         exchange.set_reasoning_events(self.reasoning_events);
@@ -1180,14 +1296,23 @@ impl<E: Environment> Connection<E> {
                 ))
             }
         };
-        self.turn = Some(Turn {
+        let turn = Turn {
             exchange,
             call: None,
             input: kept,
+            message: text.clone(),
             compacted,
+            automatic_compaction,
             compacting: None,
             model_headers: Vec::new(),
-        });
+        };
+        let before = std::mem::replace(&mut self.lanes[at].state, State::Busy(Box::new(turn)));
+        if let State::Idle {
+            finishing: Some(old),
+        } = before
+        {
+            self.stop_call(old);
+        }
         Ok(if generate {
             Begun::Call(up, compacting)
         } else {
@@ -1195,57 +1320,104 @@ impl<E: Environment> Connection<E> {
         })
     }
 
+    /// The steers a lane holds for the continuation of a completed response: handed over if
+    /// `continues` is that response (their input goes first in it), failed otherwise.
+    fn take_waiting(&mut self, now: Instant, at: usize, continues: Option<&str>) -> Vec<Steer> {
+        let lane = &mut self.lanes[at];
+        let Some(parent) = lane.waiting.take() else {
+            return Vec::new();
+        };
+        let steers = std::mem::take(&mut lane.steers);
+        if continues == Some(parent.as_str()) {
+            return steers;
+        }
+        self.fail_steers(
+            now,
+            at,
+            steers,
+            SteerError::ResponseNotActive,
+            "The lane went on without continuing the response the steer waited for.",
+        );
+        Vec::new()
+    }
+
     fn take_context(&mut self, id: &str) -> Result<Context, ApiError> {
-        match self.context.take() {
-            Some(c) if c.id == id => Ok(c),
-            other => {
-                self.context = other;
-                let why = if self.too_large.as_deref() == Some(id) {
-                    format!(
-                        "its context was larger than this server keeps per connection ({} bytes)",
-                        self.limits.max_context_bytes
-                    )
-                } else {
-                    "only the last response of this connection can be continued, and only until a continuation of it fails".to_owned()
-                };
-                Err(ApiError::invalid(
-                    "previous_response_id",
-                    format!(
-                        "Previous response with id '{id}' not found: {why}. Responses are not stored (store: false): send the whole conversation in 'input'."
-                    ),
-                )
-                .with_code(ErrorCode::PreviousResponseNotFound))
+        let kept = self
+            .lanes
+            .iter_mut()
+            .find(|l| l.context.as_ref().is_some_and(|c| c.id == id));
+        if let Some(context) = kept.and_then(|l| l.context.take()) {
+            return Ok(context);
+        }
+        let why = if self
+            .lanes
+            .iter()
+            .any(|l| l.too_large.as_deref() == Some(id))
+        {
+            format!(
+                "its context was larger than this server keeps per connection ({} bytes)",
+                self.limits.max_context_bytes
+            )
+        } else {
+            "only the last response of each lane of this connection can be continued, and only until a continuation of it fails".to_owned()
+        };
+        Err(ApiError::invalid(
+            "previous_response_id",
+            format!(
+                "Previous response with id '{id}' not found: {why}. Responses are not stored (store: false): send the whole conversation in 'input'."
+            ),
+        )
+        .with_code(ErrorCode::PreviousResponseNotFound))
+    }
+
+    /// Tells what is left of a lane's last response's life before its next one begins (a
+    /// host that polls after each input finds nothing left).
+    fn flush_life(&mut self, now: Instant, at: usize) {
+        let lane = &mut self.lanes[at];
+        let Some(mut life) = lane.life.take() else {
+            return;
+        };
+        while let Some(event) = life.poll(now, lane.last.as_ref()) {
+            self.events.push_back(Event::Response {
+                lane: lane.key,
+                event,
+            });
+        }
+    }
+
+    /// The lane whose response a call's event is for, entering its life's time; `None` for a
+    /// call the connection gave up on.
+    fn lane_of_call(&mut self, now: Instant, id: CallId) -> Option<usize> {
+        let at = self
+            .lanes
+            .iter()
+            .position(|l| l.turn().is_some_and(|t| t.call == Some(id)))?;
+        if let Some(life) = &mut self.lanes[at].life {
+            life.enter(now);
+        }
+        Some(at)
+    }
+
+    /// A call left to finish by itself is over.
+    fn finished_call(&mut self, id: CallId) {
+        for lane in &mut self.lanes {
+            if let State::Idle { finishing } = &mut lane.state {
+                if *finishing == Some(id) {
+                    *finishing = None;
+                }
             }
         }
     }
 
-    /// Tells what is left of the last response's life before the next one begins (a host
-    /// that polls after each input finds nothing left).
-    fn flush_life(&mut self, now: Instant) {
-        let Some(mut life) = self.life.take() else {
-            return;
-        };
-        while let Some(event) = life.poll(now, self.last.as_ref()) {
-            self.events.push_back(Event::Response(event));
-        }
-    }
-
-    /// The turn a call's event is for, entering its life's time; `None` for a call the
-    /// connection gave up on.
-    fn turn_of(&mut self, now: Instant, id: CallId) -> Option<&mut Turn> {
-        let turn = self.turn.as_mut().filter(|t| t.call == Some(id))?;
-        if let Some(life) = &mut self.life {
-            life.enter(now);
-        }
-        Some(turn)
-    }
-
     fn call_body(&mut self, now: Instant, id: CallId, chunk: &[u8], end: bool) {
         let unix = self.env.now();
-        if end && self.finishing == Some(id) {
-            self.finishing = None;
+        if end {
+            self.finished_call(id);
         }
-        let Some(turn) = self.turn_of(now, id) else {
+        let Some(at) = self.lane_of_call(now, id) else {
+            return;
+        };
+        let Some(turn) = self.lanes[at].turn_mut() else {
             return;
         };
         if end {
@@ -1260,38 +1432,38 @@ impl<E: Environment> Connection<E> {
                     self.stop_call(id);
                 }
             }
-            self.compaction_step(now, step);
+            self.compaction_step(now, at, step);
         } else {
-            self.body(now, chunk, end);
+            self.body(now, at, chunk, end);
         }
-        self.settle();
+        self.settle(at);
         self.pump(now);
     }
 
-    fn body(&mut self, now: Instant, chunk: &[u8], end: bool) {
+    fn body(&mut self, now: Instant, at: usize, chunk: &[u8], end: bool) {
         let unix = self.env.now();
-        let Some(turn) = &mut self.turn else {
+        let Some(turn) = self.lanes[at].turn_mut() else {
             return;
         };
         match turn.exchange.response_body(chunk, end, unix) {
             BodyStep::Send(events) => {
                 if turn.exchange.is_finished() {
-                    self.end_turn(now, events.messages().collect());
+                    self.end_turn(now, at, events.messages().collect());
                 } else {
-                    self.send_events(now, &events);
+                    self.send_events(now, at, &events);
                 }
             }
             BodyStep::Hold => {}
-            BodyStep::Reply(reply) => self.end_with(now, reply),
+            BodyStep::Reply(reply) => self.end_with(now, at, reply),
         }
     }
 
-    fn end_with(&mut self, now: Instant, reply: Reply) {
+    fn end_with(&mut self, now: Instant, at: usize, reply: Reply) {
         match reply {
             Reply::Answer(Answer {
                 body: Body::Events(events),
                 ..
-            }) => self.end_turn(now, events.messages().collect()),
+            }) => self.end_turn(now, at, events.messages().collect()),
             // Every response on a socket is a stream: an object cannot be framed as events.
             Reply::Answer(_) => {
                 let err = ApiError::server(
@@ -1299,26 +1471,41 @@ impl<E: Environment> Connection<E> {
                     ErrorCode::InternalError,
                     "The response could not be framed as events.",
                 );
-                self.end_turn(now, vec![error_frame(&err, &[])]);
+                self.end_turn(now, at, vec![error_frame(&err, &[])]);
             }
             Reply::Error(e) => {
                 let frame = error_frame(&e.error, &e.headers);
-                self.end_turn(now, vec![frame]);
+                self.end_turn(now, at, vec![frame]);
             }
         }
     }
 
-    /// The response ended with these messages: keep its context if it ended well; stop its
-    /// call if the upstream may still be answering.
-    fn end_turn(&mut self, now: Instant, messages: Vec<Bytes>) {
+    fn aborted(&mut self, now: Instant, at: usize, step: AbortStep) {
+        match step {
+            AbortStep::Send(events) => self.end_turn(now, at, events.messages().collect()),
+            AbortStep::Reply(reply) => self.end_with(now, at, Reply::Error(reply)),
+            AbortStep::Nothing => self.end_turn(now, at, Vec::new()),
+        }
+    }
+
+    /// A lane's response ended with these messages: keep its context if it ended well; stop
+    /// its call if the upstream may still be answering; its steers go on to a successor,
+    /// wait for the client's tool output, or fail.
+    fn end_turn(&mut self, now: Instant, at: usize, messages: Vec<Bytes>) {
+        let name = self.lanes[at].id.clone();
         for m in &messages {
-            self.text_frame(now, m);
+            self.text_frame(now, name.as_deref(), m);
         }
         if let (true, Some(last)) = (self.record_content, messages.last()) {
-            self.events.push_back(Event::Answer(last.clone()));
+            self.events.push_back(Event::Answer {
+                lane: self.lanes[at].key,
+                text: last.clone(),
+            });
         }
         self.active = now;
-        let Some(turn) = self.turn.take() else {
+        let before = std::mem::replace(&mut self.lanes[at].state, State::Idle { finishing: None });
+        let State::Busy(turn) = before else {
+            self.lanes[at].state = before;
             return;
         };
         let summary = turn.exchange.summary().clone();
@@ -1326,20 +1513,31 @@ impl<E: Environment> Connection<E> {
         if let Some(id) = turn.call {
             if summary.outcome == Outcome::Translated {
                 // The terminal event is out; the upstream's `[DONE]` and end are on their way.
-                self.finishing = Some(id);
+                self.lanes[at].state = State::Idle {
+                    finishing: Some(id),
+                };
             } else {
                 self.stop_call(id);
             }
         }
+        let message = turn.message.clone();
         // A stream that ended well: its terminal event is its last message. Copied, so that
         // the kept context does not hold the whole output buffer it is a slice of.
+        let mut kept = None;
         if let (Outcome::Translated, Some(id), Some(terminal)) =
             (summary.outcome, &summary.response_id, messages.last())
         {
-            self.keep(id.clone(), turn, Bytes::copy_from_slice(terminal));
+            let terminal = Bytes::copy_from_slice(terminal);
+            if self.keep(at, id.clone(), *turn, terminal.clone()) {
+                kept = Some((id.clone(), terminal));
+            }
         }
+        if !self.lanes[at].steers.is_empty() {
+            self.steered_end(now, at, &summary, kept, message);
+        }
+        self.lanes[at].last = Some(summary.clone());
         self.last = Some(summary);
-        self.settle();
+        self.settle(at);
     }
 
     /// The ended response's record, for Envoy's access log and rate limit: its summary and
@@ -1357,39 +1555,50 @@ impl<E: Environment> Connection<E> {
         self.calls.push_back(CallAction::Record(record));
     }
 
-    /// Ends the response in flight as failed (a drain's deadline, a reader too slow).
-    fn abort_turn(&mut self, now: Instant, code: ErrorCode, message: &str) {
+    /// Ends a lane's response in flight as failed (a drain's deadline, a reader too slow).
+    fn abort_turn(&mut self, now: Instant, at: usize, code: ErrorCode, message: &str) {
         let unix = self.env.now();
-        let Some(turn) = &mut self.turn else {
+        let lane = &mut self.lanes[at];
+        let State::Busy(turn) = &mut lane.state else {
             return;
         };
-        if let Some(life) = &mut self.life {
+        if let Some(life) = &mut lane.life {
             life.enter(now);
         }
-        match turn.exchange.abort(code, message, unix) {
-            AbortStep::Send(events) => self.end_turn(now, events.messages().collect()),
-            AbortStep::Reply(reply) => self.end_with(now, Reply::Error(reply)),
-            AbortStep::Nothing => self.end_turn(now, Vec::new()),
-        }
+        let step = turn.exchange.abort(code, message, unix);
+        self.aborted(now, at, step);
     }
 
-    /// The connection ends under the response in flight: it is cut, its call stopped.
+    /// The connection ends under the responses in flight: they are cut, their calls stopped;
+    /// what waited is dropped.
     fn cut(&mut self, now: Instant) {
-        if let Some(old) = self.finishing.take() {
-            self.stop_call(old);
+        for at in 0..self.lanes.len() {
+            let lane = &mut self.lanes[at];
+            let before = std::mem::replace(&mut lane.state, State::Idle { finishing: None });
+            let call = match before {
+                State::Idle { finishing } => finishing,
+                State::Busy(turn) => {
+                    let summary = turn.exchange.summary().clone();
+                    if let Some(life) = &mut lane.life {
+                        life.enter(now);
+                        life.finish(true);
+                    }
+                    lane.last = Some(summary.clone());
+                    self.last = Some(summary);
+                    turn.call
+                }
+            };
+            let lane = &mut self.lanes[at];
+            lane.queue.clear();
+            lane.steers.clear();
+            lane.successor = None;
+            lane.waiting = None;
+            if let Some(id) = call {
+                self.stop_call(id);
+            }
         }
-        let Some(turn) = self.turn.take() else {
-            return;
-        };
-        if let Some(id) = turn.call {
-            self.stop_call(id);
-        }
-        self.last = Some(turn.exchange.summary().clone());
-        if let Some(life) = &mut self.life {
-            life.enter(now);
-            life.finish(true);
-        }
-        self.drop_queue();
+        self.queued = 0;
+        self.queued_bytes = 0;
     }
 
     /// The host stops a call: if it has not taken the call's start yet, it never starts.
@@ -1406,35 +1615,42 @@ impl<E: Environment> Connection<E> {
         }
     }
 
-    fn keep(&mut self, id: String, mut turn: Turn, terminal: Bytes) {
+    /// Keeps an ended response's context on its lane, if it is not too large (`false` then).
+    fn keep(&mut self, at: usize, id: String, mut turn: Turn, terminal: Bytes) -> bool {
         // A compaction's output (its sealed summary) stands for everything it summarised.
         if turn.compacted {
             turn.input = "[]".to_owned();
         }
         let bytes = turn.input.len() + terminal.len();
+        let lane = &mut self.lanes[at];
         if bytes > self.limits.max_context_bytes {
-            self.context = None;
-            self.too_large = Some(id);
-            return;
+            lane.context = None;
+            lane.too_large = Some(id);
+            return false;
         }
-        self.too_large = None;
-        self.context = Some(Context {
+        lane.too_large = None;
+        lane.context = Some(Context {
             id,
             input: turn.input,
             terminal,
             bytes,
         });
+        true
     }
 
-    /// Notes what the last input changed of the response's life: its first output, its end.
-    fn settle(&mut self) {
-        let Some(life) = &mut self.life else {
+    /// Notes what the last input changed of a lane's response's life: its first output, its
+    /// end.
+    fn settle(&mut self, at: usize) {
+        let Some(lane) = self.lanes.get_mut(at) else {
             return;
         };
-        let (output, ended) = match &self.turn {
-            Some(turn) => (turn.exchange.has_output(), false),
-            // An ended response is the connection's last summary.
-            None => (self.last.as_ref().is_some_and(|s| s.streamed_output), true),
+        let Some(life) = &mut lane.life else {
+            return;
+        };
+        let (output, ended) = match &lane.state {
+            State::Busy(turn) => (turn.exchange.has_output(), false),
+            // An ended response is the lane's last summary.
+            State::Idle { .. } => (lane.last.as_ref().is_some_and(|s| s.streamed_output), true),
         };
         if output {
             life.output();
@@ -1444,9 +1660,181 @@ impl<E: Environment> Connection<E> {
         }
     }
 
+    // ---- steering ----
+
+    /// A `response.steer`: queued on the lane of the response in flight it names, told with
+    /// `response.steer.accepted`; or refused at once with `response.steer.failed`.
+    fn steer(&mut self, now: Instant, text: &[u8]) {
+        let submission = match std::str::from_utf8(text) {
+            Ok(text) => steer::read(text),
+            Err(_) => Err(steer::Refusal {
+                target: String::new(),
+                input: None,
+                why: "The steer is not UTF-8 text.".to_owned(),
+            }),
+        };
+        let submission = match submission {
+            Ok(submission) => submission,
+            Err(refusal) => {
+                let lane = self
+                    .lane_of_response(&refusal.target)
+                    .and_then(|at| self.lanes[at].id.clone());
+                let event = steer::failed(
+                    None,
+                    &refusal.target,
+                    refusal.input.as_deref(),
+                    SteerError::InvalidInput,
+                    &refusal.why,
+                    0,
+                );
+                self.text_frame(now, lane.as_deref(), &event);
+                return;
+            }
+        };
+        let target = submission.target.as_str();
+        let refuse = |code: SteerError, why: &str| (code, why.to_owned());
+        let verdict = match self.lane_of_response(target) {
+            Some(at) => {
+                match self.lanes[at].turn() {
+                    Some(turn) if turn.response_id() == Some(target) => {
+                        if turn.automatic_compaction {
+                            Err((Some(at), refuse(SteerError::SteeringNotSupported, "Responses using automatic compaction ('context_management') cannot be steered.")))
+                        } else if self.lanes[at].steers.len() >= MAX_PENDING_STEERS {
+                            Err((Some(at), refuse(SteerError::TooManyPendingSteers, &format!("The response already has {MAX_PENDING_STEERS} steers waiting."))))
+                        } else {
+                            Ok(at)
+                        }
+                    }
+                    _ => {
+                        let completed = self.lanes[at]
+                            .last
+                            .as_ref()
+                            .is_some_and(|s| s.outcome == Outcome::Translated);
+                        if completed {
+                            Err((Some(at), refuse(SteerError::ResponseAlreadyCompleted, "The response has ended: continue it with 'response.create' and 'previous_response_id'.")))
+                        } else {
+                            Err((
+                                Some(at),
+                                refuse(
+                                    SteerError::ResponseNotActive,
+                                    "The response is no longer in progress: it failed or was cut.",
+                                ),
+                            ))
+                        }
+                    }
+                }
+            }
+            None => Err((
+                None,
+                refuse(
+                    SteerError::ResponseNotFound,
+                    "No response with this id is in progress on this connection.",
+                ),
+            )),
+        };
+        match verdict {
+            Ok(at) => {
+                let steer = Steer {
+                    id: format!("steer_{:032x}", self.env.id_seed()),
+                    target: submission.target.clone(),
+                    input: submission.input,
+                };
+                let number = self.lanes[at]
+                    .turn_mut()
+                    .and_then(|t| t.exchange.take_sequence_number())
+                    .unwrap_or(0);
+                let event = steer::accepted(&steer, number);
+                let lane = self.lanes[at].id.clone();
+                self.lanes[at].steers.push(steer);
+                self.text_frame(now, lane.as_deref(), &event);
+            }
+            Err((at, (code, why))) => {
+                let lane = at.and_then(|at| self.lanes[at].id.clone());
+                let event = steer::failed(None, target, Some(&submission.input), code, &why, 0);
+                self.text_frame(now, lane.as_deref(), &event);
+            }
+        }
+    }
+
+    /// The lane whose response in flight, or last ended response, has this id.
+    fn lane_of_response(&self, id: &str) -> Option<usize> {
+        if id.is_empty() {
+            return None;
+        }
+        self.lanes
+            .iter()
+            .position(|l| l.turn().and_then(Turn::response_id) == Some(id))
+            .or_else(|| {
+                self.lanes.iter().position(|l| {
+                    l.last.as_ref().and_then(|s| s.response_id.as_deref()) == Some(id)
+                })
+            })
+    }
+
+    /// A lane's response with steers ended: kept, it is continued by a successor with the
+    /// steers' input, or, if it waits for the client's tool output, the steers wait for the
+    /// client's continuation (`response.steer.pending`); otherwise they fail.
+    fn steered_end(
+        &mut self,
+        now: Instant,
+        at: usize,
+        summary: &Summary,
+        kept: Option<(String, Bytes)>,
+        message: Bytes,
+    ) {
+        let steers = std::mem::take(&mut self.lanes[at].steers);
+        let Some((parent, terminal)) = kept else {
+            let (code, why) = if summary.outcome == Outcome::Translated {
+                (
+                    SteerError::SuccessorCreationFailed,
+                    "The response's context was larger than this server keeps per connection: no successor can continue it.",
+                )
+            } else {
+                (
+                    SteerError::ResponseNotActive,
+                    "The response failed before the steer could be committed.",
+                )
+            };
+            return self.fail_steers(now, at, steers, code, why);
+        };
+        let (required, mut number) = steer::after(&terminal);
+        if required.is_empty() {
+            self.lanes[at].successor = Some(Successor {
+                parent,
+                message,
+                steers,
+            });
+            return;
+        }
+        let lane = self.lanes[at].id.clone();
+        for s in &steers {
+            let event = steer::pending(s, &required, number);
+            number += 1;
+            self.text_frame(now, lane.as_deref(), &event);
+        }
+        self.lanes[at].steers = steers;
+        self.lanes[at].waiting = Some(parent);
+    }
+
+    /// Tells each steer's failure, its input given back.
+    fn fail_steers(
+        &mut self,
+        now: Instant,
+        at: usize,
+        steers: Vec<Steer>,
+        code: SteerError,
+        why: &str,
+    ) {
+        let lane = self.lanes[at].id.clone();
+        for s in steers {
+            let event = steer::failed(Some(&s.id), &s.target, Some(&s.input), code, why, 0);
+            self.text_frame(now, lane.as_deref(), &event);
+        }
+    }
+
     /// Sends our close frame: the client's is awaited for [`CLOSE_LINGER`].
     fn close(&mut self, now: Instant, code: CloseCode, reason: CloseReason) {
-        if self.phase != Phase::Open {
+        if !self.is_open() {
             return;
         }
         self.close_frame(code, reason.as_str());
@@ -1456,50 +1844,69 @@ impl<E: Environment> Connection<E> {
         };
     }
 
-    /// The connection is over. Its close is told once, when it leaves [`Phase::Open`]: here,
-    /// unless our close frame told it before ([`Connection::close`]).
+    /// The connection is over. Its close is told once, when it stops being open: here, unless
+    /// our close frame told it before ([`Connection::close`]).
     fn end(&mut self, code: CloseCode, reason: CloseReason) {
-        if self.phase == Phase::Open {
+        if self.is_open() {
             self.events.push_back(Event::Closed { code, reason });
         }
         self.phase = Phase::Closed;
     }
 
     fn is_idle(&self) -> bool {
-        self.turn.is_none() && self.queue.is_empty()
+        self.queued == 0
+            && self
+                .lanes
+                .iter()
+                .all(|l| !l.is_busy() && l.successor.is_none())
     }
 
     fn idle_deadline(&self) -> Instant {
         self.active + self.limits.idle_timeout
     }
 
-    fn send_events(&mut self, now: Instant, events: &Events) {
+    fn send_events(&mut self, now: Instant, at: usize, events: &Events) {
+        let lane = self.lanes[at].id.clone();
         for m in events.messages() {
-            self.text_frame(now, &m);
+            self.text_frame(now, lane.as_deref(), &m);
         }
     }
 
-    fn error_frame(&mut self, now: Instant, err: &ApiError, headers: &[KeptHeader]) {
-        self.text_frame(now, &error_frame(err, headers));
+    fn error_frame(
+        &mut self,
+        now: Instant,
+        lane: Option<&str>,
+        err: &ApiError,
+        headers: &[KeptHeader],
+    ) {
+        self.text_frame(now, lane, &error_frame(err, headers));
     }
 
-    /// One event as one text message: its head, then its JSON (the one copy, into the output).
-    fn text_frame(&mut self, now: Instant, payload: &[u8]) {
-        if self.phase != Phase::Open {
+    /// One event as one text message: its head, then its JSON (the one copy, into the
+    /// output), with its lane's `stream_id` first when it is on a named lane.
+    fn text_frame(&mut self, now: Instant, lane: Option<&str>, payload: &[u8]) {
+        if !self.is_open() {
             // Our close frame is out: nothing follows it (the rest of a batch of events whose
             // first ones took a slow reader past its limit).
             return;
         }
-        let head = encode::Head::new(crate::websocket::Opcode::Text, payload.len());
+        let prefix = lane.and_then(|lane| lane::lane_prefix(payload, lane));
+        let (prefix, rest): (&[u8], &[u8]) = match &prefix {
+            Some(prefix) => (prefix, &payload[1..]),
+            None => (&[], payload),
+        };
+        let len = prefix.len() + rest.len();
+        let head = encode::Head::new(crate::websocket::Opcode::Text, len);
         self.out.extend_from_slice(head.as_bytes());
-        self.out.extend_from_slice(payload);
-        self.count_unread(now, head.as_bytes().len() + payload.len());
+        self.out.extend_from_slice(prefix);
+        self.out.extend_from_slice(rest);
+        self.count_unread(now, head.as_bytes().len() + len);
     }
 
     /// Our close frame, the last frame: not a slow reader's limit's business (that limit
     /// would write a close of its own after it).
     fn close_frame(&mut self, code: CloseCode, reason: &str) {
-        if self.phase != Phase::Open {
+        if !self.is_open() {
             return;
         }
         let frame = encode::close(code, reason);
@@ -1510,30 +1917,31 @@ impl<E: Environment> Connection<E> {
     }
 
     /// Bytes for a client that is not reading: over [`Limits::max_unread_bytes`], the frames
-    /// it did not read are dropped, the response in flight fails and the connection ends.
+    /// it did not read are dropped, the responses in flight fail and the connection ends.
     fn count_unread(&mut self, now: Instant, n: usize) {
         let Writer::Blocked { unread } = &mut self.writer else {
             return;
         };
         *unread += n;
-        if *unread > self.limits.max_unread_bytes && self.phase == Phase::Open {
+        if *unread > self.limits.max_unread_bytes && self.is_open() {
             // Whole frames only: the client gets the stream up to what the host took, then
-            // the response's end and the close.
+            // the responses' ends and the close.
             self.out.clear();
             self.pong = None;
             // (Counted no further: what follows is the connection's last bytes.)
             self.writer = Writer::Writable;
-            if let Some(turn) = &mut self.turn {
-                if let Some(id) = turn.call.take() {
+            for at in 0..self.lanes.len() {
+                if let Some(id) = self.lanes[at].turn_mut().and_then(|t| t.call.take()) {
                     self.stop_call(id);
                 }
+                self.abort_turn(
+                    now,
+                    at,
+                    ErrorCode::ResponseTooLarge,
+                    "The client did not read the response's events as fast as they came.",
+                );
             }
-            self.abort_turn(
-                now,
-                ErrorCode::ResponseTooLarge,
-                "The client did not read the response's events as fast as they came.",
-            );
-            self.drop_queue();
+            self.drop_queue(now);
             let reason = CloseReason::ClientTooSlow;
             self.close_frame(CloseCode::POLICY_VIOLATION, reason.as_str());
             self.end(CloseCode::POLICY_VIOLATION, reason);
@@ -1688,6 +2096,38 @@ impl Serialize for Headers<'_> {
     }
 }
 
+/// What a host keeps per lane of a connection (a response's span, its message): one at a
+/// time, as a lane has one response in flight; keyed by the events' `lane`.
+#[derive(Debug)]
+pub struct PerLane<T>(Vec<(u64, T)>);
+
+impl<T> Default for PerLane<T> {
+    fn default() -> Self {
+        PerLane(Vec::new())
+    }
+}
+
+impl<T> PerLane<T> {
+    pub fn insert(&mut self, lane: u64, value: T) {
+        self.take(lane);
+        self.0.push((lane, value));
+    }
+
+    pub fn get_mut(&mut self, lane: u64) -> Option<&mut T> {
+        self.0.iter_mut().find(|(l, _)| *l == lane).map(|(_, v)| v)
+    }
+
+    pub fn take(&mut self, lane: u64) -> Option<T> {
+        let at = self.0.iter().position(|(l, _)| *l == lane)?;
+        Some(self.0.swap_remove(at).1)
+    }
+
+    /// Every lane's, taken.
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.0.drain(..).map(|(_, v)| v)
+    }
+}
+
 /// Whatever ends a connection, its bytes leave the shared budget.
 impl<E> Drop for Connection<E> {
     fn drop(&mut self) {
@@ -1698,5 +2138,7 @@ impl<E> Drop for Connection<E> {
 }
 
 pub mod admission;
+mod lane;
+mod steer;
 #[cfg(test)]
 mod tests;

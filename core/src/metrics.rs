@@ -478,10 +478,10 @@ pub fn record_socket(rec: &mut impl Recorder, labels: &Labels, event: &connectio
             rec.gauge_add(Metric::WebsocketConnections, -1);
             rec.record(Metric::WebsocketCloses, &[close_code(code.0)], 1);
         }
-        connection::Event::Response(e) => record(rec, labels, e),
+        connection::Event::Response { event, .. } => record(rec, labels, event),
         connection::Event::Refused { .. }
-        | connection::Event::Message(_)
-        | connection::Event::Answer(_) => {}
+        | connection::Event::Message { .. }
+        | connection::Event::Answer { .. } => {}
     }
 }
 

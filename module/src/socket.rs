@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use responses_core::call::{AnswerHead, CallAction, CallFailure, CallId};
 use responses_core::connection::admission::Ticket;
-use responses_core::connection::{Connection, Event};
+use responses_core::connection::{Connection, Event, PerLane};
 use responses_core::driver::DETAILS_REQUEST;
 use responses_core::environment::Environment;
 use responses_core::life;
@@ -99,8 +99,8 @@ pub struct Socket<E> {
     request_id: String,
     /// The upgrade's `:authority`: each Chat call asks for the same virtual host.
     authority: String,
-    /// The span of the response in flight (Envoy traces).
-    span: Option<SpanRef>,
+    /// The span of each lane's response in flight (Envoy traces).
+    spans: PerLane<SpanRef>,
 }
 
 /// A request head that opens the transport: the socket, or `None` when the filter answered
@@ -176,7 +176,7 @@ pub fn open<E: Environment + Clone>(
         input_ended: false,
         request_id: owned("x-request-id"),
         authority: owned(":authority"),
-        span: None,
+        spans: PerLane::default(),
     };
     if host.write_blocked() {
         socket.conn.handle_writable(now, false);
@@ -305,10 +305,12 @@ impl<E: Environment + Clone> Socket<E> {
         while let Some(action) = self.conn.poll_call() {
             match action {
                 CallAction::Start(call) => {
-                    let summary = self.conn.exchange().map(|e| e.summary());
+                    let lane = self.conn.call_lane(call.id);
+                    let summary = lane.map(|(_, e)| e.summary());
                     self.log(host, &log::called(summary, &call));
                     // The Chat request continues the response's span.
-                    let head = CallHead::new(host, &call, &self.authority, self.span);
+                    let span = lane.and_then(|(lane, _)| self.spans.get_mut(lane).copied());
+                    let head = CallHead::new(host, &call, &self.authority, span);
                     let headers = head.headers();
                     let callout = Callout {
                         cluster: &self.config.socket.upstream_cluster,
@@ -431,12 +433,12 @@ impl<E: Environment + Clone> Socket<E> {
             };
             metrics::record_socket(&mut stats, &self.config.labels, &event);
             match event {
-                Event::Opened | Event::Message(_) | Event::Answer(_) => {}
-                Event::Refused { status, code } => {
+                Event::Opened | Event::Message { .. } | Event::Answer { .. } => {}
+                Event::Refused { status, code, .. } => {
                     self.log(host, &log::refused_message(status, code.as_ref()));
                     refused_span(host, status, code.as_ref());
                 }
-                Event::Response(event) => self.response(host, event),
+                Event::Response { lane, event } => self.response(host, lane, event),
                 Event::Closed { code, reason } => {
                     self.log_line(
                         host,
@@ -453,28 +455,31 @@ impl<E: Environment + Clone> Socket<E> {
     }
 
     /// One response's life: its span, its log line.
-    fn response(&mut self, host: &mut impl Terminal, event: life::Event) {
+    fn response(&mut self, host: &mut impl Terminal, lane: u64, event: life::Event) {
         match event {
             life::Event::Claimed { .. } => {
-                if let Some(parent) = host.active_span() {
-                    self.span = host.spawn_span(parent, telemetry::OPERATION);
+                let span = host
+                    .active_span()
+                    .and_then(|parent| host.spawn_span(parent, telemetry::OPERATION));
+                if let Some(span) = span {
+                    self.spans.insert(lane, span);
                 }
             }
             life::Event::FirstOutput { .. } => {
-                if let Some(span) = self.span {
+                if let Some(&mut span) = self.spans.get_mut(lane) {
                     host.span_event(span, telemetry::FIRST_TOKEN_EVENT);
                 }
             }
             life::Event::Finished(f) => {
                 self.log(host, &log::finished(&f));
-                if let Some(span) = self.span.take() {
+                if let Some(span) = self.spans.take(lane) {
                     tag_span(host, span, &f.summary, &f.timing, Transport::WebSocket);
                     host.finish_span(span);
                 }
             }
             // A response's automatic compaction made its call.
             life::Event::Call(_) => {
-                if let Some(span) = self.span {
+                if let Some(&mut span) = self.spans.get_mut(lane) {
                     host.span_event(span, telemetry::COMPACTION_EVENT);
                 }
             }
@@ -699,7 +704,7 @@ impl<E: Environment + Clone> Socket<E> {
         for c in self.calls.drain(..) {
             host.reset_callout(c.callout);
         }
-        if let Some(span) = self.span.take() {
+        for span in self.spans.drain() {
             host.finish_span(span);
         }
         if self.armed.take().is_some() {

@@ -37,7 +37,7 @@ use crate::traces::{ExchangeSpan, Traces, Transport};
 use crate::upstream::{self, Upstream, UpstreamEvent};
 use responses_core::call::{CallAction, CallFailure, CallId};
 use responses_core::connection::admission::{self, Admission, Ticket};
-use responses_core::connection::{Connection, Event, Limits, CLOSE_FLUSH};
+use responses_core::connection::{Connection, Event, Limits, PerLane, CLOSE_FLUSH};
 use responses_core::environment::System;
 use responses_core::exchange::Settings;
 use responses_core::life;
@@ -217,7 +217,8 @@ fn lock(admission: &Mutex<Admission>) -> std::sync::MutexGuard<'_, Admission> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The call in flight: its id and where it stands.
+/// A call in flight (one per lane, and the end of one left to finish): its id and where it
+/// stands.
 struct InFlight {
     id: CallId,
     call: upstream::Call,
@@ -253,14 +254,14 @@ where
         metrics: settings.metrics.clone(),
         traces: settings.traces.clone(),
         parent: trace_parent,
-        span: None,
-        message: None,
+        spans: PerLane::default(),
+        messages: PerLane::default(),
         log_content: settings.log_content,
         request_id: request_id.clone(),
     };
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
-    let mut call: Option<InFlight> = None;
+    let mut calls: Vec<InFlight> = Vec::new();
     let mut draining = shared.draining.clone();
     let mut drain_told = false;
     // The piece being written, and whether the socket takes what comes.
@@ -301,29 +302,25 @@ where
         while let Some(action) = conn.poll_call() {
             match action {
                 CallAction::Start(c) => {
-                    let summary = conn.exchange().map(|e| e.summary());
+                    let lane = conn.call_lane(c.id);
+                    let summary = lane.map(|(_, e)| e.summary());
                     logs::emit(&log::called(summary, &c), TRANSPORT, &request_id);
                     if settings.log_content {
                         log_content("upstream request", &c.body);
                     }
                     // The Chat request continues the response's trace, so that Envoy's spans
                     // for it are children of the response's span.
-                    let trace = telemetry
-                        .span
-                        .as_ref()
-                        .map(ExchangeSpan::propagation_headers)
+                    let trace = lane
+                        .and_then(|(lane, _)| telemetry.spans.get_mut(lane))
+                        .map(|span| span.propagation_headers())
                         .unwrap_or_default();
-                    call = Some(InFlight {
+                    calls.push(InFlight {
                         id: c.id,
                         call: shared.upstream.call(c, &trace),
                     });
                 }
                 // Dropping the request resets it (Envoy resets it upstream).
-                CallAction::Cancel(id) => {
-                    if call.as_ref().is_some_and(|c| c.id == id) {
-                        call = None;
-                    }
-                }
+                CallAction::Cancel(id) => calls.retain(|c| c.id != id),
                 // Sent on its own: it outlives the socket, whose client may go at once.
                 CallAction::Record(mut record) => {
                     let ledger = settings.records.clone();
@@ -385,10 +382,8 @@ where
                 }
             }
             Some(()) = records_over.recv() => conn.handle_record_done(),
-            event = next_upstream(&mut call) => {
+            (id, event) = next_upstream(&mut calls) => {
                 let now = Instant::now();
-                let Some(InFlight { id, .. }) = call.as_ref() else { continue };
-                let id = *id;
                 match event {
                     UpstreamEvent::Head { status, headers, body } => {
                         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -398,7 +393,7 @@ where
                             })
                         };
                         conn.handle_call_head(now, id, status, header, every);
-                        if let Some(c) = call.as_mut() {
+                        if let Some(c) = calls.iter_mut().find(|c| c.id == id) {
                             c.call = upstream::Call::Body(body);
                         }
                     }
@@ -409,11 +404,11 @@ where
                         conn.handle_call_data(now, id, &chunk);
                     }
                     UpstreamEvent::End => {
-                        call = None;
+                        calls.retain(|c| c.id != id);
                         conn.handle_call_end(now, id);
                     }
                     UpstreamEvent::Failed(message) => {
-                        call = None;
+                        calls.retain(|c| c.id != id);
                         conn.handle_call_failed(now, id, CallFailure::Failed(&message));
                     }
                 }
@@ -507,11 +502,15 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-async fn next_upstream(call: &mut Option<InFlight>) -> UpstreamEvent {
-    match call {
-        Some(c) => c.call.next().await,
-        None => std::future::pending().await,
+/// What happens next to any of the calls in flight (cancel-safe, as each call's `next` is).
+async fn next_upstream(calls: &mut [InFlight]) -> (CallId, UpstreamEvent) {
+    if calls.is_empty() {
+        return std::future::pending().await;
     }
+    let next = calls
+        .iter_mut()
+        .map(|c| Box::pin(async move { (c.id, c.call.next().await) }));
+    futures_util::future::select_all(next).await.0
 }
 
 /// What the connection tells, into the metrics, the responses' spans and the logs.
@@ -519,10 +518,10 @@ struct Telemetry {
     metrics: Option<Arc<Metrics>>,
     traces: Option<Arc<Traces>>,
     parent: Option<opentelemetry::Context>,
-    /// The span of the response in flight (traces on).
-    span: Option<ExchangeSpan>,
-    /// The message of the response in flight (content recorded).
-    message: Option<bytes::Bytes>,
+    /// The span of each lane's response in flight (traces on).
+    spans: PerLane<ExchangeSpan>,
+    /// The message of each lane's response in flight (content recorded).
+    messages: PerLane<bytes::Bytes>,
     log_content: bool,
     /// The handshake's `x-request-id`, for logs.
     request_id: String,
@@ -537,27 +536,27 @@ impl Telemetry {
             }
             match event {
                 Event::Opened => {}
-                Event::Message(text) => {
+                Event::Message { lane, text } => {
                     if self.log_content {
                         log_content("client message", &text);
                     }
-                    self.message = Some(text);
+                    self.messages.insert(lane, text);
                 }
-                Event::Refused { status, code } => {
+                Event::Refused { lane, status, code } => {
                     let line = log::refused_message(status, code.as_ref());
                     logs::emit(&line, TRANSPORT, &self.request_id);
                     let code = code.as_ref().map(Code::as_str);
                     // Not a response: its span says why, and nothing is recorded.
                     if let Some(mut refused) = self.open_span(Duration::ZERO) {
-                        if let Some(text) = self.message.take() {
+                        if let Some(text) = self.messages.take(lane) {
                             refused.record_request(&text);
                         }
                         refused.refused(status, code, &Timing::default());
                     }
                 }
-                Event::Response(event) => self.response(event),
-                Event::Answer(last) => {
-                    if let Some(span) = self.span.as_mut().filter(|s| s.wants_content()) {
+                Event::Response { lane, event } => self.response(lane, event),
+                Event::Answer { lane, text: last } => {
+                    if let Some(span) = self.spans.get_mut(lane).filter(|s| s.wants_content()) {
                         span.record_answer(&last);
                     }
                 }
@@ -569,24 +568,25 @@ impl Telemetry {
         }
     }
 
-    fn response(&mut self, event: life::Event) {
+    fn response(&mut self, lane: u64, event: life::Event) {
         match event {
             life::Event::Claimed { elapsed } => {
-                self.span = self.open_span(elapsed);
-                if let (Some(span), Some(text)) = (self.span.as_mut(), self.message.take()) {
-                    if span.wants_content() {
+                let message = self.messages.take(lane);
+                if let Some(mut span) = self.open_span(elapsed) {
+                    if let (true, Some(text)) = (span.wants_content(), message) {
                         span.record_request(&text);
                     }
+                    self.spans.insert(lane, span);
                 }
             }
             life::Event::Finished(f) => {
                 logs::emit(&log::finished(&f), TRANSPORT, &self.request_id);
-                if let Some(span) = self.span.take() {
+                if let Some(span) = self.spans.take(lane) {
                     span.finish(&f.summary, &f.timing);
                 }
             }
             life::Event::Call(timing) => {
-                if let Some(span) = self.span.as_mut() {
+                if let Some(span) = self.spans.get_mut(lane) {
                     span.call_event(&timing);
                 }
             }

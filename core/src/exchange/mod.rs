@@ -406,6 +406,15 @@ impl Exchange {
         &self.summary
     }
 
+    /// The next sequence number of a streamed answer, for an event told among its events by
+    /// its host (a WebSocket steer's acknowledgement); `None` before the stream opened.
+    pub fn take_sequence_number(&mut self) -> Option<u64> {
+        match &mut self.state {
+            State::Streaming(translator) => Some(translator.take_sequence_number()),
+            _ => None,
+        }
+    }
+
     /// The request's body is decoded as it comes (a `content-encoding`): reading it may cost
     /// up to the decoding budget's time ([`request_encoding`]).
     pub fn decodes_request(&self) -> bool {

@@ -67,6 +67,9 @@ pub enum ErrorCode {
     InvalidMessage,
     /// A message `type` other than `response.create`.
     UnknownEventType,
+    /// A `response.create` that would open a lane (`stream_id`) beyond the connection's
+    /// [`crate::connection::MAX_LANES`].
+    TooManyLanes,
     /// The WebSocket connection has reached its maximum age (`--ws-max-age`).
     WebsocketConnectionLimitReached,
     /// At the handshake: 503, the host holds as many connections as it accepts; 429, the

@@ -350,6 +350,13 @@ impl EventWriter {
         self.next_sequence
     }
 
+    /// The next number, for an event of the same stream written elsewhere (a WebSocket
+    /// steer's acknowledgement among a response's events).
+    pub fn take_number(&mut self) -> u64 {
+        self.next_sequence += 1;
+        self.next_sequence - 1
+    }
+
     /// The JSON objects written since the last call, as ranges of the buffer they went to
     /// (the caller writes every event of one [`Events`] into one buffer, and takes both
     /// together).

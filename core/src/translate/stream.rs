@@ -201,6 +201,11 @@ impl StreamTranslator {
         self.output_bytes
     }
 
+    /// The next sequence number, taken for an event told among this stream's by its host.
+    pub fn take_sequence_number(&mut self) -> u64 {
+        self.events.take_number()
+    }
+
     /// An output item (text, reasoning, a tool call) has been opened: the turn's own (an
     /// automatic compaction's item, which leads it, is not the model's output).
     pub fn has_output(&self) -> bool {
