@@ -294,6 +294,8 @@ type DefaultReply = Arc<dyn Fn() -> Reply + Send + Sync>;
 #[derive(Default)]
 struct Script {
     replies: Mutex<VecDeque<Reply>>,
+    /// Gates a client releases itself, in order, with a `POST` to [`RELEASE_PATH`].
+    releases: Mutex<VecDeque<Gate>>,
     default: Mutex<Option<DefaultReply>>,
     requests: Mutex<Vec<RecordedRequest>>,
     arrived: tokio::sync::Notify,
@@ -327,6 +329,13 @@ impl ScriptedUpstream {
             script,
             _server: server,
         }
+    }
+
+    /// Lets the client release `gate` itself (in the order given): a `POST` to
+    /// [`RELEASE_PATH`] releases the next one (answered 204, not recorded). For a client
+    /// script that must act while a reply is held (steer a response in flight).
+    pub fn released_by_client(&self, gate: &Gate) {
+        self.script.releases.lock().unwrap().push_back(gate.clone());
     }
 
     /// Appends a reply to the script.
@@ -371,9 +380,26 @@ impl ScriptedUpstream {
     }
 }
 
+/// The path on which a client releases the next gate of
+/// [`ScriptedUpstream::released_by_client`].
+pub const RELEASE_PATH: &str = "/__release";
+
 async fn handle(State(script): State<Arc<Script>>, request: Request) -> Response {
     let received = std::time::Instant::now();
     let (parts, body) = request.into_parts();
+    if parts.uri.path() == RELEASE_PATH {
+        let gate = script.releases.lock().unwrap().pop_front();
+        let status = match gate {
+            Some(gate) => {
+                gate.release();
+                StatusCode::NO_CONTENT
+            }
+            None => StatusCode::NOT_FOUND,
+        };
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = status;
+        return response;
+    }
     let body = axum::body::to_bytes(body, usize::MAX)
         .await
         .unwrap_or_default();

@@ -22,7 +22,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::schema::assert_valid_sse;
-use common::{client, repo_root, DemoUpstream, Envoy, Reply, ScriptedUpstream, Stack, TempDir};
+use common::{
+    client, repo_root, DemoUpstream, Envoy, Gate, Reply, ScriptedUpstream, Stack, TempDir,
+};
 use serde_json::{json, Value};
 
 /// Longest a client script may run (each takes a few seconds; generous for loaded machines).
@@ -105,6 +107,15 @@ impl ClientStack {
         self.scripted
             .as_ref()
             .map(ScriptedUpstream::requests)
+            .unwrap_or_default()
+    }
+
+    /// The scripted upstream's own URL (a client releases its held replies there), or
+    /// nothing.
+    fn scripted_url(&self) -> String {
+        self.scripted
+            .as_ref()
+            .map(|u| u.url(""))
             .unwrap_or_default()
     }
 
@@ -204,6 +215,7 @@ fn run_client(stack: &ClientStack, program: &Path, script: &str) {
         .arg(&script_path)
         .current_dir(&root)
         .env("OPENAI_BASE_URL", stack.base_url())
+        .env("SCRIPTED_UPSTREAM_URL", stack.scripted_url())
         .env("OPENAI_API_KEY", "x")
         .env("NO_PROXY", "*")
         .env("no_proxy", "*")
@@ -553,6 +565,124 @@ fn python_openai_sdk_websocket_connect() {
         json!({"role": "system", "content": format!("{CONTEXT_PREFIX}{SUMMARY}")}),
         "{chat}"
     );
+}
+
+/// A Chat stream that calls `lookup` (`call_1`) with no arguments.
+fn chat_tool_call_sse() -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-ws", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    Reply::sse([
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                   "function": {"name": "lookup", "arguments": "{}"}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+/// The upstream of the lanes and steering scripts (`openai_websocket_lanes.py`,
+/// `openai_websocket_lanes.mjs`): three replies held after their first chunk, each released by
+/// the client once it has done what must happen meanwhile.
+fn lanes_upstream() -> ScriptedUpstream {
+    let held = [Gate::new(), Gate::new(), Gate::new()];
+    let upstream = ScriptedUpstream::with_replies([
+        chat_sse("A").pause_after(1, &held[0]),
+        chat_sse("B"),
+        chat_sse("one"),
+        chat_sse("two"),
+        chat_sse("forked"),
+        chat_sse("Roses.").pause_after(1, &held[1]),
+        chat_sse("And the sea."),
+        chat_tool_call_sse().pause_after(1, &held[2]),
+        chat_sse("Quarante-deux."),
+    ]);
+    for gate in &held {
+        upstream.released_by_client(gate);
+    }
+    upstream
+}
+
+/// What the upstream of [`lanes_upstream`] was asked: lane b while lane a was held, a fork of
+/// lane a's context, a successor with the steer's input after the steered response, and the
+/// steer first in the client's continuation after its tool call.
+fn assert_lanes_requests(stack: &ClientStack) {
+    let requests = stack.upstream_requests();
+    let messages = |i: usize| requests[i].json()["messages"].clone();
+    assert_eq!(
+        requests.len(),
+        9,
+        "{:?}",
+        requests.iter().map(|r| r.json()).collect::<Vec<_>>()
+    );
+    assert_eq!(messages(1), json!([{"role": "user", "content": "fast"}]));
+    assert_eq!(
+        messages(4),
+        json!([
+            {"role": "user", "content": "slow"},
+            {"role": "assistant", "content": "A"},
+            {"role": "user", "content": "and?"}
+        ])
+    );
+    assert_eq!(
+        messages(6),
+        json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Write about roses."},
+            {"role": "assistant", "content": "Roses."},
+            {"role": "user", "content": "Also mention the sea."}
+        ])
+    );
+    let continuation = messages(8);
+    let roles: Vec<_> = continuation
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].clone())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "user", "tool"],
+        "{continuation}"
+    );
+    assert_eq!(continuation[2]["content"], "In French, please.");
+    assert_eq!(continuation[3]["content"], "42");
+}
+
+/// openai-python's lanes and steering over `client.responses.connect()`
+/// (`openai_websocket_lanes.py`): two lanes side by side, FIFO on one, a fork across lanes,
+/// every event's `stream_id`, a steer's successor, a steer pending on a tool call, and the
+/// failures a client can cause.
+#[test]
+fn python_openai_sdk_websocket_lanes_and_steering() {
+    let python = python();
+    let stack = ClientStack::scripted_ws(lanes_upstream(), &[]);
+    run_client(
+        &stack,
+        &python,
+        "tests/clients/python/openai_websocket_lanes.py",
+    );
+    assert_lanes_requests(&stack);
+}
+
+/// openai-node's `ResponsesWS` runs the same lanes and steering script
+/// (`openai_websocket_lanes.mjs`) against the same upstream.
+#[test]
+fn node_openai_sdk_websocket_lanes_and_steering() {
+    let node = node();
+    let stack = ClientStack::scripted_ws(lanes_upstream(), &[]);
+    run_client(
+        &stack,
+        &node,
+        "tests/clients/node/openai_websocket_lanes.mjs",
+    );
+    assert_lanes_requests(&stack);
 }
 
 /// The default `--reasoning-events auto` through Envoy: each client gets the names it parses,
