@@ -6,7 +6,8 @@
 //! 1. **Load and slow readers.** `SLOW` sockets each ask for a long stream (an event of about
 //!    8 KiB every 50 ms for a minute) and read one event every 200 ms with a small receive
 //!    buffer, so that Envoy holds what they leave unread; meanwhile `SOCKETS` other sockets
-//!    each run `TURNS` turns (continuations), which must all complete. A slow reader ends in
+//!    each run `LANES` lanes side by side (`stream_id`), each lane `TURNS` turns
+//!    (continuations), which must all complete. A slow reader ends in
 //!    one of the documented ways (`response.failed` and 1008 past `ws_max_unread_bytes`, 1013
 //!    past the shared budget) or is still reading after `SLOW_FOR`, when it goes. Envoy's RSS
 //!    before, and its peak (`VmHWM`), against the documented bound per socket
@@ -58,6 +59,8 @@ const SOCKETS: usize = 500;
 /// Clients that do not read, in run 4.
 const NOREAD: usize = 200;
 const TURNS: usize = 5;
+/// Lanes each turn socket runs side by side.
+const LANES: usize = 4;
 const SLOW: usize = 50;
 /// How long a slow reader reads before it goes.
 const SLOW_FOR: Duration = Duration::from_secs(60);
@@ -230,23 +233,53 @@ async fn turn<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// A socket running `TURNS` turns, each a continuation of the one before: how many completed.
+/// A socket running `LANES` lanes side by side, each `TURNS` turns, each turn a continuation
+/// of its lane's one before: how many completed.
 async fn turns(port: u16, caller: usize) -> Result<usize, String> {
     let mut socket = open(port, format!("turns-{caller}"), None).await;
-    let mut previous: Option<String> = None;
-    for i in 0..TURNS {
-        let mut body = json!({"model": "m", "input": format!("turn {i}")});
-        if let Some(id) = &previous {
+    let ask = |lane: usize, i: usize, previous: Option<&str>| {
+        let mut body =
+            json!({"model": "m", "input": format!("turn {i}"), "stream_id": format!("l{lane}")});
+        if let Some(id) = previous {
             body["previous_response_id"] = json!(id);
         }
-        let event = turn(&mut socket, body).await?;
+        create(body)
+    };
+    for lane in 0..LANES {
+        socket
+            .send(ask(lane, 0, None))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let mut done = [0; LANES];
+    while done.iter().any(|d| *d < TURNS) {
+        let event = match next(&mut socket, TIMEOUT).await {
+            Next::Event(event) if terminal(&event) => event,
+            Next::Event(_) => continue,
+            Next::Closed(how) => return Err(how),
+        };
+        let lane = event["stream_id"]
+            .as_str()
+            .and_then(|l| l.strip_prefix('l')?.parse::<usize>().ok())
+            .filter(|l| *l < LANES)
+            .ok_or_else(|| format!("a terminal event without its lane: {event}"))?;
         if event["type"] != "response.completed" {
-            return Err(format!("turn {i}: {}", event["type"]));
+            return Err(format!(
+                "lane {lane}, turn {}: {}",
+                done[lane], event["type"]
+            ));
         }
-        previous = event["response"]["id"].as_str().map(str::to_owned);
+        done[lane] += 1;
+        if done[lane] < TURNS {
+            let id = event["response"]["id"].as_str();
+            socket
+                .send(ask(lane, done[lane], id))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
     }
     let _ = socket.close(None).await;
-    Ok(TURNS)
+    Ok(LANES * TURNS)
 }
 
 /// A slow reader on a long stream: how it ended, and after how long.
@@ -354,7 +387,9 @@ fn load(
     // What the shared budget and Envoy's watermark leave Envoy to hold for the sockets.
     let budget_bound = MAX_TOTAL + all * WATERMARK;
     let (results, turns_took) = turn_results;
-    println!("\n### 1. {sockets} sockets × {TURNS} turns beside {slow} slow readers");
+    println!(
+        "\n### 1. {sockets} sockets × {LANES} lanes × {TURNS} turns beside {slow} slow readers"
+    );
     println!(
         "turn sockets: {} (the turns took {:.1} s)",
         counted(&results),
@@ -378,7 +413,8 @@ fn load(
             "OVER"
         },
     );
-    let turns_ok = results.len() == 1 && results.contains_key(&format!("{TURNS} turns completed"));
+    let turns_ok =
+        results.len() == 1 && results.contains_key(&format!("{} turns completed", LANES * TURNS));
     let slow_ok = slow_endings.keys().all(|e| {
         e.starts_with("still reading")
             || e.starts_with("completed")
