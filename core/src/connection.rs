@@ -849,11 +849,14 @@ impl<E: Environment> Connection<E> {
             Some(at) => at,
             None => {
                 self.lanes.retain(|l| !l.is_empty());
-                if self.lanes.len() >= MAX_LANES {
+                let named = self.lanes.iter().filter(|l| l.id.is_some()).count();
+                // The lane of messages without a name is always there to answer them (what
+                // cannot be read for a name goes there too).
+                if lane.is_some() && named >= MAX_LANES {
                     let err = ApiError::invalid(
                         "stream_id",
                         format!(
-                            "Too many lanes: this server runs at most {MAX_LANES} lanes ('stream_id') per connection, counting those whose last response is kept for a continuation."
+                            "Too many lanes: this server runs at most {MAX_LANES} lanes ('stream_id') per connection, counting those whose last response is kept for a continuation; messages without a 'stream_id' have a lane of their own beside them."
                         ),
                     )
                     .with_code(ErrorCode::TooManyLanes);
@@ -1185,9 +1188,9 @@ impl<E: Environment> Connection<E> {
         // leaves nothing to continue from.
         let named = body.remove("previous_response_id");
         let continued = match (parent, named) {
-            (Some(parent), _) => Some(self.take_context(parent)?),
+            (Some(parent), _) => Some(self.take_context(at, parent)?),
             (None, None | Some(Node::Null)) => None,
-            (None, Some(Node::Str(id))) => Some(self.take_context(&id.as_str())?),
+            (None, Some(Node::Str(id))) => Some(self.take_context(at, &id.as_str())?),
             (None, Some(_)) => {
                 return Err(ApiError::invalid(
                     "previous_response_id",
@@ -1341,13 +1344,26 @@ impl<E: Environment> Connection<E> {
         Vec::new()
     }
 
-    fn take_context(&mut self, id: &str) -> Result<Context, ApiError> {
+    /// The kept context a continuation on lane `at` names: taken from its own lane (the new
+    /// response will be that lane's last), copied from another (a fork: the other lane may
+    /// still continue it).
+    fn take_context(&mut self, at: usize, id: &str) -> Result<Context, ApiError> {
         let kept = self
             .lanes
-            .iter_mut()
-            .find(|l| l.context.as_ref().is_some_and(|c| c.id == id));
-        if let Some(context) = kept.and_then(|l| l.context.take()) {
-            return Ok(context);
+            .iter()
+            .position(|l| l.context.as_ref().is_some_and(|c| c.id == id));
+        match kept {
+            Some(lane) if lane == at => {
+                if let Some(context) = self.lanes[lane].context.take() {
+                    return Ok(context);
+                }
+            }
+            Some(lane) => {
+                if let Some(context) = &self.lanes[lane].context {
+                    return Ok(context.clone());
+                }
+            }
+            None => {}
         }
         let why = if self
             .lanes

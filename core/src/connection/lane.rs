@@ -18,8 +18,9 @@ use crate::openresponses::{ApiError, ErrorCode};
 use crate::translate::json::document::{self, Node};
 use crate::translate::json::shape::Kind;
 
-/// Lanes a connection may have at once (each with its own upstream call and kept context):
-/// a `response.create` that opens one more is refused.
+/// Named lanes a connection may have at once (each with its own upstream call and kept
+/// context), beside the lane of messages without a `stream_id`: a `response.create` that opens
+/// one more is refused.
 pub const MAX_LANES: usize = 8;
 
 /// A lane's name: the `stream_id` its messages carry (none: the lane of those without).
@@ -166,7 +167,7 @@ impl Turn {
 
 /// The last response that ended well, kept as the text it was sent and read as: nothing of it
 /// is a tree until a continuation reads it (counted at its size).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Context {
     pub id: String,
     /// Its whole input (its own continued context first), a JSON array.

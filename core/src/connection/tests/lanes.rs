@@ -125,6 +125,13 @@ fn a_lane_forks_from_the_last_response_of_another() {
     let events = c.answer(&call, "more");
     assert_eq!(events[0]["stream_id"], "b");
     assert_eq!(events[0]["response"]["previous_response_id"], json!(first));
+    // A fork copies: lane a still continues its own response.
+    let call = c.forward(&lane_create(
+        "a",
+        json!({"model": "m", "input": "again", "previous_response_id": first}),
+    ));
+    assert_eq!(chat(&call)["messages"].as_array().unwrap().len(), 3);
+    c.answer(&call, "yes");
 }
 
 #[test]
@@ -144,9 +151,11 @@ fn lanes_are_capped_and_the_one_beyond_is_refused_on_its_lane() {
     assert_eq!(code(&error), "too_many_lanes");
     assert_eq!(error["stream_id"], "one-more");
     assert_eq!(error["error"]["param"], "stream_id");
-    // The lanes that exist go on.
+    // The lanes that exist go on, and so does the lane without a name.
     let call = c.forward(&lane_create("l0", json!({"model": "m", "input": "x"})));
     c.answer(&call, "still");
+    let call = c.forward(&create(json!({"model": "m", "input": "x"})));
+    c.answer(&call, "unnamed");
 }
 
 #[test]
