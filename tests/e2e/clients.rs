@@ -501,15 +501,18 @@ fn python_openai_sdk_context_management_compacts_and_feeds_the_item_back() {
     }
 }
 
+/// One Chat stream event with this `delta` and `finish_reason`.
+fn chat_chunk(delta: Value, finish: Value) -> String {
+    format!(
+        "data: {}\n\n",
+        json!({"id": "chatcmpl-ws", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+               "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    )
+}
+
 /// A Chat stream saying `text`.
 fn chat_sse(text: &str) -> Reply {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "chatcmpl-ws", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
-                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
+    let chunk = chat_chunk;
     Reply::sse([
         chunk(json!({"role": "assistant", "content": text}), Value::Null),
         chunk(json!({}), json!("stop")),
@@ -569,13 +572,7 @@ fn python_openai_sdk_websocket_connect() {
 
 /// A Chat stream that calls `lookup` (`call_1`) with no arguments.
 fn chat_tool_call_sse() -> Reply {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "chatcmpl-ws", "object": "chat.completion.chunk", "created": 1_700_000_000u64,
-                   "model": "demo-model", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
+    let chunk = chat_chunk;
     Reply::sse([
         chunk(
             json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
