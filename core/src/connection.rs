@@ -1154,6 +1154,13 @@ impl<E: Environment> Connection<E> {
         let mut body = crate::translate::request::parse_request(text, &self.settings.options)?;
         match body.remove("type") {
             Some(Node::Str(t)) if t == *"response.create" => {}
+            Some(Node::Str(t)) if t == *"response.steer" => {
+                return Err(ApiError::invalid(
+                    "type",
+                    "The 'type' of a 'response.steer' must be written without escapes.",
+                )
+                .with_code(ErrorCode::InvalidValue))
+            }
             Some(Node::Str(t)) => {
                 return Err(ApiError::invalid(
                     "type",
@@ -1173,10 +1180,19 @@ impl<E: Environment> Connection<E> {
             )
             .with_code(ErrorCode::MissingRequiredParameter)),
         }
-        // The lane was read from it already ([`lane::route`]).
-        match body.remove("stream_id") {
-            None | Some(Node::Null | Node::Str(_)) => {}
-            Some(_) => {
+        // The lane was read from it already ([`lane::route`]): the same, or refused.
+        let lane = self.lanes[at].id.clone();
+        match (body.remove("stream_id"), lane.as_deref()) {
+            (None | Some(Node::Null), None) => {}
+            (Some(Node::Str(named)), Some(lane)) if named.as_str() == lane => {}
+            (Some(Node::Str(_) | Node::Null) | None, _) => {
+                return Err(ApiError::invalid(
+                    "stream_id",
+                    "'stream_id' must be written as a plain key (no escapes).",
+                )
+                .with_code(ErrorCode::InvalidValue))
+            }
+            (Some(_), _) => {
                 return Err(ApiError::invalid(
                     "stream_id",
                     "Invalid 'stream_id': expected a string.",

@@ -217,10 +217,17 @@ impl Context {
     }
 }
 
-/// The lane a message is for, read from its `stream_id` without building anything of the rest;
-/// whether it is a `response.steer`. A message that cannot be read this way goes to the lane
+/// The lane a message is for, read from its `stream_id` without building anything of the rest
+/// (and only when the text has the word); whether it is a `response.steer`. A message that cannot be read this way goes to the lane
 /// without a name, where reading it as a request says what is wrong.
 pub(super) fn route(text: &[u8]) -> (Option<String>, bool) {
+    // Most messages name no lane and steer nothing: a search for the two words spares them
+    // the read. (A key or type written with escapes is not found here: the request's own read
+    // refuses it, `Connection::begin`.)
+    let finder = |word: &[u8]| memchr::memmem::find(text, word).is_some();
+    if !finder(b"stream_id") && !finder(b"response.steer") {
+        return (None, false);
+    }
     #[derive(serde::Deserialize)]
     struct Head<'a> {
         #[serde(rename = "type", borrow, default)]

@@ -159,6 +159,25 @@ fn lanes_are_capped_and_the_one_beyond_is_refused_on_its_lane() {
 }
 
 #[test]
+fn a_lane_or_a_steer_written_with_escapes_is_refused_not_misrouted() {
+    let mut c = Client::new();
+    let error =
+        c.reject(br#"{"type":"response.create","model":"m","input":"x","stream\u005fid":"a"}"#);
+    assert_eq!(code(&error), "invalid_value");
+    assert_eq!(error["error"]["param"], "stream_id");
+    let error =
+        c.reject(br#"{"type":"response\u002esteer","previous_response_id":"r","input":"x"}"#);
+    assert_eq!(code(&error), "invalid_value");
+    // The lane of a plain key, whatever else is escaped (its value read as JSON reads it).
+    let call =
+        c.forward(br#"{"type":"response.create","model":"m","input":"x","stream_id":"\u0061"}"#);
+    assert_eq!(c.answer(&call, "ok")[0]["stream_id"], "a");
+    let call =
+        c.forward(br#"{"type":"response.create","model":"m","input":"\u0078","stream_id":"a"}"#);
+    assert_eq!(c.answer(&call, "ok")[0]["stream_id"], "a");
+}
+
+#[test]
 fn lanes_without_anything_kept_make_room() {
     let mut c = Client::new();
     for i in 0..2 * MAX_LANES {
