@@ -182,7 +182,7 @@ if [ "$SCENARIO" = apply_patch ]; then
   git -C "$WORK/project" init -q
 fi
 LOG="$ROOT/target/demo/processor.log"
-ws_lines() { grep -c 'translated request transport="websocket"' "$LOG" 2>/dev/null || true; }
+ws_lines() { grep -cE 'translated request transport="?websocket"?' "$LOG" 2>/dev/null || true; }
 WS_BEFORE="$(ws_lines)"
 # Module mode: the sockets the module has served (open or closed), from Envoy's admin stats.
 ADMIN="${ADMIN_URL:-http://127.0.0.1:9901}"
@@ -291,7 +291,8 @@ check_websocket() {
     say "WebSocket transport (module mode): $n connection(s) served by the module"
     return 0
   fi
-  n="$(grep -c 'translated request transport="websocket"' "$log" 2>/dev/null || true)"
+  # (A log value is quoted only when it must be: transport=websocket.)
+  n="$(grep -cE 'translated request transport="?websocket"?' "$log" 2>/dev/null || true)"
   [ "${n:-0}" -gt 0 ] || { show; die "no response went over the WebSocket transport ($log)"; }
   say "WebSocket transport: $n responses, $(grep -c 'generate: false' "$log" || true) preloads"
 }
@@ -319,6 +320,11 @@ PY
     [ -s "$REFUSED" ] || { show; die "Codex never tried the WebSocket: nothing proves the fallback"; }
     [ "$(ws_lines)" = "$WS_BEFORE" ] || { show; die "a response went over the WebSocket transport"; }
     say "HTTP transport: $(wc -l <"$REFUSED") WebSocket upgrade(s) refused with 426, every response over POST"
+  elif [ "${MODE:-extproc}" = module ]; then
+    # No processor: the module's own socket counts, in Envoy's stats, went up.
+    n=$(($(module_sockets) - MODULE_SOCKETS_BEFORE))
+    [ "$n" -gt 0 ] || { show; die "the module served no WebSocket connection ($ADMIN/stats)"; }
+    say "WebSocket transport (module mode): $n connection(s) served by the module"
   else
     n=$(( $(ws_lines) - ${WS_BEFORE:-0} ))
     [ "$n" -ge 2 ] || { show; die "$n responses went over the WebSocket transport ($LOG), not the turn and its continuation"; }
