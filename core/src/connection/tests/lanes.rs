@@ -246,9 +246,18 @@ fn a_steer_is_accepted_and_its_successor_continues_the_response_with_its_input()
     assert_eq!(events[0]["type"], "response.created");
     assert_eq!(events[0]["stream_id"], "a");
     assert_eq!(events[0]["response"]["previous_response_id"], json!(id));
-    // Its life is a response's like any other.
+    // Its life and its record are a response's like any other.
     let done = finished(&c.events());
     assert_eq!(done.len(), 2);
+    assert_eq!(
+        done[1].summary.response_id,
+        events[0]["response"]["id"].as_str().map(str::to_owned)
+    );
+    assert_eq!(
+        c.records().len(),
+        2,
+        "a record per turn, the successor's too"
+    );
 }
 
 #[test]
