@@ -289,7 +289,9 @@ where
     // Each record's end, told back to the connection (it bounds the records on their way).
     let (record_over, mut records_over) = tokio::sync::mpsc::unbounded_channel::<()>();
     // The clock, read once per input (each wake of the select below): the connection is told
-    // this `now` for that input and for every step it leads to until the next wait.
+    // this `now` for that input and for every step it leads to until the next wait. Its
+    // events are polled with a second read, after those steps: a response counts its time in
+    // the core (its translation) from the input's `now` to its poll's.
     let mut now = opened;
     loop {
         if hand_over(&mut conn, &mut writer, &mut sending).is_err() {
@@ -316,7 +318,7 @@ where
             continue;
         }
         // Told first: a response's span is open before its call carries its context.
-        telemetry.tell(&mut conn, now);
+        telemetry.tell(&mut conn, Instant::now());
         while let Some(action) = conn.poll_call() {
             match action {
                 CallAction::Start(c) => {
@@ -554,12 +556,13 @@ struct Telemetry {
 }
 
 impl Telemetry {
+    /// The connection's events, polled at `done`: when the steps of the last input ended.
     fn tell<E: responses_core::environment::Environment>(
         &mut self,
         conn: &mut Connection<E>,
-        now: Instant,
+        done: Instant,
     ) {
-        while let Some(event) = conn.poll_event(now) {
+        while let Some(event) = conn.poll_event(done) {
             if let Some(m) = &self.metrics {
                 m.tell_socket(&event);
             }
