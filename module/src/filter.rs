@@ -27,14 +27,13 @@ use responses_core::exchange::{self, Exchange};
 use responses_core::life::{Event, Finished, Timing};
 use responses_core::log;
 use responses_core::metadata::{self, record, record::Answer};
-use responses_core::metrics;
 use responses_core::telemetry::{self, Transport};
 
 use crate::callout::CallHead;
 use crate::config::FilterConfig;
 use crate::host::{Callout, CalloutId, CalloutReset, Host, Level, Side, Terminal, WorkResult};
 use crate::record::RECORDS;
-use crate::report::{log, log_line, tag_span, Stats};
+use crate::report::{count, log, log_line, tag_span};
 use crate::socket::{self, Socket};
 use crate::status::{
     body_status, headers_status, trailers_status, BodyStatus, HeadersStatus, TrailersStatus,
@@ -714,11 +713,7 @@ impl<E: Environment + Clone> Filter<E> {
     fn settle(&mut self, host: &mut impl Host) {
         let now = self.env.instant();
         while let Some(event) = self.driver.poll_event(now) {
-            let mut stats = Stats {
-                host: &mut *host,
-                metrics: &self.config.metrics,
-            };
-            metrics::record(&mut stats, &self.config.labels, &event);
+            count(host, &self.config, &event);
             match event {
                 Event::FirstOutput { .. } => first_output_event(host),
                 Event::Finished(f) => self.finished(host, &f),

@@ -1,13 +1,14 @@
 //! What a filter (an HTTP exchange or a WebSocket connection) tells Envoy besides its answer:
 //! the core's metrics as Envoy's stats, its log lines, the attributes on a span.
 
+use responses_core::connection;
 use responses_core::exchange;
-use responses_core::life::Timing;
+use responses_core::life::{self, Timing};
 use responses_core::log;
-use responses_core::metrics::{Kind, Metric, Recorder};
+use responses_core::metrics::{self, Kind, Metric, Recorder};
 use responses_core::telemetry::{self, Transport};
 
-use crate::config::Metrics;
+use crate::config::{FilterConfig, Metrics};
 use crate::host::{Host, Level, SpanRef};
 
 /// One of the core's log lines, as Envoy's (formatted only when Envoy logs its level).
@@ -23,10 +24,22 @@ pub(crate) fn log_line(host: &impl Host, line: &log::Line<'_>, request_id: &str)
     }
 }
 
+/// An exchange's event, into Envoy's stats.
+pub(crate) fn count(host: &mut impl Host, config: &FilterConfig, event: &life::Event) {
+    let metrics = &config.metrics;
+    metrics::record(&mut Stats { host, metrics }, &config.labels, event);
+}
+
+/// A WebSocket connection's event, into Envoy's stats.
+pub(crate) fn count_socket(host: &mut impl Host, config: &FilterConfig, event: &connection::Event) {
+    let metrics = &config.metrics;
+    metrics::record_socket(&mut Stats { host, metrics }, &config.labels, event);
+}
+
 /// The core's metrics calls, onto Envoy's stats.
-pub(crate) struct Stats<'a, H> {
-    pub(crate) host: &'a mut H,
-    pub(crate) metrics: &'a Metrics,
+struct Stats<'a, H> {
+    host: &'a mut H,
+    metrics: &'a Metrics,
 }
 
 impl<H: Host> Recorder for Stats<'_, H> {
@@ -52,7 +65,19 @@ pub(crate) fn tag_span(
     timing: &Timing,
     transport: Transport,
 ) {
-    let attributes = telemetry::attributes(s, timing);
+    tag_attributes(host, span, &telemetry::attributes(s, timing), transport);
+    if s.model.is_some() {
+        host.rename_span(span, &telemetry::span_name(s));
+    }
+}
+
+/// A span gets these attributes of the core's and the transport.
+pub(crate) fn tag_attributes(
+    host: &mut impl Host,
+    span: SpanRef,
+    attributes: &[telemetry::Attribute<'_>],
+    transport: Transport,
+) {
     let texts: Vec<_> = attributes.iter().map(|a| a.value.text()).collect();
     let mut tags: Vec<(&str, &str)> = attributes
         .iter()
@@ -61,9 +86,6 @@ pub(crate) fn tag_span(
         .collect();
     tags.push((telemetry::key::TRANSPORT, transport.as_str()));
     host.tag_span(span, &tags);
-    if s.model.is_some() {
-        host.rename_span(span, &telemetry::span_name(s));
-    }
 }
 
 /// A log line, formatted only when Envoy logs that level.

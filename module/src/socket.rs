@@ -40,7 +40,6 @@ use responses_core::environment::Environment;
 use responses_core::life;
 use responses_core::log;
 use responses_core::metadata::record::Record;
-use responses_core::metrics;
 use responses_core::openresponses::{ApiError, Code};
 use responses_core::telemetry::{self, Transport};
 use responses_core::websocket::handshake::{self, Version};
@@ -51,7 +50,7 @@ use crate::host::{
     Callout, CalloutId, CalloutRefused, CalloutReset, Level, Side, SpanRef, Terminal,
 };
 use crate::record::{RECORDS, RECORD_TIMEOUT};
-use crate::report::{log_line, tag_span, Stats};
+use crate::report::{count_socket, log_line, tag_attributes, tag_span};
 use crate::status::BodyStatus;
 
 /// A call in flight: the connection's id, Envoy's, and whether its head came.
@@ -427,11 +426,7 @@ impl<E: Environment + Clone> Socket<E> {
     fn tell(&mut self, host: &mut impl Terminal) {
         let now = self.clock.instant();
         while let Some(event) = self.conn.poll_event(now) {
-            let mut stats = Stats {
-                host: &mut *host,
-                metrics: &self.config.metrics,
-            };
-            metrics::record_socket(&mut stats, &self.config.labels, &event);
+            count_socket(host, &self.config, &event);
             match event {
                 Event::Opened | Event::Message { .. } | Event::Answer { .. } => {}
                 Event::Refused { status, code, .. } => {
@@ -771,14 +766,7 @@ fn refused_span(host: &mut impl Terminal, status: u16, code: Option<&Code>) {
     };
     let code = code.map_or("invalid_request", Code::as_str);
     let attributes = telemetry::refused_attributes(status, code);
-    let texts: Vec<_> = attributes.iter().map(|a| a.value.text()).collect();
-    let mut tags: Vec<(&str, &str)> = attributes
-        .iter()
-        .zip(&texts)
-        .map(|(a, text)| (a.key, text.as_ref()))
-        .collect();
-    tags.push((telemetry::key::TRANSPORT, Transport::WebSocket.as_str()));
-    host.tag_span(span, &tags);
+    tag_attributes(host, span, &attributes, Transport::WebSocket);
     host.finish_span(span);
 }
 

@@ -217,6 +217,23 @@ fn lock(admission: &Mutex<Admission>) -> std::sync::MutexGuard<'_, Admission> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What woke a connection's task: one input, told to the connection with the `now` read
+/// after it.
+enum Input {
+    /// The socket took bytes of the piece being written (or failed).
+    Written(std::io::Result<usize>),
+    /// The client's bytes, in `buf` (or the end, or a failure).
+    Read(std::io::Result<usize>),
+    /// A turn's record is over.
+    RecordDone,
+    /// A call's next event.
+    Upstream(CallId, UpstreamEvent),
+    /// The connection's timer is due.
+    Timer,
+    /// The drain watch changed.
+    Drain,
+}
+
 /// A call in flight (one per lane, and the end of one left to finish): its id and where it
 /// stands.
 struct InFlight {
@@ -272,22 +289,26 @@ where
     let mut kept: Vec<u8> = Vec::new();
     // Each record's end, told back to the connection (it bounds the records on their way).
     let (record_over, mut records_over) = tokio::sync::mpsc::unbounded_channel::<()>();
+    // The clock, read once per input (each wake of the select below): the connection is told
+    // this `now` for that input and for every step it leads to until the next wait. Its
+    // events are polled with a second read, after those steps: a response counts its time in
+    // the core (its translation) from the input's `now` to its poll's.
+    let mut now = opened;
     loop {
         if hand_over(&mut conn, &mut writer, &mut sending).is_err() {
             sending.clear();
-            conn.handle_closed(Instant::now());
+            conn.handle_closed(now);
         }
         if sending.is_empty() != writable {
             // The socket stopped taking bytes, or took the last piece it held: the
             // connection keeps what it has meanwhile, or hands it over again.
             writable = sending.is_empty();
-            conn.handle_writable(Instant::now(), writable);
+            conn.handle_writable(now, writable);
             continue;
         }
         // The rest of a read, once the connection wants it again (its frames taken, a turn
         // over); its answers are handed over next.
         if !kept.is_empty() && (conn.wants_input() || !conn.reading()) {
-            let now = Instant::now();
             let taken = if conn.reading() {
                 conn.read_bytes(now, &kept)
             } else {
@@ -298,7 +319,7 @@ where
             continue;
         }
         // Told first: a response's span is open before its call carries its context.
-        telemetry.tell(&mut conn);
+        telemetry.tell(&mut conn, Instant::now());
         while let Some(action) = conn.poll_call() {
             match action {
                 CallAction::Start(c) => {
@@ -360,71 +381,73 @@ where
             break;
         }
         let wake = conn.poll_timeout();
-        tokio::select! {
-            written = writer.write(&sending), if !sending.is_empty() => match written {
-                Ok(0) | Err(_) => {
-                    sending.clear();
-                    conn.handle_closed(Instant::now());
+        let input = tokio::select! {
+            written = writer.write(&sending), if !sending.is_empty() => Input::Written(written),
+            read = reader.read(&mut buf), if conn.wants_input() && kept.is_empty() => Input::Read(read),
+            Some(()) = records_over.recv() => Input::RecordDone,
+            (id, event) = next_upstream(&mut calls) => Input::Upstream(id, event),
+            () = sleep_until(wake), if wake.is_some() => Input::Timer,
+            _ = draining.changed(), if !drain_told => Input::Drain,
+        };
+        now = Instant::now();
+        match input {
+            Input::Written(Ok(0) | Err(_)) => {
+                sending.clear();
+                conn.handle_closed(now);
+            }
+            Input::Written(Ok(n)) => sending.advance(n),
+            Input::Read(Ok(0) | Err(_)) => conn.handle_closed(now),
+            Input::Read(Ok(n)) => {
+                let taken = conn.read_bytes(now, &buf[..n]);
+                if conn.reading() {
+                    kept.extend_from_slice(&buf[taken..n]);
+                    conn.set_read_buffer(now, kept.len());
                 }
-                Ok(n) => sending.advance(n),
+            }
+            Input::RecordDone => conn.handle_record_done(),
+            Input::Upstream(id, event) => match event {
+                UpstreamEvent::Head {
+                    status,
+                    headers,
+                    body,
+                } => {
+                    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+                    let every = || {
+                        headers
+                            .iter()
+                            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+                    };
+                    conn.handle_call_head(now, id, status, header, every);
+                    if let Some(c) = calls.iter_mut().find(|c| c.id == id) {
+                        c.call = upstream::Call::Body(body);
+                    }
+                }
+                UpstreamEvent::Chunk(chunk) => {
+                    if settings.log_content {
+                        log_content("upstream body", &chunk);
+                    }
+                    conn.handle_call_data(now, id, &chunk);
+                }
+                UpstreamEvent::End => {
+                    calls.retain(|c| c.id != id);
+                    conn.handle_call_end(now, id);
+                }
+                UpstreamEvent::Failed(message) => {
+                    calls.retain(|c| c.id != id);
+                    conn.handle_call_failed(now, id, CallFailure::Failed(&message));
+                }
             },
-            read = reader.read(&mut buf), if conn.wants_input() && kept.is_empty() => {
-                let now = Instant::now();
-                match read {
-                    Ok(0) | Err(_) => conn.handle_closed(now),
-                    Ok(n) => {
-                        let taken = conn.read_bytes(now, &buf[..n]);
-                        if conn.reading() {
-                            kept.extend_from_slice(&buf[taken..n]);
-                            conn.set_read_buffer(now, kept.len());
-                        }
-                    }
-                }
-            }
-            Some(()) = records_over.recv() => conn.handle_record_done(),
-            (id, event) = next_upstream(&mut calls) => {
-                let now = Instant::now();
-                match event {
-                    UpstreamEvent::Head { status, headers, body } => {
-                        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-                        let every = || {
-                            headers.iter().filter_map(|(name, value)| {
-                                Some((name.as_str(), value.to_str().ok()?))
-                            })
-                        };
-                        conn.handle_call_head(now, id, status, header, every);
-                        if let Some(c) = calls.iter_mut().find(|c| c.id == id) {
-                            c.call = upstream::Call::Body(body);
-                        }
-                    }
-                    UpstreamEvent::Chunk(chunk) => {
-                        if settings.log_content {
-                            log_content("upstream body", &chunk);
-                        }
-                        conn.handle_call_data(now, id, &chunk);
-                    }
-                    UpstreamEvent::End => {
-                        calls.retain(|c| c.id != id);
-                        conn.handle_call_end(now, id);
-                    }
-                    UpstreamEvent::Failed(message) => {
-                        calls.retain(|c| c.id != id);
-                        conn.handle_call_failed(now, id, CallFailure::Failed(&message));
-                    }
-                }
-            }
-            () = sleep_until(wake), if wake.is_some() => conn.handle_timeout(Instant::now()),
-            _ = draining.changed(), if !drain_told => {
+            Input::Timer => conn.handle_timeout(now),
+            Input::Drain => {
                 if *draining.borrow() {
                     drain_told = true;
-                    let now = Instant::now();
                     conn.handle_drain(now, now + settings.drain);
                 }
             }
         }
     }
     tracing::debug!(
-        seconds = opened.elapsed().as_secs(),
+        seconds = now.duration_since(opened).as_secs(),
         "WebSocket connection closed"
     );
 }
@@ -528,9 +551,13 @@ struct Telemetry {
 }
 
 impl Telemetry {
-    fn tell<E: responses_core::environment::Environment>(&mut self, conn: &mut Connection<E>) {
-        let now = Instant::now();
-        while let Some(event) = conn.poll_event(now) {
+    /// The connection's events, polled at `done`: when the steps of the last input ended.
+    fn tell<E: responses_core::environment::Environment>(
+        &mut self,
+        conn: &mut Connection<E>,
+        done: Instant,
+    ) {
+        while let Some(event) = conn.poll_event(done) {
             if let Some(m) = &self.metrics {
                 m.tell_socket(&event);
             }

@@ -23,13 +23,8 @@ pub struct Request<'a> {
     pub tools: Vec<Tool<'a>>,
     pub tool_choice: Option<ToolChoice<'a>>,
     pub parallel_tool_calls: Option<bool>,
-    pub max_completion_tokens: Option<u64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    /// The request's other plain parameters, by Chat key (the translation's table of fields
-    /// says which), sent after the sampling parameters above.
+    /// The request's plain parameters, by Chat key, in the order the translation's table of
+    /// fields lists them (`max_completion_tokens`, the sampling parameters, ...).
     pub params: Vec<(&'static str, Param<'a>)>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<u64>,
@@ -311,7 +306,12 @@ pub enum ResponseFormat<'a> {
     },
 }
 
-impl Request<'_> {
+impl<'a> Request<'a> {
+    /// A plain parameter's value, by Chat key.
+    pub fn param(&self, key: &str) -> Option<&Param<'a>> {
+        self.params.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
     /// The JSON body, written into one buffer of about `size_hint` bytes. An `extra` field
     /// named like one set here is dropped: ours win (the client's `messages`, say, would
     /// otherwise appear twice).
@@ -343,11 +343,6 @@ impl Request<'_> {
             c.write(o.key("tool_choice"));
         }
         o.option("parallel_tool_calls", &self.parallel_tool_calls);
-        o.option("max_completion_tokens", &self.max_completion_tokens);
-        o.option("temperature", &self.temperature);
-        o.option("top_p", &self.top_p);
-        o.option("presence_penalty", &self.presence_penalty);
-        o.option("frequency_penalty", &self.frequency_penalty);
         for (key, value) in &self.params {
             match value {
                 Param::Bool(b) => o.option(key, &Some(b)),
@@ -379,14 +374,6 @@ impl Request<'_> {
             ("tools", !self.tools.is_empty()),
             ("tool_choice", self.tool_choice.is_some()),
             ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
-            (
-                "max_completion_tokens",
-                self.max_completion_tokens.is_some(),
-            ),
-            ("temperature", self.temperature.is_some()),
-            ("top_p", self.top_p.is_some()),
-            ("presence_penalty", self.presence_penalty.is_some()),
-            ("frequency_penalty", self.frequency_penalty.is_some()),
             ("logprobs", self.logprobs.is_some()),
             ("top_logprobs", self.top_logprobs.is_some()),
             ("response_format", self.response_format.is_some()),

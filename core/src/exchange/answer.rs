@@ -225,24 +225,22 @@ impl Exchange {
     fn gathered(&mut self, why: Gather, body: &[u8], now: u64) -> Reply {
         self.state = State::Done;
         match why {
-            Gather::Json(ex) if ex.is_compact() => match compact::answer(&ex, body) {
-                Ok(out) => {
-                    self.summary.usage = out.usage;
-                    self.summary.upstream_model = out.upstream_model;
-                    self.summary.finish_reason = out.finish_reason;
-                    self.translated(200, out.body)
+            Gather::Json(ex) => {
+                let completed = if ex.is_compact() {
+                    compact::answer(&ex, body)
+                } else {
+                    response::translate_completion(&ex, body, now)
+                };
+                match completed {
+                    Ok(out) => {
+                        self.summary.usage = out.usage;
+                        self.summary.upstream_model = out.upstream_model;
+                        self.summary.finish_reason = out.finish_reason;
+                        self.translated(200, out.body)
+                    }
+                    Err(err) => Reply::Error(self.fail(err)),
                 }
-                Err(err) => Reply::Error(self.fail(err)),
-            },
-            Gather::Json(ex) => match response::translate_completion(&ex, body, now) {
-                Ok(out) => {
-                    self.summary.usage = out.usage;
-                    self.summary.upstream_model = out.upstream_model;
-                    self.summary.finish_reason = out.finish_reason;
-                    self.translated(200, out.body)
-                }
-                Err(err) => Reply::Error(self.fail(err)),
-            },
+            }
             Gather::Fold(ex) => {
                 let mut translator = StreamTranslator::new(*ex);
                 translator.push(body, now);

@@ -36,6 +36,7 @@ pub mod seal;
 mod sealing;
 pub mod stream;
 
+use crate::chat;
 use serde::{Deserialize, Serialize};
 
 use crate::openresponses::{
@@ -174,7 +175,7 @@ pub struct Meta {
 }
 
 /// The generation parameters a request set, as sent upstream (`None`: not set, the upstream's
-/// default applies), for logs and traces.
+/// default applies), for logs and traces: the GenAI conventions' request attributes.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Params {
     pub temperature: Option<f64>,
@@ -183,6 +184,29 @@ pub struct Params {
     pub frequency_penalty: Option<f64>,
     /// `max_output_tokens` (`max_completion_tokens` upstream).
     pub max_output_tokens: Option<u64>,
+}
+
+impl Params {
+    /// The values of a Chat request, as sent (read by their Chat keys: what the table of
+    /// request fields sends under those keys is what is traced).
+    fn sent(chat: &chat::Request<'_>) -> Params {
+        use chat::request::Param;
+        let number = |key| match chat.param(key) {
+            Some(Param::Number(x)) => Some(*x),
+            Some(Param::Integer(n)) => Some(*n as f64),
+            _ => None,
+        };
+        Params {
+            temperature: number("temperature"),
+            top_p: number("top_p"),
+            presence_penalty: number("presence_penalty"),
+            frequency_penalty: number("frequency_penalty"),
+            max_output_tokens: match chat.param("max_completion_tokens") {
+                Some(Param::Integer(n)) => Some(*n),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// The plan of one answer: everything the response path needs to know about the request it

@@ -284,6 +284,27 @@ fn a_compacting_stream_starts_with_the_compaction_item() {
     );
 }
 
+/// The client's cap is on its answer: the summarising call goes without it (a summary cut at
+/// the turn's `max_output_tokens` would lose the conversation), and the turn after it has it.
+/// The sampling parameters go to both.
+#[test]
+fn the_summarising_call_goes_without_the_clients_output_cap() {
+    let mut t = Test::with(keyed(), Gathering::Pieces);
+    let mut request = long(false, 10);
+    request["max_output_tokens"] = json!(16);
+    request["temperature"] = json!(0.5);
+    let (call, _) = calling(&mut t, &request);
+    let chat: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(chat.get("max_completion_tokens"), None, "{chat}");
+    assert_eq!(chat["temperature"], 0.5);
+    let Action::Forward { request, .. } = call_answer(&mut t, call.id, 50, 200, SUMMARY) else {
+        panic!("the turn is not forwarded")
+    };
+    let chat: Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(chat["max_completion_tokens"], 16);
+    assert_eq!(chat["temperature"], 0.5);
+}
+
 #[test]
 fn below_the_threshold_or_without_the_field_nothing_is_compacted() {
     for request in [

@@ -50,7 +50,7 @@ pub(crate) fn child(kind: Kind, key: &str) -> Capture {
         (Kind::Request, "input") => Parse(Kind::Input),
         (Kind::Request | Kind::Item | Kind::Tool, "tools") => Parse(Kind::Tools),
         (Kind::Request, "text") => Parse(Kind::TextParam),
-        // The fields read as numbers, flags and short strings.
+        // The fields with rules of their own read as flags, short strings and objects.
         (
             Kind::Request,
             "model"
@@ -62,22 +62,12 @@ pub(crate) fn child(kind: Kind, key: &str) -> Capture {
             | "tool_choice"
             | "stream_options"
             | "include"
-            | "temperature"
-            | "top_p"
-            | "presence_penalty"
-            | "frequency_penalty"
-            | "max_output_tokens"
-            | "max_tool_calls"
-            | "top_logprobs"
             | "parallel_tool_calls"
-            | "truncation"
-            | "service_tier"
-            | "prompt_cache_key"
-            | "prompt_cache_retention"
-            | "safety_identifier"
-            | "user",
+            | "prompt_cache_retention",
         ) => Parse(Kind::Tree),
-        // The instructions, the metadata, and every field the request forwards.
+        // The instructions, the metadata, every field the request forwards, and the plain
+        // fields of the table (`translate::request::params`): a number, flag or string kept
+        // as its token reads as the same value.
         (Kind::Request, _) => Keep(Kind::Tree),
         // Content arrays are read part by part (agents send parts; a string is decoded). A
         // tool's output is usually a string: kept, and parsed if it is an array.

@@ -403,7 +403,8 @@ fn translate_fields(
     chat.extra = leftover_fields(&mut req, options)?;
     if summarise {
         // The client's cap is on its answer, not on the summary of its conversation.
-        chat.max_completion_tokens = None;
+        chat.params
+            .retain(|(key, _)| *key != "max_completion_tokens");
         chat.stream = Some(false);
     }
     if compaction {
@@ -431,13 +432,7 @@ fn translate_fields(
     plan.seal_reasoning = seal_reasoning;
     plan.tools = offered;
     plan.compaction = compaction;
-    plan.params = super::Params {
-        temperature: chat.temperature,
-        top_p: chat.top_p,
-        presence_penalty: chat.presence_penalty,
-        frequency_penalty: chat.frequency_penalty,
-        max_output_tokens: chat.max_completion_tokens,
-    };
+    plan.params = super::Params::sent(&chat);
     let body = Bytes::from(chat.encode(body_capacity(request_bytes)));
     let compaction_due = threshold
         .filter(|_| compactable && !compaction)

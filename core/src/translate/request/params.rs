@@ -3,12 +3,17 @@
 //!
 //! The table is in the order the fields are checked (a request's first error is the one it
 //! gets back). A plain field (a number, an integer, a name, a string) is read, mapped and
-//! echoed by its entry alone: adding one is one entry here, plus its tests (the Chat body
-//! sends it after the sampling parameters; the response echoes it after its other keys; the
-//! body reader keeps a field it does not list as its token, which reads as the same number,
-//! flag or string: `translate::json::shape` lists the table's fields only to parse them). The fields with rules of
-//! their own (`input`, `tools`, `text`, ...) are entries marked [`Check::Own`]: the translation
-//! reads them where their entry stands ([`Params::read_until`]).
+//! echoed by its entry alone: adding one is one entry here, plus its tests. Its value goes
+//! into the Chat request under a Chat key ([`Sent::As`]: in the table's order, after
+//! `parallel_tool_calls`; telemetry reads the GenAI conventions' parameters there, by key,
+//! `translate::Params`), or into a typed field the translation also sets by rules of its own
+//! ([`Sent::Set`]). The response echoes it under its name after its other keys
+//! ([`Echoed::As`], with a default), or in the typed field the response object's schema gives
+//! it ([`Echoed::Set`]). The body reader keeps a plain field as its token, which reads as the
+//! same number, flag or string (`translate::json::shape` lists only fields with rules of
+//! their own). The fields with rules of their own (`input`, `tools`, `text`, ...) are entries
+//! marked [`Check::Own`]: the translation reads them where their entry stands
+//! ([`Params::read_until`]).
 
 use super::text;
 use crate::chat;
@@ -44,9 +49,8 @@ pub(crate) enum Check {
 pub(crate) enum Sent {
     /// Nowhere: it is only checked (and echoed).
     No,
-    /// As this Chat key, its value as it came (the way of a new field: no entry needs it
-    /// today, the tests rehearse it).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// As this Chat key, its value as it came (in [`chat::Request::params`], in the table's
+    /// order).
     As(&'static str),
     /// Into a field of the typed Chat request: one the translation also sets by rules of its
     /// own, or whose place in the body is its own.
@@ -145,8 +149,8 @@ const fn own(name: &'static str) -> Field {
     }
 }
 
-/// A sampling parameter: a number within `[min, max]`, into the typed Chat field and echo
-/// field of its name (telemetry reads the former).
+/// A sampling parameter: a number within `[min, max]`, sent as the Chat key of its name
+/// (telemetry reads it there) and echoed into the response's field of its name.
 macro_rules! sampling {
     ($name:ident, $min:expr, $max:expr) => {
         Field {
@@ -155,7 +159,7 @@ macro_rules! sampling {
                 min: $min,
                 max: $max,
             },
-            sent: Sent::Set(|c, v| c.$name = Some(v.number())),
+            sent: Sent::As(stringify!($name)),
             echoed: Echoed::Set(|e, v| e.$name = v.number()),
         }
     };
@@ -199,7 +203,7 @@ pub(crate) const FIELDS: &[Field] = &[
             min: 1,
             max: u32::MAX as u64,
         },
-        sent: Sent::Set(|c, v| c.max_completion_tokens = v.integer()),
+        sent: Sent::As("max_completion_tokens"),
         echoed: Echoed::Set(|e, v| e.max_output_tokens = v.integer()),
     },
     sampling!(temperature, 0.0, 2.0),
