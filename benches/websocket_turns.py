@@ -15,6 +15,7 @@ per turn, whose inverse is what one Envoy worker could serve).
     cargo build --release -p responses-module && cargo build --release
     .venv/bin/python benches/websocket_turns.py
     SOCKETS=32 TURNS=100 MODES=module,ext_proc .venv/bin/python benches/websocket_turns.py
+    RECORDS=off .venv/bin/python benches/websocket_turns.py   # no turn records (as before them)
 
 Needs the `websockets` package (in .venv). Only loopback; bounded; stops by itself.
 """
@@ -29,6 +30,8 @@ SOCKETS = int(os.environ.get("SOCKETS", "32"))
 TURNS = int(os.environ.get("TURNS", "100"))
 WARMUP = int(os.environ.get("WARMUP", "5"))
 MODES = os.environ.get("MODES", "module,ext_proc").split(",")
+# RECORDS=off: no turn records (ws_turn_records false), to compare with builds from before them.
+RECORDS = os.environ.get("RECORDS", "on") != "off"
 # The upstream's answer: a recorded Chat stream (64 events), every frame written at once.
 REPLAY = os.environ.get("REPLAY") or os.path.join(ROOT, "benches/fixtures/chat.sse")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -58,6 +61,10 @@ def cpu_seconds(pid):
 
 def config(path, ports):
     text = open(os.path.join(ROOT, path)).read()
+    if not RECORDS:
+        settings = "value: |\n                  {}\n"
+        if text.count(settings) == 1:
+            text = text.replace(settings, 'value: |\n                  {"ws_turn_records": false}\n')
     for old, new in ports.items():
         line = f"port_value: {old}\n"
         if text.count(line) != 1:
@@ -111,7 +118,8 @@ def run(mode, upstream_port):
         path = config("envoy/envoy.yaml", {**ports, 50051: grpc, 50052: ws})
         processor = subprocess.Popen(
             [os.path.join(RELEASE, "responses-extproc"), "--listen", f"127.0.0.1:{grpc}",
-             "--ws-listen", f"127.0.0.1:{ws}", "--ws-upstream", f"http://127.0.0.1:{listener}"],
+             "--ws-listen", f"127.0.0.1:{ws}", "--ws-upstream", f"http://127.0.0.1:{listener}"]
+            + ([] if RECORDS else ["--ws-turn-records", "false"]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(processor)
         wait_port(ws, "the processor", processor)

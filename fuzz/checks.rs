@@ -543,7 +543,7 @@ pub fn connection(data: &[u8]) {
                 writable = arg % 2 == 0;
                 conn.handle_writable(now, writable);
             }
-            10 => conn.handle_drain(now, now + Duration::from_millis(u64::from(arg) * 5)),
+            10 => conn.handle_drain(now, Duration::from_millis(u64::from(arg) * 5)),
             _ => match arg % 3 {
                 0 => conn.handle_closed(now),
                 1 => conn.handle_bytes(now, &masked(0x8, &1000u16.to_be_bytes(), true)),

@@ -590,11 +590,13 @@ impl<E: Environment> Connection<E> {
         self.pump(now);
     }
 
-    /// The host drains: no further response starts; those in flight may finish until
-    /// `deadline`, then the connection closes (1001).
-    pub fn handle_drain(&mut self, now: Instant, deadline: Instant) {
+    /// The host drains: no further response starts; those in flight may finish for `grace`
+    /// (the host's drain time), then the connection closes (1001).
+    pub fn handle_drain(&mut self, now: Instant, grace: Duration) {
         if self.is_open() && !matches!(self.ending(), Some(Ending::Drain { .. })) {
-            self.phase = Phase::Ending(Ending::Drain { deadline });
+            self.phase = Phase::Ending(Ending::Drain {
+                deadline: now + grace,
+            });
         }
         self.pump(now);
     }

@@ -640,8 +640,7 @@ impl<E: Environment + Clone> Socket<E> {
             return;
         }
         let now = self.clock.instant();
-        self.conn
-            .handle_drain(now, now + crate::drain::drain_time());
+        self.conn.handle_drain(now, crate::drain::drain_time());
         self.pump(host);
     }
 

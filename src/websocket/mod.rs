@@ -441,7 +441,7 @@ where
             Input::Drain => {
                 if *draining.borrow() {
                     drain_told = true;
-                    conn.handle_drain(now, now + settings.drain);
+                    conn.handle_drain(now, settings.drain);
                 }
             }
         }
