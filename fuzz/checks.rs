@@ -508,13 +508,9 @@ pub fn connection(data: &[u8]) {
                         2 => (200, "application/json"),
                         _ => (400 + u16::from(arg % 200), "application/json"),
                     };
-                    conn.handle_call_head(
-                        now,
-                        id,
-                        status,
-                        |n| (n == "content-type").then_some(kind),
-                        || [("retry-after", "1")],
-                    );
+                    let pairs = [("content-type", kind), ("retry-after", "1")];
+                    responses_core::call::AnswerHead(&pairs)
+                        .report(status, |head| conn.handle_call_head(now, id, head));
                 }
                 None => continue,
             },

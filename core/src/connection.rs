@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 
-use crate::call::{self, CallAction, CallFailure, CallId};
+use crate::call::{self, CallAction, CallFailure, CallId, ReportedHead};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     AbortStep, Answer, Body, BodyStep, Exchange, HeadStep, Operation, Outcome, Reply, RequestStep,
@@ -494,19 +494,9 @@ impl<E: Environment> Connection<E> {
         offered - bytes.len()
     }
 
-    /// The head of a call's answer (`status`; `header` looks up its headers by lowercase
-    /// name; `every` header is read only of an answer that is not a success: the `error` event
-    /// made of it keeps some, see [`upstream_failure::kept_headers`]).
-    pub fn handle_call_head<'h, A>(
-        &mut self,
-        now: Instant,
-        id: CallId,
-        status: u16,
-        header: impl Fn(&str) -> Option<&'h str>,
-        every: impl FnOnce() -> A,
-    ) where
-        A: IntoIterator<Item = (&'h str, &'h str)>,
-    {
+    /// The head of a call's answer.
+    pub fn handle_call_head(&mut self, now: Instant, id: CallId, head: ReportedHead) {
+        let status = head.status;
         let unix = self.env.now();
         let Some(at) = self.lane_of_call(now, id) else {
             return;
@@ -516,19 +506,17 @@ impl<E: Environment> Connection<E> {
             return;
         };
         if upstream_failure::keeps_headers(status) {
-            turn.exchange.upstream_headers(every());
+            turn.exchange.upstream_headers((head.every)());
         }
         if turn.compacting.is_some() {
-            let step = turn
-                .exchange
-                .call_head(status, header("content-type").unwrap_or_default());
+            let step = turn.exchange.call_head(status, head.content_type());
             self.compaction_step(now, at, step);
             self.pump(now);
             return;
         }
         let head = ResponseHead {
             status,
-            content_type: header("content-type").unwrap_or_default(),
+            content_type: head.content_type(),
             end_of_stream: false,
         };
         match turn.exchange.response_head(head, unix) {

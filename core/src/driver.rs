@@ -29,7 +29,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::call::{self, Call, CallFailure, CallId};
+use crate::call::{self, Call, CallFailure, CallId, ReportedHead};
 use crate::environment::{Environment, System};
 use crate::exchange::{
     self, AbortStep, Answer, BodyStep, ErrorReply, Exchange, Fault, HeadStep, Operation, Reply,
@@ -372,28 +372,16 @@ impl<E: Environment> Driver<E> {
         self.request_step(now, step, false)
     }
 
-    /// The head of the answer to [`Action::Call`]'s call `id` (`header` looks one up by
-    /// lowercase name: `content-type`; `every` header is read only of an answer that is not a
-    /// success: the error made of it keeps some, see [`upstream_failure::kept_headers`]).
-    pub fn handle_call_head<'h, A>(
-        &mut self,
-        now: Instant,
-        id: CallId,
-        status: u16,
-        header: impl Fn(&str) -> Option<&'h str>,
-        every: impl FnOnce() -> A,
-    ) -> Action
-    where
-        A: IntoIterator<Item = (&'h str, &'h str)>,
-    {
+    /// The head of the answer to [`Action::Call`]'s call `id`.
+    pub fn handle_call_head(&mut self, now: Instant, id: CallId, head: ReportedHead) -> Action {
         self.life.enter(now);
         let Some(ex) = self.calling(id) else {
             return Action::Hold;
         };
-        if upstream_failure::keeps_headers(status) {
-            ex.upstream_headers(every());
+        if upstream_failure::keeps_headers(head.status) {
+            ex.upstream_headers((head.every)());
         }
-        let step = ex.call_head(status, header("content-type").unwrap_or_default());
+        let step = ex.call_head(head.status, head.content_type());
         self.call_step(now, step)
     }
 

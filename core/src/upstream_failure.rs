@@ -74,6 +74,17 @@ impl<'h> AnswerHead<'h> {
     pub fn every(&self) -> impl Iterator<Item = (&'h str, &'h str)> + 'h {
         self.0.iter().copied()
     }
+
+    /// `report` given this head as a machine takes it, with its `status`.
+    pub fn report<R>(&self, status: u16, report: impl FnOnce(crate::call::ReportedHead) -> R) -> R {
+        let header = |name: &str| self.header(name);
+        let every = || self.every().collect();
+        report(crate::call::ReportedHead {
+            status,
+            header: &header,
+            every: &every,
+        })
+    }
 }
 
 /// Response headers kept on a translated error, by exact (lowercase) name.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use responses_core::call::CallAction;
+use responses_core::call::{AnswerHead, CallAction};
 use responses_core::connection::{Connection, Limits};
 use responses_core::environment::System;
 use responses_core::exchange::{
@@ -334,8 +334,8 @@ fn websocket_frames_have_no_duplicate_keys() {
     let first = json!({"type": "response.create", "model": "m", "input": "hi"});
     conn.handle_bytes(now, &client_text(first.to_string().as_bytes()));
     let id = call(&mut conn);
-    let sse = |n: &str| (n == "content-type").then_some(SSE);
-    conn.handle_call_head(now, id, 200, sse, || [("content-type", SSE)]);
+    let sse = [("content-type", SSE)];
+    AnswerHead(&sse).report(200, |head| conn.handle_call_head(now, id, head));
     let stream =
         chat_stream(&[json!({"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"})]);
     conn.handle_call_data(now, id, stream.as_bytes());
@@ -347,7 +347,7 @@ fn websocket_frames_have_no_duplicate_keys() {
                       "input": "again"});
     conn.handle_bytes(now, &client_text(next.to_string().as_bytes()));
     let id = call(&mut conn);
-    conn.handle_call_head(now, id, 200, sse, || [("content-type", SSE)]);
+    AnswerHead(&sse).report(200, |head| conn.handle_call_head(now, id, head));
     conn.handle_call_data(now, id, stream.as_bytes());
     conn.handle_call_end(now, id);
     take(&mut conn, &mut frames);

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::stream_rules;
+use responses_core::call::AnswerHead;
 use responses_core::connection::{Connection, Limits};
 use responses_core::openresponses::ApiError;
 use responses_core::settings::ExchangeConfig;
@@ -478,8 +479,9 @@ fn websocket(inputs: &Inputs) -> Outputs {
                     .as_ref()
                     .expect("an answer_sse for the messages that go upstream");
                 clock.now.set(ANSWERED_AT);
-                let sse_type = |n: &str| (n == "content-type").then_some("text/event-stream");
-                connection.handle_call_head(at, call.id, 200, sse_type, Vec::<(&str, &str)>::new);
+                let sse_type = [("content-type", "text/event-stream")];
+                AnswerHead(&sse_type)
+                    .report(200, |head| connection.handle_call_head(at, call.id, head));
                 connection.handle_call_data(at, call.id, sse);
                 connection.handle_call_end(at, call.id);
                 let frames = sent(&mut connection);

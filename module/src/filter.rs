@@ -486,12 +486,10 @@ impl<E: Environment + Clone> Filter<E> {
             Ok(status) => status,
             Err(why) => return self.side_call_failed(host, id, why, true),
         };
-        let header = |name: &str| head.header(name);
-        let action =
-            self.driver
-                .handle_call_head(self.env.instant(), side.call, status, header, || {
-                    head.every()
-                });
+        let now = self.env.instant();
+        let action = head.report(status, |head| {
+            self.driver.handle_call_head(now, side.call, head)
+        });
         self.side_call_step(host, action, true);
         if end && self.running().is_some() {
             self.side_call_data(host, id, &[], true);

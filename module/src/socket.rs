@@ -514,9 +514,7 @@ impl<E: Environment + Clone> Socket<E> {
         if let Some(c) = self.calls.iter_mut().find(|c| c.callout == id) {
             c.head = true;
         }
-        let header = |name: &str| head.header(name);
-        self.conn
-            .handle_call_head(now, call, status, header, || head.every());
+        head.report(status, |head| self.conn.handle_call_head(now, call, head));
         if end {
             self.forget(id);
             self.conn.handle_call_end(now, call);

@@ -31,7 +31,7 @@ use super::Settings;
 use crate::config::StreamBodyMode;
 use crate::logs;
 use crate::traces::{ExchangeSpan, Transport};
-use responses_core::call::{Call, CallFailure, CallId};
+use responses_core::call::{Call, CallFailure, CallId, ReportedHead};
 use responses_core::driver::{Action, Cause, Driver, Edits, Failure, Gathering, HeaderEdit};
 use responses_core::exchange::{self, Body, ErrorReply};
 use responses_core::life::{Event, Finished};
@@ -285,11 +285,14 @@ impl<E: Environment> Session<E> {
         id: CallId,
         status: u16,
         header: impl Fn(&str) -> Option<&'h str>,
-        every: impl FnOnce() -> Vec<(&'h str, &'h str)>,
+        every: impl Fn() -> Vec<(&'h str, &'h str)>,
     ) -> Vec<ProcessingResponse> {
-        let action = self
-            .driver
-            .handle_call_head(Instant::now(), id, status, header, every);
+        let head = ReportedHead {
+            status,
+            header: &header,
+            every: &every,
+        };
+        let action = self.driver.handle_call_head(Instant::now(), id, head);
         self.call_answers(action)
     }
 

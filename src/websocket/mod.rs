@@ -35,7 +35,7 @@ use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use crate::upstream::{self, Upstream, UpstreamEvent};
-use responses_core::call::{CallAction, CallFailure, CallId};
+use responses_core::call::{CallAction, CallFailure, CallId, ReportedHead};
 use responses_core::connection::admission::{self, Admission, Ticket};
 use responses_core::connection::{Connection, Event, Limits, PerLane, CLOSE_FLUSH};
 use responses_core::environment::System;
@@ -416,8 +416,14 @@ where
                         headers
                             .iter()
                             .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+                            .collect()
                     };
-                    conn.handle_call_head(now, id, status, header, every);
+                    let head = ReportedHead {
+                        status,
+                        header: &header,
+                        every: &every,
+                    };
+                    conn.handle_call_head(now, id, head);
                     if let Some(c) = calls.iter_mut().find(|c| c.id == id) {
                         c.call = upstream::Call::Body(body);
                     }

@@ -2,7 +2,7 @@
 //! events out. No socket, no clock: every time is given.
 
 use super::*;
-use crate::call::Call;
+use crate::call::{AnswerHead, Call};
 use crate::life::Finished;
 use crate::metadata::MetadataValue;
 use serde_json::{json, Value};
@@ -169,11 +169,10 @@ impl Client {
 
     fn head(&mut self, call: &Call, status: u16, content_type: &str) {
         let now = self.now();
-        let header = |name: &str| (name == "content-type").then_some(content_type);
-        self.conn
-            .handle_call_head(now, call.id, status, header, || {
-                [("content-type", content_type)]
-            });
+        let pairs = [("content-type", content_type)];
+        AnswerHead(&pairs).report(status, |head| {
+            self.conn.handle_call_head(now, call.id, head)
+        });
     }
 
     fn data(&mut self, call: &Call, bytes: &[u8]) {
@@ -655,13 +654,7 @@ fn an_upstream_error_event_carries_its_kept_headers_and_token_counts() {
         ("set-cookie", "a=b"),
     ];
     let now = c.now();
-    c.conn.handle_call_head(
-        now,
-        call.id,
-        429,
-        |n| (n == "content-type").then_some(JSON_TYPE),
-        || head,
-    );
+    AnswerHead(&head).report(429, |head| c.conn.handle_call_head(now, call.id, head));
     c.data(&call, br#"{"error":{"message":"slow down"}}"#);
     c.end(&call);
     let kept = json!({"retry-after": "1", "x-ratelimit-remaining-requests": "0"});
@@ -688,13 +681,12 @@ fn an_upstream_error_event_carries_its_kept_headers_and_token_counts() {
     // A success's headers are not read.
     let call = c.forward(&create(json!({"model": "m", "input": "three"})));
     let now = c.now();
-    c.conn.handle_call_head(
-        now,
-        call.id,
-        200,
-        |n| (n == "content-type").then_some(SSE),
-        || -> [(&str, &str); 0] { panic!("a success's headers read") },
-    );
+    let head = crate::call::ReportedHead {
+        status: 200,
+        header: &|n| (n == "content-type").then_some(SSE),
+        every: &|| panic!("a success's headers read"),
+    };
+    c.conn.handle_call_head(now, call.id, head);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! leading the output (JSON and stream), and every way the call can fail.
 
 use super::*;
+use crate::call::AnswerHead;
 use crate::exchange::CompactionOutcome;
 use crate::life::CallTiming;
 use crate::translate::compact::{CONTEXT_PREFIX, PROMPT};
@@ -58,7 +59,7 @@ fn call_answer(t: &mut Test, id: CallId, ms: u64, status: u16, body: &[u8]) -> A
     let now = t.at(ms);
     let pairs = [("content-type", "application/json")];
     assert!(matches!(
-        t.d.handle_call_head(now, id, status, lookup(&pairs), || pairs.iter().copied()),
+        AnswerHead(&pairs).report(status, |head| t.d.handle_call_head(now, id, head)),
         Action::Hold
     ));
     let (a, b) = body.split_at(body.len() / 2);
