@@ -9,7 +9,7 @@ use axum::http::{HeaderName, HeaderValue};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use responses_core::call::Call as CoreCall;
+use responses_core::call::{Call as CoreCall, ReportedHead};
 use responses_core::metadata::record::Record;
 
 /// How long a turn's record may take: Envoy answers it itself, after one ext_proc message.
@@ -110,6 +110,27 @@ impl Upstream {
             Ok(status)
         }
     }
+}
+
+/// `report` given an answer's head as the core takes it (its headers read as text; one that is
+/// not is left out).
+pub fn report_head<R>(
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    report: impl FnOnce(ReportedHead) -> R,
+) -> R {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let every = || {
+        headers
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+            .collect()
+    };
+    report(ReportedHead {
+        status,
+        header: &header,
+        every: &every,
+    })
 }
 
 impl Call {

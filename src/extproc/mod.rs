@@ -271,14 +271,9 @@ impl Relay {
                 if let Some(c) = &mut self.calling {
                     c.call = upstream::Call::Body(body);
                 }
-                let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-                let every = || {
-                    headers
-                        .iter()
-                        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
-                        .collect()
-                };
-                self.call_step(|s, id| s.call_head(id, status, lookup, every));
+                upstream::report_head(status, &headers, |head| {
+                    self.call_step(|s, id| s.call_head(id, head))
+                });
             }
             UpstreamEvent::Chunk(bytes) => self.call_step(|s, id| s.call_data(id, &bytes)),
             UpstreamEvent::End => self.call_step(|s, id| s.call_end(id)),

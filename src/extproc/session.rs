@@ -279,19 +279,8 @@ impl<E: Environment> Session<E> {
         self.driver.call_in_flight()
     }
 
-    /// The head of the call's answer: `status`, and a lookup of its headers.
-    pub fn call_head<'h>(
-        &mut self,
-        id: CallId,
-        status: u16,
-        header: impl Fn(&str) -> Option<&'h str>,
-        every: impl Fn() -> Vec<(&'h str, &'h str)>,
-    ) -> Vec<ProcessingResponse> {
-        let head = ReportedHead {
-            status,
-            header: &header,
-            every: &every,
-        };
+    /// The head of the call's answer.
+    pub fn call_head(&mut self, id: CallId, head: ReportedHead) -> Vec<ProcessingResponse> {
         let action = self.driver.handle_call_head(Instant::now(), id, head);
         self.call_answers(action)
     }

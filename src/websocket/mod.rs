@@ -35,7 +35,7 @@ use crate::logs;
 use crate::metrics::{Metrics, Timing};
 use crate::traces::{ExchangeSpan, Traces, Transport};
 use crate::upstream::{self, Upstream, UpstreamEvent};
-use responses_core::call::{CallAction, CallFailure, CallId, ReportedHead};
+use responses_core::call::{CallAction, CallFailure, CallId};
 use responses_core::connection::admission::{self, Admission, Ticket};
 use responses_core::connection::{Connection, Event, Limits, PerLane, CLOSE_FLUSH};
 use responses_core::environment::System;
@@ -411,19 +411,9 @@ where
                     headers,
                     body,
                 } => {
-                    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-                    let every = || {
-                        headers
-                            .iter()
-                            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
-                            .collect()
-                    };
-                    let head = ReportedHead {
-                        status,
-                        header: &header,
-                        every: &every,
-                    };
-                    conn.handle_call_head(now, id, head);
+                    upstream::report_head(status, &headers, |head| {
+                        conn.handle_call_head(now, id, head)
+                    });
                     if let Some(c) = calls.iter_mut().find(|c| c.id == id) {
                         c.call = upstream::Call::Body(body);
                     }

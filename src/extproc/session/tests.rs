@@ -3,6 +3,7 @@ use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_response::Response as R, CommonResponse, HeaderMutation, HttpBody, ImmediateResponse,
 };
+use responses_core::call::AnswerHead;
 use serde_json::{json, Value};
 
 struct Fixed;
@@ -885,8 +886,9 @@ fn a_compaction_call_holds_the_body_answer_until_it_ends() {
             .any(|(n, v)| n == "x-client-id" && v == "alice"));
         assert_eq!(s.call_in_flight(), Some(call.id));
         let answers = if ok {
-            let ct = |name: &str| (name == "content-type").then_some("application/json");
-            assert!(s.call_head(call.id, 200, ct, Vec::new).is_empty());
+            let ct = [("content-type", "application/json")];
+            let head = AnswerHead(&ct).report(200, |head| s.call_head(call.id, head));
+            assert!(head.is_empty());
             let summary = br#"{"choices":[{"index":0,"message":{"content":"numbers"}}]}"#;
             assert!(s.call_data(call.id, summary).is_empty());
             s.call_end(call.id)
