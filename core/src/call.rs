@@ -15,25 +15,7 @@ use bytes::Bytes;
 
 use crate::exchange::{Settings, UpstreamRequest, EVENT_STREAM, JSON};
 use crate::metadata::record::Record;
-pub use crate::upstream_failure::{AnswerHead, CallFailure};
-
-/// The head of a call's answer as a host reports it to the machine that made the call (the
-/// driver or a connection): its status, a lookup of its headers by lowercase name, and every
-/// header, read only of an answer that is not a success (the error made of it keeps some, see
-/// [`crate::upstream_failure::kept_headers`]).
-#[derive(Clone, Copy)]
-pub struct ReportedHead<'a, 'h> {
-    pub status: u16,
-    pub header: &'a dyn Fn(&str) -> Option<&'h str>,
-    pub every: &'a dyn Fn() -> Vec<(&'h str, &'h str)>,
-}
-
-impl<'h> ReportedHead<'_, 'h> {
-    /// Its `content-type` (empty when it has none).
-    pub fn content_type(&self) -> &'h str {
-        (self.header)("content-type").unwrap_or_default()
-    }
-}
+pub use crate::upstream_failure::{AnswerHead, CallFailure, ReportedHead};
 
 /// One call, among the calls of its connection: events of a call the core gave up on are told
 /// apart from those of the next one.

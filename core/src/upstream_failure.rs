@@ -48,6 +48,24 @@ impl CallFailure<'_> {
     }
 }
 
+/// The head of a call's answer as a host reports it to the machine that made the call (the
+/// driver or a connection): its status, a lookup of its headers by lowercase name, and every
+/// header, read only of an answer that is not a success (the error made of it keeps some, see
+/// [`kept_headers`]).
+#[derive(Clone, Copy)]
+pub struct ReportedHead<'a, 'h> {
+    pub status: u16,
+    pub header: &'a dyn Fn(&str) -> Option<&'h str>,
+    pub every: &'a dyn Fn() -> Vec<(&'h str, &'h str)>,
+}
+
+impl<'h> ReportedHead<'_, 'h> {
+    /// Its `content-type` (empty when it has none).
+    pub fn content_type(&self) -> &'h str {
+        (self.header)("content-type").unwrap_or_default()
+    }
+}
+
 /// The head of a call's answer as a host hands it over: its headers as name-value pairs, in
 /// whatever case the host keeps them.
 #[derive(Debug, Clone, Copy)]
@@ -76,10 +94,10 @@ impl<'h> AnswerHead<'h> {
     }
 
     /// `report` given this head as a machine takes it, with its `status`.
-    pub fn report<R>(&self, status: u16, report: impl FnOnce(crate::call::ReportedHead) -> R) -> R {
+    pub fn report<R>(&self, status: u16, report: impl FnOnce(ReportedHead) -> R) -> R {
         let header = |name: &str| self.header(name);
         let every = || self.every().collect();
-        report(crate::call::ReportedHead {
+        report(ReportedHead {
             status,
             header: &header,
             every: &every,
