@@ -63,7 +63,7 @@ use crate::websocket::{encode, CloseCode, CloseReason};
 use admission::Budget;
 pub use lane::MAX_LANES;
 use lane::{Context, Lane, Queued, State, Successor, Turn};
-use steer::Steer;
+use steer::{user_message, Steer};
 pub use steer::{SteerError, MAX_PENDING_STEERS};
 
 /// Messages read ahead while a response is in flight.
@@ -1998,16 +1998,6 @@ fn new_input(input: Option<Node<'_>>, continues: bool) -> Result<Vec<Node<'_>>, 
         )
         .with_code(ErrorCode::InvalidType)),
     }
-}
-
-/// `{"type": "message", "role": "user", "content": text}`.
-fn user_message(text: Str<'_>) -> Node<'_> {
-    let word = |w: &'static str| Node::Str(Str::Decoded(Cow::Borrowed(w)));
-    Node::Object(vec![
-        (Cow::Borrowed("type"), word("message")),
-        (Cow::Borrowed("role"), word("user")),
-        (Cow::Borrowed("content"), Node::Str(text)),
-    ])
 }
 
 /// Whether an input item is a `compaction_trigger`.

@@ -12,8 +12,19 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::translate::json::document::{self, Node};
+use crate::translate::json::document::{self, Node, Str};
 use crate::translate::json::shape::Kind;
+
+/// `{"type": "message", "role": "user", "content": text}`: a string input (a steer's, a
+/// `response.create`'s) as its one item.
+pub(super) fn user_message(text: Str<'_>) -> Node<'_> {
+    let word = |w: &'static str| Node::Str(Str::Decoded(Cow::Borrowed(w)));
+    Node::Object(vec![
+        (Cow::Borrowed("type"), word("message")),
+        (Cow::Borrowed("role"), word("user")),
+        (Cow::Borrowed("content"), Node::Str(text)),
+    ])
+}
 
 /// Steers a response may have waiting; beyond, `too_many_pending_steers`.
 pub const MAX_PENDING_STEERS: usize = 4;
@@ -50,7 +61,7 @@ impl Steer {
     /// Its input as items, borrowed from its text: a string is one user message.
     pub fn items(&self) -> Vec<Node<'_>> {
         match document::open(&self.input, Kind::Input) {
-            Ok(Node::Str(text)) => vec![super::user_message(text)],
+            Ok(Node::Str(text)) => vec![user_message(text)],
             Ok(Node::Array(items)) => items,
             // Checked when it was accepted.
             _ => Vec::new(),
