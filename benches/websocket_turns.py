@@ -16,6 +16,7 @@ per turn, whose inverse is what one Envoy worker could serve).
     .venv/bin/python benches/websocket_turns.py
     SOCKETS=32 TURNS=100 MODES=module,ext_proc .venv/bin/python benches/websocket_turns.py
     RECORDS=off .venv/bin/python benches/websocket_turns.py   # no turn records (as before them)
+    INPUT_BYTES=40000 .venv/bin/python benches/websocket_turns.py   # 40 KB messages
 
 Needs the `websockets` package (in .venv). Only loopback; bounded; stops by itself.
 """
@@ -32,6 +33,9 @@ WARMUP = int(os.environ.get("WARMUP", "5"))
 MODES = os.environ.get("MODES", "module,ext_proc").split(",")
 # RECORDS=off: no turn records (ws_turn_records false), to compare with builds from before them.
 RECORDS = os.environ.get("RECORDS", "on") != "off"
+# INPUT_BYTES=40000: each message's input padded to about that many bytes (an agent turn's
+# size); continuations then carry their chain's whole context upstream.
+PAD = "x" * int(os.environ.get("INPUT_BYTES", "0"))
 # The upstream's answer: a recorded Chat stream (64 events), every frame written at once.
 REPLAY = os.environ.get("REPLAY") or os.path.join(ROOT, "benches/fixtures/chat.sse")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -84,7 +88,7 @@ async def client(port, n, turns, done):
                                   additional_headers=headers, local_addr=source) as ws:
         previous = None
         for i in range(turns):
-            body = {"type": "response.create", "model": "m", "input": f"turn {i}"}
+            body = {"type": "response.create", "model": "m", "input": f"turn {i} {PAD}"}
             if previous and i % 10:
                 body["previous_response_id"] = previous
             await ws.send(json.dumps(body))
