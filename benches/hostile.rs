@@ -1,5 +1,6 @@
 //! Hostile compressed bodies through the real Envoy, in both modes, each with normal requests
-//! sent beside it: how long each body takes to be answered, and what it does to the latency of
+//! sent beside it: how long each body takes to be answered, the CPU the serving process (the
+//! processor, or Envoy in module mode) spends meanwhile, and what it does to the latency of
 //! the others. `benches/decode.rs` measures the decoders alone; this measures what a client
 //! sees, Envoy, the adapter and the answer included.
 //!
@@ -341,20 +342,47 @@ struct Outcome {
     answers: Vec<(String, usize)>,
     worst: Duration,
     worst_coding: String,
+    /// The most CPU the serving process (the processor, or Envoy in module mode) spent while
+    /// one body was in flight: the body's decoding, and the normal requests beside it.
+    worst_cpu: Duration,
     beside: Normals,
+}
+
+/// CPU time a process has spent so far (user and system, `/proc/<pid>/stat`).
+fn cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // Fields after the command (which may hold spaces) from its closing parenthesis: utime and
+    // stime are the 12th and 13th.
+    let rest = &stat[stat.rfind(')').expect("a command") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    static HZ: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        let out = std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .expect("getconf");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("clock ticks a second")
+    });
+    Duration::from_millis(ticks * 1000 / *HZ)
 }
 
 /// Sends each body of `case`, with normal requests one after another beside it until it is
 /// answered (at least one).
-async fn run(case: &Case, url: &str) -> Outcome {
+async fn run(case: &Case, url: &str, pid: u32) -> Outcome {
     let (hostile_client, normal_client) = (common::client(), common::client());
     let mut outcome = Outcome {
         answers: Vec::new(),
         worst: Duration::ZERO,
         worst_coding: String::new(),
+        worst_cpu: Duration::ZERO,
         beside: Normals::default(),
     };
     for (coding, body) in &case.bodies {
+        let cpu_before = cpu(pid);
         let done = std::sync::atomic::AtomicBool::new(false);
         let hostile = async {
             let answer = post(&hostile_client, url, Some(coding), body.clone()).await;
@@ -369,6 +397,7 @@ async fn run(case: &Case, url: &str) -> Outcome {
             normals
         };
         let (answer, times) = tokio::join!(hostile, beside);
+        outcome.worst_cpu = outcome.worst_cpu.max(cpu(pid).saturating_sub(cpu_before));
         let took = answer.took;
         let answer = if answer.code.is_empty() {
             answer.status.to_string()
@@ -440,14 +469,14 @@ fn main() {
         .into_iter()
         .map(|mode| (mode, Stack::start_in(mode, upstream.port(), &[], |c| c)))
         .collect();
-    let urls: Vec<String> = stacks
+    let urls: Vec<(String, u32)> = stacks
         .iter()
-        .map(|(_, s)| s.envoy.url("/v1/responses"))
+        .map(|(_, s)| (s.envoy.url("/v1/responses"), s.socket_server_pid()))
         .collect();
     let client = common::client();
     // One row per case, the modes side by side.
     println!(
-        "| case | bodies | encoded | answers | ext_proc: worst time to the answer | beside: n, p50 / p99 / max | module: worst time to the answer | beside: n, p50 / p99 / max |"
+        "| case | bodies | encoded | answers | ext_proc: worst time to the answer, CPU | beside: n, p50 / p99 / max | module: worst time to the answer, CPU | beside: n, p50 / p99 / max |"
     );
     println!("|---|---:|---:|---|---:|---|---:|---|");
     let row = |name: &str, cells: [String; 3], per_mode: &[(String, &Normals)]| {
@@ -471,7 +500,7 @@ fn main() {
     let baseline = |when: &str| {
         let quiet: Vec<Normals> = urls
             .iter()
-            .map(|url| {
+            .map(|(url, _)| {
                 runtime.block_on(async {
                     quiet(&client, url, 10).await;
                     quiet(&client, url, quiet_n).await
@@ -483,6 +512,7 @@ fn main() {
     };
     baseline("before");
     let mut worst = Duration::ZERO;
+    let mut worst_cpu = Duration::ZERO;
     for (name, make) in cases() {
         if filter.as_ref().is_some_and(|f| !name.contains(f.as_str()))
             || (quick && name != "one coding, each")
@@ -493,12 +523,13 @@ fn main() {
         let largest = case.bodies.iter().map(|(_, b)| b.len()).max().unwrap_or(0);
         let outcomes: Vec<Outcome> = urls
             .iter()
-            .map(|url| runtime.block_on(run(&case, url)))
+            .map(|(url, pid)| runtime.block_on(run(&case, url, *pid)))
             .collect();
         let several = case.bodies.len() > 1;
         let mut answers: Vec<String> = Vec::new();
         for outcome in &outcomes {
             worst = worst.max(outcome.worst);
+            worst_cpu = worst_cpu.max(outcome.worst_cpu);
             let these: Vec<String> = outcome
                 .answers
                 .iter()
@@ -523,7 +554,10 @@ fn main() {
                 } else {
                     String::new()
                 };
-                (format!("{}{of}", ms(o.worst)), &o.beside)
+                (
+                    format!("{}{of}, CPU {}", ms(o.worst), ms(o.worst_cpu)),
+                    &o.beside,
+                )
             })
             .collect();
         let name = if several {
@@ -540,5 +574,9 @@ fn main() {
         row(&name, cells, &per_mode);
     }
     baseline("after");
-    println!("\nworst time to an answer: {}", ms(worst));
+    println!(
+        "\nworst time to an answer: {}; most CPU the serving process spent while one body was in flight: {}",
+        ms(worst),
+        ms(worst_cpu)
+    );
 }

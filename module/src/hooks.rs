@@ -132,7 +132,7 @@ fn config_new(
                 Level::Warn,
                 "responses_module: the ABI probe filter (a test build's; never in production)",
             );
-            return abi::config_to_envoy(Configured::Probe);
+            return abi::config_to_envoy(config_envoy, Configured::Probe);
         }
         match config {
             Ok(config) => {
@@ -147,7 +147,7 @@ fn config_new(
                     KeySource::Text => "reasoning keys loaded from reasoning_keys",
                 };
                 host::log(level, &format!("responses_module filter `{name}`: {keys}"));
-                abi::config_to_envoy(Configured::Exchange(Arc::new(config)))
+                abi::config_to_envoy(config_envoy, Configured::Exchange(Arc::new(config)))
             }
             Err(e) => {
                 host::log(
@@ -221,11 +221,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
 ) -> FilterModulePtr {
     let made = catch_unwind(|| match abi::config_of::<Configured>(config) {
         None => abi::no_filter(),
-        Some(Configured::Exchange(c)) => {
-            abi::filter_to_envoy(Stream::Exchange(EnvoyFilter::new(c.clone(), System)))
+        Some((Configured::Exchange(c), envoy)) => {
+            abi::filter_to_envoy(Stream::Exchange(EnvoyFilter::new(c.clone(), System)), envoy)
         }
         #[cfg(feature = "abi-probe")]
-        Some(Configured::Probe) => abi::filter_to_envoy(Stream::Probe(crate::probe::Probe::new())),
+        Some((Configured::Probe, envoy)) => {
+            abi::filter_to_envoy(Stream::Probe(crate::probe::Probe::new()), envoy)
+        }
     });
     made.unwrap_or_else(|_| abi::no_filter())
 }

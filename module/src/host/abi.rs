@@ -274,29 +274,33 @@ unsafe extern "C" {
         label_names_length: usize,
         histogram_id: *mut usize,
     ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
-        filter: FilterEnvoyPtr,
+    /// The stats are recorded against a config (from any of its filters' hooks): the label
+    /// values are made into Envoy's stat names in a pool of the call's own, freed as it
+    /// returns (checked against the 1.40.0 binary), where the `http_filter_*` calls keep them
+    /// in the filter's pool until the filter goes.
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: FilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_increment_gauge(
-        filter: FilterEnvoyPtr,
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        config: FilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_decrement_gauge(
-        filter: FilterEnvoyPtr,
+    pub fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        config: FilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,
         value: u64,
     ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_record_histogram_value(
-        filter: FilterEnvoyPtr,
+    pub fn envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
+        config: FilterConfigEnvoyPtr,
         id: usize,
         label_values: *mut ModuleBuffer,
         label_values_length: usize,

@@ -112,9 +112,24 @@ impl<T: 'static> Tagged<T> {
     }
 }
 
-/// A config handed to Envoy, which holds it until config_destroy.
-pub fn config_to_envoy<C: 'static>(config: C) -> FilterConfigModulePtr {
-    FilterConfigModulePtr(Tagged::into_raw(config))
+/// A config as Envoy holds it: the module's, with Envoy's pointer to its own object for it
+/// (which each of its filters records its stats against).
+struct HeldConfig<C> {
+    envoy: FilterConfigEnvoyPtr,
+    config: C,
+}
+
+/// Envoy's object for a config, for the filters made with it ([`filter_to_envoy`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigEnvoy(FilterConfigEnvoyPtr);
+
+/// A config handed to Envoy (config_new's `envoy` pointer with it), which holds it until
+/// config_destroy.
+pub fn config_to_envoy<C: 'static>(
+    envoy: FilterConfigEnvoyPtr,
+    config: C,
+) -> FilterConfigModulePtr {
+    FilterConfigModulePtr(Tagged::into_raw(HeldConfig { envoy, config }))
 }
 
 /// No config: Envoy refuses the filter.
@@ -128,17 +143,19 @@ pub fn drop_config<C: 'static>(config: FilterConfigModulePtr) {
         return;
     }
     // SAFETY: made by `config_to_envoy`; Envoy destroys each config once.
-    drop(unsafe { Box::from_raw(Tagged::<C>::from_raw(config.0).cast_mut()) });
+    drop(unsafe { Box::from_raw(Tagged::<HeldConfig<C>>::from_raw(config.0).cast_mut()) });
 }
 
-/// The config a new filter runs with, made of a `C`; `None` for a refused config.
-pub fn config_of<'a, C: 'static>(config: FilterConfigModulePtr) -> Option<&'a C> {
+/// The config a new filter runs with, made of a `C`, and Envoy's object for it; `None` for a
+/// refused config.
+pub fn config_of<'a, C: 'static>(config: FilterConfigModulePtr) -> Option<(&'a C, ConfigEnvoy)> {
     if config.0.is_null() {
         return None;
     }
     // SAFETY: made by `config_to_envoy`; the config outlives its filters (filter_new, the
     // only caller, clones what it keeps).
-    Some(unsafe { &(*Tagged::<C>::from_raw(config.0)).value })
+    let held = unsafe { &(*Tagged::<HeldConfig<C>>::from_raw(config.0)).value };
+    Some((&held.config, ConfigEnvoy(held.envoy)))
 }
 
 /// An event Envoy reported while a hook of the same filter was running (re-entrance: from
@@ -201,14 +218,15 @@ impl<S> Slot<S> {
     }
 }
 
-/// A stream handed to Envoy, which holds it until filter_destroy.
-pub fn filter_to_envoy<S: 'static>(stream: S) -> FilterModulePtr {
+/// A stream handed to Envoy, which holds it until filter_destroy; `config`: Envoy's object for
+/// the config it was made with (which outlives it).
+pub fn filter_to_envoy<S: 'static>(stream: S, config: ConfigEnvoy) -> FilterModulePtr {
     let slot = Slot {
         busy: Cell::new(false),
         destroyed: Cell::new(false),
         deferred: RefCell::new(VecDeque::new()),
         watermark: Cell::new(0),
-        inner: UnsafeCell::new((stream, HostState::default())),
+        inner: UnsafeCell::new((stream, HostState::new(config.0))),
     };
     FilterModulePtr(Tagged::into_raw(slot))
 }
@@ -456,11 +474,12 @@ mod tests {
     struct Hosted;
 
     fn stream() -> FilterModulePtr {
-        filter_to_envoy(Hosted)
+        filter_to_envoy(Hosted, ConfigEnvoy(CONFIG_ENVOY))
     }
 
-    // The Envoy pointer is never dereferenced here (no host call is made).
+    // The Envoy pointers are never dereferenced here (no host call is made).
     const ENVOY: FilterEnvoyPtr = FilterEnvoyPtr(std::ptr::null_mut());
+    const CONFIG_ENVOY: FilterConfigEnvoyPtr = FilterConfigEnvoyPtr(std::ptr::null_mut());
 
     // The Envoy callbacks that the code under test links (a log line, the deletes of a
     // scheduler and of child spans in the filter's drop glue), defined for the test binary,
@@ -534,12 +553,12 @@ mod tests {
 
     #[test]
     fn a_pointer_is_read_only_as_the_type_it_was_made_of() {
-        let config = config_to_envoy(7u32);
-        assert_eq!(config_of::<u32>(config), Some(&7));
-        let read_as_other = std::panic::catch_unwind(|| config_of::<u64>(config).copied());
+        let config = config_to_envoy(CONFIG_ENVOY, 7u32);
+        assert_eq!(config_of::<u32>(config).map(|(c, _)| c), Some(&7));
+        let read_as_other = std::panic::catch_unwind(|| config_of::<u64>(config).map(|(c, _)| *c));
         assert!(read_as_other.is_err(), "a u32 config read as a u64");
         drop_config::<u32>(config);
-        assert_eq!(config_of::<u32>(no_config()), None);
+        assert!(config_of::<u32>(no_config()).is_none());
 
         let ptr = stream();
         let entered_as_other =
