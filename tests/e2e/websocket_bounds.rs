@@ -475,7 +475,8 @@ async fn a_client_that_does_not_read_gets_its_response_failed_and_1008() {
 /// false`), one pings. Each fills the buffers toward it, then the connection stops reading it
 /// (no more answers than the host takes): its writes stall. Module mode: what Envoy holds
 /// toward each (its buffer limit, 1 MiB) and keeps of its bytes counts in the budget (4 MiB),
-/// so the four cannot all stay (1013); ext_proc mode: the processor holds a piece and a read
+/// so the four cannot all stay (1013; how many go is a race: a closed socket's bytes in Envoy's
+/// buffers stay counted until Envoy ends its stream, so the last one may go too); ext_proc mode: the processor holds a piece and a read
 /// per socket, so none closes (Envoy's own buffers are its memory,
 /// docs/websocket.md#what-the-budget-does-not-count). The pinger piles up nothing and is not
 /// closed: when it reads at last, it gets a pong for each read of its pings at most, and its
@@ -519,8 +520,15 @@ async fn clients_that_do_not_read_are_charged_for_what_waits_for_them() {
         }),
         Mode::ExtProc => 0.0,
     };
-    assert_eq!(closes(&stack, metrics_port, "1013"), Some(expected));
-    assert!(expected < 4.0, "not one stays");
+    let closed = closes(&stack, metrics_port, "1013");
+    match common::mode() {
+        // The flooders, and only they (the pinger stays).
+        Mode::Module => assert!(
+            closed.is_some_and(|n| n >= expected && n <= 4.0),
+            "{closed:?}"
+        ),
+        Mode::ExtProc => assert_eq!(closed, Some(0.0)),
+    }
     drop(flooders);
     // The pinger reads at last: a pong for each read of its pings at most, then its turn.
     pinger
