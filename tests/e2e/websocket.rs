@@ -1486,3 +1486,113 @@ async fn three_sockets_sending_the_gzipped_arrays_shape_are_refused_within_the_j
         "only the last request went upstream"
     );
 }
+
+/// The lane cap and the steer cap from both sides, through Envoy: 8 named lanes (each keeping
+/// a preloaded context, `generate: false`) are served, the 9th and a 20th are refused on their
+/// own lane (`too_many_lanes`, nothing sent upstream), the lanes that exist and the lane
+/// without a name go on; a response in flight takes 4 steers and refuses the 5th
+/// (`too_many_pending_steers`), then completes and its successor carries the 4 inputs upstream.
+#[tokio::test]
+async fn the_lane_and_steer_caps_from_both_sides() {
+    let held = Gate::new();
+    let upstream = ScriptedUpstream::with_replies([
+        chat_sse("in flight").pause_after(1, &held),
+        chat_sse("successor"),
+        chat_sse("unnamed"),
+    ]);
+    let stack = Stack::with_websocket(upstream.port(), &[]);
+    let mut ws = connect(&stack).await;
+    let lane =
+        |name: &str| json!({"model": "m", "input": "x", "generate": false, "stream_id": name});
+    for i in 0..8 {
+        ask(&mut ws, lane(&format!("l{i}"))).await;
+        let events = response(&mut ws).await;
+        assert_eq!(
+            types(&events).last(),
+            Some(&"response.completed"),
+            "lane {i}"
+        );
+        assert!(events.iter().all(|e| e["stream_id"] == format!("l{i}")));
+    }
+    for name in ["l8", "l19"] {
+        ask(&mut ws, lane(name)).await;
+        let refused = response(&mut ws).await;
+        assert_eq!(error_code(&refused[0]), "too_many_lanes", "{refused:?}");
+        assert_eq!(refused[0]["stream_id"], name);
+        assert_eq!(refused[0]["status"], 400);
+    }
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing refused or preloaded went upstream"
+    );
+
+    // A lane that exists runs a response; it is held upstream while steers come.
+    ask(
+        &mut ws,
+        json!({"model": "m", "input": "write", "stream_id": "l0"}),
+    )
+    .await;
+    let created = recv(&mut ws).await;
+    assert_eq!(created["type"], "response.created");
+    let id = created["response"]["id"].as_str().unwrap().to_owned();
+    let steer = |text: &str| {
+        Message::text(
+            json!({"type": "response.steer", "previous_response_id": id, "input": text})
+                .to_string(),
+        )
+    };
+    let mut steered = 0;
+    for i in 0..5 {
+        ws.send(steer(&format!("steer {i}"))).await.unwrap();
+        let answer = loop {
+            let event = recv(&mut ws).await;
+            if event["type"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("response.steer.")
+            {
+                break event;
+            }
+        };
+        assert_eq!(answer["stream_id"], "l0");
+        if i < 4 {
+            assert_eq!(answer["type"], "response.steer.accepted", "{answer}");
+            steered += 1;
+        } else {
+            assert_eq!(answer["type"], "response.steer.failed", "{answer}");
+            assert_eq!(answer["error"]["code"], "too_many_pending_steers");
+            assert_eq!(answer["steer"]["input"], "steer 4");
+        }
+    }
+    assert_eq!(steered, 4);
+    held.release();
+    let first = response(&mut ws).await;
+    assert_eq!(types(&first).last(), Some(&"response.completed"));
+    let successor = response(&mut ws).await;
+    assert_eq!(successor[0]["type"], "response.created");
+    assert_eq!(successor[0]["response"]["previous_response_id"], json!(id));
+    assert_eq!(types(&successor).last(), Some(&"response.completed"));
+    let sent = upstream.requests()[1].json();
+    let contents: Vec<Value> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(
+        contents[contents.len() - 4..],
+        [
+            json!("steer 0"),
+            json!("steer 1"),
+            json!("steer 2"),
+            json!("steer 3")
+        ],
+        "{sent}"
+    );
+
+    // The lane without a name is not counted among the 8.
+    ask(&mut ws, json!({"model": "m", "input": "plain"})).await;
+    let plain = response(&mut ws).await;
+    assert_eq!(types(&plain).last(), Some(&"response.completed"));
+    assert!(plain.iter().all(|e| e.get("stream_id").is_none()));
+}
