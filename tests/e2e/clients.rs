@@ -652,34 +652,28 @@ fn assert_lanes_requests(stack: &ClientStack) {
     assert_eq!(continuation[3]["content"], "42");
 }
 
+/// Runs a lanes and steering script against [`lanes_upstream`], then checks what the upstream
+/// was asked.
+fn run_lanes_script(program: &Path, script: &str) {
+    let stack = ClientStack::scripted_ws(lanes_upstream(), &[]);
+    run_client(&stack, program, script);
+    assert_lanes_requests(&stack);
+}
+
 /// openai-python's lanes and steering over `client.responses.connect()`
 /// (`openai_websocket_lanes.py`): two lanes side by side, FIFO on one, a fork across lanes,
 /// every event's `stream_id`, a steer's successor, a steer pending on a tool call, and the
 /// failures a client can cause.
 #[test]
 fn python_openai_sdk_websocket_lanes_and_steering() {
-    let python = python();
-    let stack = ClientStack::scripted_ws(lanes_upstream(), &[]);
-    run_client(
-        &stack,
-        &python,
-        "tests/clients/python/openai_websocket_lanes.py",
-    );
-    assert_lanes_requests(&stack);
+    run_lanes_script(&python(), "tests/clients/python/openai_websocket_lanes.py");
 }
 
 /// openai-node's `ResponsesWS` runs the same lanes and steering script
 /// (`openai_websocket_lanes.mjs`) against the same upstream.
 #[test]
 fn node_openai_sdk_websocket_lanes_and_steering() {
-    let node = node();
-    let stack = ClientStack::scripted_ws(lanes_upstream(), &[]);
-    run_client(
-        &stack,
-        &node,
-        "tests/clients/node/openai_websocket_lanes.mjs",
-    );
-    assert_lanes_requests(&stack);
+    run_lanes_script(&node(), "tests/clients/node/openai_websocket_lanes.mjs");
 }
 
 /// The default `--reasoning-events auto` through Envoy: each client gets the names it parses,

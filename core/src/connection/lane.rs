@@ -44,7 +44,7 @@ pub(super) struct Lane {
     /// The life of its response in flight, or of the last one until its end is polled.
     pub life: Option<Life>,
     /// Steers accepted for its response in flight, or, once that completed waiting for the
-    /// client's tool output, for the continuation of it ([`Waiting`]).
+    /// client's tool output, for the continuation of it (`waiting`).
     pub steers: Vec<Steer>,
     /// The completed response whose continuation the steers wait for.
     pub waiting: Option<String>,
